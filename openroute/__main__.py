@@ -1,0 +1,5 @@
+import sys
+
+from openroute.cli import main
+
+sys.exit(main())

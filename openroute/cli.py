@@ -1,0 +1,64 @@
+"""The ``openroute`` command line.
+
+``openroute demo``        show messages going through every state on a temporary SQLite file
+``openroute run``         serve the reference routes (HTTP/SOAP) on the SQLite file of the configuration
+``openroute db upgrade``  bring the database schema to the newest migration
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openroute", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    commands.add_parser("demo", help="show a message going through every state on a temporary SQLite store")
+
+    run = commands.add_parser("run", help="serve the reference routes")
+    run.add_argument("--host", default="127.0.0.1")
+    run.add_argument("--port", type=int, default=8080)
+    run.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: sqlite file openroute.db)")
+    run.add_argument("--routes", default=None, help="module:attribute of the routes (default: routes:registry)")
+    run.add_argument("--auth-config", default=None, help="JSON file with source-system and admin credentials")
+
+    db = commands.add_parser("db", help="database schema")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    upgrade = db_commands.add_parser("upgrade", help="apply all migrations")
+    upgrade.add_argument("--database-url", default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "demo":
+        print("openroute demo: the lifecycle engine is not built yet (see issues 4 and 5).")
+        return 0
+    if args.command == "run":
+        from openroute.server import serve
+
+        return serve(args.host, args.port, args.database_url, args.routes, args.auth_config)
+    if args.command == "db":
+        import os
+
+        from persistence import DEFAULT_DATABASE_URL, MessageStore
+
+        url = args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL
+        try:
+            store = MessageStore(url)
+            store.upgrade()
+            revision = store.current_revision()
+            store.dispose()
+        except Exception as error:  # any driver, URL or migration problem ends the command with its reason
+            print(f"openroute db upgrade: {url}: {error}", file=sys.stderr)
+            return 1
+        print(f"openroute db upgrade: {url} is at revision {revision}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The reference application's routes, written in the openroute DSL; ``openroute run`` serves them."""
