@@ -1,0 +1,51 @@
+"""Reactive Streams protocol and the Reactive Streams Operators builders (stdlib only).
+
+``from openroute import streams as rs`` then ``await rs.of(1, 2, 3).map(str).to_list()``.
+"""
+
+from .builders import (
+    CompletionRunner,
+    ProcessorBuilder,
+    PublisherBuilder,
+    SubscriberBuilder,
+    builder,
+    concat,
+    empty,
+    failed,
+    from_async_iterable,
+    from_iterable,
+    from_processor,
+    from_publisher,
+    from_subscriber,
+    generate,
+    iterate,
+    of,
+)
+from .protocol import UNBOUNDED, Processor, Publisher, StreamCancelledError, Subscriber, Subscription
+from .subscribers import CompletionSubscriber
+
+__all__ = [
+    "UNBOUNDED",
+    "CompletionRunner",
+    "CompletionSubscriber",
+    "Processor",
+    "ProcessorBuilder",
+    "Publisher",
+    "PublisherBuilder",
+    "StreamCancelledError",
+    "Subscriber",
+    "SubscriberBuilder",
+    "Subscription",
+    "builder",
+    "concat",
+    "empty",
+    "failed",
+    "from_async_iterable",
+    "from_iterable",
+    "from_processor",
+    "from_publisher",
+    "from_subscriber",
+    "generate",
+    "iterate",
+    "of",
+]

@@ -1,0 +1,507 @@
+"""Reactive Streams Operators builders: immutable stage graphs for publishers, processors, subscribers, runners."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Iterable
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from . import engine
+from . import stages as st
+from .protocol import Processor, Publisher, Subscriber, Subscription
+from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
+
+T = TypeVar("T")
+R = TypeVar("R")
+U = TypeVar("U")
+A = TypeVar("A")
+
+_MISSING: Any = object()
+
+
+def _require(value: object, name: str) -> None:
+    if value is None:
+        raise TypeError(f"{name} must not be None")
+
+
+_SUBSCRIBER_METHODS = ("on_subscribe", "on_next", "on_error", "on_complete")
+
+
+def _check_subscriber(value: object, what: str) -> None:
+    missing = [name for name in _SUBSCRIBER_METHODS if not callable(getattr(value, name, None))]
+    if missing:
+        raise TypeError(f"{what} needs a Subscriber, got {type(value).__name__} (missing {', '.join(missing)})")
+
+
+def _check_processor(value: object, what: str) -> None:
+    _check_subscriber(value, what)
+    if not callable(getattr(value, "subscribe", None)):
+        raise TypeError(f"{what} needs a Processor, got {type(value).__name__} (missing subscribe)")
+
+
+def _count(n: int, name: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name}(n) needs an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"{name}(n) needs n >= 0, got {n}")
+    return n
+
+
+class _StageMethods(Generic[T]):
+    """Processing stages shared by publisher and processor builders; each returns a new builder."""
+
+    __slots__ = ("_stages",)
+
+    def __init__(self, stages: tuple[st.Stage, ...]) -> None:
+        self._stages = stages
+
+    @property
+    def stages(self) -> tuple[st.Stage, ...]:
+        """The stage graph, in order."""
+        return self._stages
+
+    def _with(self, stage: st.Stage) -> Any:
+        return type(self)((*self._stages, stage))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(type(s).__name__ for s in self._stages)})"
+
+    def map(self, fn: Callable[[T], U]) -> Any:
+        """Emit ``fn(item)``; a ``None`` result fails the stream with TypeError."""
+        _require(fn, "fn")
+        return self._with(st.Map(fn))
+
+    def filter(self, predicate: Callable[[T], bool]) -> Self:
+        """Emit only the items for which ``predicate`` is true."""
+        _require(predicate, "predicate")
+        return self._with(st.Filter(predicate))
+
+    def flat_map(self, fn: Callable[[T], Any]) -> Any:
+        """Emit the items of the publisher or builder ``fn(item)``; inner streams run one at a time, in order."""
+        _require(fn, "fn")
+        return self._with(st.FlatMap(fn))
+
+    def flat_map_async(self, fn: Callable[[T], Awaitable[U]]) -> Any:
+        """Emit the result of awaiting ``fn(item)``, one item at a time, in order."""
+        _require(fn, "fn")
+        return self._with(st.FlatMapAsync(fn))
+
+    def flat_map_iterable(self, fn: Callable[[T], Iterable[U]]) -> Any:
+        """Emit the elements of the iterable ``fn(item)``."""
+        _require(fn, "fn")
+        return self._with(st.FlatMapIterable(fn))
+
+    def limit(self, n: int) -> Self:
+        """Emit at most ``n`` items, then complete and cancel upstream; ``n < 0`` raises ValueError."""
+        return self._with(st.Limit(_count(n, "limit")))
+
+    def skip(self, n: int) -> Self:
+        """Drop the first ``n`` items; ``n < 0`` raises ValueError."""
+        return self._with(st.Skip(_count(n, "skip")))
+
+    def take_while(self, predicate: Callable[[T], bool]) -> Self:
+        """Emit while ``predicate`` holds; the first item failing it completes the stream."""
+        _require(predicate, "predicate")
+        return self._with(st.TakeWhile(predicate))
+
+    def drop_while(self, predicate: Callable[[T], bool]) -> Self:
+        """Drop items while ``predicate`` holds, then emit everything."""
+        _require(predicate, "predicate")
+        return self._with(st.DropWhile(predicate))
+
+    def distinct(self) -> Self:
+        """Drop items equal to one seen before (items must be hashable, else the stream fails with TypeError)."""
+        return self._with(st.Distinct())
+
+    def peek(self, fn: Callable[[T], Any]) -> Self:
+        """Call ``fn(item)`` and emit the item unchanged."""
+        _require(fn, "fn")
+        return self._with(st.Peek(fn))
+
+    def on_error(self, fn: Callable[[BaseException], Any]) -> Self:
+        """Call ``fn(error)`` when the stream fails, then pass the error on."""
+        _require(fn, "fn")
+        return self._with(st.OnError(fn))
+
+    def on_error_resume(self, fn: Callable[[BaseException], T]) -> Self:
+        """On failure emit ``fn(error)`` and complete."""
+        _require(fn, "fn")
+        return self._with(st.OnErrorResume(fn))
+
+    def on_error_resume_with(self, fn: Callable[[BaseException], Any]) -> Self:
+        """On failure continue with the publisher or builder ``fn(error)``."""
+        _require(fn, "fn")
+        return self._with(st.OnErrorResumeWith(fn))
+
+    def on_complete(self, fn: Callable[[], Any]) -> Self:
+        """Call ``fn()`` when the stream completes normally."""
+        _require(fn, "fn")
+        return self._with(st.OnComplete(fn))
+
+    def on_terminate(self, fn: Callable[[], Any]) -> Self:
+        """Call ``fn()`` when the stream completes, fails or is cancelled."""
+        _require(fn, "fn")
+        return self._with(st.OnTerminate(fn))
+
+    def via(self, processor: ProcessorBuilder[Any, Any] | Processor[Any, Any]) -> Any:
+        """Pass the items through a processor builder (its stages are inlined) or a processor."""
+        _require(processor, "processor")
+        if isinstance(processor, ProcessorBuilder):
+            return type(self)(self._stages + processor.stages)
+        _check_processor(processor, "via()")
+        return self._with(st.ProcessorStage(processor))
+
+    # terminal stages: the concrete builder decides what a terminal makes (runner or subscriber builder)
+    def _terminal(self, stage: st.Stage) -> Any:
+        raise NotImplementedError
+
+    def to(self, subscriber: SubscriberBuilder[Any, Any] | Subscriber[Any]) -> Any:
+        """End in a subscriber builder (stages inlined) or a subscriber."""
+        _require(subscriber, "subscriber")
+        if isinstance(subscriber, SubscriberBuilder):
+            return self._terminal_graph(subscriber.stages)
+        _check_subscriber(subscriber, "to()")
+        return self._terminal(st.SubscriberStage(subscriber))
+
+    def _terminal_graph(self, stages: tuple[st.Stage, ...]) -> Any:
+        raise NotImplementedError
+
+    def collect(self, initial_factory: Callable[[], R], accumulator: Callable[[R, Any], Any]) -> Any:
+        """Result: ``initial_factory()`` after ``accumulator(container, item)`` for every item."""
+        _require(initial_factory, "initial_factory")
+        _require(accumulator, "accumulator")
+        return self._terminal(st.Collect(initial_factory, accumulator))
+
+    def to_list(self) -> Any:
+        """Result: the list of all items."""
+        return self._terminal(st.ToList())
+
+    def reduce(self, fn: Callable[[Any, Any], Any], identity: Any = _MISSING) -> Any:
+        """Result: the items folded with ``fn``, starting from ``identity`` if given (else None when empty)."""
+        _require(fn, "fn")
+        if identity is None:
+            raise TypeError("identity must not be None")
+        has_identity = identity is not _MISSING
+        return self._terminal(st.Reduce(fn, identity if has_identity else None, has_identity))
+
+    def find_first(self) -> Any:
+        """Result: the first item, or None for an empty stream."""
+        return self._terminal(st.FindFirst())
+
+    def for_each(self, fn: Callable[[Any], Any]) -> Any:
+        """Call ``fn(item)`` for every item; result None."""
+        _require(fn, "fn")
+        return self._terminal(st.ForEach(fn))
+
+    def ignore(self) -> Any:
+        """Consume every item; result None."""
+        return self._terminal(st.Ignore())
+
+    def cancel(self) -> Any:
+        """Cancel the stream as soon as it starts; result None."""
+        return self._terminal(st.Cancel())
+
+
+class PublisherBuilder(_StageMethods[T]):
+    """A publisher graph: a source stage followed by processing stages."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # precise types for the element-changing stages and the terminals (same implementation)
+
+        def map(self, fn: Callable[[T], U]) -> PublisherBuilder[U]: ...
+        def flat_map(self, fn: Callable[[T], PublisherBuilder[U] | Publisher[U]]) -> PublisherBuilder[U]: ...
+        def flat_map_async(self, fn: Callable[[T], Awaitable[U]]) -> PublisherBuilder[U]: ...
+        def flat_map_iterable(self, fn: Callable[[T], Iterable[U]]) -> PublisherBuilder[U]: ...
+        def via(self, processor: ProcessorBuilder[T, U] | Processor[T, U]) -> PublisherBuilder[U]: ...
+        def to(self, subscriber: SubscriberBuilder[T, U] | Subscriber[T]) -> CompletionRunner[Any]: ...
+        def collect(
+            self, initial_factory: Callable[[], A], accumulator: Callable[[A, T], Any]
+        ) -> CompletionRunner[A]: ...
+        def to_list(self) -> CompletionRunner[list[T]]: ...
+        def reduce(self, fn: Callable[[T, T], T], identity: T = ...) -> CompletionRunner[T | None]: ...
+        def find_first(self) -> CompletionRunner[T | None]: ...
+        def for_each(self, fn: Callable[[T], Any]) -> CompletionRunner[None]: ...
+        def ignore(self) -> CompletionRunner[None]: ...
+        def cancel(self) -> CompletionRunner[None]: ...
+
+    def _terminal(self, stage: st.Stage) -> CompletionRunner[Any]:
+        return CompletionRunner(self._stages, (stage,))
+
+    def _terminal_graph(self, stages: tuple[st.Stage, ...]) -> CompletionRunner[Any]:
+        return CompletionRunner(self._stages, stages)
+
+    def build(self) -> Publisher[T]:
+        """A cold publisher: each subscriber gets its own run of the graph."""
+        return engine.build_publisher(self._stages)
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        """Iterate the items with ``async for`` (demand in batches of 16; leaving the loop cancels)."""
+        return _iterate(self.build())
+
+
+class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
+    """A processor graph: processing stages only (empty means identity); takes T in, gives R out."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # precise types for the element-changing stages and the terminals (same implementation)
+
+        def map(self, fn: Callable[[R], U]) -> ProcessorBuilder[T, U]: ...
+        def flat_map(self, fn: Callable[[R], PublisherBuilder[U] | Publisher[U]]) -> ProcessorBuilder[T, U]: ...
+        def flat_map_async(self, fn: Callable[[R], Awaitable[U]]) -> ProcessorBuilder[T, U]: ...
+        def flat_map_iterable(self, fn: Callable[[R], Iterable[U]]) -> ProcessorBuilder[T, U]: ...
+        def via(self, processor: ProcessorBuilder[R, U] | Processor[R, U]) -> ProcessorBuilder[T, U]: ...
+        def to(self, subscriber: SubscriberBuilder[R, U] | Subscriber[R]) -> SubscriberBuilder[T, Any]: ...
+        def collect(
+            self, initial_factory: Callable[[], A], accumulator: Callable[[A, R], Any]
+        ) -> SubscriberBuilder[T, A]: ...
+        def to_list(self) -> SubscriberBuilder[T, list[R]]: ...
+        def reduce(self, fn: Callable[[R, R], R], identity: R = ...) -> SubscriberBuilder[T, R | None]: ...
+        def find_first(self) -> SubscriberBuilder[T, R | None]: ...
+        def for_each(self, fn: Callable[[R], Any]) -> SubscriberBuilder[T, None]: ...
+        def ignore(self) -> SubscriberBuilder[T, None]: ...
+        def cancel(self) -> SubscriberBuilder[T, None]: ...
+
+    def _terminal(self, stage: st.Stage) -> SubscriberBuilder[T, Any]:
+        return SubscriberBuilder((*self._stages, stage))
+
+    def _terminal_graph(self, stages: tuple[st.Stage, ...]) -> SubscriberBuilder[T, Any]:
+        return SubscriberBuilder(self._stages + stages)
+
+    def build(self) -> Processor[T, R]:
+        """A processor running the graph (single use: one upstream, one downstream)."""
+        return engine.build_processor(self._stages)
+
+
+class SubscriberBuilder(Generic[T, R]):
+    """A subscriber graph: processing stages then one terminal stage."""
+
+    __slots__ = ("_stages",)
+
+    def __init__(self, stages: tuple[st.Stage, ...]) -> None:
+        self._stages = stages
+
+    @property
+    def stages(self) -> tuple[st.Stage, ...]:
+        """The stage graph, in order."""
+        return self._stages
+
+    def __repr__(self) -> str:
+        return f"SubscriberBuilder({', '.join(type(s).__name__ for s in self._stages)})"
+
+    def build(self) -> CompletionSubscriber[R]:
+        """A subscriber whose ``completion`` future carries the result."""
+        return engine.build_subscriber(self._stages)
+
+
+class CompletionRunner(Generic[R]):
+    """A closed graph (publisher graph + subscriber graph); ``run()`` starts it and returns the result future."""
+
+    __slots__ = ("_publisher_stages", "_subscriber_stages")
+
+    def __init__(self, publisher_stages: tuple[st.Stage, ...], subscriber_stages: tuple[st.Stage, ...]) -> None:
+        self._publisher_stages = publisher_stages
+        self._subscriber_stages = subscriber_stages
+
+    @property
+    def stages(self) -> tuple[st.Stage, ...]:
+        """The whole closed graph, in order (source first, terminal last)."""
+        return self._publisher_stages + self._subscriber_stages
+
+    def __repr__(self) -> str:
+        return f"CompletionRunner({', '.join(type(s).__name__ for s in self.stages)})"
+
+    def run(self) -> asyncio.Future[R]:
+        """Start the stream now on the running loop; the future gets the result or the stream's error.
+
+        Each call is a new run. Cancelling the future cancels the stream.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            publisher = engine.build_publisher(self._publisher_stages)
+            subscriber = engine.build_subscriber(self._subscriber_stages)
+        except Exception as error:
+            failed: asyncio.Future[R] = loop.create_future()
+            failed.set_exception(error)
+            return failed
+        completion = subscriber.completion
+        target = subscriber.head if isinstance(subscriber, ChainedCompletionSubscriber) else subscriber
+        try:
+            publisher.subscribe(target)
+        except Exception as error:
+            # A user publisher that throws instead of signalling on_error still fails only the future.
+            subscriber._reject(error)
+        return completion
+
+    def __await__(self) -> Generator[Any, None, R]:
+        return self.run().__await__()
+
+
+class _IteratingSubscriber(Subscriber[Any]):
+    """Buffers up to ``batch`` items for ``async for``; refills when half drained."""
+
+    def __init__(self, batch: int = 16) -> None:
+        self._batch = batch
+        self._buffer: deque[Any] = deque()
+        self._subscription: Subscription | None = None
+        self._done = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._consumed = 0
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if self._subscription is not None:
+            subscription.cancel()
+            return
+        self._subscription = subscription
+        subscription.request(self._batch)
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        self._buffer.append(item)
+        self._wake()
+
+    def on_error(self, error: BaseException) -> None:
+        self._error = error
+        self._done = True
+        self._wake()
+
+    def on_complete(self) -> None:
+        self._done = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next(self) -> Any:
+        while not self._buffer:
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        item = self._buffer.popleft()
+        self._consumed += 1
+        if self._consumed * 2 >= self._batch and self._subscription is not None and not self._done:
+            consumed, self._consumed = self._consumed, 0
+            self._subscription.request(consumed)
+        return item
+
+    def cancel(self) -> None:
+        subscription = self._subscription
+        self._subscription = None
+        self._done = True
+        if subscription is not None:
+            subscription.cancel()
+
+
+async def _iterate(publisher: Publisher[Any]) -> AsyncIterator[Any]:
+    subscriber = _IteratingSubscriber()
+    publisher.subscribe(subscriber)
+    try:
+        while True:
+            try:
+                item = await subscriber.next()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        subscriber.cancel()
+
+
+# --- factories ---------------------------------------------------------------------------------------------
+
+
+def of(*items: T) -> PublisherBuilder[T]:
+    """A publisher of the given items; a ``None`` item raises TypeError here."""
+    if any(item is None for item in items):
+        raise TypeError("of(): None is not a valid stream element")
+    return PublisherBuilder((st.Of(items),))
+
+
+def from_iterable(iterable: Iterable[T]) -> PublisherBuilder[T]:
+    """A publisher of the iterable's elements (``iter()`` once per subscription; a None element fails the stream)."""
+    _require(iterable, "iterable")
+    return PublisherBuilder((st.FromIterable(iterable),))
+
+
+def from_async_iterable(iterable: AsyncIterable[T]) -> PublisherBuilder[T]:
+    """A publisher of an async iterable's elements, pulled on the running loop as demand allows (our extension)."""
+    _require(iterable, "iterable")
+    if not hasattr(iterable, "__aiter__"):
+        raise TypeError(f"from_async_iterable needs an async iterable, got {type(iterable).__name__}")
+    return PublisherBuilder((st.FromAsyncIterable(iterable),))
+
+
+def from_publisher(publisher: Publisher[T] | PublisherBuilder[T]) -> PublisherBuilder[T]:
+    """A builder around a Reactive Streams publisher (or a copy of a publisher builder)."""
+    _require(publisher, "publisher")
+    if isinstance(publisher, PublisherBuilder):
+        return PublisherBuilder(publisher.stages)
+    if not callable(getattr(publisher, "subscribe", None)):
+        raise TypeError(f"from_publisher needs a Publisher, got {type(publisher).__name__}")
+    return PublisherBuilder((st.FromPublisher(publisher),))
+
+
+def empty() -> PublisherBuilder[Any]:
+    """A publisher that completes at once."""
+    return PublisherBuilder((st.Empty(),))
+
+
+def failed(error: BaseException) -> PublisherBuilder[Any]:
+    """A publisher that fails at once with ``error`` (the same object)."""
+    _require(error, "error")
+    if not isinstance(error, BaseException):
+        raise TypeError(f"failed() needs an exception, got {type(error).__name__}")
+    return PublisherBuilder((st.Failed(error),))
+
+
+def generate(supplier: Callable[[], T]) -> PublisherBuilder[T]:
+    """An infinite publisher of ``supplier()`` values (bound it with ``limit`` or ``take_while``)."""
+    _require(supplier, "supplier")
+    return PublisherBuilder((st.Generate(supplier),))
+
+
+def iterate(seed: T, fn: Callable[[T], T]) -> PublisherBuilder[T]:
+    """An infinite publisher of ``seed``, ``fn(seed)``, ``fn(fn(seed))`` ..."""
+    _require(seed, "seed")
+    _require(fn, "fn")
+    return PublisherBuilder((st.Iterate(seed, fn),))
+
+
+def concat(
+    first: PublisherBuilder[T] | Publisher[T], second: PublisherBuilder[T] | Publisher[T]
+) -> PublisherBuilder[T]:
+    """Everything of ``first``, then everything of ``second`` (which is subscribed only then, or cancelled)."""
+    _require(first, "first")
+    _require(second, "second")
+    return PublisherBuilder((st.Concat(from_publisher(first).stages, from_publisher(second).stages),))
+
+
+def builder() -> ProcessorBuilder[Any, Any]:
+    """An identity processor builder to add stages to."""
+    return ProcessorBuilder(())
+
+
+def from_processor(processor: Processor[T, R]) -> ProcessorBuilder[T, R]:
+    """A processor builder around a Reactive Streams processor."""
+    _require(processor, "processor")
+    _check_processor(processor, "from_processor()")
+    return ProcessorBuilder((st.ProcessorStage(processor),))
+
+
+def from_subscriber(subscriber: Subscriber[T]) -> SubscriberBuilder[T, None]:
+    """A subscriber builder around a Reactive Streams subscriber; its completion is None, its error, or
+    :class:`StreamCancelledError` if it cancels."""
+    _require(subscriber, "subscriber")
+    _check_subscriber(subscriber, "from_subscriber()")
+    return SubscriberBuilder((st.SubscriberStage(subscriber),))

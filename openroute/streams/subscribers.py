@@ -1,0 +1,344 @@
+"""Terminal subscribers: they consume a stream and resolve a completion future with its result."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from .protocol import UNBOUNDED, StreamCancelledError, Subscriber, Subscription
+from .sources import check_subscriber
+
+R = TypeVar("R")
+
+_UNSET: Any = object()
+
+
+class CompletionSubscriber(Subscriber[Any], Generic[R]):
+    """A subscriber whose result (or failure) arrives in :attr:`completion`.
+
+    The future is created on the running loop when the subscriber is built, or lazily on first access of
+    :attr:`completion` when it was built outside a loop. Cancelling the future cancels the subscription.
+    """
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[R] | None = None
+        self._outcome: Any = _UNSET  # result or ("error", exc) held until a future exists
+        self._subscription: Subscription | None = None
+        self._finished = False
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._make_future()
+
+    @property
+    def completion(self) -> asyncio.Future[R]:
+        """Resolves with the stream's result, or fails with its error (the same object)."""
+        if self._future is None:
+            self._make_future()
+        assert self._future is not None
+        return self._future
+
+    def _make_future(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        self._future = future
+        outcome = self._outcome
+        if outcome is not _UNSET:
+            self._outcome = _UNSET
+            self._settle(outcome)
+        future.add_done_callback(self._future_done)
+
+    def _future_done(self, future: asyncio.Future[R]) -> None:
+        if future.cancelled() and not self._finished:
+            self._finished = True
+            self._cancel_upstream()
+
+    def _settle(self, outcome: Any) -> None:
+        future = self._future
+        if future is None:
+            self._outcome = outcome
+            return
+        if future.done():
+            return
+        if isinstance(outcome, _Failure):
+            error = outcome.error
+            if isinstance(error, StopIteration | StopAsyncIteration):
+                # A future cannot carry these (they would end the awaiting coroutine); PEP 479 wraps them too.
+                wrapped = RuntimeError(f"the stream failed with {type(error).__name__}")
+                wrapped.__cause__ = error
+                error = wrapped
+            future.set_exception(error)
+        else:
+            future.set_result(outcome)
+
+    def _resolve(self, value: Any) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._subscription = None
+        self._settle(value)
+
+    def _reject(self, error: BaseException) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._subscription = None
+        self._settle(_Failure(error))
+
+    def _cancel_upstream(self) -> None:
+        subscription = self._subscription
+        self._subscription = None
+        if subscription is not None:
+            subscription.cancel()
+
+    def _accept(self, subscription: Subscription) -> bool:
+        """Rules 2.5 / 2.13 for on_subscribe; returns False when the subscription was refused."""
+        if subscription is None:
+            raise TypeError("on_subscribe(None) (Reactive Streams rule 2.13)")
+        if self._subscription is not None or self._finished:
+            subscription.cancel()
+            return False
+        self._subscription = subscription
+        return True
+
+    # Terminal subscribers that need nothing special inherit these.
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if self._accept(subscription):
+            subscription.request(UNBOUNDED)
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+
+    def on_error(self, error: BaseException) -> None:
+        if error is None:
+            raise TypeError("on_error(None) (Reactive Streams rule 2.13)")
+        self._reject(error)
+
+    def on_complete(self) -> None:
+        self._resolve(None)
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class IgnoreSubscriber(CompletionSubscriber[None]):
+    """Consumes everything; resolves with None."""
+
+
+class ToListSubscriber(CompletionSubscriber[list[Any]]):
+    """Resolves with the list of all items."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._items: list[Any] = []
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        self._items.append(item)
+
+    def on_complete(self) -> None:
+        items = self._items
+        self._items = []
+        self._resolve(items)
+
+
+class CollectSubscriber(CompletionSubscriber[Any]):
+    """Resolves with ``initial_factory()`` after ``accumulator(container, item)`` for every item."""
+
+    def __init__(self, initial_factory: Callable[[], Any], accumulator: Callable[[Any, Any], Any]) -> None:
+        super().__init__()
+        self._accumulator = accumulator
+        self._container: Any = None
+        self._factory: Callable[[], Any] | None = initial_factory
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if not self._accept(subscription):
+            return
+        try:
+            assert self._factory is not None
+            self._container = self._factory()
+        except Exception as error:
+            self._cancel_upstream()
+            self._reject(error)
+            return
+        subscription.request(UNBOUNDED)
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        try:
+            self._accumulator(self._container, item)
+        except Exception as error:
+            self._cancel_upstream()
+            self._reject(error)
+
+    def on_complete(self) -> None:
+        self._resolve(self._container)
+
+
+class ReduceSubscriber(CompletionSubscriber[Any]):
+    """Folds the items with ``fn``; without identity the first item starts the fold (None for no items)."""
+
+    def __init__(self, fn: Callable[[Any, Any], Any], identity: Any, has_identity: bool) -> None:
+        super().__init__()
+        self._fn = fn
+        self._value = identity if has_identity else _UNSET
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        if self._value is _UNSET:
+            self._value = item
+            return
+        try:
+            self._value = self._fn(self._value, item)
+        except Exception as error:
+            self._cancel_upstream()
+            self._reject(error)
+
+    def on_complete(self) -> None:
+        self._resolve(None if self._value is _UNSET else self._value)
+
+
+class FindFirstSubscriber(CompletionSubscriber[Any]):
+    """Resolves with the first item (then cancels), or None when the stream is empty."""
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if self._accept(subscription):
+            subscription.request(1)
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        self._cancel_upstream()
+        self._resolve(item)
+
+
+class ForEachSubscriber(CompletionSubscriber[None]):
+    """Calls ``fn(item)`` for every item; a failing call cancels the stream and fails the completion."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self._fn = fn
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        try:
+            self._fn(item)
+        except Exception as error:
+            self._cancel_upstream()
+            self._reject(error)
+
+
+class CancelSubscriber(CompletionSubscriber[None]):
+    """Cancels as soon as it is subscribed; resolves with None."""
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if subscription is None:
+            raise TypeError("on_subscribe(None) (Reactive Streams rule 2.13)")
+        subscription.cancel()
+        self._resolve(None)
+
+
+class WrappingSubscriber(CompletionSubscriber[None]):
+    """Wraps a user subscriber: resolves None on completion, fails with its error, or with
+    :class:`StreamCancelledError` when the user subscriber cancels."""
+
+    def __init__(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        super().__init__()
+        self._user = subscriber
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        if not self._accept(subscription):
+            return
+        self._user.on_subscribe(_WatchedSubscription(self, subscription))
+
+    def on_next(self, item: Any) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        self._user.on_next(item)
+
+    def on_error(self, error: BaseException) -> None:
+        if error is None:
+            raise TypeError("on_error(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        self._reject(error)
+        self._user.on_error(error)
+
+    def on_complete(self) -> None:
+        if self._finished:
+            return
+        self._resolve(None)
+        self._user.on_complete()
+
+    def _user_cancelled(self) -> None:
+        self._cancel_upstream()
+        self._reject(StreamCancelledError("the subscriber cancelled the stream"))
+
+
+class _WatchedSubscription(Subscription):
+    __slots__ = ("_owner", "_subscription")
+
+    def __init__(self, owner: WrappingSubscriber, subscription: Subscription) -> None:
+        self._owner: WrappingSubscriber | None = owner
+        self._subscription = subscription
+
+    def request(self, n: int) -> None:
+        self._subscription.request(n)
+
+    def cancel(self) -> None:
+        owner = self._owner
+        if owner is not None:
+            self._owner = None
+            owner._user_cancelled()
+
+
+class ChainedCompletionSubscriber(CompletionSubscriber[Any]):
+    """Processing stages in front of a terminal subscriber, seen from outside as one subscriber."""
+
+    def __init__(self, head: Subscriber[Any], terminal: CompletionSubscriber[Any]) -> None:
+        # No super().__init__(): the completion is the terminal's.
+        self.head = head
+        self._terminal = terminal
+        self.on_subscribe = head.on_subscribe  # type: ignore[method-assign]
+        self.on_next = head.on_next  # type: ignore[method-assign]
+        self.on_error = head.on_error  # type: ignore[method-assign]
+        self.on_complete = head.on_complete  # type: ignore[method-assign]
+
+    @property
+    def completion(self) -> asyncio.Future[Any]:
+        return self._terminal.completion
+
+    def on_subscribe(self, subscription: Subscription) -> None:  # replaced per instance in __init__
+        self.head.on_subscribe(subscription)
+
+    def on_next(self, item: Any) -> None:  # replaced per instance in __init__
+        self.head.on_next(item)
+
+    def on_error(self, error: BaseException) -> None:  # replaced per instance in __init__
+        self.head.on_error(error)
+
+    def on_complete(self) -> None:  # replaced per instance in __init__
+        self.head.on_complete()
