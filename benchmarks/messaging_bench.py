@@ -1,0 +1,156 @@
+"""Messaging throughput.
+
+1. In memory: 200,000 messages emitter -> processor -> consumer, POST_PROCESSING acks (each send's future
+   completes when the consumer acked the processor's output, which acks the emitter's message).
+2. RabbitMQ: 50,000 messages published with publisher confirms and consumed with manual acks, once with a bare
+   aio-pika loop and once through the amqp connector (same confirm window, same prefetch), in the same run.
+
+Usage: python benchmarks/messaging_bench.py [--memory N] [--amqp N] [--url URL] [--window W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+
+import aio_pika
+
+from openroute.messaging import MessagingApp, OnOverflow
+
+
+async def memory_pipeline(count: int, window: int) -> float:
+    app = MessagingApp(environ={})
+    emitter = app.emitter("in", OnOverflow.BUFFER, buffer_size=window)
+    consumed = 0
+
+    @app.incoming("in")
+    @app.outgoing("out")
+    def process(value: int) -> int:
+        return value + 1
+
+    @app.incoming("out")
+    def consume(value: int) -> None:
+        nonlocal consumed
+        consumed += 1
+
+    await app.start()
+    started = time.perf_counter()
+    for base in range(0, count, window):
+        futures = [emitter.send(i) for i in range(base, min(base + window, count))]
+        await asyncio.gather(*futures)
+    elapsed = time.perf_counter() - started
+    await app.stop()
+    assert consumed == count, (consumed, count)
+    return count / elapsed
+
+
+async def bare_amqp(url: str, queue: str, count: int, window: int) -> tuple[float, float]:
+    connection = await aio_pika.connect(url)
+    publish_channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+    await publish_channel.declare_queue(queue, durable=True)
+    started = time.perf_counter()
+    exchange = publish_channel.default_exchange
+    for base in range(0, count, window):  # the same window of unconfirmed publishes as the connector's
+        await asyncio.gather(*(exchange.publish(
+            aio_pika.Message(str(i).encode(), content_type="application/json",
+                             delivery_mode=aio_pika.DeliveryMode.PERSISTENT), queue)
+            for i in range(base, min(base + window, count))))
+    published = time.perf_counter() - started
+
+    consume_channel = await connection.channel()
+    await consume_channel.set_qos(prefetch_count=window)
+    declared = await consume_channel.get_queue(queue)
+    done = asyncio.Event()
+    received = 0
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        nonlocal received
+        int(message.body)
+        await message.ack()
+        received += 1
+        if received == count:
+            done.set()
+
+    started = time.perf_counter()
+    tag = await declared.consume(on_message)
+    await done.wait()
+    consumed = time.perf_counter() - started
+    await declared.cancel(tag)
+    await consume_channel.queue_delete(queue)
+    await connection.close()
+    return count / published, count / consumed
+
+
+async def connector_amqp(url: str, queue: str, count: int, window: int) -> tuple[float, float]:
+    publisher = MessagingApp({
+        "openroute.messaging.outgoing.out.connector": "amqp",
+        "openroute.messaging.outgoing.out.url": url,
+        "openroute.messaging.outgoing.out.queue": queue,
+        "openroute.messaging.outgoing.out.max-inflight": window,
+    }, environ={})
+    emitter = publisher.emitter("out", OnOverflow.BUFFER, buffer_size=window)
+    await publisher.start()
+    started = time.perf_counter()
+    for base in range(0, count, window):
+        await asyncio.gather(*(emitter.send(i) for i in range(base, min(base + window, count))))
+    published = time.perf_counter() - started
+    await publisher.stop()
+
+    consumer = MessagingApp({
+        "openroute.messaging.incoming.in.connector": "amqp",
+        "openroute.messaging.incoming.in.url": url,
+        "openroute.messaging.incoming.in.queue": queue,
+    }, environ={})
+    done = asyncio.Event()
+    received = 0
+
+    @consumer.incoming("in", concurrency=window)  # demand = window = the bare loop's prefetch
+    def consume(value: int) -> None:
+        nonlocal received
+        received += 1
+        if received == count:
+            done.set()
+
+    await consumer.start()  # connects and declares; consuming starts on the next loop turn
+    started = time.perf_counter()
+    await done.wait()
+    consumed = time.perf_counter() - started
+    await consumer.stop()
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    await channel.queue_delete(queue)
+    await connection.close()
+    return count / published, count / consumed
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memory", type=int, default=200_000)
+    parser.add_argument("--amqp", type=int, default=50_000)
+    parser.add_argument("--window", type=int, default=256, help="confirm window / prefetch / emitter batch")
+    parser.add_argument("--url", default=os.environ.get("OPENROUTE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+    args = parser.parse_args()
+
+    rate = await memory_pipeline(args.memory, 1000)
+    print(f"memory  emitter->processor->consumer  {args.memory:>7} msgs  {rate:>10,.0f} msgs/s (POST_PROCESSING acks)")
+    if args.amqp <= 0:
+        return
+    prefix = f"openroute-bench-{uuid.uuid4().hex[:8]}"
+    bare_pub, bare_con = await bare_amqp(args.url, f"{prefix}-bare", args.amqp, args.window)
+    conn_pub, conn_con = await connector_amqp(args.url, f"{prefix}-conn", args.amqp, args.window)
+    print(f"amqp    bare aio-pika publish (confirms) {args.amqp:>7} msgs  {bare_pub:>10,.0f} msgs/s")
+    print(f"amqp    connector publish (confirms)     {args.amqp:>7} msgs  {conn_pub:>10,.0f} msgs/s"
+          f"  ratio {conn_pub / bare_pub:.2f}x")
+    print(f"amqp    bare aio-pika consume (acks)     {args.amqp:>7} msgs  {bare_con:>10,.0f} msgs/s")
+    print(f"amqp    connector consume (acks)         {args.amqp:>7} msgs  {conn_con:>10,.0f} msgs/s"
+          f"  ratio {conn_con / bare_con:.2f}x")
+    bare_total = 2 / (1 / bare_pub + 1 / bare_con)
+    conn_total = 2 / (1 / conn_pub + 1 / conn_con)
+    print(f"amqp    overall (harmonic mean)          ratio {conn_total / bare_total:.2f}x (goal >= 0.8x)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

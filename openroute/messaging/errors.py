@@ -1,0 +1,30 @@
+"""Errors raised by the messaging layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class DeploymentError(Exception):
+    """The application cannot be assembled: lists every problem found (each naming its channel)."""
+
+    def __init__(self, problems: str | Iterable[str]) -> None:
+        self.problems: list[str] = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems) if len(self.problems) == 1 else
+                         f"{len(self.problems)} deployment problems:\n- " + "\n- ".join(self.problems))
+
+
+class DefinitionError(DeploymentError):
+    """A decorated function has a shape the messaging layer cannot use (e.g. a sync consumer of ``Message``)."""
+
+
+class EmitterOverflowError(RuntimeError):
+    """An emitter could not accept a message under its overflow strategy (raised synchronously by ``send``)."""
+
+
+class MessageDroppedError(RuntimeError):
+    """Reason for the nack of a message an emitter dropped (``DROP`` / ``LATEST`` overflow strategies)."""
+
+
+class ChannelClosedError(RuntimeError):
+    """The channel was cancelled, completed or stopped before the message could be delivered."""
