@@ -1,0 +1,46 @@
+"""Clocks: the engine never calls ``datetime.now`` itself, so tests can drive time by hand."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A source of the current time."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware, in UTC."""
+        ...
+
+
+class SystemClock:
+    """The real wall clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class ManualClock:
+    """A clock that only moves when told to (thread-safe, since the store runs off the event loop)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        start = start or datetime(2024, 1, 1, tzinfo=UTC)
+        if start.tzinfo is None:
+            raise ValueError("ManualClock needs a timezone-aware start time")
+        self._now = start.astimezone(UTC)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, delta: timedelta) -> datetime:
+        """Move the clock forward by ``delta`` (never backwards) and return the new time."""
+        if delta < timedelta(0):
+            raise ValueError(f"a clock does not go backwards (delta {delta})")
+        with self._lock:
+            self._now += delta
+            return self._now

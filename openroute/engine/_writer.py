@@ -1,0 +1,170 @@
+"""Group commit: database work of many coroutines run by one thread, several operations per transaction.
+
+A commit (an fsync on PostgreSQL, the WAL write lock on SQLite) costs far more than the statements in it,
+so operations that arrive while a transaction is running are committed together in the next one. Every
+caller still gets its own result only after the commit that contains its work. If a grouped transaction
+fails, each of its operations is re-run alone so one bad operation cannot fail its neighbours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+
+log = logging.getLogger("openroute.engine")
+
+T = TypeVar("T")
+ItemT = TypeVar("ItemT")
+Operation = Callable[[sa.Connection], Any]
+
+
+class Failure:
+    """A per-item error returned by a grouped operation: delivered to that caller as its exception."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Grouped(Generic[ItemT, T]):
+    """Items of one kind written together: ``run(connection, items)`` returns one result (or Failure) per item."""
+
+    def __init__(self, run: Callable[[sa.Connection, list[ItemT]], list[T | Failure]], name: str) -> None:
+        self.run = run
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Grouped({self.name})"
+
+_STOP = object()
+
+
+class GroupCommitWriter:
+    """Runs ``operation(connection)`` calls on one thread, grouping up to ``max_batch`` per transaction."""
+
+    def __init__(self, engine: sa.Engine, max_batch: int = 256, name: str = "openroute-writer") -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self._engine = engine
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
+        self._closed = False
+        self.transactions = 0
+        self.operations = 0
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    async def submit(self, operation: Callable[[sa.Connection], T]) -> T:
+        """Run ``operation`` in a (possibly shared) transaction; return its result after the commit."""
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+        self.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put((operation, future, loop))
+        return await future
+
+    async def submit_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> T:
+        """Add ``item`` to ``group``: all items of the group in one transaction share one ``group.run`` call."""
+        if self._closed:
+            raise RuntimeError("the writer is closed")
+        self.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(((group, item), future, loop))
+        return await future
+
+    def close(self) -> None:
+        """Finish the queued operations and stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    break
+                batch.append(more)
+            self._execute(batch)
+            if stop:
+                return
+
+    def _execute(self, batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]]) -> None:
+        results: list[Any] = [None] * len(batch)
+        groups: dict[int, tuple[Grouped[Any, Any], list[int]]] = {}
+        try:
+            with self._engine.begin() as connection:
+                for index, (operation, _future, _loop) in enumerate(batch):
+                    if isinstance(operation, tuple):
+                        groups.setdefault(id(operation[0]), (operation[0], []))[1].append(index)
+                    else:
+                        results[index] = operation(connection)
+                for group, indexes in groups.values():
+                    outcomes = group.run(connection, [batch[i][0][1] for i in indexes])  # type: ignore[index]
+                    for index, outcome in zip(indexes, outcomes, strict=True):
+                        results[index] = outcome
+        except BaseException as error:
+            if len(batch) == 1:
+                self._deliver(batch, [(None, error)])
+                return
+            log.debug("grouped transaction of %d failed (%r); re-running one by one", len(batch), error)
+            for item in batch:
+                self._execute([item])
+            return
+        self.transactions += 1
+        self.operations += len(batch)
+        self._deliver(
+            batch, [(None, r.error) if isinstance(r, Failure) else (r, None) for r in results]
+        )
+
+    @staticmethod
+    def _deliver(
+        batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]],
+        outcomes: list[tuple[Any, BaseException | None]],
+    ) -> None:
+        """Hand the outcomes back with one wake-up per loop: waking the loop costs more than the statements."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        for (_operation, future, loop), (result, error) in zip(batch, outcomes, strict=True):
+            by_loop.setdefault(loop, []).append((future, result, error))
+
+        for loop, settled in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, settled)
+            except RuntimeError:
+                pass  # the caller's loop is closed: nobody is waiting any more
+
+
+def _settle(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in settled:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

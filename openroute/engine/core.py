@@ -1,0 +1,671 @@
+"""The engine of one node: accept, queue, claim, process, outcome, repoll.
+
+Database work runs off the event loop: writes of the hot path (insert, claim, outcome) through a
+:class:`~openroute.engine._writer.GroupCommitWriter` (one thread, many operations per commit), reads and
+the exchange's external-call bookkeeping on a small thread pool. See docs/readme/lifecycle.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import inspect
+import json
+import logging
+import os
+import socket
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from openroute import states
+from openroute.clock import Clock, SystemClock
+from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.errors import (
+    BusinessError,
+    ConfigurationError,
+    IllegalTransitionError,
+    PayloadTooLargeError,
+    StaleMessageError,
+    TechnicalError,
+    UnknownRouteError,
+    ValidationError,
+)
+from openroute.messaging import Emitter, MessagingApp, OnOverflow
+from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from openroute.route import Exchange, Route, RouteRegistry
+from persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
+
+log = logging.getLogger("openroute.engine")
+
+T = TypeVar("T")
+FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
+FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
+
+_MAX_ERROR_TEXT = 4000
+#: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
+PROCESSING_CHANNEL = "processing"
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    """What an inbound endpoint (HTTP/SOAP) hands to :meth:`Engine.accept`."""
+
+    service: str
+    operation: str
+    payload: str
+    content_type: str
+    correlation_id: str
+    source_system: str
+    process_id: str | None = None
+    message_timestamp: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    object_id: str | None = None
+    entity_type: str | None = None
+    funnel_value: str | None = None
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """The answer to an accept: the stored message (or the one it duplicates) and its current state."""
+
+    message_id: int
+    correlation_id: str
+    duplicate: bool
+    state: MessageState
+
+
+def default_node_id() -> str:
+    """``host-pid``: unique per process on a host."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Configuration of one engine node (all intervals are configuration, none is hard-coded)."""
+
+    node_id: str = field(default_factory=default_node_id)
+    #: messages processed at the same time by this node
+    concurrency: int = 32
+    #: messages queued on this node beyond those in flight; a full queue makes accept wait (back-pressure)
+    queue_size: int = 256
+    #: UTF-8 size limit of a payload at accept
+    max_payload_bytes: int = 1024 * 1024
+    #: used by routes that have no retry policy of their own
+    default_retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    #: how often the repoll job runs; None: no scheduler (call :meth:`Engine.repoll_once` yourself)
+    repoll_interval: timedelta | None = timedelta(seconds=10)
+    #: a message PROCESSING for longer than this is considered abandoned by a dead node and repaired
+    processing_lease: timedelta = timedelta(minutes=5)
+    #: a NEW message older than this is picked up by repoll (its node died between commit and emit)
+    new_pickup_age: timedelta = timedelta(minutes=1)
+    #: wait before retrying a POSTPONED message when the route did not give a delay
+    postpone_interval: timedelta = timedelta(seconds=30)
+    #: at most this many messages are picked up per repoll query
+    repoll_batch: int = 1000
+    #: at most this many writes share one commit
+    write_batch: int = 256
+    #: threads for reads and external-call records
+    db_threads: int = 4
+    #: how long stop() waits for messages in flight before cancelling them (they are then repaired)
+    stop_timeout: float = 30.0
+    #: how often the node refreshes its heartbeat row
+    heartbeat_interval: timedelta = timedelta(seconds=30)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("processing_lease", "new_pickup_age", "postpone_interval", "heartbeat_interval"):
+            if getattr(self, name) < timedelta(0):
+                raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.repoll_interval is not None and self.repoll_interval <= timedelta(0):
+            raise ConfigurationError(f"repoll_interval must be positive or None, got {self.repoll_interval}")
+        if not self.node_id or len(self.node_id) > 100:
+            raise ConfigurationError(f"node_id must be 1-100 characters, got {self.node_id!r}")
+        if not isinstance(self.default_retry_policy, RetryPolicy):
+            raise ConfigurationError("default_retry_policy must be a RetryPolicy")
+        if self.stop_timeout < 0:
+            raise ConfigurationError(f"stop_timeout must not be negative, got {self.stop_timeout}")
+
+
+@dataclass
+class EngineStats:
+    """Counters of one node since it was created."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    claimed: int = 0
+    lost_claims: int = 0
+    stale_writes: int = 0
+    repaired: int = 0
+    reemitted: int = 0
+    outcomes: Counter[MessageState] = field(default_factory=Counter)
+
+
+class Engine:
+    """One node of the message lifecycle.
+
+    ``store`` is a :class:`~persistence.MessageStore` or a database URL (the schema must exist: run
+    ``openroute db upgrade`` or ``MessageStore.create_schema()``). ``final_state_hooks`` are awaited once
+    per message after the commit that made it final (OK, FAILED, SKIPPED, CANCEL); ``final_state_tx_hooks``
+    run inside that very transaction (e.g. to insert the confirmation row), so they commit or fail with it.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore | str,
+        routes: RouteRegistry,
+        settings: EngineSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        node_id: str | None = None,
+    ) -> None:
+        if not isinstance(routes, RouteRegistry):
+            raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
+        settings = settings or EngineSettings()
+        if node_id is not None:
+            settings = dataclasses.replace(settings, node_id=node_id)
+        self.settings = settings
+        self.node_id = settings.node_id
+        self.store = store if isinstance(store, MessageStore) else MessageStore(store)
+        self._owns_store = not isinstance(store, MessageStore)
+        self.routes = routes
+        self.clock: Clock = clock or SystemClock()
+        self.final_state_hooks: list[FinalStateHook] = []
+        self.final_state_tx_hooks: list[FinalStateTxHook] = []
+        self.stats = EngineStats()
+        self._writer = GroupCommitWriter(
+            self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
+        )
+        self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
+            lambda connection, batch: list(self.store.insert_messages(batch, connection)), "insert"
+        )
+        self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
+        self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
+        self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
+        self._app: MessagingApp | None = None
+        self._emitter: Emitter[StoredMessage] | None = None
+        self._permits: asyncio.Semaphore | None = None
+        self._queued: set[int] = set()
+        self._pending = 0
+        self._in_flight = 0
+        self._idle: asyncio.Event | None = None
+        self._scheduler: Any = None
+        self._running = False
+        self._stopping = False
+        self._closed = False
+
+    # -- lifecycle of the node ------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return self._running
+
+    async def start(self) -> None:
+        """Register the node, recover its own abandoned messages, pick up work, start workers and repoll."""
+        if self._running:
+            return
+        if self._closed:
+            raise RuntimeError("this engine was stopped; an Engine starts once (create a new one)")
+        settings = self.settings
+        app = MessagingApp({}, environ={})
+        # the semaphore is the bound (queued + in flight); the emitter's buffer only has to hold the queued part
+        self._permits = asyncio.Semaphore(settings.queue_size + settings.concurrency)
+        self._emitter = app.emitter(PROCESSING_CHANNEL, overflow=OnOverflow.BUFFER,
+                                    buffer_size=settings.queue_size + settings.concurrency)
+
+        async def process(message):  # type: ignore[no-untyped-def]  # a payload consumer, acked when it returns
+            await self._consume(message)
+
+        app.incoming(PROCESSING_CHANNEL, concurrency=settings.concurrency)(process)
+        await app.start()
+        self._app = app
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stopping = False
+        now = self.clock.now()
+        await self._run_db(lambda: self.store.register_node(self.node_id, now))
+        self._running = True
+        # this node just started, so nothing it marked PROCESSING can still be running: repair it now
+        await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
+        await self.repoll_once(new_cutoff=now)
+        if self.settings.repoll_interval is not None:
+            from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+            self._scheduler = AsyncIOScheduler()
+            self._scheduler.add_job(
+                self._repoll_job, "interval", seconds=self.settings.repoll_interval.total_seconds(),
+                max_instances=1, coalesce=True, id="repoll",
+            )
+            self._scheduler.add_job(
+                self._heartbeat_job, "interval", seconds=max(self.settings.heartbeat_interval.total_seconds(), 1.0),
+                max_instances=1, coalesce=True, id="heartbeat",
+            )
+            self._scheduler.start()
+
+    async def stop(self) -> None:
+        """Stop taking work; let messages in flight finish (up to ``stop_timeout``); close the node.
+
+        Queued messages that were not claimed stay NEW / PARTLY_FAILED / POSTPONED in the store and are
+        picked up by any node's repoll.
+        """
+        if not self._running:
+            await self._close_resources()
+            return
+        self._stopping = True
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+        assert self._app is not None and self._permits is not None
+        # queued messages reach the consumer, which skips them now (they stay in the store); messages in
+        # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
+        await self._app.stop(timeout=self.settings.stop_timeout)
+        self._app = None
+        self._emitter = None
+        for _ in range(self.settings.queue_size + self.settings.concurrency):
+            self._permits.release()  # wake accepts waiting for room: they see the node stopping
+        self._queued.clear()
+        self._pending = 0
+        if self._idle is not None:
+            self._idle.set()
+        self._running = False
+        with contextlib.suppress(Exception):
+            await self._run_db(lambda: self.store.node_stopped(self.node_id, self.clock.now()))
+        await self._close_resources()
+
+    async def _close_resources(self) -> None:
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._writer.close)
+        self._executor.shutdown(wait=True)
+        if self._owns_store:
+            self.store.dispose()
+
+    @property
+    def queued(self) -> int:
+        """Messages emitted to the processing channel and not yet started (at most ``settings.queue_size``)."""
+        return self._pending - self._in_flight
+
+    @property
+    def in_flight(self) -> int:
+        """Messages a worker of this node is processing now (at most ``settings.concurrency``)."""
+        return self._in_flight
+
+    async def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued or in flight on this node; TimeoutError after ``timeout`` seconds."""
+        if self._idle is None:
+            return
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # -- accept ---------------------------------------------------------------------------------
+    def validate(self, inbound: InboundMessage) -> Route:
+        """The checks of :meth:`accept` without storing anything; returns the route."""
+        if not isinstance(inbound, InboundMessage):
+            raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
+        for name, limit in (("service", 100), ("operation", 100)):
+            _check_text(name, getattr(inbound, name), limit)
+        route = self.routes.get(inbound.service, inbound.operation)
+        for name, limit in (("correlation_id", 255), ("source_system", 100), ("content_type", 100)):
+            _check_text(name, getattr(inbound, name), limit)
+        for name, limit in (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255)):
+            value = getattr(inbound, name)
+            if value is not None:
+                _check_text(name, value, limit)
+        if not isinstance(inbound.payload, str):
+            raise ValidationError(f"payload must be text, got {type(inbound.payload).__name__}")
+        limit = self.settings.max_payload_bytes
+        # a str of n characters is at most 4n bytes in UTF-8: only encode when it could be too large
+        if len(inbound.payload) * 4 > limit:
+            size = len(inbound.payload.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise PayloadTooLargeError(size, limit)
+        if not isinstance(inbound.headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in inbound.headers.items()
+        ):
+            raise ValidationError("headers must map strings to strings")
+        stamp = inbound.message_timestamp
+        if stamp is not None and (not isinstance(stamp, datetime) or stamp.tzinfo is None):
+            raise ValidationError(f"message_timestamp must be a timezone-aware datetime, got {stamp!r}")
+        if route.validator is not None:
+            route.validator(inbound)
+        return route
+
+    async def accept(self, inbound: InboundMessage) -> AcceptResult:
+        """Validate and store ``inbound`` as NEW, then queue it for processing.
+
+        Returns after the commit. A repeated (source system, correlation id) is answered with
+        ``duplicate=True`` and the existing message; nothing is stored twice. Raises
+        :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored).
+        When this node's queue is full the call waits for room: that is the back-pressure on the sender.
+        """
+        self.validate(inbound)
+        new = NewMessage(
+            service=inbound.service,
+            operation=inbound.operation,
+            payload=inbound.payload,
+            content_type=inbound.content_type,
+            correlation_id=inbound.correlation_id,
+            source_system=inbound.source_system,
+            receive_ts=self.clock.now(),
+            process_id=inbound.process_id,
+            msg_ts=inbound.message_timestamp,
+            headers=dict(inbound.headers),
+            object_id=inbound.object_id,
+            entity_type=inbound.entity_type,
+            funnel_value=inbound.funnel_value,
+        )
+        outcome = await self._writer.submit_grouped(self._insert_group, new)
+        message = outcome.message
+        if outcome.duplicate:
+            self.stats.duplicates += 1
+        else:
+            self.stats.accepted += 1
+            await self._emit(message, wait=True)
+        return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
+
+    # -- operator actions -----------------------------------------------------------------------
+    async def cancel(self, message_id: int) -> StoredMessage:
+        """Cancel a message that is NEW, PARTLY_FAILED, POSTPONED or waiting for children (-> CANCEL).
+
+        Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
+        :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
+        """
+        message = await self._run_db(lambda: self.store.get(message_id))
+        if message is None:
+            raise LookupError(f"no message {message_id}")
+        states.check_transition(message.state, MessageState.CANCEL)
+        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), {"next_attempt_at": None})
+        if updated is None:
+            raise StaleMessageError(message.id, message.version)
+        return updated
+
+    async def restart(self, message_id: int) -> StoredMessage:
+        """Give a FAILED message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+
+        Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED) or :class:`StaleMessageError`.
+        The message is emitted at once when this node runs, else the next repoll of any node takes it.
+        """
+        message = await self._run_db(lambda: self.store.get(message_id))
+        if message is None:
+            raise LookupError(f"no message {message_id}")
+        states.check_transition(message.state, MessageState.PARTLY_FAILED)
+        now = self.clock.now()
+        updated = await self._transition(
+            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}
+        )
+        if updated is None:
+            raise StaleMessageError(message.id, message.version)
+        await self._emit(updated, wait=False)
+        return updated
+
+    # -- the processing channel -----------------------------------------------------------------
+    async def _emit(self, message: StoredMessage, wait: bool) -> bool:
+        """Emit ``message`` to the processing channel; False if not running, already queued, or (``wait``
+        False) no room. With ``wait`` the caller waits for room: queued + in flight never exceed
+        ``queue_size + concurrency``.
+        """
+        if not self._running or self._stopping or message.id in self._queued:
+            return False
+        permits = self._permits
+        assert permits is not None and self._idle is not None
+        if not wait and permits.locked():
+            return False
+        self._queued.add(message.id)  # before waiting, so repoll does not emit it a second time meanwhile
+        await permits.acquire()
+        emitter = self._emitter
+        if self._stopping or emitter is None:
+            self._queued.discard(message.id)
+            permits.release()
+            return False
+        self._pending += 1
+        self._idle.clear()
+        try:
+            outcome = emitter.send(message)
+        except Exception:
+            permits.release()
+            self._done_with(message.id)
+            raise
+        outcome.add_done_callback(lambda done: self._sent(done, permits))
+        return True
+
+    @staticmethod
+    def _sent(done: Any, permits: asyncio.Semaphore) -> None:
+        permits.release()
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("processing channel refused a message: %r", done.exception())
+
+    def _done_with(self, message_id: int) -> None:
+        self._queued.discard(message_id)
+        self._pending = max(self._pending - 1, 0)
+        if self._pending == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def _consume(self, message: StoredMessage) -> None:
+        """The incoming function of the processing channel (never raises: every outcome is in the store)."""
+        self._in_flight += 1
+        try:
+            if not self._stopping:
+                await self._process(message)
+        except Exception:
+            log.exception("processing message %s failed outside the route", message.id)
+        finally:
+            self._in_flight -= 1
+            self._done_with(message.id)
+
+    # -- processing -----------------------------------------------------------------------------
+    async def _process(self, message: StoredMessage) -> StoredMessage | None:
+        """Claim ``message``, run its route and store the outcome; None if another writer had it."""
+        try:
+            claimed = await self._writer.submit_grouped(self._claim_group, message)
+        except IllegalTransitionError:
+            log.debug("message %s in %s is not claimable", message.id, message.state)
+            return None
+        if claimed is None:
+            self.stats.lost_claims += 1
+            return None
+        self.stats.claimed += 1
+        try:
+            route: Route | None = self.routes.get(claimed.service, claimed.operation)
+        except UnknownRouteError:
+            route = None
+        exchange = Exchange(
+            message=claimed,
+            payload=claimed.payload,
+            headers=dict(claimed.headers),
+            custom_data=copy.deepcopy(claimed.custom_data),
+            business_errors=list(claimed.business_errors),
+            _engine=self,
+        )
+        error: BaseException | None = None
+        if route is None:
+            error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
+        else:
+            try:
+                for step in route.steps:
+                    result = step(exchange)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    exchange.result = result
+            except Exception as caught:
+                error = caught
+        return await self._finish(claimed, route, exchange, error)
+
+    def _policy(self, route: Route | None) -> RetryPolicy:
+        if route is not None and route.retry_policy is not None:
+            return route.retry_policy
+        return self.settings.default_retry_policy
+
+    async def _finish(
+        self, message: StoredMessage, route: Route | None, exchange: Exchange, error: BaseException | None
+    ) -> StoredMessage | None:
+        now = self.clock.now()
+        custom_data = exchange.custom_data
+        try:
+            json.dumps(custom_data)
+            json.dumps(exchange.business_errors)
+        except (TypeError, ValueError) as bad:
+            custom_data = message.custom_data
+            error = ValidationError(f"custom data or business errors are not JSON: {bad}")
+        changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(exchange.business_errors)}
+        if error is None:
+            if exchange.postponed_for is not None:
+                delay = exchange.postponed_for
+                if delay < timedelta(0):
+                    delay = self.settings.postpone_interval
+                target = MessageState.POSTPONED
+                changes["next_attempt_at"] = now + delay
+            else:
+                target = MessageState.OK
+                changes["next_attempt_at"] = None
+        elif isinstance(error, BusinessError):
+            target = MessageState.FAILED
+            changes["business_errors"].append(error.to_dict())
+            changes.update(last_error_code=error.code, last_error_text=_clip(error.text), next_attempt_at=None)
+        elif isinstance(error, ValidationError):
+            target = MessageState.FAILED
+            changes.update(last_error_code="VALIDATION_ERROR", last_error_text=_clip(str(error)), next_attempt_at=None)
+        else:
+            policy = self._policy(route)
+            code = error.code if isinstance(error, TechnicalError) else type(error).__name__
+            changes.update(last_error_code=code[:100], last_error_text=_clip(f"{type(error).__name__}: {error}"))
+            if exchange.no_effect:
+                # the route declared this attempt did nothing: retry, but it does not count
+                target = MessageState.PARTLY_FAILED
+                changes["next_attempt_at"] = now + policy.delay(max(message.failed_count, 1))
+            else:
+                failed = message.failed_count + 1
+                changes["failed_count"] = failed
+                due = policy.next_attempt(failed, now)
+                target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
+                changes["next_attempt_at"] = due
+        return await self._transition(message, target, now, changes)
+
+    async def _transition(
+        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any]
+    ) -> StoredMessage | None:
+        final = states.is_final(target)
+        try:
+            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes))
+        except StaleMessageError:
+            # a repoll on another node repaired it meanwhile (lease too short for this route?)
+            self.stats.stale_writes += 1
+            log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
+            return None
+        self.stats.outcomes[target] += 1
+        if final:
+            await self._run_final_hooks(updated)
+        return updated
+
+    def _claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
+        """Writer thread: claim a group of queued messages with one conditional UPDATE."""
+        now = self.clock.now()
+        claimable = [m for m in batch if states.is_legal(m.state, MessageState.PROCESSING)]
+        won = {m.id: m for m in states.claim(self.store, claimable, self.node_id, now, connection)} if claimable else {}
+        results: list[Any] = []
+        for message in batch:
+            if not states.is_legal(message.state, MessageState.PROCESSING):
+                results.append(Failure(IllegalTransitionError(message.state, MessageState.PROCESSING)))
+            else:
+                results.append(won.pop(message.id, None))  # a second copy of the same message gets None
+        return results
+
+    def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
+        """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
+        results: list[Any] = []
+        for result in states.transition_many(self.store, batch, connection):
+            if isinstance(result, Exception):
+                results.append(Failure(result))
+                continue
+            if states.is_final(result.state):
+                for hook in self.final_state_tx_hooks:
+                    hook(result, connection)
+            results.append(result)
+        return results
+
+    async def _run_final_hooks(self, message: StoredMessage) -> None:
+        for hook in self.final_state_hooks:
+            try:
+                await hook(message)
+            except Exception:
+                log.exception("final-state hook %r failed for message %s", hook, message.id)
+
+    # -- repoll ---------------------------------------------------------------------------------
+    async def repoll_once(self, new_cutoff: datetime | None = None) -> None:
+        """One run of the repoll job.
+
+        Repairs PROCESSING messages past the lease (-> PARTLY_FAILED, or FAILED when that exhausts the
+        retry policy), then queues due PARTLY_FAILED / POSTPONED messages and NEW ones received before
+        ``now - new_pickup_age`` (or ``new_cutoff``), as far as the queue has room (the rest waits for
+        the next run).
+        """
+        now = self.clock.now()
+        await self._repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
+        if not self._running:
+            return
+        batch = self.settings.repoll_batch
+        due = await self._run_db(
+            lambda: self.store.due([MessageState.PARTLY_FAILED, MessageState.POSTPONED], now, batch)
+        )
+        cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
+        fresh = await self._run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
+        for message in [*due, *fresh]:
+            if await self._emit(message, wait=False):
+                self.stats.reemitted += 1
+
+    async def _repair_stuck(self, now: datetime, node_id: str | None, cutoff: datetime | None) -> None:
+        limit = self.settings.repoll_batch
+        far = cutoff if cutoff is not None else now + timedelta(days=36500)
+        stuck = await self._run_db(
+            lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
+        )
+        for message in stuck:
+            try:
+                route: Route | None = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                route = None
+            failed = message.failed_count + 1
+            due = self._policy(route).next_attempt(failed, now)
+            target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
+            reason = f"node {message.node_id} did not finish processing (started {message.start_process_ts})"
+            changes = {
+                "failed_count": failed,
+                "next_attempt_at": now if due is not None else None,
+                "last_error_code": "PROCESSING_ABANDONED",
+                "last_error_text": reason,
+            }
+            if await self._transition(message, target, now, changes) is not None:
+                self.stats.repaired += 1
+
+    async def _repoll_job(self) -> None:
+        try:
+            await self.repoll_once()
+        except Exception:
+            log.exception("repoll failed")
+
+    async def _heartbeat_job(self) -> None:
+        try:
+            await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+        except Exception:
+            log.exception("heartbeat failed")
+
+    # -- helpers --------------------------------------------------------------------------------
+    async def _run_db(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+
+def _check_text(name: str, value: Any, limit: int) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
+    if len(value) > limit:
+        raise ValidationError(f"{name} is longer than {limit} characters")
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_ERROR_TEXT else text[: _MAX_ERROR_TEXT - 3] + "..."

@@ -1,0 +1,86 @@
+"""The typed errors of openroute's message lifecycle.
+
+Everything a caller may need to tell apart has its own class under :class:`OpenrouteError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenrouteError(Exception):
+    """Base class of every error openroute raises on purpose."""
+
+
+class ConfigurationError(OpenrouteError, ValueError):
+    """A setting, retry policy or route definition that cannot work (e.g. ``max_attempts=0``)."""
+
+
+class ValidationError(OpenrouteError):
+    """The inbound message is invalid; nothing is stored (HTTP 400 / SOAP Fault).
+
+    Raised from a route step it ends the message FAILED at once, without retries.
+    """
+
+
+class PayloadTooLargeError(ValidationError):
+    """The payload exceeds ``EngineSettings.max_payload_bytes``; nothing is stored."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"payload of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class UnknownRouteError(OpenrouteError, LookupError):
+    """No route is registered for (service, operation); nothing is stored."""
+
+    def __init__(self, service: str, operation: str) -> None:
+        super().__init__(f"no route for service {service!r}, operation {operation!r}")
+        self.service = service
+        self.operation = operation
+
+
+class BusinessError(OpenrouteError):
+    """A business rule refused the message: it ends FAILED at once, the error is kept for the confirmation."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.code = code
+        self.text = text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form stored in the message's ``business_errors``."""
+        return {"code": self.code, "text": self.text}
+
+
+class TechnicalError(OpenrouteError):
+    """A transient failure (network, remote system down): the message is retried per its RetryPolicy.
+
+    Any exception a step raises that is not a validation or business error is treated the same way;
+    this class only lets a step choose the error code stored with the message.
+    """
+
+    def __init__(self, text: str, code: str = "TECHNICAL_ERROR") -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+class IllegalTransitionError(OpenrouteError):
+    """The state machine has no transition between the two states; nothing was written."""
+
+    def __init__(self, from_state: Any, to_state: Any) -> None:
+        super().__init__(f"illegal transition {getattr(from_state, 'value', from_state)} -> "
+                         f"{getattr(to_state, 'value', to_state)}")
+        self.from_state = from_state
+        self.to_state = to_state
+
+
+class StaleMessageError(OpenrouteError):
+    """Another writer changed the message first (optimistic lock lost); nothing was written."""
+
+    def __init__(self, message_id: int, version: int) -> None:
+        super().__init__(f"message {message_id} is no longer at version {version}: another writer changed it")
+        self.message_id = message_id
+        self.version = version

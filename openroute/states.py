@@ -1,0 +1,165 @@
+"""The message state machine: the table of legal transitions and the one way to change a state.
+
+The table is a :mod:`transitions` machine; :func:`transition` checks legality against it first
+(:class:`IllegalTransitionError`, nothing written) and then lets the store write the change with a
+version check (:class:`StaleMessageError` when another writer won, nothing overwritten).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from transitions import Machine
+
+from openroute.errors import IllegalTransitionError, StaleMessageError
+from persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
+from persistence.store import TRANSITION_COLUMNS
+
+S = MessageState
+
+#: trigger, sources, destination. Final states (OK, FAILED, SKIPPED, CANCEL) have no way out except an
+#: operator's ``restart`` of a FAILED message.
+TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...] = (
+    ("claim", (S.NEW, S.PARTLY_FAILED, S.POSTPONED), S.PROCESSING),
+    ("succeed", (S.PROCESSING, S.WAITING_FOR_CHILDREN), S.OK),
+    ("fail_technical", (S.PROCESSING,), S.PARTLY_FAILED),
+    ("repair", (S.PROCESSING,), S.PARTLY_FAILED),  # lease expired: the node died while processing
+    ("fail", (S.PROCESSING, S.WAITING_FOR_CHILDREN), S.FAILED),
+    ("postpone", (S.PROCESSING,), S.POSTPONED),
+    ("skip", (S.PROCESSING,), S.SKIPPED),
+    ("wait_for_children", (S.PROCESSING,), S.WAITING_FOR_CHILDREN),
+    ("cancel", (S.NEW, S.PARTLY_FAILED, S.POSTPONED, S.WAITING_FOR_CHILDREN), S.CANCEL),
+    ("restart", (S.FAILED,), S.PARTLY_FAILED),
+)
+
+machine = Machine(
+    states=[state.value for state in MessageState],
+    transitions=[
+        {"trigger": trigger, "source": [s.value for s in sources], "dest": dest.value}
+        for trigger, sources, dest in TRANSITION_TABLE
+    ],
+    initial=MessageState.NEW.value,
+    auto_transitions=False,
+    send_event=False,
+)
+
+
+def _legal_pairs() -> dict[tuple[MessageState, MessageState], tuple[str, ...]]:
+    pairs: dict[tuple[MessageState, MessageState], list[str]] = {}
+    for name, event in machine.events.items():
+        for source, transitions in event.transitions.items():
+            for item in transitions:
+                pairs.setdefault((MessageState(source), MessageState(item.dest)), []).append(name)
+    return {pair: tuple(names) for pair, names in pairs.items()}
+
+
+#: (from, to) -> the triggers that make it; read from the machine, not written twice.
+LEGAL_TRANSITIONS: Mapping[tuple[MessageState, MessageState], tuple[str, ...]] = _legal_pairs()
+
+#: States a worker may claim a message from.
+CLAIMABLE_STATES: frozenset[MessageState] = frozenset(
+    MessageState(s) for s in machine.events["claim"].transitions
+)
+
+
+def is_legal(from_state: MessageState, to_state: MessageState) -> bool:
+    """Whether the state machine allows ``from_state -> to_state``."""
+    return (MessageState(from_state), MessageState(to_state)) in LEGAL_TRANSITIONS
+
+
+def check_transition(from_state: MessageState, to_state: MessageState) -> None:
+    """Raise :class:`IllegalTransitionError` unless ``from_state -> to_state`` is legal."""
+    if not is_legal(from_state, to_state):
+        raise IllegalTransitionError(from_state, to_state)
+
+
+def is_final(state: MessageState) -> bool:
+    """Whether ``state`` is final (OK, FAILED, SKIPPED, CANCEL)."""
+    return MessageState(state) in FINAL_STATES
+
+
+def transition(
+    store: MessageStore,
+    message: StoredMessage,
+    to_state: MessageState,
+    now: datetime,
+    changes: Mapping[str, Any] | None = None,
+    connection: sa.Connection | None = None,
+) -> StoredMessage:
+    """Move ``message`` (a snapshot at its version) to ``to_state`` and return the new snapshot.
+
+    ``changes`` may set the bookkeeping columns that go with the change (failed count, next attempt,
+    custom data, business errors, last error code/text). Raises :class:`IllegalTransitionError` before
+    touching the database, :class:`StaleMessageError` when the row is no longer at ``message.version``.
+    """
+    check_transition(message.state, to_state)
+    changes = dict(changes or {})
+    if not store.apply_transition(message.id, message.version, message.state, to_state, now, changes, connection):
+        raise StaleMessageError(message.id, message.version)
+    return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
+
+
+TransitionRequest = tuple[StoredMessage, MessageState, datetime, Mapping[str, Any]]
+
+
+def transition_many(
+    store: MessageStore, requests: list[TransitionRequest], connection: sa.Connection | None = None
+) -> list[StoredMessage | IllegalTransitionError | StaleMessageError]:
+    """:func:`transition` for many (message, to_state, now, changes) requests, one result per request.
+
+    An illegal or lost transition is returned as its error (nothing written for it); the others are
+    written in the same transaction, grouped into as few statements as the store can manage. May raise
+    :class:`persistence.GroupConflict` (roll back and retry the requests one at a time).
+    """
+    results: list[Any] = [None] * len(requests)
+    legal: list[int] = []
+    for index, (message, target, _now, _changes) in enumerate(requests):
+        if is_legal(message.state, target):
+            legal.append(index)
+        else:
+            results[index] = IllegalTransitionError(message.state, target)
+    for bad in (set(requests[i][3]) - TRANSITION_COLUMNS for i in legal):
+        if bad:
+            raise ValueError(f"a transition cannot write {sorted(bad)}")
+    flags = store.apply_transition_many(
+        [(m.id, m.version, m.state, MessageState(t), now, dict(ch)) for m, t, now, ch in (requests[i] for i in legal)],
+        connection,
+    )
+    for index, written in zip(legal, flags, strict=True):
+        message, target, now, changes = requests[index]
+        results[index] = (
+            message.evolve(state=MessageState(target), version=message.version + 1, last_update_ts=now, **changes)
+            if written
+            else StaleMessageError(message.id, message.version)
+        )
+    return results
+
+
+def claim(
+    store: MessageStore,
+    candidates: list[StoredMessage],
+    node_id: str,
+    now: datetime,
+    connection: sa.Connection | None = None,
+) -> list[StoredMessage]:
+    """Claim ``candidates`` for ``node_id`` (-> PROCESSING); returns the snapshots this node won.
+
+    A candidate not in a claimable state raises :class:`IllegalTransitionError` (a programming error:
+    the caller emitted something that cannot be processed); one changed by another writer is simply
+    not returned.
+    """
+    for message in candidates:
+        check_transition(message.state, MessageState.PROCESSING)
+    unique = list({(m.id, m.version): m for m in candidates}.values())
+    won = store.claim(
+        [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection
+    )
+    return [
+        m.evolve(state=MessageState.PROCESSING, version=m.version + 1, node_id=node_id, start_process_ts=now,
+                 last_update_ts=now)
+        for m in unique
+        if m.id in won
+    ]

@@ -1,0 +1,210 @@
+"""SQLAlchemy 2 models of the message store: messages, external calls, confirmations, nodes.
+
+The column domain (:class:`MessageState`) lives here; which transitions between states are legal is
+decided above this layer (``openroute.states``), so the store only knows how to write a transition
+atomically, never whether it is allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class MessageState(enum.StrEnum):
+    """Lifecycle state of a message (the ``state`` column)."""
+
+    NEW = "NEW"
+    PROCESSING = "PROCESSING"
+    PARTLY_FAILED = "PARTLY_FAILED"
+    POSTPONED = "POSTPONED"
+    WAITING_FOR_CHILDREN = "WAITING_FOR_CHILDREN"
+    OK = "OK"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    CANCEL = "CANCEL"
+
+    @property
+    def is_final(self) -> bool:
+        """True for the states a message never leaves on its own (OK, FAILED, SKIPPED, CANCEL)."""
+        return self in FINAL_STATES
+
+
+FINAL_STATES: frozenset[MessageState] = frozenset(
+    {MessageState.OK, MessageState.FAILED, MessageState.SKIPPED, MessageState.CANCEL}
+)
+
+
+class ConfirmationStatus(enum.StrEnum):
+    """Delivery status of the outcome confirmation to the source system."""
+
+    PENDING = "PENDING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+
+
+class ExternalCallStatus(enum.StrEnum):
+    """Outcome of an idempotent external call made on behalf of a message."""
+
+    OK = "OK"
+    FAILED = "FAILED"
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp stored as UTC and always read back timezone-aware.
+
+    SQLite has no timezone-aware type, so values are normalised to naive UTC on the way in and
+    tagged UTC on the way out; PostgreSQL gets ``timestamp with time zone``.
+    """
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(sa.DateTime(timezone=True))
+        return dialect.type_descriptor(sa.DateTime())
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY, PostgreSQL gets a 64-bit identity.
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Json = sa.JSON().with_variant(JSONB(), "postgresql")
+
+
+def _state_type() -> sa.Enum:
+    return sa.Enum(MessageState, native_enum=False, length=32, validate_strings=True, name="message_state")
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every table of the store."""
+
+
+class MessageRecord(Base):
+    """One asynchronous message and its lifecycle bookkeeping."""
+
+    __tablename__ = "message"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    correlation_id: Mapped[str] = mapped_column(sa.String(255))
+    source_system: Mapped[str] = mapped_column(sa.String(100))
+    process_id: Mapped[str | None] = mapped_column(sa.String(255))
+    service: Mapped[str] = mapped_column(sa.String(100))
+    operation: Mapped[str] = mapped_column(sa.String(100))
+    object_id: Mapped[str | None] = mapped_column(sa.String(255))
+    entity_type: Mapped[str | None] = mapped_column(sa.String(100))
+    funnel_value: Mapped[str | None] = mapped_column(sa.String(255))
+    payload: Mapped[str] = mapped_column(sa.Text)
+    content_type: Mapped[str] = mapped_column(sa.String(100))
+    headers: Mapped[dict[str, str]] = mapped_column(Json, default=dict)
+    state: Mapped[MessageState] = mapped_column(_state_type())
+    failed_count: Mapped[int] = mapped_column(sa.Integer, default=0)
+    receive_ts: Mapped[datetime] = mapped_column(UTCDateTime)
+    msg_ts: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    start_process_ts: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_update_ts: Mapped[datetime] = mapped_column(UTCDateTime)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    node_id: Mapped[str | None] = mapped_column(sa.String(100))
+    custom_data: Mapped[dict[str, Any]] = mapped_column(Json, default=dict)
+    business_errors: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    last_error_code: Mapped[str | None] = mapped_column(sa.String(100))
+    last_error_text: Mapped[str | None] = mapped_column(sa.Text)
+    parent_id: Mapped[int | None] = mapped_column(BigId, sa.ForeignKey("message.id"))
+    version: Mapped[int] = mapped_column(sa.Integer, default=0)
+
+    __table_args__ = (
+        sa.UniqueConstraint("source_system", "correlation_id", name="uq_message_source_correlation"),
+        # repoll: due PARTLY_FAILED / POSTPONED
+        sa.Index("ix_message_state_next_attempt", "state", "next_attempt_at"),
+        # repoll: PROCESSING past its lease; NEW never queued
+        sa.Index("ix_message_state_start", "state", "start_process_ts"),
+        sa.Index("ix_message_state_receive", "state", "receive_ts"),
+        # node restart: its own PROCESSING messages
+        sa.Index("ix_message_node_state", "node_id", "state"),
+        # obsolete check (newer OK message of the same object)
+        sa.Index("ix_message_entity_object", "entity_type", "object_id", "receive_ts"),
+        # funnel: another message with the same funnel value in PROCESSING
+        sa.Index("ix_message_funnel_state", "funnel_value", "state"),
+        sa.Index("ix_message_parent", "parent_id"),
+        # admin / Spark reprocessing: FAILED of one operation in a time window
+        sa.Index("ix_message_service_op_state", "service", "operation", "state", "receive_ts"),
+        sa.Index("ix_message_last_update", "last_update_ts"),
+    )
+
+
+class ExternalCallRecord(Base):
+    """A call to an external system made once per (message, call key)."""
+
+    __tablename__ = "external_call"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("message.id", ondelete="CASCADE"))
+    call_key: Mapped[str] = mapped_column(sa.String(255))
+    status: Mapped[ExternalCallStatus] = mapped_column(
+        sa.Enum(ExternalCallStatus, native_enum=False, length=16, name="external_call_status")
+    )
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
+    result: Mapped[Any | None] = mapped_column(Json)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (sa.UniqueConstraint("message_id", "call_key", name="uq_external_call_message_key"),)
+
+
+class ConfirmationRecord(Base):
+    """The outcome confirmation owed to the source system of a message (one per message)."""
+
+    __tablename__ = "confirmation"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("message.id", ondelete="CASCADE"), unique=True)
+    source_system: Mapped[str] = mapped_column(sa.String(100))
+    outcome_state: Mapped[MessageState] = mapped_column(_state_type())
+    status: Mapped[ConfirmationStatus] = mapped_column(
+        sa.Enum(ConfirmationStatus, native_enum=False, length=16, name="confirmation_status")
+    )
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (sa.Index("ix_confirmation_status_next", "status", "next_attempt_at"),)
+
+
+class NodeRecord(Base):
+    """A running (or once running) engine node, with its heartbeat."""
+
+    __tablename__ = "node"
+
+    id: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    host: Mapped[str | None] = mapped_column(sa.String(255))
+    pid: Mapped[int | None] = mapped_column(sa.Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
+external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
+confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
+node_table: sa.Table = NodeRecord.__table__  # type: ignore[assignment]

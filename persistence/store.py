@@ -1,0 +1,616 @@
+"""The message store: one SQLAlchemy engine over a SQLite file (default) or PostgreSQL.
+
+Every method that changes a row takes an optional ``connection``: without one it runs in its own
+transaction, with one it joins the caller's transaction, which lets the engine group several
+writes into one commit. The store writes the ``state`` column only in :meth:`MessageStore.insert_message`
+(always ``NEW``), :meth:`MessageStore.apply_transition` and :meth:`MessageStore.claim`; whether a
+transition is legal is decided by ``openroute.states`` before these are called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from persistence.models import (
+    ExternalCallStatus,
+    MessageState,
+    external_call_table,
+    message_table,
+    node_table,
+)
+
+DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+T = TypeVar("T")
+
+# The columns a transition may change besides state and version; everything else is written once.
+TRANSITION_COLUMNS = frozenset(
+    {
+        "failed_count",
+        "next_attempt_at",
+        "custom_data",
+        "business_errors",
+        "last_error_code",
+        "last_error_text",
+        "node_id",
+        "start_process_ts",
+    }
+)
+
+
+class GroupConflict(Exception):
+    """A grouped write could not tell which of its items lost: roll back and write them one by one."""
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
+
+    service: str
+    operation: str
+    payload: str
+    content_type: str
+    correlation_id: str
+    source_system: str
+    receive_ts: datetime
+    process_id: str | None = None
+    msg_ts: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    object_id: str | None = None
+    entity_type: str | None = None
+    funnel_value: str | None = None
+    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """An immutable snapshot of one ``message`` row (as of ``version``)."""
+
+    id: int
+    correlation_id: str
+    source_system: str
+    process_id: str | None
+    service: str
+    operation: str
+    object_id: str | None
+    entity_type: str | None
+    funnel_value: str | None
+    payload: str
+    content_type: str
+    headers: dict[str, str]
+    state: MessageState
+    failed_count: int
+    receive_ts: datetime
+    msg_ts: datetime | None
+    start_process_ts: datetime | None
+    last_update_ts: datetime
+    next_attempt_at: datetime | None
+    node_id: str | None
+    custom_data: dict[str, Any]
+    business_errors: list[dict[str, Any]]
+    last_error_code: str | None
+    last_error_text: str | None
+    parent_id: int | None
+    version: int
+
+    def evolve(self, **changes: Any) -> StoredMessage:
+        """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values.update(changes)
+        return StoredMessage(**values)
+
+
+@dataclass(frozen=True)
+class InsertOutcome:
+    """Result of :meth:`MessageStore.insert_message`: the stored message, or the one it duplicates."""
+
+    message: StoredMessage
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class ExternalCall:
+    """A stored external call of one message."""
+
+    message_id: int
+    call_key: str
+    status: ExternalCallStatus
+    attempts: int
+    result: Any
+    last_error: str | None
+
+
+def _insert_values(new: NewMessage) -> dict[str, Any]:
+    values = {
+        "correlation_id": new.correlation_id,
+        "source_system": new.source_system,
+        "process_id": new.process_id,
+        "service": new.service,
+        "operation": new.operation,
+        "object_id": new.object_id,
+        "entity_type": new.entity_type,
+        "funnel_value": new.funnel_value,
+        "payload": new.payload,
+        "content_type": new.content_type,
+        "headers": dict(new.headers),
+        "state": MessageState.NEW,
+        "failed_count": 0,
+        "receive_ts": new.receive_ts,
+        "msg_ts": new.msg_ts,
+        "start_process_ts": None,
+        "last_update_ts": new.receive_ts,
+        "next_attempt_at": None,
+        "node_id": None,
+        "custom_data": {},
+        "business_errors": [],
+        "last_error_code": None,
+        "last_error_text": None,
+        "parent_id": new.parent_id,
+        "version": 0,
+    }
+    return values
+
+
+def _row_to_message(row: sa.Row[Any]) -> StoredMessage:
+    values = dict(row._mapping)
+    values["headers"] = values["headers"] or {}
+    values["custom_data"] = values["custom_data"] or {}
+    values["business_errors"] = values["business_errors"] or []
+    return StoredMessage(**values)
+
+
+def _configure_sqlite(engine: sa.Engine) -> None:
+    """WAL, busy timeout and immediate write transactions for every SQLite connection.
+
+    ``BEGIN IMMEDIATE`` takes the write lock at the start of a transaction: with pysqlite's deferred
+    BEGIN a reader that later writes can fail with SQLITE_BUSY without honouring the busy timeout.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_store_engine(url: str, *, pool_size: int = 8, echo: bool = False) -> sa.Engine:
+    """A SQLAlchemy engine configured the way the store needs it (SQLite pragmas, pool size)."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            raise ValueError("the store needs a SQLite file (an in-memory database is private to one connection)")
+        engine = sa.create_engine(url, echo=echo, pool_size=pool_size, max_overflow=pool_size)
+        _configure_sqlite(engine)
+        return engine
+    if parsed.get_backend_name() == "postgresql":
+        return sa.create_engine(url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    raise ValueError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
+
+
+class MessageStore:
+    """Messages, external calls and nodes in one relational database.
+
+    ``url`` is a SQLAlchemy URL: ``sqlite:///path/file.db`` (the default ``sqlite:///openroute.db``) or
+    ``postgresql+psycopg://user@host/db``. The same statements run on both.
+    """
+
+    def __init__(self, url: str | None = None, *, pool_size: int = 8, echo: bool = False) -> None:
+        self.url = url or DEFAULT_DATABASE_URL
+        self.engine = create_store_engine(self.url, pool_size=pool_size, echo=echo)
+        self.dialect = self.engine.dialect.name
+        self._insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        # statements are built once: building and cache-keying a statement per call costs more than running it
+        self._insert_message = (
+            self._insert(message_table)
+            .on_conflict_do_nothing(index_elements=["source_system", "correlation_id"])
+            .returning(message_table.c.id)
+        )
+        self._transition_statements: dict[frozenset[str], sa.Update] = {}
+        self._claim_statements: dict[frozenset[MessageState], sa.Update] = {}
+
+    # -- schema ---------------------------------------------------------------------------------
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply the Alembic migrations up to ``revision`` (what ``openroute db upgrade`` runs)."""
+        from alembic import command
+
+        with self.engine.begin() as connection:
+            config = alembic_config(self.url)
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+
+    def create_schema(self) -> None:
+        """Create every table, through the migrations so the schema is always the migrated one."""
+        self.upgrade("head")
+
+    def current_revision(self) -> str | None:
+        """The Alembic revision the database is at (None before the first upgrade)."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    # -- transactions ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """One transaction: committed when the block ends, rolled back on an exception."""
+        with self.engine.begin() as connection:
+            yield connection
+
+    def run(self, work: Callable[[sa.Connection], T], connection: sa.Connection | None = None) -> T:
+        """Run ``work`` in ``connection``'s transaction, or in a new one."""
+        if connection is not None:
+            return work(connection)
+        with self.engine.begin() as own:
+            return work(own)
+
+    # -- messages -------------------------------------------------------------------------------
+    def insert_message(self, new: NewMessage, connection: sa.Connection | None = None) -> InsertOutcome:
+        """Store ``new`` as NEW, or report the message with the same (source system, correlation id).
+
+        Uses ``INSERT ... ON CONFLICT DO NOTHING`` so a duplicate is an answer, not a failed transaction.
+        """
+        values = _insert_values(new)
+        def work(conn: sa.Connection) -> InsertOutcome:
+            new_id = conn.execute(self._insert_message, values).scalar()
+            if new_id is not None:
+                return InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False)
+            existing = conn.execute(
+                sa.select(message_table).where(
+                    message_table.c.source_system == new.source_system,
+                    message_table.c.correlation_id == new.correlation_id,
+                )
+            ).one()
+            return InsertOutcome(_row_to_message(existing), duplicate=True)
+
+        return self.run(work, connection)
+
+    def insert_messages(
+        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None
+    ) -> list[InsertOutcome]:
+        """:meth:`insert_message` for many messages with one multi-row INSERT; one outcome per item, in order."""
+        if not batch:
+            return []
+        rows = [_insert_values(new) for new in batch]
+        c = message_table.c
+        statement = (
+            self._insert(message_table)
+            .on_conflict_do_nothing(index_elements=["source_system", "correlation_id"])
+            .returning(c.id, c.source_system, c.correlation_id)
+        )
+
+        def work(conn: sa.Connection) -> list[InsertOutcome]:
+            created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
+            outcomes: list[InsertOutcome] = []
+            for new, values in zip(batch, rows, strict=True):
+                key = (new.source_system, new.correlation_id)
+                new_id = created.pop(key, None)
+                if new_id is not None:
+                    outcomes.append(InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False))
+                    continue
+                existing = conn.execute(
+                    sa.select(message_table).where(c.source_system == key[0], c.correlation_id == key[1])
+                ).one()
+                outcomes.append(InsertOutcome(_row_to_message(existing), duplicate=True))
+            return outcomes
+
+        return self.run(work, connection)
+
+    def get(self, message_id: int, connection: sa.Connection | None = None) -> StoredMessage | None:
+        """The current row of ``message_id``, or None."""
+        row = self.run(
+            lambda conn: conn.execute(sa.select(message_table).where(message_table.c.id == message_id)).first(),
+            connection,
+        )
+        return None if row is None else _row_to_message(row)
+
+    def find(
+        self, *conditions: sa.ColumnElement[bool], limit: int | None = None, connection: sa.Connection | None = None
+    ) -> list[StoredMessage]:
+        """Messages matching SQLAlchemy ``conditions`` on :data:`message_table` columns, by id."""
+        query = sa.select(message_table).where(*conditions).order_by(message_table.c.id).limit(limit)
+        return [_row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    def count_by_state(self, connection: sa.Connection | None = None) -> dict[MessageState, int]:
+        """How many messages are in each state (states with none are left out)."""
+        query = sa.select(message_table.c.state, sa.func.count()).group_by(message_table.c.state)
+        return {MessageState(s): n for s, n in self.run(lambda conn: conn.execute(query).all(), connection)}
+
+    def apply_transition(
+        self,
+        message_id: int,
+        version: int,
+        from_state: MessageState,
+        to_state: MessageState,
+        now: datetime,
+        changes: Mapping[str, Any] | None = None,
+        connection: sa.Connection | None = None,
+    ) -> bool:
+        """Write one state change if the row is still at ``version`` and ``from_state``.
+
+        Returns False (and writes nothing) when another writer got there first. Legality is not
+        checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        """
+        changes = dict(changes or {})
+        keys = frozenset(changes)
+        statement = self._transition_statements.get(keys)
+        if statement is None:
+            statement = self._transition_statement(keys)
+        params = {f"v_{name}": value for name, value in changes.items()}
+        params.update(t_id=message_id, t_version=version, t_from=from_state, t_to=to_state,
+                      t_new_version=version + 1, t_now=now)
+        return self.run(lambda conn: conn.execute(statement, params).rowcount == 1, connection)
+
+    def apply_transition_many(
+        self,
+        batch: Sequence[tuple[int, int, MessageState, MessageState, datetime, Mapping[str, Any]]],
+        connection: sa.Connection | None = None,
+    ) -> list[bool]:
+        """:meth:`apply_transition` for many (id, version, from, to, now, changes) items, one flag per item.
+
+        Items changing the same columns share one executemany UPDATE. If its total row count says some
+        item lost, :class:`GroupConflict` is raised: the caller must roll back and retry the items one by
+        one (a single item is always resolved exactly).
+        """
+        groups: dict[frozenset[str], list[int]] = {}
+        for index, item in enumerate(batch):
+            groups.setdefault(frozenset(item[5]), []).append(index)
+
+        def work(conn: sa.Connection) -> list[bool]:
+            flags = [False] * len(batch)
+            for keys, indexes in groups.items():
+                statement = self._transition_statements.get(keys)
+                if statement is None:
+                    statement = self._transition_statement(keys)
+                params = []
+                for index in indexes:
+                    message_id, version, old, new, now, changes = batch[index]
+                    row = {f"v_{name}": value for name, value in changes.items()}
+                    row.update(t_id=message_id, t_version=version, t_from=old, t_to=new, t_new_version=version + 1,
+                               t_now=now)
+                    params.append(row)
+                if len(params) > 1 and conn.dialect.supports_sane_multi_rowcount:
+                    if conn.execute(statement, params).rowcount != len(params):
+                        raise GroupConflict(f"{len(params)} transitions in one statement, some lost")
+                    for index in indexes:
+                        flags[index] = True
+                    continue
+                for index, row in zip(indexes, params, strict=True):
+                    flags[index] = conn.execute(statement, row).rowcount == 1
+            return flags
+
+        return self.run(work, connection)
+
+    def _transition_statement(self, keys: frozenset[str]) -> sa.Update:
+        unknown = keys - TRANSITION_COLUMNS
+        if unknown:
+            raise ValueError(f"a transition cannot write {sorted(unknown)}")
+        c = message_table.c
+        values: dict[str, Any] = {name: sa.bindparam(f"v_{name}", type_=c[name].type) for name in keys}
+        statement = (
+            sa.update(message_table)
+            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"),
+                   c.state == sa.bindparam("t_from", type_=c.state.type))
+            .values(state=sa.bindparam("t_to", type_=c.state.type), version=sa.bindparam("t_new_version"),
+                    last_update_ts=sa.bindparam("t_now", type_=c.last_update_ts.type), **values)
+        )
+        self._transition_statements[keys] = statement
+        return statement
+
+    def apply_transitions(
+        self,
+        transitions: Sequence[tuple[int, int, MessageState, MessageState, Mapping[str, Any]]],
+        now: datetime,
+        connection: sa.Connection | None = None,
+    ) -> list[bool]:
+        """:meth:`apply_transition` for many messages in one transaction; one flag per item."""
+
+        def work(conn: sa.Connection) -> list[bool]:
+            return [
+                self.apply_transition(mid, version, old, new, now, changes, conn)
+                for mid, version, old, new, changes in transitions
+            ]
+
+        return self.run(work, connection)
+
+    def claim(
+        self,
+        candidates: Iterable[tuple[int, int]],
+        from_states: Iterable[MessageState],
+        to_state: MessageState,
+        node_id: str,
+        now: datetime,
+        connection: sa.Connection | None = None,
+    ) -> set[int]:
+        """Move the (id, version) ``candidates`` still in ``from_states`` to ``to_state`` for ``node_id``.
+
+        Returns the ids this call won. On PostgreSQL rows locked by a concurrent claim are skipped
+        (``FOR UPDATE SKIP LOCKED``) instead of waited for; on SQLite the write lock serialises claims
+        and the conditional UPDATE decides.
+        """
+        pairs = list(candidates)
+        if not pairs:
+            return set()
+        states = list(from_states)
+        if len(pairs) == 1:
+            (message_id, version), = pairs
+            key = frozenset(MessageState(s) for s in states)
+            statement = self._claim_statements.get(key)
+            if statement is None:
+                statement = self._claim_statement(key)
+            params = {"c_id": message_id, "c_version": version, "c_to": to_state,
+                      "c_new_version": version + 1, "c_node": node_id, "c_now": now}
+            won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
+            return {message_id} if won == 1 else set()
+        c = message_table.c
+        condition = sa.and_(sa.tuple_(c.id, c.version).in_(pairs), c.state.in_(states))
+        if self.dialect == "postgresql":
+            locked = sa.select(c.id).where(condition).with_for_update(skip_locked=True).scalar_subquery()
+            where: sa.ColumnElement[bool] = sa.and_(c.id.in_(locked), c.state.in_(states))
+        else:
+            where = condition
+        statement = (
+            sa.update(message_table)
+            .where(where)
+            .values(state=to_state, version=c.version + 1, node_id=node_id, start_process_ts=now, last_update_ts=now)
+            .returning(c.id)
+        )
+        return set(self.run(lambda conn: conn.execute(statement).scalars().all(), connection))
+
+    def _claim_statement(self, states: frozenset[MessageState]) -> sa.Update:
+        c = message_table.c
+        # the states are enum values, inlined: an expanding IN parameter is re-rendered on every execution
+        inlined = [sa.literal_column(f"'{state.value}'") for state in sorted(states)]
+        single = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"), c.state.in_(inlined))
+        if self.dialect == "postgresql":
+            locked = sa.select(c.id).where(single).with_for_update(skip_locked=True).scalar_subquery()
+            single = c.id.in_(locked)
+        now = sa.bindparam("c_now", type_=c.last_update_ts.type)
+        statement = (
+            sa.update(message_table)
+            .where(single)
+            .values(state=sa.bindparam("c_to", type_=c.state.type), version=sa.bindparam("c_new_version"),
+                    node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
+        )
+        self._claim_statements[states] = statement
+        return statement
+
+    def due(
+        self, states: Iterable[MessageState], now: datetime, limit: int, connection: sa.Connection | None = None
+    ) -> list[StoredMessage]:
+        """Messages in ``states`` whose next attempt is due at ``now``, oldest due first."""
+        c = message_table.c
+        query = (
+            sa.select(message_table)
+            .where(c.state.in_(list(states)), c.next_attempt_at <= now)
+            .order_by(c.next_attempt_at)
+            .limit(limit)
+        )
+        return [_row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    def received_before(
+        self, state: MessageState, cutoff: datetime, limit: int, connection: sa.Connection | None = None
+    ) -> list[StoredMessage]:
+        """Messages in ``state`` received at or before ``cutoff``, oldest first (NEW nobody queued)."""
+        c = message_table.c
+        query = (
+            sa.select(message_table).where(c.state == state, c.receive_ts <= cutoff).order_by(c.receive_ts).limit(limit)
+        )
+        return [_row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    def started_before(
+        self,
+        state: MessageState,
+        cutoff: datetime,
+        limit: int,
+        node_id: str | None = None,
+        connection: sa.Connection | None = None,
+    ) -> list[StoredMessage]:
+        """Messages in ``state`` started at or before ``cutoff`` (optionally of one node), oldest first."""
+        c = message_table.c
+        conditions = [c.state == state, c.start_process_ts <= cutoff]
+        if node_id is not None:
+            conditions.append(c.node_id == node_id)
+        query = sa.select(message_table).where(*conditions).order_by(c.start_process_ts).limit(limit)
+        return [_row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    # -- external calls -------------------------------------------------------------------------
+    def get_external_call(
+        self, message_id: int, call_key: str, connection: sa.Connection | None = None
+    ) -> ExternalCall | None:
+        """The stored call ``call_key`` of ``message_id``, or None if it was never recorded."""
+        c = external_call_table.c
+        query = sa.select(c.message_id, c.call_key, c.status, c.attempts, c.result, c.last_error).where(
+            c.message_id == message_id, c.call_key == call_key
+        )
+        row = self.run(lambda conn: conn.execute(query).first(), connection)
+        return None if row is None else ExternalCall(**row._mapping)
+
+    def record_external_call(
+        self,
+        message_id: int,
+        call_key: str,
+        status: ExternalCallStatus,
+        now: datetime,
+        result: Any = None,
+        error: str | None = None,
+        connection: sa.Connection | None = None,
+    ) -> None:
+        """Insert the call record, or update it (attempts + 1) if an earlier attempt failed.
+
+        A call already recorded OK is never overwritten (the update only touches FAILED rows), so a
+        replay that got past the check cannot erase the evidence of the first success.
+        """
+        c = external_call_table.c
+        statement = self._insert(external_call_table).values(
+            message_id=message_id,
+            call_key=call_key,
+            status=status,
+            attempts=1,
+            result=result,
+            last_error=error,
+            created_at=now,
+            updated_at=now,
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=["message_id", "call_key"],
+            set_={
+                "status": statement.excluded.status,
+                "attempts": c.attempts + 1,
+                "result": statement.excluded.result,
+                "last_error": statement.excluded.last_error,
+                "updated_at": statement.excluded.updated_at,
+            },
+            where=c.status == ExternalCallStatus.FAILED,
+        )
+        self.run(lambda conn: conn.execute(statement), connection)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def register_node(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
+        """Record that ``node_id`` (re)started now on this host and process."""
+        values = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": now, "heartbeat_at": now}
+        statement = self._insert(node_table).values(id=node_id, stopped_at=None, **values)
+        statement = statement.on_conflict_do_update(index_elements=["id"], set_={**values, "stopped_at": None})
+        self.run(lambda conn: conn.execute(statement), connection)
+
+    def heartbeat(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
+        """Refresh the heartbeat of ``node_id``."""
+        statement = sa.update(node_table).where(node_table.c.id == node_id).values(heartbeat_at=now)
+        self.run(lambda conn: conn.execute(statement), connection)
+
+    def node_stopped(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
+        """Record an orderly stop of ``node_id``."""
+        statement = sa.update(node_table).where(node_table.c.id == node_id).values(heartbeat_at=now, stopped_at=now)
+        self.run(lambda conn: conn.execute(statement), connection)
+
+
+def alembic_config(url: str) -> Any:
+    """An Alembic ``Config`` for the store's migrations at ``url`` (no ini file needed)."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config

@@ -1,0 +1,64 @@
+"""Fixtures of the lifecycle tests: a migrated store on each real database, a manual clock, engines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from openroute.clock import ManualClock
+from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.route import Route, RouteRegistry
+from persistence import MessageStore
+
+START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[MessageStore]:
+    """A migrated store, once on a SQLite file and once on a fresh PostgreSQL database."""
+    message_store = MessageStore(database_url)
+    message_store.create_schema()
+    yield message_store
+    message_store.dispose()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+def inbound(correlation_id: str = "c-1", **overrides: Any) -> InboundMessage:
+    """An inbound message of the test route ``orders/create``."""
+    values: dict[str, Any] = {
+        "service": "orders",
+        "operation": "create",
+        "payload": '{"order": 1}',
+        "content_type": "application/json",
+        "correlation_id": correlation_id,
+        "source_system": "crm",
+    }
+    values.update(overrides)
+    return InboundMessage(**values)
+
+
+EngineFactory = Callable[..., Engine]
+
+
+@pytest.fixture
+async def make_engine(store: MessageStore, clock: ManualClock) -> AsyncIterator[EngineFactory]:
+    """Build engines on ``store`` with the manual clock and no repoll scheduler; all stopped afterwards."""
+    engines: list[Engine] = []
+
+    def factory(*routes: Route, **settings: Any) -> Engine:
+        settings.setdefault("repoll_interval", None)
+        settings.setdefault("node_id", f"node-{len(engines) + 1}")
+        engine = Engine(store, RouteRegistry(list(routes)), EngineSettings(**settings), clock=clock)
+        engines.append(engine)
+        return engine
+
+    yield factory
+    for engine in engines:
+        await engine.stop()

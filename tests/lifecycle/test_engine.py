@@ -1,0 +1,544 @@
+"""The engine on each real database: accept, outcomes, retries by the policy, repoll, hooks, back-pressure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from openroute.clock import ManualClock
+from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.errors import (
+    BusinessError,
+    ConfigurationError,
+    PayloadTooLargeError,
+    TechnicalError,
+    UnknownRouteError,
+    ValidationError,
+)
+from openroute.retry import RetryPolicy
+from openroute.route import Exchange, Route, RouteRegistry
+from persistence import MessageState, MessageStore, StoredMessage
+from tests.lifecycle.conftest import START, EngineFactory, inbound
+
+S = MessageState
+WAIT = 20.0
+
+
+def _route(*steps: Any, **extra: Any) -> Route:
+    return Route("orders", "create", list(steps), **extra)
+
+
+def _only(store: MessageStore) -> StoredMessage:
+    rows = store.find()
+    assert len(rows) == 1
+    return rows[0]
+
+
+# -- accept ------------------------------------------------------------------------------------------
+async def test_accept_stores_new_and_processes_to_ok(store: MessageStore, make_engine: EngineFactory) -> None:
+    seen: list[str] = []
+    engine = make_engine(_route(lambda ex: seen.append(ex.payload)))
+    await engine.start()
+    result = await engine.accept(inbound(headers={"x-trace": "t"}, object_id="42", entity_type="order",
+                                         funnel_value="f", process_id="p"))
+    assert result.duplicate is False and result.state is S.NEW and result.correlation_id == "c-1"
+    await engine.wait_idle(WAIT)
+    row = store.get(result.message_id)
+    assert seen == ['{"order": 1}']
+    assert row.state is S.OK and row.failed_count == 0 and row.node_id == "node-1"
+    assert row.receive_ts == START and row.start_process_ts == START and row.headers == {"x-trace": "t"}
+    assert (row.object_id, row.entity_type, row.funnel_value, row.process_id) == ("42", "order", "f", "p")
+    assert row.version == 2  # NEW -> PROCESSING -> OK
+
+
+async def test_duplicate_is_answered_not_stored(store: MessageStore, make_engine: EngineFactory) -> None:
+    calls = Counter[int]()
+    engine = make_engine(_route(lambda ex: calls.update([ex.message.id])))
+    await engine.start()
+    first = await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    second = await engine.accept(inbound(payload="different"))
+    await engine.wait_idle(WAIT)
+    assert second.duplicate and second.message_id == first.message_id and second.state is S.OK
+    assert _only(store).payload == '{"order": 1}'
+    assert calls == {first.message_id: 1}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"service": "nope"}, UnknownRouteError),
+        ({"operation": "delete"}, UnknownRouteError),
+        ({"payload": "x" * 1001}, PayloadTooLargeError),
+        ({"payload": "é" * 501}, PayloadTooLargeError),  # 1002 bytes in UTF-8
+        ({"correlation_id": ""}, ValidationError),
+        ({"source_system": "  "}, ValidationError),
+        ({"correlation_id": "c" * 256}, ValidationError),
+        ({"content_type": None}, ValidationError),
+        ({"payload": b"bytes"}, ValidationError),
+        ({"headers": {"h": 1}}, ValidationError),
+        ({"message_timestamp": START.replace(tzinfo=None)}, ValidationError),
+        ({"object_id": ""}, ValidationError),
+        ({"payload": "refuse me"}, ValidationError),  # the route's validator
+    ],
+)
+async def test_bad_input_is_refused_and_nothing_stored(
+    store: MessageStore, make_engine: EngineFactory, overrides: dict[str, Any], error: type[Exception]
+) -> None:
+    def validator(message: InboundMessage) -> None:
+        if message.payload == "refuse me":
+            raise ValidationError("refused by the route")
+
+    engine = make_engine(_route(lambda ex: None, validator=validator), max_payload_bytes=1000)
+    await engine.start()
+    with pytest.raises(error):
+        await engine.accept(inbound(**overrides))
+    assert store.find() == []
+    ok = await engine.accept(inbound(payload="é" * 500))  # exactly at the limit
+    assert not ok.duplicate
+
+
+async def test_accept_without_start_stores_and_start_picks_it_up(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    engine = make_engine(_route(lambda ex: None))
+    result = await engine.accept(inbound())
+    assert store.get(result.message_id).state is S.NEW
+    await engine.start()
+    await engine.wait_idle(WAIT)
+    assert store.get(result.message_id).state is S.OK
+
+
+# -- outcomes ----------------------------------------------------------------------------------------
+async def test_retries_follow_the_policy_exactly(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    attempts: list[Any] = []
+
+    def flaky(exchange: Exchange) -> None:
+        attempts.append(clock.now())
+        exchange.custom_data["attempt"] = exchange.custom_data.get("attempt", 0) + 1
+        raise TechnicalError(f"remote down #{len(attempts)}", code="REMOTE_DOWN")
+
+    policy = RetryPolicy(max_attempts=4, interval=timedelta(seconds=10), backoff=2, max_interval=timedelta(seconds=25))
+    engine = make_engine(_route(flaky, retry_policy=policy))
+    await engine.start()
+    message_id = (await engine.accept(inbound())).message_id
+    await engine.wait_idle(WAIT)
+    expected_waits = [10, 20, 25]  # 10 * 2**(n-1), capped at 25
+    for failures, wait in enumerate(expected_waits, start=1):
+        row = store.get(message_id)
+        assert row.state is S.PARTLY_FAILED and row.failed_count == failures
+        assert row.next_attempt_at == clock.now() + timedelta(seconds=wait)
+        assert row.last_error_code == "REMOTE_DOWN"
+        assert row.last_error_text == f"TechnicalError: remote down #{failures}"
+        assert row.custom_data == {"attempt": failures}, "custom data is kept between attempts"
+        clock.advance(timedelta(seconds=wait) - timedelta(milliseconds=1))
+        await engine.repoll_once()
+        await engine.wait_idle(WAIT)
+        assert len(attempts) == failures, "not due yet: nothing may run"
+        clock.advance(timedelta(milliseconds=1))
+        await engine.repoll_once()
+        await engine.wait_idle(WAIT)
+        assert len(attempts) == failures + 1
+    row = store.get(message_id)
+    assert row.state is S.FAILED and row.failed_count == 4 and row.next_attempt_at is None
+    assert [(a - START).total_seconds() for a in attempts] == [0, 10, 30, 55]
+    clock.advance(timedelta(hours=1))
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    assert len(attempts) == 4
+
+
+async def test_default_policy_applies_to_routes_without_one(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    def broken(exchange: Exchange) -> None:
+        raise ConnectionError("refused")
+
+    engine = make_engine(_route(broken), default_retry_policy=RetryPolicy(max_attempts=1))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.FAILED and row.failed_count == 1
+    assert row.last_error_code == "ConnectionError" and row.last_error_text == "ConnectionError: refused"
+
+
+async def test_business_error_fails_at_once_and_keeps_the_errors(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    def check(exchange: Exchange) -> None:
+        exchange.add_business_error("WARN", "address incomplete")
+        raise BusinessError("CREDIT_LIMIT", "credit limit exceeded")
+
+    engine = make_engine(_route(check))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.FAILED and row.failed_count == 0
+    assert row.business_errors == [{"code": "WARN", "text": "address incomplete"},
+                                   {"code": "CREDIT_LIMIT", "text": "credit limit exceeded"}]
+    assert (row.last_error_code, row.last_error_text) == ("CREDIT_LIMIT", "credit limit exceeded")
+
+
+async def test_validation_error_in_a_step_fails_at_once(store: MessageStore, make_engine: EngineFactory) -> None:
+    def check(exchange: Exchange) -> None:
+        raise ValidationError("order number missing")
+
+    engine = make_engine(_route(check))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.FAILED and row.failed_count == 0 and row.last_error_code == "VALIDATION_ERROR"
+
+
+async def test_no_effect_run_changes_no_counter(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    runs = []
+
+    def nothing_done(exchange: Exchange) -> None:
+        runs.append(1)
+        exchange.no_effect = True
+        raise TechnicalError("remote refused before doing anything")
+
+    policy = RetryPolicy(max_attempts=1, interval=timedelta(seconds=5))
+    engine = make_engine(_route(nothing_done, retry_policy=policy))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    for _ in range(3):
+        row = _only(store)
+        assert row.state is S.PARTLY_FAILED and row.failed_count == 0
+        assert row.next_attempt_at == clock.now() + timedelta(seconds=5)
+        clock.advance(timedelta(seconds=5))
+        await engine.repoll_once()
+        await engine.wait_idle(WAIT)
+    assert len(runs) == 4
+
+
+async def test_postpone_and_async_steps(store: MessageStore, make_engine: EngineFactory, clock: ManualClock) -> None:
+    async def maybe_later(exchange: Exchange) -> str:
+        await asyncio.sleep(0)
+        if not exchange.custom_data.get("waited"):
+            exchange.custom_data["waited"] = True
+            exchange.postpone(timedelta(seconds=30))
+        return "done"
+
+    engine = make_engine(_route(maybe_later))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.POSTPONED and row.failed_count == 0
+    assert row.next_attempt_at == START + timedelta(seconds=30)
+    clock.advance(timedelta(seconds=30))
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    assert _only(store).state is S.OK
+
+
+async def test_final_state_hooks_run_once_per_message(store: MessageStore, make_engine: EngineFactory) -> None:
+    seen: list[tuple[int, MessageState]] = []
+    in_transaction: list[int] = []
+
+    async def hook(message: StoredMessage) -> None:
+        seen.append((message.id, message.state))
+
+    def tx_hook(message: StoredMessage, connection: sa.Connection) -> None:
+        # runs inside the final transaction: it sees the new state
+        state = connection.execute(sa.text("select state from message where id = :i"), {"i": message.id}).scalar()
+        assert state == message.state.value
+        in_transaction.append(message.id)
+
+    def step(exchange: Exchange) -> None:
+        if exchange.payload == "bad":
+            raise BusinessError("B", "bad")
+
+    engine = make_engine(_route(step))
+    engine.final_state_hooks.append(hook)
+    engine.final_state_tx_hooks.append(tx_hook)
+    await engine.start()
+    good = await engine.accept(inbound("good"))
+    bad = await engine.accept(inbound("bad", payload="bad"))
+    await engine.wait_idle(WAIT)
+    assert sorted(seen) == sorted([(good.message_id, S.OK), (bad.message_id, S.FAILED)])
+    assert sorted(in_transaction) == sorted([good.message_id, bad.message_id])
+
+
+async def test_failing_transaction_hook_rolls_back_the_final_state(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    def tx_hook(message: StoredMessage, connection: sa.Connection) -> None:
+        raise RuntimeError("confirmation table unavailable")
+
+    engine = make_engine(_route(lambda ex: None))
+    engine.final_state_tx_hooks.append(tx_hook)
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    # never half-written: the message stays PROCESSING and the lease repair will retry it
+    assert _only(store).state is S.PROCESSING
+
+
+async def test_non_json_custom_data_fails_the_message(store: MessageStore, make_engine: EngineFactory) -> None:
+    def step(exchange: Exchange) -> None:
+        exchange.custom_data["when"] = object()
+
+    engine = make_engine(_route(step))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.FAILED and row.custom_data == {} and "not JSON" in row.last_error_text
+
+
+# -- repoll ------------------------------------------------------------------------------------------
+async def test_processing_past_the_lease_is_repaired(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    from openroute import states
+
+    engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
+    message = store.insert_message(_new_message("dead-node")).message
+    [claimed] = states.claim(store, [message], "dead-node", clock.now())
+    await engine.start()
+    await engine.repoll_once()
+    assert store.get(message.id).state is S.PROCESSING, "inside the lease nothing happens"
+    clock.advance(timedelta(minutes=5))
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    row = store.get(message.id)
+    assert row.state is S.OK and row.failed_count == 1 and row.last_error_code == "PROCESSING_ABANDONED"
+    assert row.node_id == "node-1" and claimed.node_id == "dead-node"
+
+
+async def test_restarted_node_recovers_its_own_processing_messages(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    from openroute import states
+
+    message = store.insert_message(_new_message("mine")).message
+    states.claim(store, [message], "node-1", START)
+    other = store.insert_message(_new_message("theirs")).message
+    states.claim(store, [other], "node-9", START)
+    engine = make_engine(_route(lambda ex: None))
+    await engine.start()
+    await engine.wait_idle(WAIT)
+    assert store.get(message.id).state is S.OK
+    assert store.get(other.id).state is S.PROCESSING, "another live node's message is left alone"
+
+
+async def test_new_message_nobody_queued_is_picked_up(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    engine = make_engine(_route(lambda ex: None), new_pickup_age=timedelta(minutes=1))
+    await engine.start()
+    # stored by a node that crashed between commit and emit
+    message = store.insert_message(_new_message("orphan")).message
+    await engine.repoll_once()
+    assert store.get(message.id).state is S.NEW
+    clock.advance(timedelta(minutes=1))
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    assert store.get(message.id).state is S.OK
+
+
+async def test_repoll_job_runs_on_its_schedule(store: MessageStore, make_engine: EngineFactory) -> None:
+    done = asyncio.Event()
+    engine = make_engine(_route(lambda ex: done.set()), repoll_interval=timedelta(milliseconds=50),
+                         new_pickup_age=timedelta(0))
+    await engine.start()
+    store.insert_message(_new_message("late"))
+    await asyncio.wait_for(done.wait(), WAIT)
+    await engine.wait_idle(WAIT)
+    assert _only(store).state is S.OK
+
+
+# -- back-pressure -----------------------------------------------------------------------------------
+async def test_messages_in_flight_are_bounded(store: MessageStore, make_engine: EngineFactory) -> None:
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+
+    async def slow(exchange: Exchange) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    engine = make_engine(_route(slow), concurrency=3, queue_size=4)
+    await engine.start()
+    accepts = [asyncio.create_task(engine.accept(inbound(f"m-{i}"))) for i in range(12)]
+    await _until(lambda: len(store.find()) == 12)  # every message is stored before it waits for room
+    await engine._writer.submit(lambda connection: None)  # every insert result has been handed back
+    for _ in range(20):
+        await asyncio.sleep(0)  # let the accepts that have room finish
+    done = [t for t in accepts if t.done()]
+    assert len(done) == 7, "3 in flight + 4 queued; the other accepts wait for room"
+    assert (engine.in_flight, engine.queued) == (3, 4)
+    await _until(lambda: running == 3)  # the three in flight reach the step once their claims commit
+    assert (engine.in_flight, engine.queued) == (3, 4)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*accepts), WAIT)
+    await engine.wait_idle(WAIT)
+    assert peak == 3
+    assert store.count_by_state() == {S.OK: 12}
+
+
+async def test_stop_leaves_queued_messages_to_the_store(store: MessageStore, make_engine: EngineFactory) -> None:
+    gate = asyncio.Event()
+
+    async def slow(exchange: Exchange) -> None:
+        await gate.wait()
+
+    engine = make_engine(_route(slow), concurrency=1, queue_size=10, stop_timeout=0.5)
+    await engine.start()
+    for i in range(3):
+        await engine.accept(inbound(f"s-{i}"))
+    await engine.stop()
+    counts = store.count_by_state()
+    # the one in flight was cancelled (PROCESSING, repaired by the next start); the queued ones stay NEW
+    assert counts == {S.PROCESSING: 1, S.NEW: 2}
+    again = make_engine(_route(lambda ex: None), concurrency=1, node_id=engine.node_id)
+    await again.start()
+    await again.wait_idle(WAIT)
+    assert store.count_by_state() == {S.OK: 3}
+
+
+def test_bad_settings_and_routes_are_refused() -> None:
+    with pytest.raises(ConfigurationError):
+        EngineSettings(concurrency=0)
+    with pytest.raises(ConfigurationError):
+        EngineSettings(processing_lease=timedelta(seconds=-1))
+    with pytest.raises(ConfigurationError):
+        EngineSettings(repoll_interval=timedelta(0))
+    with pytest.raises(ConfigurationError):
+        Route("s", "o", [])
+    with pytest.raises(ConfigurationError):
+        Route("s", "o", ["not callable"])
+    with pytest.raises(ConfigurationError):
+        Route("", "o", [print])
+    registry = RouteRegistry([Route("s", "o", [print])])
+    with pytest.raises(ConfigurationError):
+        registry.register(Route("s", "o", [print]))
+    with pytest.raises(UnknownRouteError):
+        registry.get("s", "x")
+    with pytest.raises(ConfigurationError):
+        Engine("sqlite:///unused.db", routes={})  # type: ignore[arg-type]
+
+
+async def _until(condition: Any, timeout: float = WAIT) -> None:
+    """Bounded poll for a condition that has no event (rows written by the engine's writer thread)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def _new_message(key: str) -> Any:
+    from persistence import NewMessage
+
+    return NewMessage(service="orders", operation="create", payload="p", content_type="text/plain",
+                      correlation_id=key, source_system="crm", receive_ts=START)
+
+
+# -- external calls ----------------------------------------------------------------------------------
+async def test_call_once_is_skipped_on_later_attempts(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    remote: list[str] = []
+
+    async def charge() -> dict[str, str]:
+        remote.append("charge")
+        return {"receipt": "r-1"}
+
+    def flaky_notify() -> None:
+        remote.append("notify")
+        if remote.count("notify") == 1:
+            raise TechnicalError("mail server down")
+
+    async def step(exchange: Exchange) -> None:
+        receipt = await exchange.call_once("charge", charge)
+        exchange.custom_data["receipt"] = receipt["receipt"]
+        await exchange.call_once("notify", flaky_notify)
+
+    policy = RetryPolicy(interval=timedelta(seconds=1))
+    engine = make_engine(_route(step, retry_policy=policy))
+    await engine.start()
+    message_id = (await engine.accept(inbound())).message_id
+    await engine.wait_idle(WAIT)
+    assert store.get(message_id).state is S.PARTLY_FAILED
+    notify = store.get_external_call(message_id, "notify")
+    assert notify is not None and notify.status.value == "FAILED" and "mail server down" in notify.last_error
+    clock.advance(timedelta(seconds=1))
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    row = store.get(message_id)
+    assert row.state is S.OK and row.custom_data == {"receipt": "r-1"}
+    assert remote == ["charge", "notify", "notify"], "the successful charge was not repeated"
+    assert store.get_external_call(message_id, "notify").attempts == 2
+
+
+async def test_call_once_needs_a_usable_key(store: MessageStore, make_engine: EngineFactory) -> None:
+    async def step(exchange: Exchange) -> None:
+        await exchange.call_once("", lambda: None)
+
+    engine = make_engine(_route(step), default_retry_policy=RetryPolicy(max_attempts=1))
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    row = _only(store)
+    assert row.state is S.FAILED and row.last_error_code == "ValueError" and "call key" in row.last_error_text
+
+
+# -- operator actions --------------------------------------------------------------------------------
+async def test_cancel_and_restart(store: MessageStore, make_engine: EngineFactory) -> None:
+    from openroute.errors import IllegalTransitionError
+
+    finals: list[MessageState] = []
+
+    async def hook(message: StoredMessage) -> None:
+        finals.append(message.state)
+
+    def step(exchange: Exchange) -> None:
+        if exchange.payload == "fail" and not exchange.custom_data.get("restarted"):
+            exchange.custom_data["restarted"] = True
+            raise ValidationError("bad")
+
+    engine = make_engine(_route(step))
+    engine.final_state_hooks.append(hook)
+    waiting = (await engine.accept(inbound("waiting"))).message_id  # not started: stays NEW
+    cancelled = await engine.cancel(waiting)
+    assert cancelled.state is S.CANCEL and store.get(waiting) == cancelled
+    with pytest.raises(IllegalTransitionError):
+        await engine.cancel(waiting)
+    with pytest.raises(LookupError):
+        await engine.cancel(999_999)
+    await engine.start()
+    failing = (await engine.accept(inbound("f", payload="fail"))).message_id
+    await engine.wait_idle(WAIT)
+    assert store.get(failing).state is S.FAILED
+    restarted = await engine.restart(failing)
+    assert restarted.state is S.PARTLY_FAILED and restarted.failed_count == 0
+    await engine.wait_idle(WAIT)
+    assert store.get(failing).state is S.OK
+    with pytest.raises(IllegalTransitionError):
+        await engine.restart(failing)
+    assert finals == [S.CANCEL, S.FAILED, S.OK]
+
+
+async def test_a_stopped_engine_does_not_start_again(make_engine: EngineFactory) -> None:
+    engine = make_engine(_route(lambda ex: None))
+    await engine.start()
+    await engine.stop()
+    with pytest.raises(RuntimeError, match="starts once"):
+        await engine.start()

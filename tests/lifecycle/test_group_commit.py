@@ -1,0 +1,100 @@
+"""Group commit: grouped writes, per-item failures, the one-by-one fallback, batch store operations."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from openroute import states
+from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.errors import IllegalTransitionError, StaleMessageError
+from persistence import GroupConflict, MessageState, MessageStore, NewMessage
+from tests.lifecycle.conftest import START, EngineFactory, inbound
+
+S = MessageState
+
+
+def _new(key: str) -> NewMessage:
+    return NewMessage(service="orders", operation="create", payload="p", content_type="text/plain",
+                      correlation_id=key, source_system="crm", receive_ts=START)
+
+
+def test_insert_messages_in_one_statement_reports_duplicates(store: MessageStore) -> None:
+    store.insert_message(_new("old"))
+    outcomes = store.insert_messages([_new("a"), _new("old"), _new("b"), _new("a")])
+    assert [o.duplicate for o in outcomes] == [False, True, False, True]
+    assert outcomes[3].message.id == outcomes[0].message.id
+    assert [o.message.correlation_id for o in outcomes] == ["a", "old", "b", "a"]
+    for outcome in outcomes:
+        assert store.get(outcome.message.id) == outcome.message
+    assert store.count_by_state() == {S.NEW: 3}
+
+
+def test_grouped_transitions_and_a_lost_one(store: MessageStore) -> None:
+    messages = [store.insert_message(_new(f"t-{i}")).message for i in range(3)]
+    claimed = states.claim(store, messages, "n", START)
+    now = START + timedelta(seconds=1)
+    written = states.transition_many(store, [(m, S.OK, now, {"custom_data": {"i": m.id}}) for m in claimed[:2]])
+    assert [store.get(m.id) for m in claimed[:2]] == written
+    # one stale request in a group of two: the store cannot tell which, the caller retries one by one
+    with pytest.raises(GroupConflict), store.begin() as connection:
+        states.transition_many(store, [(claimed[0], S.FAILED, now, {}), (claimed[2], S.FAILED, now, {})], connection)
+    assert store.get(claimed[2].id).state is S.PROCESSING, "the group was rolled back"
+    single = states.transition_many(store, [(claimed[0], S.FAILED, now, {})])
+    assert isinstance(single[0], StaleMessageError)
+    illegal = states.transition_many(store, [(claimed[2], S.NEW, now, {})])
+    assert isinstance(illegal[0], IllegalTransitionError)
+    assert store.get(claimed[2].id).state is S.PROCESSING
+
+
+async def test_writer_groups_items_and_falls_back_one_by_one(sqlite_url: str) -> None:
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("CREATE TABLE t (v INTEGER UNIQUE)"))
+    calls: list[list[int]] = []
+
+    def insert(connection: sa.Connection, items: list[int]) -> list[object]:
+        calls.append(list(items))
+        results: list[object] = []
+        for item in items:
+            if item < 0:
+                results.append(Failure(ValueError(f"negative {item}")))
+                continue
+            connection.execute(sa.text("INSERT INTO t (v) VALUES (:v)"), {"v": item})
+            results.append(item * 10)
+        return results
+
+    writer = GroupCommitWriter(engine, max_batch=100)
+    group = Grouped(insert, "insert")
+    outcomes = await asyncio.gather(
+        *(writer.submit_grouped(group, i) for i in [1, 2, -3, 2, 4]), return_exceptions=True
+    )
+    # 2 twice breaks the unique constraint: the grouped transaction fails, every item is retried alone
+    assert outcomes[0] == 10 and outcomes[1] == 20 and outcomes[4] == 40
+    assert isinstance(outcomes[2], ValueError)
+    assert isinstance(outcomes[3], sa.exc.IntegrityError)
+    assert any(len(c) > 1 for c in calls), "items were grouped"
+    with engine.connect() as connection:
+        assert sorted(connection.execute(sa.text("SELECT v FROM t")).scalars()) == [1, 2, 4]
+    assert await writer.submit(lambda connection: 7) == 7
+    writer.close()
+    with pytest.raises(RuntimeError):
+        await writer.submit(lambda connection: 7)
+    engine.dispose()
+
+
+async def test_concurrent_accepts_of_one_correlation_id_store_one_message(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    from openroute.route import Route
+
+    engine = make_engine(Route("orders", "create", [lambda ex: None]))
+    await engine.start()
+    results = await asyncio.gather(*(engine.accept(inbound("same")) for _ in range(10)))
+    assert sum(not r.duplicate for r in results) == 1
+    assert len({r.message_id for r in results}) == 1
+    await engine.wait_idle(20)
+    assert store.count_by_state() == {S.OK: 1}

@@ -1,0 +1,126 @@
+"""The store on each real database: migrations, duplicates, timestamps, external calls, configuration."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from persistence import (
+    Base,
+    ExternalCallStatus,
+    MessageState,
+    MessageStore,
+    NewMessage,
+    message_table,
+)
+from tests.lifecycle.conftest import START
+
+
+def _new(key: str = "c-1", source: str = "crm", **extra: object) -> NewMessage:
+    return NewMessage(service="s", operation="o", payload="<p/>", content_type="text/xml", correlation_id=key,
+                      source_system=source, receive_ts=START, **extra)  # type: ignore[arg-type]
+
+
+def test_migrations_build_exactly_the_models(store: MessageStore) -> None:
+    assert store.current_revision() == "0001"
+    with store.engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    # SQLite cannot tell a timezone-aware timestamp from a naive one; nothing else may differ
+    relevant = [d for d in differences if not (isinstance(d, list) and d and d[0][0] == "modify_type")]
+    assert relevant == []
+    names = set(sa.inspect(store.engine).get_table_names())
+    assert {"message", "external_call", "confirmation", "node", "alembic_version"} <= names
+
+
+def test_upgrade_is_idempotent(store: MessageStore) -> None:
+    store.upgrade()
+    assert store.current_revision() == "0001"
+
+
+def test_message_indexes_cover_the_engine_queries(store: MessageStore) -> None:
+    indexes = {tuple(i["column_names"]) for i in sa.inspect(store.engine).get_indexes("message")}
+    for needed in [("state", "next_attempt_at"), ("state", "start_process_ts"), ("state", "receive_ts"),
+                   ("node_id", "state"), ("entity_type", "object_id", "receive_ts"), ("funnel_value", "state"),
+                   ("parent_id",)]:
+        assert needed in indexes
+
+
+def test_insert_stores_new_and_duplicates_are_reported(store: MessageStore) -> None:
+    first = store.insert_message(_new(headers={"h": "v"}, object_id="o-1"))
+    assert not first.duplicate
+    row = store.get(first.message.id)
+    assert row == first.message
+    assert row.state is MessageState.NEW and row.version == 0 and row.headers == {"h": "v"}
+    again = store.insert_message(_new())
+    assert again.duplicate and again.message.id == first.message.id
+    other_source = store.insert_message(_new(source="erp"))
+    assert not other_source.duplicate
+    assert store.count_by_state() == {MessageState.NEW: 2}
+
+
+def test_unique_source_and_correlation_is_a_database_constraint(store: MessageStore) -> None:
+    store.insert_message(_new())
+    values = {c.name: None for c in message_table.c if c.name != "id"}
+    values.update(correlation_id="c-1", source_system="crm", service="s", operation="o", payload="p",
+                  content_type="t", headers={}, state=MessageState.NEW, failed_count=0, receive_ts=START,
+                  last_update_ts=START, custom_data={}, business_errors=[], version=0)
+    with pytest.raises(sa.exc.IntegrityError), store.begin() as connection:
+        connection.execute(message_table.insert().values(values))
+
+
+def test_timestamps_come_back_aware_utc(store: MessageStore) -> None:
+    cest = timezone(timedelta(hours=2))
+    stamp = datetime(2024, 6, 1, 14, 0, tzinfo=cest)
+    message = store.insert_message(_new(msg_ts=stamp)).message
+    row = store.get(message.id)
+    assert row.msg_ts == stamp and row.msg_ts.tzinfo == UTC
+    with pytest.raises(sa.exc.StatementError, match="naive"):
+        store.insert_message(_new(key="naive", msg_ts=datetime(2024, 1, 1)))
+    assert store.get(message.id + 1) is None
+
+
+def test_external_call_records(store: MessageStore) -> None:
+    message = store.insert_message(_new()).message
+    assert store.get_external_call(message.id, "k") is None
+    store.record_external_call(message.id, "k", ExternalCallStatus.FAILED, START, error="down")
+    store.record_external_call(message.id, "k", ExternalCallStatus.OK, START, result={"n": 1})
+    call = store.get_external_call(message.id, "k")
+    assert call is not None and call.status is ExternalCallStatus.OK and call.attempts == 2 and call.result == {"n": 1}
+    # an OK record is never overwritten by a later write
+    store.record_external_call(message.id, "k", ExternalCallStatus.FAILED, START, error="late")
+    assert store.get_external_call(message.id, "k") == call
+
+
+def test_queries_of_the_repoll(store: MessageStore) -> None:
+    message = store.insert_message(_new()).message
+    assert store.received_before(MessageState.NEW, START, 10) == [message]
+    assert store.received_before(MessageState.NEW, START - timedelta(seconds=1), 10) == []
+    assert store.due([MessageState.PARTLY_FAILED], START, 10) == []
+
+
+def test_nodes_are_registered(store: MessageStore) -> None:
+    store.register_node("n1", START)
+    store.heartbeat("n1", START + timedelta(seconds=5))
+    store.node_stopped("n1", START + timedelta(seconds=9))
+    store.register_node("n1", START + timedelta(seconds=10))
+    with store.begin() as connection:
+        row = connection.execute(sa.text("select heartbeat_at, stopped_at from node where id = 'n1'")).one()
+    assert row.stopped_at is None
+
+
+def test_sqlite_file_uses_wal_and_busy_timeout(sqlite_url: str) -> None:
+    store = MessageStore(sqlite_url)
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
+    store.dispose()
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "mysql://u@h/db"])
+def test_unusable_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError):
+        MessageStore(url)
