@@ -1,0 +1,111 @@
+"""What a confirmation says, and the errors of the confirmation layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+#: The outcome states a source system is told about (SKIPPED messages are never confirmed).
+CONFIRMED_STATES: frozenset[str] = frozenset({"OK", "FAILED", "CANCEL"})
+
+
+class ConfirmationError(Exception):
+    """Base class of every error raised by the confirmation layer."""
+
+
+class InvalidConfirmationError(ConfirmationError, ValueError):
+    """A confirmation request, policy or configuration is malformed (bad input, never retried)."""
+
+
+class ConfirmationSendError(ConfirmationError):
+    """One attempt to deliver a confirmation failed; the reason is stored and the attempt retried per policy.
+
+    ``reason`` is the short text kept in ``last_error``; ``status_code`` is the HTTP status when there was one.
+    """
+
+    def __init__(self, reason: str, *, status_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class BusinessErrorInfo:
+    """A business error reported to the source system (e.g. ``code="E102"``, ``text="unknown customer"``)."""
+
+    code: str
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str) or not self.code:
+            raise InvalidConfirmationError(f"business error code must be a non-empty string, got {self.code!r}")
+        if not isinstance(self.text, str):
+            raise InvalidConfirmationError(f"business error text must be a string, got {type(self.text).__name__}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmationRequest:
+    """The final outcome of one message, as told to the system that sent it (keyword arguments only).
+
+    ``state`` is ``"OK"``, ``"FAILED"`` or ``"CANCEL"``. ``message_id`` is the store's id of the message (an int or a
+    string; it is sent as text). ``finished_at`` should be an aware UTC datetime.
+    """
+
+    message_id: int | str
+    correlation_id: str
+    source_system: str
+    process_id: str | None = None
+    service: str | None = None
+    operation: str | None = None
+    state: str
+    business_errors: tuple[BusinessErrorInfo, ...] = field(default_factory=tuple)
+    error_code: str | None = None
+    error_text: str | None = None
+    finished_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.message_id is None or isinstance(self.message_id, bool) or (
+            not isinstance(self.message_id, int | str)
+        ):
+            raise InvalidConfirmationError(f"message_id must be an int or a string, got {self.message_id!r}")
+        if isinstance(self.message_id, str) and not self.message_id:
+            raise InvalidConfirmationError("message_id must not be empty")
+        for name in ("correlation_id", "source_system"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidConfirmationError(f"{name} must be a non-empty string, got {value!r}")
+        if self.state not in CONFIRMED_STATES:
+            raise InvalidConfirmationError(
+                f"state must be one of {sorted(CONFIRMED_STATES)}, got {self.state!r}"
+            )
+        if not isinstance(self.business_errors, tuple):
+            # a list is accepted for convenience, but the frozen request keeps an immutable tuple
+            if isinstance(self.business_errors, list):
+                object.__setattr__(self, "business_errors", tuple(self.business_errors))
+            else:
+                raise InvalidConfirmationError(
+                    f"business_errors must be a tuple of BusinessErrorInfo, got {type(self.business_errors).__name__}"
+                )
+        for error in self.business_errors:
+            if not isinstance(error, BusinessErrorInfo):
+                raise InvalidConfirmationError(f"business_errors must hold BusinessErrorInfo, got {error!r}")
+        if self.finished_at is not None and (
+            not isinstance(self.finished_at, datetime) or self.finished_at.tzinfo is None
+        ):
+            raise InvalidConfirmationError(f"finished_at must be an aware datetime, got {self.finished_at!r}")
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON document sent by :class:`~confirmation.HttpJsonConfirmation` (camelCase, like the SOAP body)."""
+        return {
+            "correlationId": self.correlation_id,
+            "messageId": str(self.message_id),
+            "sourceSystem": self.source_system,
+            "processId": self.process_id,
+            "service": self.service,
+            "operation": self.operation,
+            "state": self.state,
+            "finishedAt": self.finished_at.isoformat() if self.finished_at else None,
+            "businessErrors": [{"code": e.code, "text": e.text} for e in self.business_errors],
+            "errorCode": self.error_code,
+            "errorText": self.error_text,
+        }

@@ -1,0 +1,557 @@
+"""Persisted confirmations: owed once per final message, retried on their own schedule, never sent twice.
+
+Life of a confirmation row (table ``confirmation``, one per message):
+
+* :meth:`ConfirmationService.enqueue` (the engine's final-state hook) or :meth:`~ConfirmationService.sweep_missing`
+  (repair) inserts it PENDING, due now. A second insert for the same message is a no-op (unique ``message_id``).
+* :meth:`~ConfirmationService.process_due` claims each due PENDING row with a conditional update that bumps
+  ``attempts`` and pushes ``next_attempt_at`` by the policy's ``claim_timeout`` (a lease): of two nodes racing for a
+  row exactly one update matches. Only the claimant sends.
+* Success -> SENT with ``sent_at``; it is never selected again. Failure -> ``last_error`` and the next due time per
+  :class:`~confirmation.ConfirmationPolicy`; attempts exhausted -> FAILED, kept for the admin API.
+
+The request sent is rebuilt from the message row at send time, so nothing but the message id needs persisting.
+Delivery is at-least-once at the transport level: if a node dies after the peer accepted but before SENT is
+committed, the row is sent again after the lease; source systems should treat the message id as idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, cast
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from confirmation.callbacks import ConfirmationCallback
+from confirmation.model import (
+    CONFIRMED_STATES,
+    BusinessErrorInfo,
+    ConfirmationRequest,
+    ConfirmationSendError,
+    InvalidConfirmationError,
+)
+from confirmation.policy import ConfirmationPolicy
+from persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+
+log = logging.getLogger("confirmation")
+
+_MAX_ERROR = 2000
+_C = confirmation_table.c
+_M = message_table.c
+
+
+class Clock(Protocol):
+    """Anything with ``now() -> aware UTC datetime`` (tests inject one to move time without sleeping)."""
+
+    def now(self) -> datetime: ...
+
+
+@dataclass(frozen=True)
+class ConfirmationInfo:
+    """A confirmation row as the admin API shows it."""
+
+    message_id: int
+    source_system: str
+    outcome_state: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    sent_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    """What one :meth:`ConfirmationService.process_due` pass did.
+
+    ``sent``: delivered and marked SENT; ``retry_scheduled``: failed, due again later; ``given_up``: failed for the
+    last time, now FAILED; ``lost_claims``: rows another node claimed first (or took over after our lease expired);
+    ``errors``: attempts whose outcome could not be written (the row is retried when its lease expires).
+    """
+
+    sent: int = 0
+    retry_scheduled: int = 0
+    given_up: int = 0
+    lost_claims: int = 0
+    errors: int = 0
+
+    @property
+    def attempted(self) -> int:
+        """Confirmations this pass tried to send."""
+        return self.sent + self.retry_scheduled + self.given_up
+
+
+def _engine_of(store_or_engine: object) -> sa.Engine:
+    if isinstance(store_or_engine, sa.Engine):
+        return store_or_engine
+    engine = getattr(store_or_engine, "engine", None)
+    if isinstance(engine, sa.Engine):
+        return engine
+    raise InvalidConfirmationError(
+        f"expected a MessageStore (with .engine) or a sqlalchemy Engine, got {type(store_or_engine).__name__}"
+    )
+
+
+def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], datetime]:
+    if clock is None:
+        return lambda: datetime.now(UTC)
+    now = getattr(clock, "now", None)
+    if callable(now):
+        return now
+    if callable(clock):
+        return clock
+    raise InvalidConfirmationError(f"clock must have now() or be callable, got {clock!r}")
+
+
+def _info(row: sa.Row[Any]) -> ConfirmationInfo:
+    return ConfirmationInfo(
+        message_id=row.message_id,
+        source_system=row.source_system,
+        outcome_state=MessageState(row.outcome_state).value,
+        status=ConfirmationStatus(row.status).value,
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        last_error=row.last_error,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        sent_at=row.sent_at,
+    )
+
+
+def _business_errors(raw: object) -> tuple[BusinessErrorInfo, ...]:
+    errors = []
+    for item in raw or ():  # type: ignore[attr-defined]
+        if isinstance(item, dict) and item.get("code"):
+            errors.append(BusinessErrorInfo(str(item["code"]), str(item.get("text") or item.get("message") or "")))
+    return tuple(errors)
+
+
+def request_from_message(row: sa.Row[Any], outcome_state: str) -> ConfirmationRequest:
+    """The confirmation of a message row (``message`` table columns) that ended in ``outcome_state``."""
+    return ConfirmationRequest(
+        message_id=row.id,
+        correlation_id=row.correlation_id,
+        source_system=row.source_system,
+        state=outcome_state,
+        process_id=row.process_id,
+        service=row.service,
+        operation=row.operation,
+        business_errors=_business_errors(row.business_errors),
+        error_code=row.last_error_code,
+        error_text=row.last_error_text,
+        finished_at=row.last_update_ts,
+    )
+
+
+class ConfirmationService:
+    """Persists, sends and retries confirmations through ``callback`` (see the module docstring).
+
+    ``store_or_engine`` is a ``persistence.MessageStore`` (its ``engine`` is used) or a SQLAlchemy ``Engine`` on the
+    store's database. ``batch_size`` rows are claimed per query and at most ``concurrency`` are sent at once, so a
+    slow or failing system never holds up the others; each send is also bounded by the policy's ``claim_timeout``.
+    Database work runs in worker threads so the event loop is never blocked.
+    """
+
+    def __init__(
+        self,
+        store_or_engine: object,
+        callback: ConfirmationCallback,
+        policy: ConfirmationPolicy | None = None,
+        clock: Clock | Callable[[], datetime] | None = None,
+        *,
+        batch_size: int = 100,
+        concurrency: int = 8,
+    ) -> None:
+        if not isinstance(callback, ConfirmationCallback):
+            raise InvalidConfirmationError(f"callback must be a ConfirmationCallback, got {callback!r}")
+        for name, value in (("batch_size", batch_size), ("concurrency", concurrency)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfirmationError(f"{name} must be an int >= 1, got {value!r}")
+        self.engine = _engine_of(store_or_engine)
+        self.callback = callback
+        self.policy = policy or ConfirmationPolicy()
+        self._now = _now_function(clock)
+        self._batch_size = batch_size
+        self._concurrency = concurrency
+
+    def now(self) -> datetime:
+        """The service's current time (the injected clock), checked to be timezone-aware."""
+        now = self._now()
+        if not isinstance(now, datetime) or now.tzinfo is None:
+            raise InvalidConfirmationError(f"the clock must return an aware datetime, got {now!r}")
+        return now
+
+    # -- creating rows ------------------------------------------------------------------------------------------
+
+    def _insert_ignore(self, connection: sa.Connection, rows: list[dict[str, Any]]) -> int:
+        dialect = connection.dialect.name
+        if dialect == "postgresql":
+            statement: Any = postgresql.insert(confirmation_table)
+        elif dialect == "sqlite":
+            statement = sqlite.insert(confirmation_table)
+        else:  # pragma: no cover - the store supports SQLite and PostgreSQL only
+            raise InvalidConfirmationError(f"unsupported database dialect {dialect!r}")
+        statement = statement.on_conflict_do_nothing(index_elements=["message_id"]).returning(_C.id)
+        # RETURNING tells inserted from ignored rows; rowcount is -1 for these statements on some drivers
+        return sum(connection.execute(statement.values(**row)).scalar() is not None for row in rows)
+
+    def _row(self, message_id: int, source_system: str, state: str, now: datetime) -> dict[str, Any]:
+        return {
+            "message_id": message_id,
+            "source_system": source_system,
+            "outcome_state": MessageState(state),
+            "status": ConfirmationStatus.PENDING,
+            "attempts": 0,
+            "next_attempt_at": now,
+            "created_at": now,
+            "updated_at": now,
+        }
+
+    def enqueue_in(self, request: ConfirmationRequest, connection: sa.Connection | None = None) -> bool:
+        """Synchronous :meth:`enqueue`; with ``connection`` it joins that transaction, so the engine can commit a
+        message's final state and its confirmation row together (then nothing can be lost in between).
+        """
+        if not isinstance(request, ConfirmationRequest):
+            raise InvalidConfirmationError(f"expected a ConfirmationRequest, got {request!r}")
+        if isinstance(request.message_id, bool) or not isinstance(request.message_id, int):
+            raise InvalidConfirmationError(
+                f"persisted confirmations need the store's integer message id, got {request.message_id!r}"
+            )
+        if not self.callback.confirms(request.source_system):
+            return False
+        row = self._row(request.message_id, request.source_system, request.state, self.now())
+        try:
+            if connection is not None:
+                with connection.begin_nested():  # a savepoint, so a failure leaves the caller's transaction usable
+                    return self._insert_ignore(connection, [row]) == 1
+            with self.engine.begin() as own:
+                return self._insert_ignore(own, [row]) == 1
+        except sa.exc.IntegrityError as error:
+            # the only other constraint is the foreign key: the message must exist in the store
+            raise InvalidConfirmationError(f"message {request.message_id} is not in the store") from error
+
+    async def enqueue(self, request: ConfirmationRequest) -> bool:
+        """Persist the confirmation PENDING, due now; ``False`` (a no-op) if the message already has one or the
+        callback does not confirm its source system. Raises :class:`~confirmation.InvalidConfirmationError` for a
+        message id that is not an int of the store.
+        """
+        return await asyncio.to_thread(self.enqueue_in, request)
+
+    def on_final_state_tx(self, message: Any, connection: sa.Connection) -> None:
+        """Engine hook run inside the transaction that made ``message`` final (a ``persistence.StoredMessage``):
+        inserts its confirmation row in that transaction. SKIPPED messages and unconfirmed systems get none.
+        """
+        state = MessageState(message.state).value
+        if state in CONFIRMED_STATES:
+            self.enqueue_in(request_from_message(message, state), connection)
+
+    async def on_final_state(self, message: Any) -> None:
+        """Engine hook awaited after the final commit: makes sure the row exists (idempotent) and sends it at once.
+
+        Never raises: a failure here leaves a PENDING row (or a final message the sweep finds) that
+        :meth:`process_due` / :meth:`run` picks up.
+        """
+        state = MessageState(message.state).value
+        if state not in CONFIRMED_STATES:
+            return
+        try:
+            await self.enqueue(request_from_message(message, state))
+            await self.send_now(message.id)
+        except Exception:
+            log.exception("immediate confirmation of message %s failed; it is retried by process_due", message.id)
+
+    async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
+        """Create the confirmations of final (OK / FAILED / CANCEL) messages that have none; return how many.
+
+        Repairs "never lost": a node that died between a message's final commit and :meth:`enqueue` leaves no row.
+        Messages of source systems the callback does not confirm are left alone. At most ``limit`` per call;
+        ``updated_since`` restricts the scan to messages whose last update is at or after it (cheaper on a big
+        store, e.g. the last day).
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidConfirmationError(f"limit must be an int >= 1, got {limit!r}")
+        if updated_since is not None and (not isinstance(updated_since, datetime) or updated_since.tzinfo is None):
+            raise InvalidConfirmationError(f"updated_since must be an aware datetime, got {updated_since!r}")
+        now = self.now()
+        systems = self.callback.confirmed_systems()
+        query = (
+            sa.select(_M.id, _M.source_system, _M.state)
+            .outerjoin(confirmation_table, _C.message_id == _M.id)
+            .where(_C.id.is_(None), _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]))
+            .order_by(_M.id)
+            .limit(limit)
+        )
+        if updated_since is not None:
+            query = query.where(_M.last_update_ts >= updated_since)
+        if systems is not None:
+            if not systems:
+                return 0
+            query = query.where(_M.source_system.in_(sorted(systems)))
+
+        def work() -> int:
+            with self.engine.begin() as connection:
+                found = connection.execute(query).all()
+                rows = [
+                    self._row(r.id, r.source_system, MessageState(r.state).value, now)
+                    for r in found
+                    if self.callback.confirms(r.source_system)
+                ]
+                return self._insert_ignore(connection, rows) if rows else 0
+
+        created = await asyncio.to_thread(work)
+        if created:
+            log.warning("created %d missing confirmation(s) of final messages", created)
+        return created
+
+    # -- sending ------------------------------------------------------------------------------------------------
+
+    def _claim_batch(
+        self, now: datetime, after_id: int, message_id: int | None = None
+    ) -> tuple[list[tuple[sa.Row[Any], int]], int, int]:
+        """Claim up to batch_size due rows with id > after_id (or the one of ``message_id``); return (claimed with
+        their attempt number, last id seen, rows that another node claimed first)."""
+        candidates = (
+            sa.select(_C.id, _C.message_id, _C.outcome_state, _C.attempts, _C.next_attempt_at)
+            .where(_C.status == ConfirmationStatus.PENDING, _C.next_attempt_at <= now, _C.id > after_id)
+            .order_by(_C.id)
+            .limit(self._batch_size)
+        )
+        if message_id is not None:
+            candidates = candidates.where(_C.message_id == message_id)
+        claimed: list[tuple[sa.Row[Any], int]] = []
+        lost, last_id = 0, after_id
+        # read first, then claim in a write-only transaction: on SQLite a read transaction upgraded to a write
+        # deadlocks with a concurrent claimer instead of waiting for it
+        with self.engine.connect() as connection:
+            rows = connection.execute(candidates).all()
+        with self.engine.begin() as connection:
+            for row in rows:
+                last_id = row.id
+                result = connection.execute(
+                    sa.update(confirmation_table)
+                    .where(
+                        _C.id == row.id,
+                        _C.status == ConfirmationStatus.PENDING,
+                        _C.attempts == row.attempts,
+                        _C.next_attempt_at <= now,
+                    )
+                    .values(attempts=row.attempts + 1, next_attempt_at=now + self.policy.claim_timeout, updated_at=now)
+                )
+                if result.rowcount == 1:
+                    claimed.append((cast("sa.Row[Any]", row), row.attempts + 1))
+                else:
+                    lost += 1
+        return claimed, last_id, lost
+
+    def _load_requests(self, claimed: list[tuple[sa.Row[Any], int]]) -> dict[int, ConfirmationRequest | str]:
+        ids = [row.message_id for row, _ in claimed]
+        with self.engine.connect() as connection:
+            messages = {m.id: m for m in connection.execute(sa.select(message_table).where(_M.id.in_(ids)))}
+        result: dict[int, ConfirmationRequest | str] = {}
+        for row, _ in claimed:
+            message = messages.get(row.message_id)
+            if message is None:
+                result[row.message_id] = f"message {row.message_id} is no longer in the store"
+                continue
+            try:
+                result[row.message_id] = request_from_message(message, MessageState(row.outcome_state).value)
+            except InvalidConfirmationError as error:
+                result[row.message_id] = f"message {row.message_id} cannot be confirmed: {error}"
+        return result
+
+    def _record(self, row_id: int, attempt: int, error: str | None) -> str:
+        """Write the outcome of a claimed attempt; return 'sent' | 'retry' | 'failed' | 'lost'."""
+        now = self.now()
+        owned = sa.update(confirmation_table).where(
+            _C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt
+        )
+        if error is None:
+            statement, outcome = owned.values(status=ConfirmationStatus.SENT, sent_at=now, updated_at=now), "sent"
+        elif self.policy.exhausted(attempt):
+            statement = owned.values(status=ConfirmationStatus.FAILED, last_error=error, updated_at=now)
+            outcome = "failed"
+        else:
+            due = now + self.policy.delay_after(attempt)
+            statement = owned.values(next_attempt_at=due, last_error=error, updated_at=now)
+            outcome = "retry"
+        with self.engine.begin() as connection:
+            if connection.execute(statement).rowcount != 1:
+                return "lost"
+        return outcome
+
+    async def _send(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> str:
+        error: str | None
+        if isinstance(request, str):
+            error = request
+        else:
+            try:
+                await asyncio.wait_for(self.callback.confirm(request), self.policy.claim_timeout.total_seconds())
+                error = None
+            except ConfirmationSendError as failure:
+                error = failure.reason
+            except TimeoutError:
+                error = f"no answer within the claim timeout of {self.policy.claim_timeout}"
+            except Exception as failure:  # a broken callback is a failed attempt, never a lost confirmation
+                log.exception("confirmation callback raised for message %s", row.message_id)
+                error = f"{type(failure).__name__}: {failure}"
+        if error is not None and len(error) > _MAX_ERROR:
+            error = error[: _MAX_ERROR - 3] + "..."
+        outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
+        if outcome == "lost":
+            log.warning("confirmation of message %s: claim expired while sending (attempt %d); another node "
+                        "owns it now", row.message_id, attempt)
+        elif outcome == "failed":
+            log.error("confirmation of message %s failed for good after %d attempts: %s",
+                      row.message_id, attempt, error)
+        elif outcome == "retry":
+            log.info("confirmation of message %s failed (attempt %d), retried later: %s",
+                     row.message_id, attempt, error)
+        return outcome
+
+    async def _process(self, message_id: int | None) -> ProcessReport:
+        now = self.now()
+        counts = {"sent": 0, "retry": 0, "failed": 0, "lost": 0}
+        limiter = asyncio.Semaphore(self._concurrency)
+        lost_claims, after_id, errors = 0, 0, 0
+
+        async def one(row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> None:
+            async with limiter:
+                counts[await self._send(row, attempt, request)] += 1
+
+        while True:
+            claimed, after_id, lost = await asyncio.to_thread(self._claim_batch, now, after_id, message_id)
+            lost_claims += lost
+            if claimed:
+                requests = await asyncio.to_thread(self._load_requests, claimed)
+                # return_exceptions: one row whose outcome could not be written (database hiccup) must not orphan
+                # the other sends; its lease expires and it is retried
+                results = await asyncio.gather(
+                    *(one(row, attempt, requests[row.message_id]) for row, attempt in claimed), return_exceptions=True
+                )
+                for result in results:
+                    if isinstance(result, BaseException):
+                        if not isinstance(result, Exception):
+                            raise result
+                        errors += 1
+                        log.error("recording a confirmation attempt failed", exc_info=result)
+            if len(claimed) + lost < self._batch_size:
+                break
+        return ProcessReport(
+            sent=counts["sent"],
+            retry_scheduled=counts["retry"],
+            given_up=counts["failed"],
+            lost_claims=lost_claims + counts["lost"],
+            errors=errors,
+        )
+
+    async def process_due(self) -> ProcessReport:
+        """Send every confirmation due now (once each per call); return what happened.
+
+        Failures are recorded per row and never stop the others; rows a concurrent caller claimed first are
+        skipped (counted in ``lost_claims``).
+        """
+        return await self._process(None)
+
+    async def send_now(self, message_id: int) -> ProcessReport:
+        """Send the confirmation of one message now if it is due (the engine calls this right after
+        :meth:`enqueue` so the source system hears at once); otherwise do nothing. Same claim rules as
+        :meth:`process_due`.
+        """
+        if isinstance(message_id, bool) or not isinstance(message_id, int):
+            raise InvalidConfirmationError(f"message_id must be the store's integer id, got {message_id!r}")
+        return await self._process(message_id)
+
+    async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
+        """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
+
+        An error of one pass (e.g. the database briefly unreachable) is logged and the next pass runs as usual.
+        """
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            raise InvalidConfirmationError(f"interval must be positive, got {interval!r}")
+        while not stop.is_set():
+            try:
+                if sweep:
+                    await self.sweep_missing()
+                await self.process_due()
+            except Exception:
+                log.exception("confirmation pass failed; retrying in %s s", seconds)
+            try:
+                await asyncio.wait_for(stop.wait(), seconds)
+            except TimeoutError:
+                pass
+
+    # -- admin --------------------------------------------------------------------------------------------------
+
+    async def get(self, message_id: int) -> ConfirmationInfo | None:
+        """The confirmation of one message, or ``None`` if it has none."""
+
+        def work() -> ConfirmationInfo | None:
+            with self.engine.connect() as connection:
+                row = connection.execute(sa.select(confirmation_table).where(_C.message_id == message_id)).first()
+            return None if row is None else _info(row)
+
+        return await asyncio.to_thread(work)
+
+    async def find(self, status: str | None = None, *, limit: int = 100, offset: int = 0) -> list[ConfirmationInfo]:
+        """Confirmations (optionally of one status: PENDING, SENT, FAILED), most recently updated first."""
+        for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidConfirmationError(f"{name} must be an int >= {least}, got {value!r}")
+        query = sa.select(confirmation_table).order_by(_C.updated_at.desc(), _C.id.desc()).limit(limit).offset(offset)
+        if status is not None:
+            try:
+                query = query.where(_C.status == ConfirmationStatus(status))
+            except ValueError as error:
+                raise InvalidConfirmationError(
+                    f"status must be one of {[s.value for s in ConfirmationStatus]}, got {status!r}"
+                ) from error
+
+        def work() -> list[ConfirmationInfo]:
+            with self.engine.connect() as connection:
+                return [_info(row) for row in connection.execute(query)]
+
+        return await asyncio.to_thread(work)
+
+    async def failed(self, *, limit: int = 100, offset: int = 0) -> list[ConfirmationInfo]:
+        """Confirmations given up after the policy's attempts (for the admin API)."""
+        return await self.find(ConfirmationStatus.FAILED.value, limit=limit, offset=offset)
+
+    async def counts(self) -> dict[str, int]:
+        """Number of confirmations per status (every status present, zero included)."""
+
+        def work() -> dict[str, int]:
+            with self.engine.connect() as connection:
+                rows = connection.execute(sa.select(_C.status, sa.func.count()).group_by(_C.status)).all()
+            found = {ConfirmationStatus(status).value: count for status, count in rows}
+            return {s.value: found.get(s.value, 0) for s in ConfirmationStatus}
+
+        return await asyncio.to_thread(work)
+
+    async def retry(self, message_ids: Iterable[int]) -> int:
+        """Operator action: make FAILED confirmations PENDING again with fresh attempts, due now; return how many.
+
+        SENT and PENDING ones are left alone, so a confirmation is never sent twice after success.
+        """
+        ids = list(message_ids)
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+        if bad:
+            raise InvalidConfirmationError(f"message ids must be the store's integer ids, got {bad!r}")
+        now = self.now()
+
+        def work() -> int:
+            with self.engine.begin() as connection:
+                return connection.execute(
+                    sa.update(confirmation_table)
+                    .where(_C.message_id.in_(ids), _C.status == ConfirmationStatus.FAILED)
+                    .values(status=ConfirmationStatus.PENDING, attempts=0, next_attempt_at=now, updated_at=now)
+                ).rowcount
+
+        return await asyncio.to_thread(work) if ids else 0

@@ -1,0 +1,164 @@
+"""Confirmation to external systems over SOAP (zeep, our WSDL) and HTTP JSON (httpx)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import zeep
+import zeep.exceptions
+from zeep.proxy import AsyncServiceProxy
+from zeep.transports import AsyncTransport
+
+from confirmation.callbacks import ExternalSystemConfirmation
+from confirmation.model import ConfirmationRequest, ConfirmationSendError, InvalidConfirmationError
+
+#: The WSDL shipped with the package; source systems implement it to receive confirmations.
+DEFAULT_WSDL: Path = Path(str(resources.files("confirmation") / "wsdl" / "confirmation.wsdl"))
+NAMESPACE = "urn:openroute:confirmation:v1"
+_BINDING = f"{{{NAMESPACE}}}ConfirmationBinding"
+_MAX_REASON = 500
+
+
+def _check_url(url: str, what: str) -> str:
+    if not isinstance(url, str):
+        raise InvalidConfirmationError(f"{what} must be a string URL, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise InvalidConfirmationError(f"{what} must be an absolute http(s) URL, got {url!r}")
+    return url
+
+
+def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if value is None and name == "connect_timeout":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise InvalidConfirmationError(f"{name} must be a positive number of seconds, got {value!r}")
+    return httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
+class SoapConfirmation(ExternalSystemConfirmation):
+    """Confirms by calling the ``confirm`` operation of ``confirmation.wsdl`` at ``address`` with zeep.
+
+    A SOAP Fault, an HTTP error status, a timeout, a connection error, an unparsable answer or ``accepted=false``
+    raise :class:`~confirmation.ConfirmationSendError` with the reason. ``timeout`` bounds each read/write/pool wait
+    and ``connect_timeout`` (default: ``timeout``) the connection set-up, in seconds. Pass ``http_client`` to share
+    an ``httpx.AsyncClient`` (its own timeouts then apply and :meth:`aclose` leaves it open).
+    """
+
+    def __init__(
+        self,
+        source_system: str,
+        address: str,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        wsdl: str | Path = DEFAULT_WSDL,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(source_system)
+        self.address = _check_url(address, "address")
+        self._owns_client = http_client is None
+        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
+        with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
+            transport = AsyncTransport(client=client, wsdl_client=wsdl_client)
+            # zeep's default settings already forbid DTDs and entities in answers (no XXE)
+            self._zeep = zeep.AsyncClient(str(wsdl), transport=transport)
+        # zeep's create_service() returns a synchronous proxy even on an AsyncClient, so bind the async one here
+        self._service = AsyncServiceProxy(self._zeep, self._zeep.wsdl.bindings[_BINDING], address=self.address)
+        self._client = client
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        """Call ``confirm`` once; raise :class:`~confirmation.ConfirmationSendError` if it did not succeed."""
+        errors = (
+            {"businessError": [{"code": e.code, "text": e.text} for e in request.business_errors]}
+            if request.business_errors
+            else None
+        )
+        try:
+            answer = await self._service.confirm(
+                correlationId=request.correlation_id,
+                messageId=str(request.message_id),
+                sourceSystem=request.source_system,
+                processId=request.process_id,
+                service=request.service,
+                operation=request.operation,
+                state=request.state,
+                finishedAt=request.finished_at,
+                businessErrors=errors,
+                errorCode=request.error_code,
+                errorText=request.error_text,
+            )
+        except zeep.exceptions.Fault as fault:
+            raise ConfirmationSendError(_short(f"SOAP Fault {fault.code or ''}: {fault.message}")) from fault
+        except zeep.exceptions.TransportError as error:
+            raise ConfirmationSendError(
+                _short(f"HTTP {error.status_code}: {error.message}"), status_code=error.status_code
+            ) from error
+        except httpx.TimeoutException as error:
+            raise ConfirmationSendError(_short(f"timeout calling {self.address}: {type(error).__name__}")) from error
+        except httpx.HTTPError as error:
+            reason = f"cannot call {self.address}: {type(error).__name__}: {error}"
+            raise ConfirmationSendError(_short(reason)) from error
+        except zeep.exceptions.Error as error:
+            raise ConfirmationSendError(_short(f"invalid SOAP answer from {self.address}: {error}")) from error
+        if answer is None or not answer.accepted:
+            reason = getattr(answer, "reason", None) or "no reason given"
+            raise ConfirmationSendError(_short(f"confirmation refused by {self.source_system}: {reason}"))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this confirmation created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+
+class HttpJsonConfirmation(ExternalSystemConfirmation):
+    """Confirms with an HTTP POST of :meth:`ConfirmationRequest.to_json` to ``url``; any 2xx status is success.
+
+    Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
+    ``headers`` are sent with every request (e.g. an API key).
+    """
+
+    def __init__(
+        self,
+        source_system: str,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(source_system)
+        self.url = _check_url(url, "url")
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        self._headers = dict(headers or {})
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        """POST the confirmation once; raise :class:`~confirmation.ConfirmationSendError` unless the answer is 2xx."""
+        try:
+            response = await self._client.post(self.url, json=request.to_json(), headers=self._headers)
+        except httpx.TimeoutException as error:
+            raise ConfirmationSendError(_short(f"timeout calling {self.url}: {type(error).__name__}")) from error
+        except httpx.HTTPError as error:
+            raise ConfirmationSendError(_short(f"cannot call {self.url}: {type(error).__name__}: {error}")) from error
+        if not response.is_success:
+            raise ConfirmationSendError(
+                _short(f"HTTP {response.status_code}: {response.text}"), status_code=response.status_code
+            )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this confirmation created it."""
+        if self._owns_client:
+            await self._client.aclose()

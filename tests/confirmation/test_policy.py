@@ -1,0 +1,51 @@
+"""ConfirmationPolicy: schedule of retries and validation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from confirmation import ConfirmationPolicy, InvalidConfirmationError
+
+
+def test_delays_grow_by_backoff_up_to_the_cap() -> None:
+    policy = ConfirmationPolicy(max_attempts=6, interval=10, backoff=3, cap=timedelta(minutes=2))
+    assert [policy.delay_after(n).total_seconds() for n in range(1, 6)] == [10, 30, 90, 120, 120]
+    assert [policy.exhausted(n) for n in (1, 5, 6, 7)] == [False, False, True, True]
+
+
+def test_constant_interval_and_huge_exponent() -> None:
+    assert ConfirmationPolicy(interval=5, backoff=1, cap=5).delay_after(1000) == timedelta(seconds=5)
+    huge = ConfirmationPolicy(backoff=1e6, cap=timedelta(days=1))
+    assert huge.delay_after(10_000) == timedelta(days=1)  # float overflow is capped, not raised
+
+
+def test_seconds_become_timedeltas() -> None:
+    policy = ConfirmationPolicy(interval=1.5, cap=60, claim_timeout=30)
+    assert (policy.interval, policy.cap, policy.claim_timeout) == (
+        timedelta(seconds=1.5), timedelta(minutes=1), timedelta(seconds=30))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"interval": -1}, "interval"),
+        ({"interval": "10s"}, "interval"),
+        ({"backoff": 0.5}, "backoff"),
+        ({"backoff": None}, "backoff"),
+        ({"cap": 1, "interval": 10}, "cap"),
+        ({"claim_timeout": 0}, "claim_timeout"),
+    ],
+)
+def test_bad_policy_is_rejected(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidConfirmationError, match=match):
+        ConfirmationPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_delay_after_needs_a_failed_attempt() -> None:
+    with pytest.raises(InvalidConfirmationError, match="failed_attempts"):
+        ConfirmationPolicy().delay_after(0)
