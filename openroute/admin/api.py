@@ -1,0 +1,337 @@
+"""The admin API (JSON over HTTP, HTTP Basic with the admin role): search, detail, restart, cancel, counts.
+
+State changes go through :func:`openroute.states.transition` (legality, then an optimistic write); a cancel
+runs the engine's final-state hooks like any other final state, so the source system is told.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import sqlalchemy as sa
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from openroute import states
+from openroute.engine import Engine
+from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
+from openroute.inbound.auth import AdminAuth
+from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
+from persistence import (
+    MessageState,
+    StoredMessage,
+    confirmation_table,
+    external_call_table,
+    message_table,
+)
+
+log = logging.getLogger("openroute.admin")
+T = TypeVar("T")
+
+MAX_PAGE_SIZE = 500
+DEFAULT_PAGE_SIZE = 50
+_TEXT_FILTERS = ("service", "operation", "source_system", "correlation_id", "object_id", "process_id", "entity_type")
+_KNOWN_PARAMS = frozenset({*_TEXT_FILTERS, "state", "received_from", "received_to", "page", "page_size"})
+
+
+class InvalidQueryError(ValidationError):
+    """A search parameter of the admin API is unknown or malformed (HTTP 400)."""
+
+    code = "INVALID_QUERY"
+
+
+class MessageNotFoundError(OpenrouteError, LookupError):
+    """No message with that id (HTTP 404)."""
+
+    code = "NOT_FOUND"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def message_summary(message: StoredMessage) -> dict[str, Any]:
+    """The JSON form of a message in search results (no payload, headers or custom data)."""
+    return {
+        "id": message.id,
+        "state": message.state.value,
+        "service": message.service,
+        "operation": message.operation,
+        "sourceSystem": message.source_system,
+        "correlationId": message.correlation_id,
+        "processId": message.process_id,
+        "objectId": message.object_id,
+        "entityType": message.entity_type,
+        "funnelValue": message.funnel_value,
+        "failedCount": message.failed_count,
+        "receivedAt": _iso(message.receive_ts),
+        "lastUpdateAt": _iso(message.last_update_ts),
+        "nextAttemptAt": _iso(message.next_attempt_at),
+        "lastErrorCode": message.last_error_code,
+        "parentId": message.parent_id,
+    }
+
+
+def message_detail(message: StoredMessage) -> dict[str, Any]:
+    """The JSON form of one message with everything stored about it."""
+    return {
+        **message_summary(message),
+        "payload": message.payload,
+        "contentType": message.content_type,
+        "headers": message.headers,
+        "messageTimestamp": _iso(message.msg_ts),
+        "startedAt": _iso(message.start_process_ts),
+        "nodeId": message.node_id,
+        "customData": message.custom_data,
+        "businessErrors": message.business_errors,
+        "lastErrorText": message.last_error_text,
+        "version": message.version,
+    }
+
+
+def _parse_time(name: str, value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidQueryError(f"{name} must be an ISO 8601 date-time, got {value[:60]!r}") from None
+    if parsed.tzinfo is None:
+        raise InvalidQueryError(f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}")
+    return parsed
+
+
+def _parse_int(name: str, value: str | None, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidQueryError(f"{name} must be an integer, got {value[:40]!r}") from None
+    if not low <= number <= high:
+        raise InvalidQueryError(f"{name} must be in {low}..{high}, got {number}")
+    return number
+
+
+def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
+    """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad)."""
+    unknown = set(params) - _KNOWN_PARAMS
+    if unknown:
+        raise InvalidQueryError(f"unknown search parameters {sorted(unknown)}; known: {sorted(_KNOWN_PARAMS)}")
+    c = message_table.c
+    conditions: list[sa.ColumnElement[bool]] = []
+    if states_:
+        try:
+            wanted = [MessageState(s.upper()) for s in states_]
+        except ValueError:
+            raise InvalidQueryError(
+                f"unknown state in {states_}; states are {[s.value for s in MessageState]}"
+            ) from None
+        conditions.append(c.state.in_(wanted))
+    for name in _TEXT_FILTERS:
+        value = params.get(name)
+        if value is not None:
+            if not value or len(value) > 255:
+                raise InvalidQueryError(f"{name} must be 1-255 characters")
+            conditions.append(c[name] == value)
+    start = params.get("received_from")
+    end = params.get("received_to")
+    start_ts = _parse_time("received_from", start) if start is not None else None
+    end_ts = _parse_time("received_to", end) if end is not None else None
+    if start_ts is not None and end_ts is not None and end_ts < start_ts:
+        raise InvalidQueryError("received_to is before received_from")
+    if start_ts is not None:
+        conditions.append(c.receive_ts >= start_ts)
+    if end_ts is not None:
+        conditions.append(c.receive_ts < end_ts)
+    return conditions
+
+
+class AdminApi:
+    """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
+
+    Without ``auth`` every admin request is refused with 401: the API is never open by accident.
+    """
+
+    def __init__(self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin") -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.auth = auth
+        self.prefix = prefix
+
+    def routes(self) -> list[Route]:
+        """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``."""
+        p = self.prefix
+        return [
+            Route(f"{p}/messages", self._guard(self.search), methods=["GET"]),
+            Route(p + "/messages/{message_id}", self._guard(self.detail), methods=["GET"]),
+            Route(p + "/messages/{message_id}/restart", self._guard(self.restart), methods=["POST"]),
+            Route(p + "/messages/{message_id}/cancel", self._guard(self.cancel), methods=["POST"]),
+            Route(f"{p}/counts", self._guard(self.counts), methods=["GET"]),
+        ]
+
+    def _guard(self, handler: Callable[[Request, str], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                if self.auth is None:
+                    raise AuthenticationError("the admin API has no users configured")
+                user = self.auth.authorize(request.headers)
+                return await handler(request, user)
+            except Exception as error:
+                if isinstance(error, IllegalTransitionError | StaleMessageError):
+                    status, code = 409, type(error).__name__.removesuffix("Error").upper()
+                elif isinstance(error, MessageNotFoundError):
+                    status, code = 404, error.code
+                else:
+                    status, code = status_and_code(error)
+                if status == 500:
+                    log.exception("admin request %s failed", request.url.path)
+                    reason = "internal error (see the server log)"
+                else:
+                    reason = str(error)
+                headers = {}
+                if isinstance(error, AuthenticationError):
+                    headers["WWW-Authenticate"] = 'Basic realm="openroute admin"'
+                elif isinstance(error, ForbiddenError):
+                    log.warning("admin request %s refused: %s", request.url.path, error)
+                return JSONResponse({"error": code, "reason": reason}, status, headers=headers)
+
+        return endpoint
+
+    async def _db(self, work: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(work)
+
+    @staticmethod
+    def _message_id(request: Request) -> int:
+        raw = request.path_params["message_id"]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidQueryError(f"a message id is an integer, got {raw[:40]!r}") from None
+        if value < 1:
+            raise InvalidQueryError(f"a message id is positive, got {value}")
+        return value
+
+    async def search(self, request: Request, _user: str) -> Response:
+        """Messages matching the filters, newest first, paged (``page`` from 1, ``page_size`` up to 500)."""
+        params = dict(request.query_params)
+        states_ = request.query_params.getlist("state")
+        conditions = search_conditions(params, states_)
+        page = _parse_int("page", params.get("page"), 1, 1, 10**9)
+        size = _parse_int("page_size", params.get("page_size"), DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+        c = message_table.c
+
+        def work() -> tuple[int, list[StoredMessage]]:
+            with self.store.engine.connect() as connection:
+                total = connection.execute(sa.select(sa.func.count()).select_from(message_table).where(*conditions))
+                rows = connection.execute(
+                    sa.select(c.id).where(*conditions).order_by(c.id.desc()).offset((page - 1) * size).limit(size)
+                ).scalars().all()
+                count = int(total.scalar_one())
+                messages = self.store.find(c.id.in_(rows), connection=connection) if rows else []
+            return count, sorted(messages, key=lambda m: m.id, reverse=True)
+
+        total, messages = await self._db(work)
+        return JSONResponse(
+            {"total": total, "page": page, "pageSize": size, "items": [message_summary(m) for m in messages]}
+        )
+
+    async def detail(self, request: Request, _user: str) -> Response:
+        """One message with its external calls, children and confirmation."""
+        message_id = self._message_id(request)
+
+        def work() -> dict[str, Any] | None:
+            with self.store.engine.connect() as connection:
+                message = self.store.get(message_id, connection)
+                if message is None:
+                    return None
+                e = external_call_table.c
+                calls = connection.execute(
+                    sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
+                ).all()
+                children = self.store.find(message_table.c.parent_id == message_id, connection=connection)
+                k = confirmation_table.c
+                confirmation = connection.execute(
+                    sa.select(confirmation_table).where(k.message_id == message_id)
+                ).first()
+            body = message_detail(message)
+            body["externalCalls"] = [
+                {
+                    "callKey": r.call_key,
+                    "status": str(r.status),
+                    "attempts": r.attempts,
+                    "result": r.result,
+                    "lastError": r.last_error,
+                    "createdAt": _iso(r.created_at),
+                    "updatedAt": _iso(r.updated_at),
+                }
+                for r in calls
+            ]
+            body["children"] = [message_summary(child) for child in children]
+            body["confirmation"] = None if confirmation is None else {
+                "status": str(confirmation.status),
+                "outcomeState": str(confirmation.outcome_state),
+                "attempts": confirmation.attempts,
+                "nextAttemptAt": _iso(confirmation.next_attempt_at),
+                "lastError": confirmation.last_error,
+                "createdAt": _iso(confirmation.created_at),
+                "sentAt": _iso(confirmation.sent_at),
+            }
+            return body
+
+        body = await self._db(work)
+        if body is None:
+            raise MessageNotFoundError(f"no message {message_id}")
+        return JSONResponse(body)
+
+    async def _load(self, message_id: int) -> StoredMessage:
+        message = await self._db(lambda: self.store.get(message_id))
+        if message is None:
+            raise MessageNotFoundError(f"no message {message_id}")
+        return message
+
+    async def restart(self, request: Request, user: str) -> Response:
+        """Restart a FAILED message: -> PARTLY_FAILED, failed count reset, due now (the repoll picks it up)."""
+        message = await self._load(self._message_id(request))
+        now = self.engine.clock.now()
+        changes = {"failed_count": 0, "next_attempt_at": now}
+        updated = await self._db(
+            lambda: states.transition(self.store, message, MessageState.PARTLY_FAILED, now, changes)
+        )
+        log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
+        return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
+
+    async def cancel(self, request: Request, user: str) -> Response:
+        """Cancel a message that is not final (and not PROCESSING); the source system is told like any outcome."""
+        message = await self._load(self._message_id(request))
+        now = self.engine.clock.now()
+        changes = {
+            "next_attempt_at": None,
+            "last_error_code": "CANCELLED",
+            "last_error_text": f"cancelled by operator {user}",
+        }
+
+        def work() -> StoredMessage:
+            with self.store.begin() as connection:
+                updated = states.transition(self.store, message, MessageState.CANCEL, now, changes, connection)
+                for hook in self.engine.final_state_tx_hooks:
+                    hook(updated, connection)
+                return updated
+
+        updated = await self._db(work)
+        for hook in self.engine.final_state_hooks:
+            try:
+                await hook(updated)
+            except Exception:
+                log.exception("final-state hook %r failed for cancelled message %s", hook, updated.id)
+        log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
+        return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
+
+    async def counts(self, _request: Request, _user: str) -> Response:
+        """How many messages are in each state (every state listed, zeros included) and the total."""
+        counts = await self._db(self.store.count_by_state)
+        body = {state.value: counts.get(state, 0) for state in MessageState}
+        return JSONResponse({"states": body, "total": sum(body.values())})

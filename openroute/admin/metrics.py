@@ -1,0 +1,164 @@
+"""Prometheus metrics of one node (``/metrics``) and its health check (``/health``).
+
+Counts per state and route are read from the store at scrape time (they are the cluster's truth, not this
+node's); latencies are observed by this node when a message it processed reaches a final state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from openroute.engine import Engine
+from persistence import MessageState, StoredMessage, message_table
+
+log = logging.getLogger("openroute.metrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class _EngineCollector(Collector):
+    """Reads the store (messages per route and state) and the engine's counters at every scrape."""
+
+    def __init__(self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None) -> None:
+        self.engine = engine
+        self.channel_counters = channel_counters
+
+    def collect(self) -> Iterator[Metric]:
+        messages = GaugeMetricFamily(
+            "openroute_messages", "Messages in the store per route and state", labels=["service", "operation", "state"]
+        )
+        c = message_table.c
+        try:
+            with self.engine.store.engine.connect() as connection:
+                query = sa.select(c.service, c.operation, c.state, sa.func.count())
+                rows = connection.execute(query.group_by(c.service, c.operation, c.state)).all()
+            for service, operation, state, count in rows:
+                messages.add_metric([service, operation, MessageState(state).value], count)
+        except Exception:  # a scrape must still answer when the database is down (health tells that)
+            log.exception("cannot count messages for /metrics")
+        yield messages
+        stats = self.engine.stats
+        for name, help_text, value in (
+            ("openroute_accepted", "Messages accepted (stored NEW) by this node", stats.accepted),
+            ("openroute_duplicates", "Duplicate messages answered by this node", stats.duplicates),
+            ("openroute_claims", "Messages claimed for processing by this node", stats.claimed),
+            ("openroute_lost_claims", "Claims lost to another node", stats.lost_claims),
+            ("openroute_retries", "Attempts that ended PARTLY_FAILED (a retry is due)",
+             stats.outcomes.get(MessageState.PARTLY_FAILED, 0)),
+            ("openroute_reemitted", "Messages re-queued by repoll", stats.reemitted),
+            ("openroute_repaired", "Abandoned PROCESSING messages repaired", stats.repaired),
+        ):
+            family = CounterMetricFamily(name, help_text)
+            family.add_metric([], value)
+            yield family
+        outcomes = CounterMetricFamily(
+            "openroute_outcomes", "Processing outcomes of this node by state", labels=["state"]
+        )
+        for state, count in sorted(stats.outcomes.items()):
+            outcomes.add_metric([MessageState(state).value], count)
+        yield outcomes
+        channel = GaugeMetricFamily("openroute_processing_channel", "The node's processing channel", labels=["kind"])
+        channel.add_metric(["queued"], self.engine.queued)
+        channel.add_metric(["in_flight"], self.engine.in_flight)
+        yield channel
+        passed = CounterMetricFamily(
+            "openroute_channel_messages", "Messages that passed each channel", labels=["channel"]
+        )
+        passed.add_metric(["processing"], stats.claimed)
+        if self.channel_counters is not None:
+            try:
+                for name, count in sorted(self.channel_counters().items()):
+                    passed.add_metric([name], count)
+            except Exception:
+                log.exception("channel counters failed")
+        yield passed
+
+
+class Metrics:
+    """The metrics of one node in their own registry (so several apps in one process never collide).
+
+    ``channel_counters`` is e.g. ``MessagingApp.counters``. Register :meth:`on_final_state` as an engine
+    final-state hook (``create_app`` does) and :meth:`observe_request` as the inbound request observer.
+    """
+
+    def __init__(self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None = None) -> None:
+        self.engine = engine
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = Counter(
+            "openroute_inbound_requests", "Inbound requests by endpoint and outcome", ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "openroute_inbound_request_seconds", "Time to answer an inbound request", ["endpoint"],
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.latency = Histogram(
+            "openroute_message_latency_seconds", "From receipt to the final state",
+            ["service", "operation", "state"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.processing = Histogram(
+            "openroute_message_processing_seconds", "Duration of the last processing attempt",
+            ["service", "operation", "state"], buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        self.registry.register(_EngineCollector(engine, channel_counters))
+
+    def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:
+        """Count one inbound request and its duration."""
+        self.requests.labels(endpoint, outcome).inc()
+        self.request_seconds.labels(endpoint).observe(seconds)
+
+    async def on_final_state(self, message: StoredMessage) -> None:
+        """Engine final-state hook: observe the message's latency and last processing time."""
+        labels = (message.service, message.operation, message.state.value)
+        self.latency.labels(*labels).observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
+        if message.start_process_ts is not None:
+            seconds = (message.last_update_ts - message.start_process_ts).total_seconds()
+            self.processing.labels(*labels).observe(max(seconds, 0.0))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition (reads the store: call it off the event loop)."""
+        return generate_latest(self.registry)
+
+    async def endpoint(self, _request: Request) -> Response:
+        """``GET /metrics``."""
+        return Response(await anyio.to_thread.run_sync(self.render), media_type=CONTENT_TYPE)
+
+    def routes(self) -> list[Route]:
+        """``GET /metrics``."""
+        return [Route("/metrics", self.endpoint, methods=["GET"])]
+
+
+def health_route(engine: Engine, timeout: float = 5.0) -> Route:
+    """``GET /health``: 200 when the database answers (and the engine runs), 503 with the reason otherwise."""
+
+    def ping() -> None:
+        with engine.store.engine.connect() as connection:
+            connection.execute(sa.text("SELECT 1"))
+
+    async def health(_request: Request) -> Response:
+        body: dict[str, Any] = {"engine": "running" if engine.running else "stopped", "node": engine.node_id}
+        try:
+            with anyio.fail_after(timeout):
+                await anyio.to_thread.run_sync(ping, abandon_on_cancel=True)
+            body["database"] = "ok"
+        except Exception as error:
+            body["database"] = f"unavailable: {type(error).__name__}"
+            body["status"] = "unavailable"
+            return JSONResponse(body, 503)
+        body["status"] = "ok" if engine.running else "degraded"
+        return JSONResponse(body, 200 if engine.running else 503)
+
+    return Route("/health", health, methods=["GET"])

@@ -1,0 +1,385 @@
+"""The inbound HTTP endpoints: SOAP 1.1 / 1.2 (+ WSDL) and JSON, in front of :meth:`Engine.accept`.
+
+Every request goes: authenticate (headers only) -> content type and size checks -> bounded streaming read ->
+secure parse -> binding checks and extraction -> ``engine.accept`` (commits) -> acknowledgment. Any error is
+answered (SOAP Fault / HTTP 4xx) before anything is stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lxml import etree
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from openroute.engine import AcceptResult, Engine, InboundMessage
+from openroute.errors import ConfigurationError, ValidationError
+from openroute.inbound.auth import SourceSystemAuth, require_system
+from openroute.inbound.binding import InboundBinding, ParsedPayload
+from openroute.inbound.errors import (
+    AuthenticationError,
+    UnknownOperationError,
+    UnsupportedMediaTypeError,
+    status_and_code,
+)
+from openroute.inbound.parsing import check_content_length, parse_json, parse_xml, read_limited
+from openroute.inbound.soap import (
+    SOAP11,
+    SoapVersion,
+    accept_envelope,
+    fault_envelope,
+    fault_status,
+    read_envelope,
+    soap_version_of,
+    wsdl_document,
+)
+
+log = logging.getLogger("openroute.inbound")
+
+#: HTTP trace headers (JSON endpoint; the SOAP endpoint falls back to them when its trace header lacks a field)
+CORRELATION_HEADER = "x-correlation-id"
+SOURCE_SYSTEM_HEADER = "x-source-system"
+PROCESS_HEADER = "x-process-id"
+TIMESTAMP_HEADER = "x-message-timestamp"
+
+#: called once per inbound request: (endpoint "soap" | "json", outcome code, HTTP status, seconds)
+RequestObserver = Callable[[str, str, int, float], None]
+
+
+@dataclass(frozen=True)
+class InboundSettings:
+    """Limits of the inbound endpoints."""
+
+    #: largest request body read (the SOAP envelope included); larger ones are cut off while streaming
+    max_body_bytes: int = 1024 * 1024
+    #: deepest nesting of XML elements / JSON containers accepted
+    max_depth: int = 64
+    #: URL prefixes
+    soap_prefix: str = "/soap"
+    json_prefix: str = "/api"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1:
+            raise ConfigurationError(f"max_body_bytes must be a positive integer, got {self.max_body_bytes!r}")
+        if not isinstance(self.max_depth, int) or not 2 <= self.max_depth <= 1000:
+            raise ConfigurationError(f"max_depth must be an integer in 2..1000, got {self.max_depth!r}")
+        for name in ("soap_prefix", "json_prefix"):
+            value = getattr(self, name)
+            if not value.startswith("/") or value.endswith("/"):
+                raise ConfigurationError(f"{name} must start and not end with '/', got {value!r}")
+
+
+@dataclass(frozen=True)
+class _Trace:
+    correlation_id: str
+    generated: bool
+    source_system: str
+    process_id: str | None
+    timestamp: datetime | None
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(f"timestamp {value[:60]!r} is not an ISO 8601 date-time") from None
+    if parsed.tzinfo is None:
+        raise ValidationError(f"timestamp {value[:60]!r} has no time zone")
+    return parsed
+
+
+class InboundEndpoints:
+    """The SOAP and JSON endpoints of ``bindings`` in front of ``engine``.
+
+    Each binding must have a route in ``engine.routes``; at most one XML and one JSON binding per
+    (service, operation). With ``auth`` every request must authenticate as a source system and may only
+    send as that system; without it the source system comes from the trace header (required).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        bindings: Iterable[InboundBinding],
+        *,
+        auth: SourceSystemAuth | None = None,
+        settings: InboundSettings | None = None,
+        observer: RequestObserver | None = None,
+    ) -> None:
+        self.engine = engine
+        self.auth = auth
+        self.settings = settings or InboundSettings()
+        self.observer = observer
+        self._json: dict[tuple[str, str], InboundBinding] = {}
+        self._xml: dict[str, list[InboundBinding]] = {}
+        self._by_element: dict[str, dict[str, InboundBinding]] = {}
+        self._by_action: dict[str, dict[str, InboundBinding]] = {}
+        for binding in bindings:
+            self._add(binding)
+
+    def _add(self, binding: InboundBinding) -> None:
+        if not isinstance(binding, InboundBinding):
+            raise ConfigurationError(f"expected an InboundBinding, got {binding!r}")
+        if binding.key not in self.engine.routes:
+            raise ConfigurationError(f"binding {binding.service}/{binding.operation} has no route in the engine")
+        if binding.content_type == "json":
+            if binding.key in self._json:
+                raise ConfigurationError(f"two JSON bindings for {binding.service}/{binding.operation}")
+            self._json[binding.key] = binding
+            return
+        xml = self._xml.setdefault(binding.service, [])
+        if any(b.operation == binding.operation for b in xml):
+            raise ConfigurationError(f"two XML bindings for {binding.service}/{binding.operation}")
+        elements = self._by_element.setdefault(binding.service, {})
+        actions = self._by_action.setdefault(binding.service, {})
+        if binding.request_element is not None:
+            key = etree.QName(binding.request_element).text
+            if key in elements:
+                raise ConfigurationError(f"service {binding.service}: request element {key} is bound twice")
+            elements[key] = binding
+        if binding.soap_action:
+            if binding.soap_action in actions:
+                raise ConfigurationError(f"service {binding.service}: SOAPAction {binding.soap_action} is bound twice")
+            actions[binding.soap_action] = binding
+        xml.append(binding)
+
+    @property
+    def bindings(self) -> list[InboundBinding]:
+        """Every binding served."""
+        return [*self._json.values(), *(b for group in self._xml.values() for b in group)]
+
+    def routes(self) -> list[Route]:
+        """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``."""
+        return [
+            Route(self.settings.soap_prefix + "/{service}", self.soap, methods=["POST"]),
+            Route(self.settings.soap_prefix + "/{service}", self.wsdl, methods=["GET"]),
+            Route(self.settings.json_prefix + "/{service}/{operation}", self.json, methods=["POST"]),
+        ]
+
+    # -- shared steps ----------------------------------------------------------------------------------------
+    def _authenticate(self, request: Request) -> str | None:
+        if self.auth is None:
+            return None
+        system = self.auth.authenticate(request.headers)
+        require_system(system, request.headers.get(SOURCE_SYSTEM_HEADER))
+        return system
+
+    async def _read(self, request: Request) -> bytes:
+        limit = self.settings.max_body_bytes
+        check_content_length(request.headers.get("content-length"), limit)
+        return await read_limited(request.stream(), limit)
+
+    def _trace(self, request: Request, authenticated: str | None, soap: Mapping[str, str]) -> _Trace:
+        headers = request.headers
+        claimed = soap.get("sourceSystem") or headers.get(SOURCE_SYSTEM_HEADER)
+        if authenticated is not None:
+            require_system(authenticated, claimed)
+            source = authenticated
+        elif claimed:
+            source = claimed
+        else:
+            raise ValidationError("the source system is missing (trace header sourceSystem / X-Source-System)")
+        correlation_id = soap.get("correlationId") or headers.get(CORRELATION_HEADER)
+        generated = not correlation_id
+        return _Trace(
+            correlation_id=correlation_id or uuid.uuid4().hex,
+            generated=generated,
+            source_system=source,
+            process_id=soap.get("processId") or headers.get(PROCESS_HEADER),
+            timestamp=_timestamp(soap.get("timestamp") or headers.get(TIMESTAMP_HEADER)),
+        )
+
+    async def _accept(
+        self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
+        headers: dict[str, str],
+    ) -> AcceptResult:
+        extracted = binding.check(payload)
+        return await self.engine.accept(
+            InboundMessage(
+                service=binding.service,
+                operation=binding.operation,
+                payload=payload.text,
+                content_type=content_type,
+                correlation_id=trace.correlation_id,
+                source_system=trace.source_system,
+                process_id=trace.process_id,
+                message_timestamp=trace.timestamp,
+                headers=headers,
+                object_id=extracted.object_id,
+                entity_type=extracted.entity_type,
+                funnel_value=extracted.funnel_value,
+            )
+        )
+
+    def _observe(self, endpoint: str, code: str, status: int, started: float) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(endpoint, code, status, time.perf_counter() - started)
+            except Exception:
+                log.exception("request observer failed")
+
+    @staticmethod
+    def _classify(error: BaseException, endpoint: str, path: str) -> tuple[int, str, str]:
+        status, code = status_and_code(error)
+        if status == 500:
+            log.exception("%s request to %s failed", endpoint, path, exc_info=error)
+            return status, code, "internal error (see the server log)"
+        log.info("%s request to %s refused: %s %s", endpoint, path, code, error)
+        return status, code, str(error)
+
+    # -- SOAP ------------------------------------------------------------------------------------------------
+    async def soap(self, request: Request) -> Response:
+        """A SOAP 1.1 (``text/xml``) or 1.2 (``application/soap+xml``) request to ``{soap_prefix}/{service}``."""
+        started = time.perf_counter()
+        service = request.path_params["service"]
+        version: SoapVersion = SOAP11
+        correlation_id: str | None = None
+        try:
+            try:
+                version, action = soap_version_of(request.headers.get("content-type"))
+            except UnsupportedMediaTypeError as media_error:
+                unsupported: UnsupportedMediaTypeError | None = media_error
+            else:
+                unsupported = None
+            authenticated = self._authenticate(request)
+            if service not in self._xml:
+                raise UnknownOperationError(service, "*")
+            if unsupported is not None:
+                raise unsupported
+            if version is SOAP11:
+                action = (request.headers.get("soapaction") or "").strip().strip('"') or None
+            body = await self._read(request)
+            root = parse_xml(body, self.settings.max_depth)
+            envelope = read_envelope(root, version)
+            correlation_id = envelope.trace.get("correlationId") or request.headers.get(CORRELATION_HEADER)
+            binding = self._dispatch(service, envelope.body_element, action)
+            element = copy.deepcopy(envelope.body_element)
+            etree.cleanup_namespaces(element)
+            payload = ParsedPayload("xml", etree.tostring(element, encoding="unicode"), xml=element)
+            trace = self._trace(request, authenticated, envelope.trace)
+            correlation_id = trace.correlation_id
+            headers = {"endpoint": "soap", "soapVersion": version.name}
+            if action:
+                headers["soapAction"] = action[:255]
+            result = await self._accept(binding, payload, trace, "application/xml", headers)
+        except Exception as error:
+            status, code, reason = self._classify(error, "SOAP", request.url.path)
+            sender = status < 500
+            http_status = fault_status(version, sender, status)
+            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            if correlation_id:
+                extra["X-Correlation-Id"] = correlation_id
+            self._observe("soap", code, http_status, started)
+            return Response(
+                fault_envelope(version, sender, code, reason, correlation_id), http_status,
+                headers=extra, media_type=f"{version.content_type}; charset=utf-8",
+            )
+        self._observe("soap", "DUPLICATE" if result.duplicate else "ACCEPTED", 200, started)
+        return Response(
+            accept_envelope(version, result.message_id, result.correlation_id, result.duplicate, result.state.value),
+            200,
+            headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
+            media_type=f"{version.content_type}; charset=utf-8",
+        )
+
+    def _dispatch(self, service: str, element: etree._Element, action: str | None) -> InboundBinding:
+        qname = etree.QName(element).text
+        binding = self._by_element[service].get(qname)
+        if binding is None and action:
+            candidate = self._by_action[service].get(action)
+            if candidate is not None and candidate.request_element is None:
+                binding = candidate
+        if binding is None:
+            raise UnknownOperationError(service, qname)
+        if binding.soap_action and action and action != binding.soap_action:
+            raise ValidationError(
+                f"SOAPAction {action!r} does not match the body element {qname} (expects {binding.soap_action!r})"
+            )
+        return binding
+
+    async def wsdl(self, request: Request) -> Response:
+        """``GET {soap_prefix}/{service}?wsdl``: the WSDL of the service's SOAP operations (no authentication)."""
+        service = request.path_params["service"]
+        if "wsdl" not in {key.lower() for key in request.query_params}:
+            return JSONResponse({"error": "NOT_FOUND", "reason": "SOAP endpoint: POST a request or GET ?wsdl"}, 404)
+        bindings = self._xml.get(service)
+        if not bindings:
+            return JSONResponse({"error": "UNKNOWN_OPERATION", "reason": f"no SOAP service {service!r}"}, 404)
+        address = str(request.url.replace(query=""))
+        return Response(wsdl_document(service, bindings, address), 200, media_type="text/xml; charset=utf-8")
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+    async def json(self, request: Request) -> Response:
+        """``POST {json_prefix}/{service}/{operation}`` with a JSON object body (``application/json``)."""
+        started = time.perf_counter()
+        service = request.path_params["service"]
+        operation = request.path_params["operation"]
+        correlation_id = request.headers.get(CORRELATION_HEADER)
+        try:
+            authenticated = self._authenticate(request)
+            binding = self._json.get((service, operation))
+            if binding is None:
+                raise UnknownOperationError(service, operation)
+            _check_json_type(request.headers.get("content-type"))
+            body = await self._read(request)
+            text, document = parse_json(body, self.settings.max_depth)
+            trace = self._trace(request, authenticated, {})
+            correlation_id = trace.correlation_id
+            result = await self._accept(
+                binding, ParsedPayload("json", text, json=document), trace, "application/json", {"endpoint": "json"}
+            )
+        except Exception as error:
+            status, code, reason = self._classify(error, "JSON", request.url.path)
+            headers = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            if correlation_id:
+                headers["X-Correlation-Id"] = correlation_id
+            self._observe("json", code, status, started)
+            return JSONResponse({"error": code, "reason": reason}, status, headers=headers)
+        status = 200 if result.duplicate else 202
+        self._observe("json", "DUPLICATE" if result.duplicate else "ACCEPTED", status, started)
+        return JSONResponse(
+            {
+                "messageId": result.message_id,
+                "correlationId": result.correlation_id,
+                "status": "DUPLICATE" if result.duplicate else "ACCEPTED",
+                "state": result.state.value,
+            },
+            status,
+            headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
+        )
+
+
+def _check_json_type(content_type: str | None) -> None:
+    if not content_type:
+        raise UnsupportedMediaTypeError("a JSON request needs Content-Type: application/json")
+    media, _, rest = content_type.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not JSON (application/json)")
+    for item in rest.split(";"):
+        name, _, value = item.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in {"utf-8", "utf8"}:
+            raise UnsupportedMediaTypeError(f"JSON must be UTF-8, got charset {value.strip()!r}")
+
+
+def bindings_for(routes: Iterable[Any], explicit: Iterable[InboundBinding] = ()) -> list[InboundBinding]:
+    """``explicit`` bindings plus default XML and JSON bindings for every route that has none of that kind."""
+    from openroute.inbound.binding import default_bindings
+
+    result = list(explicit)
+    have = {(b.service, b.operation, b.content_type) for b in result}
+    for route in routes:
+        for binding in default_bindings(route.service, route.operation):
+            if (binding.service, binding.operation, binding.content_type) not in have:
+                result.append(binding)
+    return result

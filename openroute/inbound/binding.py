@@ -1,0 +1,242 @@
+"""The inbound binding: how one (service, operation) is recognised, validated and indexed at accept time.
+
+An :class:`InboundBinding` is plain data (the route DSL produces it from its identify / validate / extract
+clauses); expressions are compiled once, when the binding is created, so a bad XPath or JSON path is a
+:class:`~openroute.errors.ConfigurationError` at start-up, never a surprise on the first request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from jsonpath_ng import parse as parse_json_path
+from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from lxml import etree
+from lxml.etree import QName
+
+from openroute.errors import ConfigurationError, ValidationError
+
+__all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
+
+
+@dataclass(frozen=True)
+class ParsedPayload:
+    """A request body after the secure parse, as validators and extractors see it.
+
+    ``xml`` is the SOAP request element (the root of its own document, so absolute and relative XPaths both
+    work), ``json`` the decoded JSON document; ``text`` is what is stored as the message payload.
+    """
+
+    content_type: Literal["xml", "json"]
+    text: str
+    xml: etree._Element | None = None
+    json: Any = None
+
+
+#: An XPath string (XML bindings), a JSON path string starting with ``$`` (JSON bindings) or a callable.
+Extractor = str | Callable[[ParsedPayload], "str | None"]
+Validator = Callable[[ParsedPayload], None]
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What a binding extracted from one payload (the indexing columns of the message)."""
+
+    object_id: str | None
+    entity_type: str | None
+    funnel_value: str | None
+
+
+def _compile(
+    expression: str, content_type: str, namespaces: Mapping[str, str], what: str
+) -> Callable[[Any], list[Any]]:
+    if not isinstance(expression, str) or not expression.strip():
+        raise ConfigurationError(f"{what}: an expression must be a non-empty string, got {expression!r}")
+    if content_type == "json":
+        if not expression.startswith("$"):
+            raise ConfigurationError(f"{what}: a JSON path must start with '$', got {expression!r}")
+        try:
+            path = parse_json_path(expression)
+        except (JsonPathLexerError, JsonPathParserError, Exception) as error:
+            raise ConfigurationError(f"{what}: invalid JSON path {expression!r}: {error}") from None
+        return lambda document: [match.value for match in path.find(document)]
+    try:
+        xpath = etree.XPath(expression, namespaces=dict(namespaces))
+    except etree.XPathSyntaxError as error:
+        raise ConfigurationError(f"{what}: invalid XPath {expression!r}: {error}") from None
+
+    def evaluate(element: Any) -> list[Any]:
+        try:
+            result = xpath(element)
+        except etree.XPathEvalError as error:  # e.g. an undeclared prefix only found at evaluation
+            raise ConfigurationError(f"{what}: XPath {expression!r} cannot be evaluated: {error}") from None
+        if isinstance(result, list):
+            return result
+        if isinstance(result, bool):
+            return [result] if result else []
+        if isinstance(result, str):
+            return [result] if result else []
+        return [result]
+
+    return evaluate
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, etree._Element):
+        text = "".join(value.itertext()).strip()
+        return text or None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, dict | list):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+@dataclass(frozen=True)
+class InboundBinding:
+    """How requests of one (service, operation) are recognised, checked and indexed.
+
+    * ``content_type``: ``"xml"`` (served by the SOAP endpoint) or ``"json"`` (the JSON HTTP endpoint); a route
+      served on both has one binding of each.
+    * ``request_element`` / ``soap_action``: the SOAP dispatch keys (XML only; at least one is required).
+    * ``required``: XPaths (with ``namespaces``) or JSON paths (``$.a.b[0]``) that must match a non-empty value.
+    * ``validators``: called with the :class:`ParsedPayload`; raise :class:`~openroute.errors.ValidationError`.
+    * ``object_id`` / ``entity_type`` / ``funnel_value``: extractors; ``entity_type`` defaults to the operation.
+    """
+
+    service: str
+    operation: str
+    content_type: Literal["xml", "json"]
+    request_element: QName | str | None = None
+    soap_action: str | None = None
+    required: Sequence[str] = ()
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+    validators: Sequence[Validator] = ()
+    object_id: Extractor | None = None
+    entity_type: Extractor | None = None
+    funnel_value: Extractor | None = None
+    _required: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = field(
+        init=False, repr=False, compare=False, default=()
+    )
+    _extractors: dict[str, Callable[[ParsedPayload], str | None]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("service", "operation"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip() or len(value) > 100:
+                raise ConfigurationError(f"binding {name} must be a non-empty string of at most 100 characters")
+        what = f"binding {self.service}/{self.operation}"
+        if self.content_type not in ("xml", "json"):
+            raise ConfigurationError(f"{what}: content_type must be 'xml' or 'json', got {self.content_type!r}")
+        if not isinstance(self.namespaces, Mapping):
+            raise ConfigurationError(f"{what}: namespaces must be a mapping of prefix -> URI")
+        object.__setattr__(self, "namespaces", dict(self.namespaces))
+        if self.content_type == "xml":
+            if self.request_element is None and not self.soap_action:
+                raise ConfigurationError(f"{what}: an XML binding needs a request_element or a soap_action")
+            if self.request_element is not None:
+                try:
+                    qname = QName(self.request_element)
+                except ValueError as error:
+                    raise ConfigurationError(f"{what}: invalid request_element: {error}") from None
+                if not qname.namespace:
+                    raise ConfigurationError(f"{what}: request_element needs a namespace ({{uri}}local)")
+                object.__setattr__(self, "request_element", qname)
+        elif self.request_element is not None or self.soap_action is not None:
+            raise ConfigurationError(f"{what}: request_element / soap_action only apply to XML bindings")
+        if self.soap_action is not None and not isinstance(self.soap_action, str):
+            raise ConfigurationError(f"{what}: soap_action must be a string")
+        if isinstance(self.required, str) or not isinstance(self.required, Sequence):
+            raise ConfigurationError(f"{what}: required must be a sequence of expressions")
+        object.__setattr__(self, "required", tuple(self.required))
+        object.__setattr__(
+            self,
+            "_required",
+            tuple((e, _compile(e, self.content_type, self.namespaces, f"{what} required")) for e in self.required),
+        )
+        if isinstance(self.validators, str) or not isinstance(self.validators, Sequence):
+            raise ConfigurationError(f"{what}: validators must be a sequence of callables")
+        for validator in self.validators:
+            if not callable(validator):
+                raise ConfigurationError(f"{what}: validator {validator!r} is not callable")
+        object.__setattr__(self, "validators", tuple(self.validators))
+        extractors: dict[str, Callable[[ParsedPayload], str | None]] = {}
+        for name in ("object_id", "entity_type", "funnel_value"):
+            extractor = getattr(self, name)
+            if extractor is None:
+                continue
+            if callable(extractor):
+                extractors[name] = _checked_callable(extractor, f"{what} {name}")
+            else:
+                extractors[name] = self._expression_extractor(
+                    _compile(extractor, self.content_type, self.namespaces, f"{what} {name}")
+                )
+        object.__setattr__(self, "_extractors", extractors)
+
+    def _expression_extractor(self, evaluate: Callable[[Any], list[Any]]) -> Callable[[ParsedPayload], str | None]:
+        def extract(payload: ParsedPayload) -> str | None:
+            matches = evaluate(payload.xml if self.content_type == "xml" else payload.json)
+            return _as_text(matches[0]) if matches else None
+
+        return extract
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(service, operation): the route this binding feeds."""
+        return (self.service, self.operation)
+
+    def check(self, payload: ParsedPayload) -> Extracted:
+        """Check ``required`` and run ``validators``, then extract; raises ValidationError with a precise reason."""
+        document = payload.xml if self.content_type == "xml" else payload.json
+        for expression, evaluate in self._required:
+            matches = evaluate(document)
+            if not matches or all(_missing(m) for m in matches):
+                raise ValidationError(f"required {expression} is missing or empty")
+        for validator in self.validators:
+            validator(payload)
+        values = {name: extract(payload) for name, extract in self._extractors.items()}
+        entity_type = values.get("entity_type") if "entity_type" in self._extractors else self.operation
+        return Extracted(values.get("object_id"), entity_type, values.get("funnel_value"))
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, etree._Element):
+        return len(value) == 0 and not (value.text or "").strip()
+    if isinstance(value, str):
+        return not value.strip()
+    return False
+
+
+def _checked_callable(extractor: Callable[[ParsedPayload], Any], what: str) -> Callable[[ParsedPayload], str | None]:
+    def extract(payload: ParsedPayload) -> str | None:
+        value = extractor(payload)
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(f"{what}: the extractor must return a string or None, got {type(value).__name__}")
+        return value
+
+    return extract
+
+
+def default_bindings(service: str, operation: str, namespace: str | None = None) -> tuple[InboundBinding, ...]:
+    """An XML and a JSON binding with no checks for a route that declares none.
+
+    The SOAP request element is ``{namespace}operation`` with ``namespace`` defaulting to
+    ``urn:openroute:service:<service>``; the SOAPAction is ``<service>/<operation>``.
+    """
+    namespace = namespace or f"urn:openroute:service:{service}"
+    return (
+        InboundBinding(service, operation, "xml", request_element=QName(namespace, operation),
+                       soap_action=f"{service}/{operation}"),
+        InboundBinding(service, operation, "json"),
+    )

@@ -1,0 +1,132 @@
+"""Reading and parsing untrusted request bodies: size limit while streaming, secure XML, bounded JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lxml import etree
+
+from openroute.inbound.errors import BodyTooLargeError, ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
+
+_MAX_REASON = 300
+
+
+def secure_parser() -> etree.XMLParser:
+    """An lxml parser that never expands entities, loads a DTD or touches the network."""
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+        collect_ids=False,
+    )
+
+
+_PARSER = secure_parser()
+
+
+def check_content_length(value: str | None, limit: int) -> None:
+    """Reject a declared body larger than ``limit`` before reading any of it."""
+    if value is None:
+        return
+    try:
+        size = int(value)
+    except ValueError:
+        raise MalformedPayloadError(f"invalid Content-Length {value[:40]!r}") from None
+    if size < 0:
+        raise MalformedPayloadError(f"invalid Content-Length {value[:40]!r}")
+    if size > limit:
+        raise BodyTooLargeError(limit, size)
+
+
+async def read_limited(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """Join the body chunks, stopping with :class:`BodyTooLargeError` as soon as they exceed ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _short(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
+
+
+def parse_xml(body: bytes, max_depth: int) -> etree._Element:
+    """Parse ``body`` as XML: any DOCTYPE is refused, entities are never expanded, depth is bounded."""
+    if not body.strip():
+        raise MalformedPayloadError("the request body is empty")
+    # a DOCTYPE is the only way to declare entities: refuse it before libxml2 sees it
+    if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
+        raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
+    try:
+        root = etree.fromstring(body, _PARSER)
+    except etree.XMLSyntaxError as error:
+        raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
+    except ValueError as error:  # e.g. an unsupported encoding declaration
+        raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
+    if root is None:
+        raise MalformedPayloadError("the request body holds no XML element")
+    docinfo = root.getroottree().docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None:  # other encodings (UTF-16) slip past the byte scan
+        raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
+    depth = 0
+    for event, _element in etree.iterwalk(root, events=("start", "end")):
+        if event == "start":
+            depth += 1
+            if depth > max_depth:
+                raise NestingTooDeepError(max_depth)
+        else:
+            depth -= 1
+    return root
+
+
+def _reject_constant(name: str) -> Any:
+    raise MalformedPayloadError(f"malformed JSON: {name} is not a JSON number")
+
+
+def _depth_ok(document: Any, max_depth: int) -> bool:
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if depth > max_depth:
+                return False
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            if depth > max_depth:
+                return False
+            stack.extend((v, depth + 1) for v in value)
+    return True
+
+
+def parse_json(body: bytes, max_depth: int) -> tuple[str, Any]:
+    """Decode ``body`` (UTF-8 JSON object) and return (text, document); depth and NaN/Infinity are refused."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        reason = f"malformed JSON: the body is not UTF-8 ({error.reason} at byte {error.start})"
+        raise MalformedPayloadError(reason) from None
+    if not text.strip():
+        raise MalformedPayloadError("the request body is empty")
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno} column {error.colno}"
+        raise MalformedPayloadError(f"malformed JSON: {error.msg} at {where}") from None
+    except RecursionError:
+        raise NestingTooDeepError(max_depth) from None
+    if not isinstance(document, dict):
+        raise MalformedPayloadError(f"the JSON body must be an object, got {type(document).__name__}")
+    if not _depth_ok(document, max_depth):
+        raise NestingTooDeepError(max_depth)
+    return text, document

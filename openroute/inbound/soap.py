@@ -1,0 +1,249 @@
+"""SOAP 1.1 / 1.2 envelopes: reading a request, writing the acknowledgment and faults, generating the WSDL."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import escape, quoteattr
+
+from lxml import etree
+
+from openroute.inbound.binding import InboundBinding
+from openroute.inbound.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
+
+SOAP11_NS = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"
+#: namespace of the acknowledgment (``acceptResponse``) and of fault details
+INBOUND_NS = "urn:openroute:inbound:v1"
+#: namespace of the trace header element (``traceHeader``)
+TRACE_NS = "urn:openroute:trace:v1"
+TRACE_FIELDS = ("correlationId", "sourceSystem", "processId", "timestamp")
+
+_INVALID_XML_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+@dataclass(frozen=True)
+class SoapVersion:
+    """One SOAP version: its envelope namespace and the content type of its messages."""
+
+    name: str
+    namespace: str
+    content_type: str
+
+
+SOAP11 = SoapVersion("1.1", SOAP11_NS, "text/xml")
+SOAP12 = SoapVersion("1.2", SOAP12_NS, "application/soap+xml")
+
+
+def _params(value: str) -> tuple[str, dict[str, str]]:
+    media, *rest = value.split(";")
+    params: dict[str, str] = {}
+    for item in rest:
+        name, sep, val = item.partition("=")
+        if sep:
+            params[name.strip().lower()] = val.strip().strip('"')
+    return media.strip().lower(), params
+
+
+def soap_version_of(content_type: str | None) -> tuple[SoapVersion, str | None]:
+    """The SOAP version announced by ``content_type`` and the SOAP 1.2 ``action`` parameter if any."""
+    if not content_type:
+        raise UnsupportedMediaTypeError("a SOAP request needs a Content-Type (text/xml or application/soap+xml)")
+    media, params = _params(content_type)
+    charset = params.get("charset")
+    if charset is not None and charset.lower() not in {"utf-8", "utf8", "us-ascii", "iso-8859-1", "utf-16"}:
+        raise UnsupportedMediaTypeError(f"unsupported charset {charset!r}")
+    if media == "text/xml":
+        return SOAP11, None
+    if media == "application/soap+xml":
+        return SOAP12, params.get("action")
+    raise UnsupportedMediaTypeError(
+        f"Content-Type {media!r} is not SOAP (text/xml for SOAP 1.1, application/soap+xml for SOAP 1.2)"
+    )
+
+
+@dataclass(frozen=True)
+class SoapRequest:
+    """The parts of a SOAP request the endpoint needs."""
+
+    version: SoapVersion
+    body_element: etree._Element
+    trace: dict[str, str]
+
+
+def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:
+    """Check the envelope against ``version`` and find the single body element and the trace header."""
+    qname = etree.QName(root)
+    if qname.localname != "Envelope" or qname.namespace not in (SOAP11_NS, SOAP12_NS):
+        raise MalformedPayloadError("the request is not a SOAP envelope")
+    if qname.namespace != version.namespace:
+        raise SoapVersionMismatchError(
+            f"envelope namespace {qname.namespace} does not match SOAP {version.name} ({version.content_type})"
+        )
+    header = root.find(f"{{{version.namespace}}}Header")
+    body = root.find(f"{{{version.namespace}}}Body")
+    if body is None:
+        raise MalformedPayloadError("the SOAP envelope has no Body")
+    children = [child for child in body if isinstance(child.tag, str)]
+    if len(children) != 1:
+        raise MalformedPayloadError(f"the SOAP Body must hold exactly one element, found {len(children)}")
+    trace: dict[str, str] = {}
+    if header is not None:
+        element = header.find(f"{{{TRACE_NS}}}traceHeader")
+        if element is not None:
+            for name in TRACE_FIELDS:
+                child = element.find(f"{{{TRACE_NS}}}{name}")
+                if child is not None and (child.text or "").strip():
+                    trace[name] = child.text.strip()
+    return SoapRequest(version, children[0], trace)
+
+
+def _text(value: object) -> str:
+    return escape(_INVALID_XML_CHARS.sub("\ufffd", str(value)))
+
+
+def _trace_header(correlation_id: str) -> str:
+    return (
+        f'<env:Header><tr:traceHeader xmlns:tr="{TRACE_NS}"><tr:correlationId>{_text(correlation_id)}'
+        "</tr:correlationId></tr:traceHeader></env:Header>"
+    )
+
+
+def accept_envelope(
+    version: SoapVersion, message_id: int, correlation_id: str, duplicate: bool, state: str
+) -> bytes:
+    """The acknowledgment: ``acceptResponse`` with the message id, sent after the commit."""
+    status = "DUPLICATE" if duplicate else "ACCEPTED"
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><env:Envelope xmlns:env="{version.namespace}">'
+        f"{_trace_header(correlation_id)}<env:Body>"
+        f'<ib:acceptResponse xmlns:ib="{INBOUND_NS}"><ib:messageId>{message_id}</ib:messageId>'
+        f"<ib:correlationId>{_text(correlation_id)}</ib:correlationId><ib:status>{status}</ib:status>"
+        f"<ib:state>{_text(state)}</ib:state></ib:acceptResponse></env:Body></env:Envelope>"
+    ).encode()
+
+
+def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, correlation_id: str | None) -> bytes:
+    """A SOAP Fault (Client/Sender for bad requests, Server/Receiver otherwise) with a typed detail."""
+    detail = (
+        f'<ib:error xmlns:ib="{INBOUND_NS}"><ib:code>{_text(code)}</ib:code>'
+        f"<ib:reason>{_text(reason)}</ib:reason></ib:error>"
+    )
+    header = _trace_header(correlation_id) if correlation_id else ""
+    if version is SOAP11:
+        fault_code = "Client" if sender else "Server"
+        if code == "VERSION_MISMATCH":
+            fault_code = "VersionMismatch"
+        fault = (
+            f"<env:Fault><faultcode>env:{fault_code}</faultcode><faultstring>{_text(reason)}</faultstring>"
+            f"<detail>{detail}</detail></env:Fault>"
+        )
+    else:
+        fault_code = "Sender" if sender else "Receiver"
+        if code == "VERSION_MISMATCH":
+            fault_code = "VersionMismatch"
+        fault = (
+            f"<env:Fault><env:Code><env:Value>env:{fault_code}</env:Value></env:Code>"
+            f'<env:Reason><env:Text xml:lang="en">{_text(reason)}</env:Text></env:Reason>'
+            f"<env:Detail>{detail}</env:Detail></env:Fault>"
+        )
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?><env:Envelope xmlns:env="{version.namespace}">{header}'
+        f"<env:Body>{fault}</env:Body></env:Envelope>"
+    ).encode()
+
+
+def fault_status(version: SoapVersion, sender: bool, http_status: int) -> int:
+    """HTTP status of a fault: SOAP 1.1 always 500 except before the envelope (401/403/413/415)."""
+    if http_status in (401, 403, 413, 415):
+        return http_status
+    if version is SOAP11:
+        return 500
+    return 400 if sender else 500
+
+
+def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str) -> bytes:
+    """A WSDL 1.1 describing the XML ``bindings`` of ``service`` with a SOAP 1.1 and a SOAP 1.2 binding.
+
+    Request elements are declared open (``xsd:anyType``): the content is checked by the binding's rules, not by
+    a schema. Every operation answers ``acceptResponse`` and takes the optional ``traceHeader`` header.
+    """
+    tns = f"urn:openroute:wsdl:{service}"
+    schemas: dict[str, list[str]] = {}
+    for binding in bindings:
+        if binding.request_element is not None:
+            qname = etree.QName(binding.request_element)
+            schemas.setdefault(qname.namespace or "", []).append(qname.localname)
+    prefixes = {ns: f"req{i}" for i, ns in enumerate(schemas)}
+    ns_decls = "".join(f" xmlns:{p}={quoteattr(ns)}" for ns, p in prefixes.items())
+    schema_xml = "".join(
+        f'<xsd:schema targetNamespace={quoteattr(ns)} elementFormDefault="qualified">'
+        + "".join(f'<xsd:element name="{_text(n)}" type="xsd:anyType"/>' for n in sorted(set(names)))
+        + "</xsd:schema>"
+        for ns, names in schemas.items()
+    )
+    schema_xml += (
+        f'<xsd:schema targetNamespace="{INBOUND_NS}" elementFormDefault="qualified">'
+        '<xsd:element name="acceptResponse"><xsd:complexType><xsd:sequence>'
+        '<xsd:element name="messageId" type="xsd:long"/><xsd:element name="correlationId" type="xsd:string"/>'
+        '<xsd:element name="status" type="xsd:string"/><xsd:element name="state" type="xsd:string"/>'
+        "</xsd:sequence></xsd:complexType></xsd:element>"
+        '<xsd:element name="error"><xsd:complexType><xsd:sequence>'
+        '<xsd:element name="code" type="xsd:string"/><xsd:element name="reason" type="xsd:string"/>'
+        "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
+        f'<xsd:schema targetNamespace="{TRACE_NS}" elementFormDefault="qualified">'
+        '<xsd:element name="traceHeader"><xsd:complexType><xsd:sequence>'
+        + "".join(f'<xsd:element name="{f}" type="xsd:string" minOccurs="0"/>' for f in TRACE_FIELDS)
+        + "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
+    )
+    messages = [
+        '<wsdl:message name="acceptResponse"><wsdl:part name="parameters" element="ib:acceptResponse"/></wsdl:message>',
+        '<wsdl:message name="traceHeader"><wsdl:part name="traceHeader" element="tr:traceHeader"/></wsdl:message>',
+    ]
+    operations: list[str] = []
+    ops11: list[str] = []
+    ops12: list[str] = []
+    for binding in bindings:
+        if binding.request_element is None:
+            continue
+        qname = etree.QName(binding.request_element)
+        op = _text(binding.operation)
+        messages.append(
+            f'<wsdl:message name="{op}Request"><wsdl:part name="parameters" '
+            f'element="{prefixes[qname.namespace or ""]}:{_text(qname.localname)}"/></wsdl:message>'
+        )
+        operations.append(
+            f'<wsdl:operation name="{op}"><wsdl:input message="tns:{op}Request"/>'
+            '<wsdl:output message="tns:acceptResponse"/></wsdl:operation>'
+        )
+        action = quoteattr(binding.soap_action or "")
+        for prefix, ops in (("soap", ops11), ("soap12", ops12)):
+            ops.append(
+                f'<wsdl:operation name="{op}"><{prefix}:operation soapAction={action} style="document"/>'
+                f'<wsdl:input><{prefix}:header message="tns:traceHeader" part="traceHeader" use="literal"/>'
+                f'<{prefix}:body use="literal"/></wsdl:input>'
+                f'<wsdl:output><{prefix}:body use="literal"/></wsdl:output></wsdl:operation>'
+            )
+    name = _text(service)
+    document = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<wsdl:definitions xmlns:wsdl="http://schemas.xmlsoap.org/wsdl/" '
+        'xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/" xmlns:soap12="http://schemas.xmlsoap.org/wsdl/soap12/" '
+        f'xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:ib="{INBOUND_NS}" xmlns:tr="{TRACE_NS}" '
+        f"xmlns:tns={quoteattr(tns)}{ns_decls} targetNamespace={quoteattr(tns)} name={quoteattr(service)}>"
+        f"<wsdl:types>{schema_xml}</wsdl:types>{''.join(messages)}"
+        f'<wsdl:portType name="{name}PortType">{"".join(operations)}</wsdl:portType>'
+        f'<wsdl:binding name="{name}Soap11" type="tns:{name}PortType">'
+        '<soap:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
+        f'{"".join(ops11)}</wsdl:binding>'
+        f'<wsdl:binding name="{name}Soap12" type="tns:{name}PortType">'
+        '<soap12:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
+        f'{"".join(ops12)}</wsdl:binding>'
+        f'<wsdl:service name="{name}">'
+        f'<wsdl:port name="{name}Soap11Port" binding="tns:{name}Soap11"><soap:address location={quoteattr(address)}/>'
+        "</wsdl:port>"
+        f'<wsdl:port name="{name}Soap12Port" binding="tns:{name}Soap12">'
+        f"<soap12:address location={quoteattr(address)}/></wsdl:port></wsdl:service></wsdl:definitions>"
+    )
+    return document.encode()

@@ -1,0 +1,144 @@
+"""The Starlette application of one node: inbound SOAP/JSON endpoints, admin API, ``/metrics`` and ``/health``."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+
+from openroute.admin import AdminApi, Metrics, health_route
+from openroute.engine import Engine
+from openroute.errors import ConfigurationError
+from openroute.inbound import (
+    AdminAuth,
+    InboundBinding,
+    InboundEndpoints,
+    InboundSettings,
+    SourceSystemAuth,
+    bindings_for,
+)
+from openroute.route import RouteRegistry
+
+
+def create_app(
+    engine: Engine,
+    bindings: Iterable[InboundBinding] | None = None,
+    *,
+    inbound_auth: SourceSystemAuth | None = None,
+    admin_auth: AdminAuth | None = None,
+    settings: InboundSettings | None = None,
+    channel_counters: Callable[[], Mapping[str, int]] | None = None,
+    manage_engine: bool = True,
+) -> Starlette:
+    """The ASGI app serving ``engine``'s routes.
+
+    ``bindings`` default to :func:`~openroute.inbound.bindings_for` of every route (an XML and a JSON binding
+    with no checks); given bindings are served as they are. With ``manage_engine`` the app's lifespan starts the
+    engine and stops it on shutdown. ``app.state`` holds ``engine``, ``inbound``, ``admin`` and ``metrics``.
+    """
+    chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
+    metrics = Metrics(engine, channel_counters)
+    inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
+    admin = AdminApi(engine, admin_auth)
+    engine.final_state_hooks.append(metrics.on_final_state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        if manage_engine:
+            await engine.start()
+        try:
+            yield
+        finally:
+            if manage_engine:
+                await engine.stop()
+
+    app = Starlette(
+        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine)], lifespan=lifespan
+    )
+    app.state.engine = engine
+    app.state.inbound = inbound
+    app.state.admin = admin
+    app.state.metrics = metrics
+    return app
+
+
+def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
+    """Import ``module:attr`` and return its routes and bindings.
+
+    ``attr`` may be a :class:`RouteRegistry` (default bindings for every route), an object with ``routes``
+    (a RouteRegistry) and ``bindings`` (InboundBinding list), or a callable returning either.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"--routes must be 'module:attribute', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigurationError(f"cannot import routes module {module_name!r}: {error}") from None
+    try:
+        target: Any = getattr(module, attr)
+    except AttributeError:
+        raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if callable(target) and not isinstance(target, RouteRegistry):
+        target = target()
+    if isinstance(target, RouteRegistry):
+        return target, None
+    routes = getattr(target, "routes", None)
+    bindings = getattr(target, "bindings", None)
+    if isinstance(routes, RouteRegistry):
+        if bindings is not None and not all(isinstance(b, InboundBinding) for b in bindings):
+            raise ConfigurationError(f"{spec}: bindings must be InboundBinding objects")
+        return routes, None if bindings is None else list(bindings)
+    raise ConfigurationError(f"{spec} is neither a RouteRegistry nor an object with routes and bindings")
+
+
+DEFAULT_ROUTES = "routes:registry"
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    database_url: str | None = None,
+    routes: str | None = None,
+    auth_config: str | None = None,
+) -> int:
+    """``openroute run``: migrate the store, then serve the routes of ``routes`` (``module:attr``) with uvicorn.
+
+    Without ``routes`` the reference application ``routes:registry`` is served if it can be imported.
+    Returns the process exit code (2 for a configuration problem, reported on stderr).
+    """
+    import json
+    import sys
+
+    import uvicorn
+
+    from openroute.inbound import load_auth_config
+    from persistence import MessageStore
+
+    spec = routes or DEFAULT_ROUTES
+    try:
+        if routes is None and importlib.util.find_spec(DEFAULT_ROUTES.partition(":")[0]) is None:
+            raise ConfigurationError("no reference routes module 'routes' here: pass --routes module:attribute")
+        registry, bindings = load_routes(spec)
+        inbound_auth = admin_auth = None
+        if auth_config is not None:
+            try:
+                with open(auth_config, encoding="utf-8") as file:
+                    inbound_auth, admin_auth = load_auth_config(json.load(file))
+            except (OSError, ValueError) as error:
+                raise ConfigurationError(f"cannot read --auth-config {auth_config}: {error}") from None
+    except ConfigurationError as error:
+        print(f"openroute run: {error}", file=sys.stderr)
+        return 2
+    store = MessageStore(database_url)
+    store.upgrade()
+    engine = Engine(store, registry)
+    app = create_app(engine, bindings, inbound_auth=inbound_auth, admin_auth=admin_auth)
+    print(f"openroute run: serving {len(registry)} routes of {spec} on http://{host}:{port} "
+          f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)", flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")
+    return 0
