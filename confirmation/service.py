@@ -246,10 +246,11 @@ class ConfirmationService:
 
     def on_final_state_tx(self, message: Any, connection: sa.Connection) -> None:
         """Engine hook run inside the transaction that made ``message`` final (a ``persistence.StoredMessage``):
-        inserts its confirmation row in that transaction. SKIPPED messages and unconfirmed systems get none.
+        inserts its confirmation row in that transaction. SKIPPED messages, unconfirmed systems and child
+        messages of a split (their parent's outcome is what the source system is told) get none.
         """
         state = MessageState(message.state).value
-        if state in CONFIRMED_STATES:
+        if state in CONFIRMED_STATES and getattr(message, "parent_id", None) is None:
             self.enqueue_in(request_from_message(message, state), connection)
 
     async def on_final_state(self, message: Any) -> None:
@@ -259,7 +260,7 @@ class ConfirmationService:
         :meth:`process_due` / :meth:`run` picks up.
         """
         state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES:
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None:
             return
         try:
             await self.enqueue(request_from_message(message, state))
@@ -284,7 +285,8 @@ class ConfirmationService:
         query = (
             sa.select(_M.id, _M.source_system, _M.state)
             .outerjoin(confirmation_table, _C.message_id == _M.id)
-            .where(_C.id.is_(None), _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]))
+            .where(_C.id.is_(None), _M.parent_id.is_(None),
+                   _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]))
             .order_by(_M.id)
             .limit(limit)
         )

@@ -7,6 +7,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from openroute.messaging.errors import DeploymentError
+
+__all__ = [
+    "BusinessError",
+    "ConfigurationError",
+    "DeploymentError",
+    "IllegalTransitionError",
+    "MessageDroppedByInterceptor",
+    "OpenrouteError",
+    "PayloadTooLargeError",
+    "StaleMessageError",
+    "TechnicalError",
+    "UnknownRouteError",
+    "ValidationError",
+]
+
 
 class OpenrouteError(Exception):
     """Base class of every error openroute raises on purpose."""
@@ -84,3 +100,11 @@ class StaleMessageError(OpenrouteError):
         super().__init__(f"message {message_id} is no longer at version {version}: another writer changed it")
         self.message_id = message_id
         self.version = version
+
+
+class MessageDroppedByInterceptor(OpenrouteError):
+    """An interceptor dropped the message: it ends SKIPPED with error code DROPPED and this reason (recorded)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

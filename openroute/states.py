@@ -21,7 +21,7 @@ from persistence.store import TRANSITION_COLUMNS
 S = MessageState
 
 #: trigger, sources, destination. Final states (OK, FAILED, SKIPPED, CANCEL) have no way out except an
-#: operator's ``restart`` of a FAILED message.
+#: operator's ``restart`` of a FAILED or CANCEL message.
 TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...] = (
     ("claim", (S.NEW, S.PARTLY_FAILED, S.POSTPONED), S.PROCESSING),
     ("succeed", (S.PROCESSING, S.WAITING_FOR_CHILDREN), S.OK),
@@ -32,7 +32,7 @@ TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...]
     ("skip", (S.PROCESSING,), S.SKIPPED),
     ("wait_for_children", (S.PROCESSING,), S.WAITING_FOR_CHILDREN),
     ("cancel", (S.NEW, S.PARTLY_FAILED, S.POSTPONED, S.WAITING_FOR_CHILDREN), S.CANCEL),
-    ("restart", (S.FAILED,), S.PARTLY_FAILED),
+    ("restart", (S.FAILED, S.CANCEL), S.PARTLY_FAILED),
 )
 
 machine = Machine(

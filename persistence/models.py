@@ -169,6 +169,46 @@ class ExternalCallRecord(Base):
     __table_args__ = (sa.UniqueConstraint("message_id", "call_key", name="uq_external_call_message_key"),)
 
 
+class EntityCallRecord(Base):
+    """A call to an external system made once per (entity type, object id, call key), whichever message asks.
+
+    ``status`` is IN_PROGRESS while a worker makes the call (the row is the lock that keeps a concurrent
+    duplicate call out), then OK or FAILED; ``owner_message_id`` is the message whose attempt holds it.
+    """
+
+    __tablename__ = "entity_call"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    entity_type: Mapped[str] = mapped_column(sa.String(100))
+    object_id: Mapped[str] = mapped_column(sa.String(255))
+    call_key: Mapped[str] = mapped_column(sa.String(255))
+    status: Mapped[str] = mapped_column(sa.String(16))
+    owner_message_id: Mapped[int | None] = mapped_column(BigId)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
+    result: Mapped[Any | None] = mapped_column(Json)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),
+    )
+
+
+class FunnelLockRecord(Base):
+    """Which message holds a funnel value (at most one message per funnel value is PROCESSING).
+
+    The holder keeps the row after it leaves PROCESSING; the next message takes it over once the holder is
+    no longer PROCESSING, so a holder that died never blocks the funnel for longer than its repair.
+    """
+
+    __tablename__ = "funnel_lock"
+
+    funnel_value: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    message_id: Mapped[int] = mapped_column(BigId)
+    acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class ConfirmationRecord(Base):
     """The outcome confirmation owed to the source system of a message (one per message)."""
 
@@ -208,3 +248,5 @@ message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
 node_table: sa.Table = NodeRecord.__table__  # type: ignore[assignment]
+entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignment]
+funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]

@@ -22,9 +22,12 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from persistence.models import (
+    FINAL_STATES,
     ExternalCallStatus,
     MessageState,
+    entity_call_table,
     external_call_table,
+    funnel_lock_table,
     message_table,
     node_table,
 )
@@ -586,6 +589,166 @@ class MessageStore:
             where=c.status == ExternalCallStatus.FAILED,
         )
         self.run(lambda conn: conn.execute(statement), connection)
+
+    # -- entity-scoped external calls ----------------------------------------------------------------
+    def begin_entity_call(
+        self,
+        entity_type: str,
+        object_id: str,
+        call_key: str,
+        message_id: int,
+        now: datetime,
+        stale_before: datetime,
+        connection: sa.Connection | None = None,
+    ) -> tuple[str, Any]:
+        """Try to take the call ``call_key`` of one entity for ``message_id``.
+
+        Returns ``("OK", result)`` when an earlier call succeeded (do not call again), ``("BUSY", None)`` when
+        another message's attempt is making the call now (IN_PROGRESS since after ``stale_before``), and
+        ``("RUN", None)`` when the caller now holds the call and must report with :meth:`finish_entity_call`.
+        """
+        c = entity_call_table.c
+        where = sa.and_(c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key)
+
+        def work(conn: sa.Connection) -> tuple[str, Any]:
+            query = sa.select(c.id, c.status, c.result, c.owner_message_id, c.updated_at).where(where)
+            if self.dialect == "postgresql":
+                query = query.with_for_update()
+            row = conn.execute(query).first()
+            if row is None:
+                # RETURNING, not rowcount: psycopg reports no reliable rowcount for ON CONFLICT DO NOTHING
+                inserted = conn.execute(
+                    self._insert(entity_call_table)
+                    .values(entity_type=entity_type, object_id=object_id, call_key=call_key, status="IN_PROGRESS",
+                            owner_message_id=message_id, attempts=1, created_at=now, updated_at=now)
+                    .on_conflict_do_nothing(index_elements=["entity_type", "object_id", "call_key"])
+                    .returning(c.id)
+                ).scalar()
+                return ("RUN", None) if inserted is not None else ("BUSY", None)
+            if row.status == "OK":
+                return ("OK", row.result)
+            if row.status == "IN_PROGRESS" and row.owner_message_id != message_id and row.updated_at > stale_before:
+                return ("BUSY", None)
+            taken = conn.execute(
+                sa.update(entity_call_table)
+                .where(c.id == row.id, c.status == row.status, c.updated_at == row.updated_at)
+                .values(status="IN_PROGRESS", owner_message_id=message_id, attempts=c.attempts + 1, updated_at=now)
+            ).rowcount
+            return ("RUN", None) if taken == 1 else ("BUSY", None)
+
+        return self.run(work, connection)
+
+    def finish_entity_call(
+        self,
+        entity_type: str,
+        object_id: str,
+        call_key: str,
+        message_id: int,
+        ok: bool,
+        now: datetime,
+        result: Any = None,
+        error: str | None = None,
+        connection: sa.Connection | None = None,
+    ) -> None:
+        """Record the outcome of a call taken with :meth:`begin_entity_call` (only by its holder)."""
+        c = entity_call_table.c
+        statement = (
+            sa.update(entity_call_table)
+            .where(c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key,
+                   c.owner_message_id == message_id, c.status == "IN_PROGRESS")
+            .values(status="OK" if ok else "FAILED", result=result, last_error=error, updated_at=now)
+        )
+        self.run(lambda conn: conn.execute(statement), connection)
+
+    def entity_calls(
+        self, entity_type: str, object_id: str, connection: sa.Connection | None = None
+    ) -> list[dict[str, Any]]:
+        """The entity-scoped calls recorded for one entity (status, attempts, result, owner)."""
+        c = entity_call_table.c
+        query = (
+            sa.select(c.call_key, c.status, c.attempts, c.result, c.last_error, c.owner_message_id)
+            .where(c.entity_type == entity_type, c.object_id == object_id)
+            .order_by(c.id)
+        )
+        return [dict(r._mapping) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    # -- processing patterns: obsolete, funnel, children ---------------------------------------------
+    def newer_ok_exists(self, message: StoredMessage, connection: sa.Connection | None = None) -> bool:
+        """Whether a message received after ``message`` for the same entity type + object id ended OK."""
+        if message.object_id is None or message.entity_type is None:
+            return False
+        c = message_table.c
+        query = sa.select(c.id).where(
+            c.entity_type == message.entity_type,
+            c.object_id == message.object_id,
+            c.state == MessageState.OK,
+            c.id != message.id,
+            sa.or_(c.receive_ts > message.receive_ts, sa.and_(c.receive_ts == message.receive_ts, c.id > message.id)),
+        ).limit(1)
+        return self.run(lambda conn: conn.execute(query).first(), connection) is not None
+
+    def older_unfinished_in_funnel(self, message: StoredMessage, connection: sa.Connection | None = None) -> int | None:
+        """The id of an older (receive time, then id) message of the same funnel value that is not final."""
+        if message.funnel_value is None:
+            return None
+        c = message_table.c
+        query = sa.select(c.id).where(
+            c.funnel_value == message.funnel_value,
+            c.state.not_in(list(FINAL_STATES)),
+            c.id != message.id,
+            sa.or_(c.receive_ts < message.receive_ts, sa.and_(c.receive_ts == message.receive_ts, c.id < message.id)),
+        ).order_by(c.receive_ts, c.id).limit(1)
+        return self.run(lambda conn: conn.execute(query).scalar(), connection)
+
+    def acquire_funnel(
+        self, funnel_value: str, message_id: int, now: datetime, connection: sa.Connection | None = None
+    ) -> int | None:
+        """Make ``message_id`` the one message of ``funnel_value`` allowed to be PROCESSING.
+
+        Returns None when it holds the funnel now, else the id of the PROCESSING message that holds it.
+        The previous holder is replaced only when it is no longer PROCESSING (a conditional update, so of
+        two concurrent takers exactly one wins).
+        """
+        f = funnel_lock_table.c
+        m = message_table.c
+
+        def work(conn: sa.Connection) -> int | None:
+            holder = conn.execute(sa.select(f.message_id).where(f.funnel_value == funnel_value)).scalar()
+            if holder is None:
+                inserted = conn.execute(
+                    self._insert(funnel_lock_table)
+                    .values(funnel_value=funnel_value, message_id=message_id, acquired_at=now)
+                    .on_conflict_do_nothing(index_elements=["funnel_value"])
+                    .returning(f.funnel_value)
+                ).scalar()
+                if inserted is not None:
+                    return None
+                holder = conn.execute(sa.select(f.message_id).where(f.funnel_value == funnel_value)).scalar()
+            if holder == message_id:
+                return None
+            state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
+            if state == MessageState.PROCESSING:
+                return int(holder)
+            taken = conn.execute(
+                sa.update(funnel_lock_table)
+                .where(f.funnel_value == funnel_value, f.message_id == holder)
+                .values(message_id=message_id, acquired_at=now)
+            ).rowcount
+            return None if taken == 1 else int(holder)
+
+        return self.run(work, connection)
+
+    def children_of(self, parent_id: int, connection: sa.Connection | None = None) -> list[StoredMessage]:
+        """The child messages of ``parent_id``, in the order they were split (by id)."""
+        return self.find(message_table.c.parent_id == parent_id, connection=connection)
+
+    def lock_message(self, message_id: int, connection: sa.Connection) -> StoredMessage | None:
+        """Read ``message_id`` holding its row lock (PostgreSQL ``FOR UPDATE``) until ``connection`` commits."""
+        query = sa.select(message_table).where(message_table.c.id == message_id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        row = connection.execute(query).first()
+        return None if row is None else _row_to_message(row)
 
     # -- nodes ----------------------------------------------------------------------------------
     def register_node(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:

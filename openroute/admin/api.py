@@ -294,13 +294,10 @@ class AdminApi:
         return message
 
     async def restart(self, request: Request, user: str) -> Response:
-        """Restart a FAILED message: -> PARTLY_FAILED, failed count reset, due now (the repoll picks it up)."""
+        """Restart a FAILED or CANCEL message: -> PARTLY_FAILED, failed count reset, due now; queued at once
+        when this node's engine runs (else the next repoll of any node takes it)."""
         message = await self._load(self._message_id(request))
-        now = self.engine.clock.now()
-        changes = {"failed_count": 0, "next_attempt_at": now}
-        updated = await self._db(
-            lambda: states.transition(self.store, message, MessageState.PARTLY_FAILED, now, changes)
-        )
+        updated = await self.engine.restart(message.id)
         log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,12 +32,14 @@ from openroute.errors import (
     BusinessError,
     ConfigurationError,
     IllegalTransitionError,
+    MessageDroppedByInterceptor,
     PayloadTooLargeError,
     StaleMessageError,
     TechnicalError,
     UnknownRouteError,
     ValidationError,
 )
+from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
 from openroute.messaging import Emitter, MessagingApp, OnOverflow
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from openroute.route import Exchange, Route, RouteRegistry
@@ -167,9 +169,13 @@ class Engine:
         *,
         clock: Clock | None = None,
         node_id: str | None = None,
+        interceptors: Sequence[MessageInterceptor] = (),
     ) -> None:
         if not isinstance(routes, RouteRegistry):
             raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
+        routes.validate()
+        #: engine-wide interceptors, run around every delivery and step before the route's own
+        self.interceptors: tuple[MessageInterceptor, ...] = check_interceptors(interceptors, "engine")
         settings = settings or EngineSettings()
         if node_id is not None:
             settings = dataclasses.replace(settings, node_id=node_id)
@@ -182,6 +188,8 @@ class Engine:
         self.final_state_hooks: list[FinalStateHook] = []
         self.final_state_tx_hooks: list[FinalStateTxHook] = []
         self.stats = EngineStats()
+        # parent messages a child's final transition completed, by child id (set in the writer thread)
+        self._completed_parents: dict[int, StoredMessage] = {}
         self._writer = GroupCommitWriter(
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
@@ -387,9 +395,10 @@ class Engine:
         return updated
 
     async def restart(self, message_id: int) -> StoredMessage:
-        """Give a FAILED message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+        """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
 
-        Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED) or :class:`StaleMessageError`.
+        Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED/CANCEL) or
+        :class:`StaleMessageError`.
         The message is emitted at once when this node runs, else the next repoll of any node takes it.
         """
         message = await self._run_db(lambda: self.store.get(message_id))
@@ -481,21 +490,125 @@ class Engine:
             headers=dict(claimed.headers),
             custom_data=copy.deepcopy(claimed.custom_data),
             business_errors=list(claimed.business_errors),
+            route=route,
             _engine=self,
         )
         error: BaseException | None = None
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
         else:
+            held = await self._hold_back(claimed, route)
+            if held is not None:
+                return held
             try:
-                for step in route.steps:
+                await self._deliver(route, exchange)
+            except MessageDroppedByInterceptor as dropped:
+                return await self._transition(claimed, MessageState.SKIPPED, self.clock.now(), {
+                    "next_attempt_at": None, "custom_data": _jsonable(exchange.custom_data, claimed.custom_data),
+                    "last_error_code": "DROPPED", "last_error_text": _clip(dropped.reason),
+                })
+            except Exception as caught:
+                error = caught
+        finished = await self._finish(claimed, route, exchange, error)
+        if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
+            await self._run_children(finished)
+        return finished
+
+    async def _hold_back(self, message: StoredMessage, route: Route) -> StoredMessage | None:
+        """Obsolete check and funnel, before the steps: the new snapshot if the message does not run now."""
+        now = self.clock.now()
+        if (route.obsolete_check and message.object_id is not None
+                and await self._run_db(lambda: self.store.newer_ok_exists(message))):
+            return await self._transition(message, MessageState.SKIPPED, now, {
+                "next_attempt_at": None, "last_error_code": "OBSOLETE",
+                "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
+            })
+        funnel = message.funnel_value
+        if funnel is None:
+            return None
+        blocker: int | None = None
+        if route.guaranteed_order:
+            blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
+        if blocker is None:
+            blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
+        if blocker is None:
+            return None
+        held = await self._transition(message, MessageState.POSTPONED, now, {
+            "next_attempt_at": now + self.settings.postpone_interval, "last_error_code": "FUNNEL",
+            "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
+        })
+        return held if held is not None else message
+
+    async def _deliver(self, route: Route, exchange: Exchange) -> None:
+        """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
+        interceptors = (*self.interceptors, *route.interceptors)
+
+        async def run_steps() -> None:
+            for index, step in enumerate(route.steps):
+                async def run_one(step: Any = step) -> Any:
                     result = step(exchange)
                     if inspect.isawaitable(result):
                         result = await result
-                    exchange.result = result
-            except Exception as caught:
-                error = caught
-        return await self._finish(claimed, route, exchange, error)
+                    return result
+
+                try:
+                    if interceptors:
+                        context = InterceptionContext(exchange.message, exchange, route, _step_name(step, index),
+                                                      exchange.metadata)
+                        exchange.result = await run_chain(interceptors, "around_step", context, run_one)
+                    else:
+                        exchange.result = await run_one()
+                except MessageDroppedByInterceptor:
+                    raise
+                except Exception as caught:
+                    business = _as_business_error(caught, route)
+                    if business is None:
+                        raise
+                    if not route.continue_on_business_error:
+                        raise business from caught
+                    exchange.business_errors.append(business.to_dict())
+
+        if interceptors:
+            context = InterceptionContext(exchange.message, exchange, route, None, exchange.metadata)
+            await run_chain(interceptors, "around_delivery", context, run_steps)
+        else:
+            await run_steps()
+
+    async def _run_children(self, parent: StoredMessage) -> None:
+        """First attempt of a split: process the parent's NEW children one after the other, in order."""
+        for child in await self._run_db(lambda: self.store.children_of(parent.id)):
+            if child.state is MessageState.NEW and not self._stopping:
+                await self._process(child)
+        # children already final before the parent waited (a split run again) complete it here
+        now = self.clock.now()
+        completed = await self._writer.submit(lambda c: self._complete_parent(parent.id, now, c))
+        if completed is not None:
+            await self._run_final_hooks(completed)
+
+    def _complete_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:
+        """In a child's final transaction: end the waiting parent when its children decide it (row-locked)."""
+        parent = self.store.lock_message(parent_id, connection)
+        if parent is None or parent.state is not MessageState.WAITING_FOR_CHILDREN:
+            return None
+        children = self.store.children_of(parent_id, connection)
+        failed = [c for c in children if c.state in (MessageState.FAILED, MessageState.CANCEL)]
+        if failed:
+            errors = list(parent.business_errors)
+            for child in failed:
+                errors.extend(child.business_errors)
+            changes: dict[str, Any] = {
+                "next_attempt_at": None, "business_errors": errors, "last_error_code": "CHILD_FAILED",
+                "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
+            }
+            target = MessageState.FAILED
+        elif all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
+            target, changes = MessageState.OK, {"next_attempt_at": None}
+        else:
+            return None
+        updated = states.transition(self.store, parent, target, now, changes, connection)
+        for hook in self.final_state_tx_hooks:
+            hook(updated, connection)
+        return updated
 
     def _policy(self, route: Route | None) -> RetryPolicy:
         if route is not None and route.retry_policy is not None:
@@ -521,6 +634,9 @@ class Engine:
                     delay = self.settings.postpone_interval
                 target = MessageState.POSTPONED
                 changes["next_attempt_at"] = now + delay
+            elif exchange.children:
+                target = MessageState.WAITING_FOR_CHILDREN
+                changes["next_attempt_at"] = None
             else:
                 target = MessageState.OK
                 changes["next_attempt_at"] = None
@@ -559,8 +675,12 @@ class Engine:
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         self.stats.outcomes[target] += 1
+        parent = self._completed_parents.pop(updated.id, None)
         if final:
             await self._run_final_hooks(updated)
+        if parent is not None:
+            self.stats.outcomes[parent.state] += 1
+            await self._run_final_hooks(parent)
         return updated
 
     def _claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
@@ -586,6 +706,10 @@ class Engine:
             if states.is_final(result.state):
                 for hook in self.final_state_tx_hooks:
                     hook(result, connection)
+                if result.parent_id is not None:
+                    parent = self._complete_parent(result.parent_id, result.last_update_ts, connection)
+                    if parent is not None:
+                        self._completed_parents[result.id] = parent
             results.append(result)
         return results
 
@@ -665,6 +789,26 @@ def _check_text(name: str, value: Any, limit: int) -> None:
         raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > limit:
         raise ValidationError(f"{name} is longer than {limit} characters")
+
+
+def _step_name(step: Any, index: int) -> str:
+    return str(getattr(step, "step_name", None) or getattr(step, "__name__", None) or f"step-{index + 1}")
+
+
+def _as_business_error(error: BaseException, route: Route) -> BusinessError | None:
+    if isinstance(error, BusinessError):
+        return error
+    if route.business_exceptions and isinstance(error, route.business_exceptions):
+        return BusinessError(type(error).__name__, str(error))
+    return None
+
+
+def _jsonable(value: Any, fallback: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return fallback
+    return value
 
 
 def _clip(text: str) -> str:

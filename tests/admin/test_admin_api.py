@@ -208,9 +208,11 @@ async def test_cancel_non_final_message_runs_final_hooks(
     for name in ("new", "ok", "failed1"):  # final messages cannot be cancelled
         refused = await client.post(f"/admin/messages/{world.ids[name]}/cancel", headers=ADMIN)
         assert refused.status_code == 409
-    # CANCEL -> restart is not in the state machine (openroute/states.py): refused, not worked around
+    # an operator may restart a cancelled message (CANCEL -> PARTLY_FAILED, due now)
     restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
-    assert restart.status_code == 409
+    assert restart.status_code == 200 and restart.json()["state"] == "PARTLY_FAILED"
+    restarted = store.get(message_id)
+    assert restarted is not None and restarted.state is MessageState.PARTLY_FAILED and restarted.failed_count == 0
     assert (await client.post("/admin/messages/424242/cancel", headers=ADMIN)).status_code == 404
 
 

@@ -15,6 +15,7 @@ from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.errors import (
     BusinessError,
     ConfigurationError,
+    DeploymentError,
     PayloadTooLargeError,
     TechnicalError,
     UnknownRouteError,
@@ -429,8 +430,10 @@ def test_bad_settings_and_routes_are_refused() -> None:
     with pytest.raises(ConfigurationError):
         Route("", "o", [print])
     registry = RouteRegistry([Route("s", "o", [print])])
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(DeploymentError, match="s/o is already registered"):
         registry.register(Route("s", "o", [print]))
+    with pytest.raises(DeploymentError, match="splits into s/missing, which has no route"):
+        Engine("sqlite:///unused.db", RouteRegistry([Route("s", "p", [print], child_routes=(("s", "missing"),))]))
     with pytest.raises(UnknownRouteError):
         registry.get("s", "x")
     with pytest.raises(ConfigurationError):
@@ -533,7 +536,11 @@ async def test_cancel_and_restart(store: MessageStore, make_engine: EngineFactor
     assert store.get(failing).state is S.OK
     with pytest.raises(IllegalTransitionError):
         await engine.restart(failing)
-    assert finals == [S.CANCEL, S.FAILED, S.OK]
+    revived = await engine.restart(waiting)  # a cancelled message can be restarted too
+    assert revived.state is S.PARTLY_FAILED and revived.failed_count == 0
+    await engine.wait_idle(WAIT)
+    assert store.get(waiting).state is S.OK
+    assert finals == [S.CANCEL, S.FAILED, S.OK, S.OK]
 
 
 async def test_a_stopped_engine_does_not_start_again(make_engine: EngineFactory) -> None:

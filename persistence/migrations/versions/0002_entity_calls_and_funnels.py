@@ -1,0 +1,50 @@
+"""entity-scoped external calls and funnel locks
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-11-22 23:20:00
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def upgrade() -> None:
+    op.create_table(
+        "entity_call",
+        sa.Column("id", _ID, autoincrement=True, nullable=False),
+        sa.Column("entity_type", sa.String(length=100), nullable=False),
+        sa.Column("object_id", sa.String(length=255), nullable=False),
+        sa.Column("call_key", sa.String(length=255), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("owner_message_id", _ID, nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("result", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+                  nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+        sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),
+    )
+    op.create_table(
+        "funnel_lock",
+        sa.Column("funnel_value", sa.String(length=255), nullable=False),
+        sa.Column("message_id", _ID, nullable=False),
+        sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("funnel_value"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("funnel_lock")
+    op.drop_table("entity_call")
