@@ -1,0 +1,386 @@
+"""The route DSL: one fluent sentence per route, producing a :class:`~openroute.route.Route` and its bindings.
+
+::
+
+    from openroute.dsl import Application, route
+
+    set_customer = (
+        route("crm", "setCustomer")
+        .soap("{http://openroute.dev/crm}setCustomerRequest", namespaces={"c": "http://openroute.dev/crm"})
+        .json()
+        .require("c:customer/c:id", json="$.customer.id")
+        .object_id("c:customer/c:id", json="$.customer.id")
+        .entity_type("customer")
+        .obsolete_check()
+        .retry(max_attempts=5, interval=timedelta(seconds=30), backoff=2)
+        .ext_call("billing", charge_billing)
+        .ext_call("mno", activate_sim)
+    )
+    app = Application(set_customer)          # app.routes (RouteRegistry) + app.bindings (InboundBinding list)
+
+Every builder is immutable: each clause returns a new builder, so a half-built route can be shared as a
+template. ``build()`` (and :class:`Application`) check the definition and raise
+:class:`~openroute.errors.DeploymentError` naming the route for anything that cannot work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from openroute.errors import ConfigurationError, DeploymentError
+from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
+from openroute.interceptors import MessageInterceptor
+from openroute.retry import RetryPolicy
+from openroute.route import ChildMessage, Exchange, Route, RouteRegistry, Step
+
+__all__ = ["Application", "RouteBuilder", "RouteDefinition", "Steps", "route", "steps"]
+
+ChildSpec = ChildMessage | str | Mapping[str, Any]
+
+
+def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
+    function.__name__ = name
+    function.__qualname__ = name
+    return function
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A reusable chain of processing steps (a sub-route), inlined where a route ``.call()``\\ s it."""
+
+    chain: tuple[Step, ...] = ()
+    child_routes: tuple[tuple[str, str], ...] = ()
+
+    def _with_step(self, step: Step, child: tuple[str, str] | None = None) -> Any:
+        children = self.child_routes + ((child,) if child is not None and child not in self.child_routes else ())
+        return dataclasses.replace(self, chain=(*self.chain, step), child_routes=children)
+
+    def process(self, function: Callable[[Exchange], Any], name: str | None = None) -> Any:
+        """A step: ``function(exchange)``, plain or async; its return value becomes ``exchange.result``."""
+        if not callable(function):
+            raise DeploymentError(f"process: {function!r} is not callable")
+        if name is None:
+            return self._with_step(function)
+
+        async def step(exchange: Exchange) -> Any:
+            result = function(exchange)
+            return await result if inspect.isawaitable(result) else result
+
+        return self._with_step(_named(step, name))
+
+    def ext_call(
+        self,
+        key: str,
+        function: Callable[[Exchange], Any],
+        *,
+        scope: Literal["message", "entity"] | None = None,
+    ) -> Any:
+        """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
+        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps."""
+        if not isinstance(key, str) or not key or len(key) > 255:
+            raise DeploymentError(f"ext_call: the key must be a non-empty string of at most 255 characters: {key!r}")
+        if not callable(function):
+            raise DeploymentError(f"ext_call {key!r}: {function!r} is not callable")
+        if scope not in (None, "message", "entity"):
+            raise DeploymentError(f"ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
+
+        async def step(exchange: Exchange) -> Any:
+            result = await exchange.ext_call(key, lambda: function(exchange), scope=scope)
+            exchange.metadata.setdefault("ext_calls", {})[key] = result
+            return result
+
+        return self._with_step(_named(step, f"ext_call:{key}"))
+
+    def split(self, function: Callable[[Exchange], Iterable[ChildSpec]], *, into: str | tuple[str, str],
+              service: str | None = None) -> Any:
+        """A step that splits the message into child messages of the route ``into`` (an operation of the same
+        service, or (service, operation)). ``function(exchange)`` returns the children: :class:`ChildMessage`,
+        a payload string, or a mapping (sent as JSON). The parent waits for them (see ``Exchange.split``)."""
+        if not callable(function):
+            raise DeploymentError(f"split: {function!r} is not callable")
+        if isinstance(into, tuple):
+            if len(into) != 2 or not all(isinstance(part, str) and part for part in into):
+                raise DeploymentError(f"split: into must be an operation or (service, operation), got {into!r}")
+            target_service: str | None = into[0]
+            operation = into[1]
+        elif isinstance(into, str) and into:
+            target_service, operation = service, into
+        else:
+            raise DeploymentError(f"split: into must be an operation or (service, operation), got {into!r}")
+
+        async def step(exchange: Exchange) -> list[int]:
+            produced = function(exchange)
+            if inspect.isawaitable(produced):
+                produced = await produced
+            chosen = target_service or exchange.message.service
+            children = [_child(item, chosen, operation) for item in produced]
+            return await exchange.split(children)
+
+        return self._with_step(_named(step, f"split:{operation}"), (target_service or "", operation))
+
+    def call(self, sub_route: Steps) -> Any:
+        """Inline the steps of ``sub_route`` (built with :func:`steps`) here."""
+        if not isinstance(sub_route, Steps) or isinstance(sub_route, RouteBuilder):
+            raise DeploymentError(f"call: expected a sub-route made with steps(), got {sub_route!r}")
+        children = self.child_routes + tuple(c for c in sub_route.child_routes if c not in self.child_routes)
+        return dataclasses.replace(self, chain=(*self.chain, *sub_route.chain), child_routes=children)
+
+
+def _child(item: ChildSpec, service: str, operation: str) -> ChildMessage:
+    if isinstance(item, ChildMessage):
+        return item if item.service else dataclasses.replace(item, service=service)
+    if isinstance(item, str):
+        return ChildMessage(payload=item, operation=operation, service=service)
+    if isinstance(item, Mapping):
+        return ChildMessage(payload=json.dumps(item), operation=operation, service=service,
+                            content_type="application/json")
+    raise TypeError(f"a split function must produce ChildMessage, str or mapping items, got {type(item).__name__}")
+
+
+def steps() -> Steps:
+    """Start a reusable sub-route: ``enrich = steps().process(load).process(check)``; use it with ``.call()``."""
+    return Steps()
+
+
+@dataclass(frozen=True)
+class RouteDefinition:
+    """What :meth:`RouteBuilder.build` produces: the engine's route and the inbound bindings that feed it."""
+
+    route: Route
+    bindings: tuple[InboundBinding, ...]
+
+
+@dataclass(frozen=True)
+class RouteBuilder(Steps):
+    """The fluent builder of one route (start it with :func:`route`)."""
+
+    service: str = ""
+    operation: str = ""
+    soap_element: str | None = None
+    soap_action: str | None = None
+    accepts_json: bool = False
+    namespaces: Mapping[str, str] = field(default_factory=dict)
+    required_xml: tuple[str, ...] = ()
+    required_json: tuple[str, ...] = ()
+    validators: tuple[Validator, ...] = ()
+    extractors: Mapping[str, tuple[Extractor | None, Extractor | None]] = field(default_factory=dict)
+    retry_policy: RetryPolicy | None = None
+    ordered: bool = False
+    obsolete: bool = False
+    continue_on_business_error: bool = False
+    business_exceptions: tuple[type[BaseException], ...] = ()
+    scope: Literal["message", "entity"] = "message"
+    route_interceptors: tuple[MessageInterceptor, ...] = ()
+
+    # -- identify -----------------------------------------------------------------------------------
+    def soap(self, element: str | QName | None = None, *, action: str | None = None,
+             namespaces: Mapping[str, str] | None = None) -> RouteBuilder:
+        """Accept SOAP 1.1/1.2 requests whose Body element is ``element`` (``{uri}local``) and/or whose
+        SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use."""
+        if element is None and action is None:
+            element = f"{{urn:openroute:service:{self.service}}}{self.operation}"
+        merged = {**self.namespaces, **(namespaces or {})}
+        return dataclasses.replace(self, soap_element=None if element is None else str(QName(element)),
+                                   soap_action=action, namespaces=merged)
+
+    def json(self) -> RouteBuilder:
+        """Accept JSON objects at ``POST /api/<service>/<operation>``."""
+        return dataclasses.replace(self, accepts_json=True)
+
+    # -- validate -----------------------------------------------------------------------------------
+    def require(self, *xpaths: str, json: str | Sequence[str] = ()) -> RouteBuilder:
+        """Paths that must match a non-empty value: XPaths (SOAP) and ``json=`` JSON paths (``$.a.b``)."""
+        json_paths = (json,) if isinstance(json, str) else tuple(json)
+        return dataclasses.replace(self, required_xml=(*self.required_xml, *xpaths),
+                                   required_json=(*self.required_json, *json_paths))
+
+    def validate(self, validator: Validator) -> RouteBuilder:
+        """A custom check ``validator(parsed_payload)`` raising ``ValidationError`` (HTTP 400 / Fault)."""
+        if not callable(validator):
+            raise DeploymentError(f"route {self.service}/{self.operation}: validator {validator!r} is not callable")
+        return dataclasses.replace(self, validators=(*self.validators, validator))
+
+    # -- extract ------------------------------------------------------------------------------------
+    def _extract(self, name: str, xml: Extractor | None, json_path: Extractor | None) -> RouteBuilder:
+        return dataclasses.replace(self, extractors={**self.extractors, name: (xml, json_path)})
+
+    def object_id(self, xpath: Extractor | None = None, *, json: Extractor | None = None) -> RouteBuilder:
+        """Where the object id is: an XPath (SOAP), ``json=`` a JSON path, or a callable of the parsed payload."""
+        return self._extract("object_id", xpath, json if json is not None else (xpath if callable(xpath) else None))
+
+    def entity_type(self, value: str | Extractor) -> RouteBuilder:
+        """The entity type (default: the operation). A plain word is a constant; shared across operations it
+        makes obsolete detection and entity-scoped external calls span them."""
+        if isinstance(value, str) and value.replace("_", "").replace("-", "").isalnum():
+            constant = value
+            return self._extract("entity_type", lambda _p: constant, lambda _p: constant)
+        return self._extract("entity_type", value, value if callable(value) else None)
+
+    def funnel(self, xpath: Extractor | None = None, *, json: Extractor | None = None,
+               guaranteed_order: bool = False) -> RouteBuilder:
+        """Funnel by this value (at most one message per value PROCESSING); with ``guaranteed_order`` an older
+        unfinished message also holds newer ones POSTPONED until it is final."""
+        json_path = json if json is not None else (xpath if callable(xpath) else None)
+        builder = self._extract("funnel_value", xpath, json_path)
+        return dataclasses.replace(builder, ordered=guaranteed_order)
+
+    # -- behaviour ----------------------------------------------------------------------------------
+    def retry(self, policy: RetryPolicy | None = None, **settings: Any) -> RouteBuilder:
+        """The route's retry policy: a :class:`RetryPolicy` or its keyword arguments
+        (``max_attempts``, ``interval``, ``backoff``, ``max_interval``, ``jitter``)."""
+        if policy is not None and settings:
+            raise DeploymentError("retry: give a RetryPolicy or keyword settings, not both")
+        try:
+            chosen = policy if policy is not None else RetryPolicy(**settings)
+        except (TypeError, ConfigurationError) as error:
+            raise DeploymentError(f"route {self.service}/{self.operation}: bad retry policy: {error}") from None
+        if not isinstance(chosen, RetryPolicy):
+            raise DeploymentError(f"route {self.service}/{self.operation}: retry needs a RetryPolicy")
+        return dataclasses.replace(self, retry_policy=chosen)
+
+    def guaranteed_order(self, enabled: bool = True) -> RouteBuilder:
+        """Keep messages of one funnel value in receive order (see :meth:`funnel`)."""
+        return dataclasses.replace(self, ordered=enabled)
+
+    def obsolete_check(self, enabled: bool = True) -> RouteBuilder:
+        """Skip a message when a newer one for the same entity type + object id already ended OK."""
+        return dataclasses.replace(self, obsolete=enabled)
+
+    def on_business_error(self, action: Literal["continue", "fail"],
+                          *expected: type[BaseException]) -> RouteBuilder:
+        """What a business error does: ``"fail"`` ends the message FAILED at once, ``"continue"`` records it
+        and goes on with the next step. ``expected`` exception types are business errors too."""
+        if action not in ("continue", "fail"):
+            raise DeploymentError(f"on_business_error: action must be 'continue' or 'fail', got {action!r}")
+        if not all(isinstance(e, type) and issubclass(e, BaseException) for e in expected):
+            raise DeploymentError("on_business_error: expected must be exception classes")
+        return dataclasses.replace(self, continue_on_business_error=action == "continue",
+                                   business_exceptions=(*self.business_exceptions, *expected))
+
+    def ext_call_scope(self, scope: Literal["message", "entity"]) -> RouteBuilder:
+        """Default scope of this route's external calls: once per message or once per entity."""
+        if scope not in ("message", "entity"):
+            raise DeploymentError(f"ext_call_scope must be 'message' or 'entity', got {scope!r}")
+        return dataclasses.replace(self, scope=scope)
+
+    def intercept(self, *interceptors: MessageInterceptor) -> RouteBuilder:
+        """Interceptors around every delivery and step of this route (after the engine-wide ones)."""
+        for interceptor in interceptors:
+            if not isinstance(interceptor, MessageInterceptor):
+                raise DeploymentError(f"intercept: {interceptor!r} is not a MessageInterceptor")
+        return dataclasses.replace(self, route_interceptors=(*self.route_interceptors, *interceptors))
+
+    # -- build --------------------------------------------------------------------------------------
+    def build(self) -> RouteDefinition:
+        """Check the definition and produce the :class:`RouteDefinition` (DeploymentError naming the route)."""
+        what = f"route {self.service}/{self.operation}"
+        if not self.chain:
+            raise DeploymentError(f"{what} has no processing steps")
+        children = tuple((s or self.service, o) for s, o in self.child_routes)
+        try:
+            built = Route(
+                self.service, self.operation, self.chain, retry_policy=self.retry_policy,
+                obsolete_check=self.obsolete, guaranteed_order=self.ordered,
+                continue_on_business_error=self.continue_on_business_error,
+                business_exceptions=self.business_exceptions, ext_call_scope=self.scope,
+                interceptors=self.route_interceptors, child_routes=children,
+            )
+            bindings = self._bindings()
+        except ConfigurationError as error:
+            raise DeploymentError(f"{what}: {error}") from None
+        return RouteDefinition(built, bindings)
+
+    def _bindings(self) -> tuple[InboundBinding, ...]:
+        soap = self.soap_element is not None or self.soap_action is not None
+        accepts_json = self.accepts_json or not soap
+        if not soap and not self.accepts_json:
+            soap = True  # neither clause given: both endpoints with the default element
+        xml_extract = {name: pair[0] for name, pair in self.extractors.items() if pair[0] is not None}
+        json_extract = {name: pair[1] for name, pair in self.extractors.items() if pair[1] is not None}
+        result: list[InboundBinding] = []
+        if soap:
+            element = self.soap_element
+            if element is None and self.soap_action is None:
+                element = f"{{urn:openroute:service:{self.service}}}{self.operation}"
+            result.append(InboundBinding(
+                self.service, self.operation, "xml", request_element=element, soap_action=self.soap_action,
+                required=self.required_xml, namespaces=self.namespaces, validators=self.validators,
+                **xml_extract,  # type: ignore[arg-type]
+            ))
+        if accepts_json:
+            result.append(InboundBinding(
+                self.service, self.operation, "json", required=self.required_json, validators=self.validators,
+                **json_extract,  # type: ignore[arg-type]
+            ))
+        return tuple(result)
+
+
+def route(service: str, operation: str) -> RouteBuilder:
+    """Start the definition of the route of (``service``, ``operation``), the dynamic routing key."""
+    for name, value in (("service", service), ("operation", operation)):
+        if not isinstance(value, str) or not value.strip() or len(value) > 100:
+            raise DeploymentError(f"route {name} must be a non-empty string of at most 100 characters, got {value!r}")
+    return RouteBuilder(service=service, operation=operation)
+
+
+class Application:
+    """The routes of one application: what ``openroute run --routes module:attr`` serves.
+
+    ``routes`` is the engine's :class:`RouteRegistry`, ``bindings`` the inbound bindings. Raises one
+    :class:`DeploymentError` listing every problem: duplicate routes, two routes on one SOAP element or
+    SOAPAction, splits into unregistered routes, unfinished or broken definitions.
+    """
+
+    def __init__(self, *definitions: RouteBuilder | RouteDefinition) -> None:
+        problems: list[str] = []
+        built: list[RouteDefinition] = []
+        for definition in definitions:
+            if isinstance(definition, RouteBuilder):
+                try:
+                    built.append(definition.build())
+                except DeploymentError as error:
+                    problems.extend(error.problems)
+            elif isinstance(definition, RouteDefinition):
+                built.append(definition)
+            else:
+                problems.append(f"expected a route builder or definition, got {definition!r}")
+        self.routes = RouteRegistry()
+        for definition in built:
+            try:
+                self.routes.register(definition.route)
+            except DeploymentError as error:
+                problems.extend(error.problems)
+        seen: dict[tuple[str, str], str] = {}
+        for definition in built:
+            for binding in definition.bindings:
+                keys = []
+                if binding.content_type == "xml":
+                    if binding.request_element is not None:
+                        keys.append(("SOAP element", f"{binding.service} {binding.request_element}"))
+                    if binding.soap_action:
+                        keys.append(("SOAPAction", f"{binding.service} {binding.soap_action}"))
+                for kind, key in keys:
+                    owner = f"{binding.service}/{binding.operation}"
+                    if (kind, key) in seen and seen[(kind, key)] != owner:
+                        problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
+                    seen.setdefault((kind, key), owner)
+        try:
+            self.routes.validate()
+        except DeploymentError as error:
+            problems.extend(error.problems)
+        if problems:
+            raise DeploymentError(problems)
+        self.bindings: list[InboundBinding] = [b for d in built for b in d.bindings]
+
+    def __repr__(self) -> str:
+        return f"Application({', '.join(f'{r.service}/{r.operation}' for r in self.routes)})"
+
+
+def parsed(payload: ParsedPayload) -> Any:
+    """The document of a parsed payload (XML element or JSON value), handy in callables given to extractors."""
+    return payload.xml if payload.content_type == "xml" else payload.json
