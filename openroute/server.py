@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 import importlib.util
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 
@@ -23,6 +25,11 @@ from openroute.inbound import (
 )
 from openroute.route import RouteRegistry
 
+if TYPE_CHECKING:
+    from confirmation import ConfirmationService
+
+log = logging.getLogger("openroute.server")
+
 
 def create_app(
     engine: Engine,
@@ -33,8 +40,14 @@ def create_app(
     settings: InboundSettings | None = None,
     channel_counters: Callable[[], Mapping[str, int]] | None = None,
     manage_engine: bool = True,
+    confirmation: ConfirmationService | None = None,
+    confirmation_interval: float = 10.0,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
+
+    With ``confirmation`` every final state is confirmed to the source system: the row is written in the
+    transaction that makes the message final, sent right after the commit, and the service's retry/repair loop
+    runs every ``confirmation_interval`` seconds for as long as the app lives.
 
     ``bindings`` default to :func:`~openroute.inbound.bindings_for` of every route (an XML and a JSON binding
     with no checks); given bindings are served as they are. With ``manage_engine`` the app's lifespan starts the
@@ -45,14 +58,27 @@ def create_app(
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
     admin = AdminApi(engine, admin_auth)
     engine.final_state_hooks.append(metrics.on_final_state)
+    if confirmation is not None:
+        engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
+        engine.final_state_hooks.append(confirmation.on_final_state)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if manage_engine:
             await engine.start()
+        stop = asyncio.Event()
+        loop_task = None
+        if confirmation is not None:
+            loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
         try:
             yield
         finally:
+            stop.set()
+            if loop_task is not None:
+                try:
+                    await asyncio.wait_for(loop_task, 30)
+                except (TimeoutError, Exception):  # a hung send must not keep the server from stopping
+                    log.exception("confirmation loop did not stop cleanly")
             if manage_engine:
                 await engine.stop()
 
@@ -63,6 +89,7 @@ def create_app(
     app.state.inbound = inbound
     app.state.admin = admin
     app.state.metrics = metrics
+    app.state.confirmation = confirmation
     return app
 
 
@@ -125,20 +152,57 @@ def serve(
             raise ConfigurationError("no reference routes module 'routes' here: pass --routes module:attribute")
         registry, bindings = load_routes(spec)
         inbound_auth = admin_auth = None
+        config: dict[str, Any] = {}
         if auth_config is not None:
             try:
                 with open(auth_config, encoding="utf-8") as file:
-                    inbound_auth, admin_auth = load_auth_config(json.load(file))
+                    config = json.load(file)
+                inbound_auth, admin_auth = load_auth_config(config)
             except (OSError, ValueError) as error:
                 raise ConfigurationError(f"cannot read --auth-config {auth_config}: {error}") from None
+        confirmation_callback(config)  # a bad "confirmations" section is a configuration error at start
     except ConfigurationError as error:
         print(f"openroute run: {error}", file=sys.stderr)
         return 2
+    from confirmation import ConfirmationService
+
     store = MessageStore(database_url)
     store.upgrade()
     engine = Engine(store, registry)
-    app = create_app(engine, bindings, inbound_auth=inbound_auth, admin_auth=admin_auth)
+    confirmation = ConfirmationService(store, confirmation_callback(config))
+    app = create_app(engine, bindings, inbound_auth=inbound_auth, admin_auth=admin_auth, confirmation=confirmation)
     print(f"openroute run: serving {len(registry)} routes of {spec} on http://{host}:{port} "
           f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="info")
     return 0
+
+
+def confirmation_callback(config: Mapping[str, Any]) -> Any:
+    """The confirmation callback of ``openroute run``: the ``confirmations`` section of the config file maps a
+    source system to ``{"soap": url}`` or ``{"http": url, "headers": {...}}``; without it outcomes are logged
+    (:class:`~confirmation.DefaultConfirmationCallback`)."""
+    from confirmation import (
+        DefaultConfirmationCallback,
+        DelegateConfirmationCallback,
+        HttpJsonConfirmation,
+        SoapConfirmation,
+    )
+
+    section = config.get("confirmations") if isinstance(config, Mapping) else None
+    if section is None:
+        return DefaultConfirmationCallback()
+    if not isinstance(section, Mapping):
+        raise ConfigurationError("confirmations must map source systems to {'soap': url} or {'http': url}")
+    transports: list[Any] = []
+    for system, target in section.items():
+        try:
+            if isinstance(target, Mapping) and isinstance(target.get("soap"), str):
+                transports.append(SoapConfirmation(system, target["soap"]))
+            elif isinstance(target, Mapping) and isinstance(target.get("http"), str):
+                headers = dict(target.get("headers", {}))
+                transports.append(HttpJsonConfirmation(system, target["http"], headers=headers))
+            else:
+                raise ConfigurationError(f"confirmations.{system} must be {{'soap': url}} or {{'http': url}}")
+        except (ValueError, TypeError) as error:  # ConfigurationError and InvalidConfirmationError are ValueErrors
+            raise ConfigurationError(f"confirmations.{system}: {error}") from None
+    return DelegateConfirmationCallback(transports)

@@ -1,0 +1,121 @@
+"""Scenarios of the reference routes (routes/), through their real endpoints, on each real database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from confirmation import ConfirmationService, DefaultConfirmationCallback
+from persistence import MessageState
+from routes import ReferenceSystems, build_application, external_systems
+from routes.mvno import NAMESPACE as MVNO
+
+S = MessageState
+
+
+@pytest.fixture
+def systems() -> ReferenceSystems:
+    return external_systems()  # the in-process fakes (no URLs configured in the tests)
+
+
+@pytest.fixture
+async def kit(database_url: str, route_test_kit: Any, systems: ReferenceSystems) -> Any:
+    return await route_test_kit(build_application(systems), database_url=database_url)
+
+
+def _customer(customer: str, msisdn: str = "420777123456", operation: str = "setCustomer") -> str:
+    return (f'<m:{operation}Request xmlns:m="{MVNO}"><m:customerId>{customer}</m:customerId>'
+            f"<m:msisdn>{msisdn}</m:msisdn><m:tariff>unlimited</m:tariff></m:{operation}Request>")
+
+
+async def test_set_customer_over_soap_calls_billing_then_mno(kit: Any, systems: ReferenceSystems) -> None:
+    sent = await kit.send_soap("crm", _customer("C-1"), correlation_id="crm-1", source_system="CRM")
+    assert sent.status_code == 200 and sent.message_id is not None
+    await kit.settle()
+    done = kit.assert_state(sent.message_id, S.OK)
+    assert (done.object_id, done.entity_type) == ("C-1", "customer")
+    assert done.custom_data == {"accountId": "BILLING-C-1-1", "activationId": "MNO-C-1-1"}
+    assert systems.billing_fake is not None and systems.mno_fake is not None
+    assert (systems.billing_fake.calls["C-1"], systems.mno_fake.calls["C-1"]) == (1, 1)
+
+
+async def test_mno_down_once_then_only_the_mno_is_called_again(kit: Any, systems: ReferenceSystems) -> None:
+    assert systems.mno_fake is not None and systems.billing_fake is not None
+    systems.mno_fake.fail_next(1)
+    sent = await kit.send_json("crm", "setCustomer", {"customerId": "C-2", "msisdn": "420777000111"})
+    await kit.settle()
+    failed = kit.assert_state(sent.message_id, S.PARTLY_FAILED)
+    assert failed.last_error_code == "HTTP_503"
+    await kit.advance(timedelta(seconds=30))
+    kit.assert_state(sent.message_id, S.OK)
+    assert (systems.billing_fake.calls["C-2"], systems.mno_fake.calls["C-2"]) == (1, 2)
+
+
+async def test_soap_fault_fails_the_message_with_a_business_error_and_a_confirmation(
+    kit: Any, systems: ReferenceSystems
+) -> None:
+    service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
+    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    sent = await kit.send_json("crm", "setCustomer", {"customerId": "blocked-7", "msisdn": "420777000222"},
+                               source_system="CRM")
+    await kit.settle()
+    failed = kit.assert_state(sent.message_id, S.FAILED)
+    assert failed.business_errors == [{"code": "Client", "text": "customer blocked-7 is blocked in billing"}]
+    confirmation = await service.get(sent.message_id)
+    assert confirmation is not None and confirmation.outcome_state == "FAILED"
+    assert systems.mno_fake is not None and systems.mno_fake.calls["blocked-7"] == 0
+
+
+async def test_a_newer_ok_message_of_the_other_operation_makes_an_older_one_obsolete(
+    kit: Any, systems: ReferenceSystems
+) -> None:
+    assert systems.mno_fake is not None
+    msg1 = await kit.send_soap("crm", _customer("C-3"), correlation_id="MSG1")
+    await kit.settle()
+    kit.clock.advance(timedelta(seconds=1))
+    systems.mno_fake.fail_next(1)
+    msg2 = await kit.send_soap("crm", _customer("C-3"), correlation_id="MSG2")
+    await kit.settle()
+    kit.clock.advance(timedelta(seconds=1))
+    msg3 = await kit.send_json("crm", "createCustomerExtAll", {"customerId": "C-3", "msisdn": "420777000333"},
+                               correlation_id="MSG3")
+    await kit.settle()
+    assert [kit.state(m.message_id) for m in (msg1, msg2, msg3)] == [S.OK, S.PARTLY_FAILED, S.OK]
+    mno_calls = systems.mno_fake.calls["C-3"]
+    await kit.advance(timedelta(minutes=1))
+    kit.assert_state(msg2.message_id, S.SKIPPED)
+    assert systems.mno_fake.calls["C-3"] == mno_calls  # MSG2 was never processed again
+
+
+async def test_bad_customer_requests_are_refused_and_nothing_is_stored(kit: Any) -> None:
+    missing = await kit.send_json("crm", "setCustomer", {"customerId": "C-4"})
+    bad_number = await kit.send_soap("crm", _customer("C-4", msisdn="12ab"))
+    assert missing.status_code == 400 and "$.msisdn" in missing.body
+    assert bad_number.status_code == 500 and "msisdn must be 8-15 digits" in bad_number.body  # SOAP 1.1 Fault
+    assert kit.count_by_state() == {}
+
+
+async def test_order_is_split_into_lines_and_ends_ok(kit: Any) -> None:
+    order = {"orderId": "O-1", "lines": [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 2},
+                                         {"sku": "C", "quantity": 3}]}
+    sent = await kit.send_json("shop", "createOrder", order, source_system="SHOP")
+    await kit.settle()
+    kit.assert_state(sent.message_id, S.OK)
+    lines = kit.children(sent.message_id)
+    assert [(c.object_id, c.state) for c in lines] == [("O-1/1", S.OK), ("O-1/2", S.OK), ("O-1/3", S.OK)]
+    assert lines[1].custom_data == {"reserved": {"sku": "B", "quantity": 2}}
+
+
+async def test_order_with_a_bad_line_fails_and_is_confirmed_once(kit: Any) -> None:
+    service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
+    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    order = {"orderId": "O-2", "lines": [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]}
+    sent = await kit.send_json("shop", "createOrder", order, source_system="SHOP")
+    await kit.settle()
+    failed = kit.assert_state(sent.message_id, S.FAILED)
+    assert failed.business_errors == [{"code": "INVALID_QUANTITY", "text": "line 'B' has quantity 0"}]
+    assert [c.state for c in kit.children(sent.message_id)] == [S.OK, S.FAILED]
+    confirmations = await service.find(limit=10)
+    assert [c.message_id for c in confirmations] == [sent.message_id]  # the lines are not confirmed on their own

@@ -1,0 +1,72 @@
+"""Bare ``openroute run`` in a fresh directory serves the reference routes end to end on SQLite."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+
+from routes.mvno import NAMESPACE as MVNO
+from tests.inbound.test_uvicorn import free_port
+
+
+def _states(database: Path) -> dict[str, str]:
+    engine = sa.create_engine(f"sqlite:///{database}")
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(sa.text("select correlation_id, state from message")).all()
+    finally:
+        engine.dispose()
+    return {correlation: state for correlation, state in rows}
+
+
+def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTE_BILLING_URL", "OPENROUTE_MNO_URL")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "openroute", "run", "--port", str(port)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+    output: list[str] = []
+    try:
+        while "Uvicorn running" not in "".join(output):
+            output.append(lines.get(timeout=60))
+        assert "serving 4 routes of routes:registry" in "".join(output)
+        base = f"http://127.0.0.1:{port}"
+        soap = httpx.post(
+            f"{base}/soap/crm", headers={"Content-Type": "text/xml", "X-Correlation-Id": "run-1",
+                                         "X-Source-System": "CRM"},
+            content=(f'<e:Envelope xmlns:e="http://schemas.xmlsoap.org/soap/envelope/"><e:Body>'
+                     f'<m:setCustomerRequest xmlns:m="{MVNO}"><m:customerId>C-77</m:customerId>'
+                     f"<m:msisdn>420777123456</m:msisdn></m:setCustomerRequest></e:Body></e:Envelope>"),
+        )
+        assert soap.status_code == 200, soap.text
+        order = httpx.post(f"{base}/api/shop/createOrder", headers={"X-Correlation-Id": "run-2",
+                                                                    "X-Source-System": "SHOP"},
+                           json={"orderId": "O-77", "lines": [{"sku": "A", "quantity": 1}]})
+        assert order.status_code == 202, order.text
+        deadline = time.monotonic() + 30  # bounded poll of the store the server writes (no event crosses processes)
+        while _states(tmp_path / "openroute.db").get("run-2") != "OK" or \
+                _states(tmp_path / "openroute.db").get("run-1") != "OK":
+            assert time.monotonic() < deadline, _states(tmp_path / "openroute.db")
+            time.sleep(0.05)
+        assert _states(tmp_path / "openroute.db") == {"run-1": "OK", "run-2": "OK", "run-2:1": "OK"}
+        assert httpx.get(f"{base}/health").status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(30)
+    while not lines.empty():
+        output.append(lines.get_nowait())
+    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit by SIGTERM, the Unix convention)
+    assert "Application shutdown complete" in "".join(output)
+    assert code in (0, -signal.SIGTERM)
