@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        print("openroute demo: the lifecycle engine is not built yet (see issues 4 and 5).")
-        return 0
+        from openroute.demo import main as demo
+
+        return demo()
     if args.command == "run":
         from openroute.server import serve
 

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
@@ -264,8 +263,7 @@ def _result(response: httpx.Response, soap: bool = False) -> SendResult:
                       response.text)
 
 
-@pytest.fixture
-async def route_test_kit() -> AsyncIterator[Callable[..., Any]]:
+async def _route_test_kit() -> AsyncIterator[Callable[..., Any]]:
     """Factory fixture: ``kit = await route_test_kit(application, database_url=None, ...)``; closed after the test."""
     kits: list[RouteTestKit] = []
 
@@ -277,3 +275,11 @@ async def route_test_kit() -> AsyncIterator[Callable[..., Any]]:
     yield make
     for kit in kits:
         await asyncio.shield(kit.close())
+
+
+try:  # the kit itself works without pytest (the demo uses it); only the fixture needs it
+    import pytest
+except ImportError:  # pragma: no cover - pytest is a dev dependency
+    route_test_kit = None
+else:
+    route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")

@@ -1,7 +1,7 @@
 """The reference application that ``openroute run`` serves by default (``routes:registry``).
 
 * ``crm / setCustomer`` and ``crm / createCustomerExtAll`` (routes/mvno.py): billing, then the MNO, obsolete
-  detection on the customer;
+  detection on the customer; ``crm / changeTariff``: a guaranteed-order funnel per customer;
 * ``shop / createOrder`` -> ``shop / createOrderLine`` (routes/orders.py): an order split into its lines.
 
 The billing and MNO endpoints come from ``OPENROUTE_BILLING_URL`` and ``OPENROUTE_MNO_URL``; when they are not set,
@@ -17,7 +17,7 @@ from pathlib import Path
 from openroute.dsl import Application
 from openroute.outbound import SoapService
 from routes.fakes import FakeSoapSystem, fake_billing, fake_mno
-from routes.mvno import customer_route
+from routes.mvno import change_tariff_route, customer_route
 from routes.orders import order_routes
 
 WSDL = Path(__file__).resolve().parent / "wsdl"
@@ -52,6 +52,7 @@ def build_application(systems: ReferenceSystems | None = None) -> Application:
     return Application(
         customer_route("setCustomer", systems.billing, systems.mno),
         customer_route("createCustomerExtAll", systems.billing, systems.mno),
+        change_tariff_route(systems.billing),
         *order_routes(),
     )
 

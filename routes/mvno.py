@@ -1,5 +1,7 @@
 """The MVNO reference routes: a customer is set up in billing, then on the mobile network (two external systems).
 
+``crm / changeTariff`` shows the guaranteed-order funnel: changes of one customer are applied in receive order.
+
 ``crm / setCustomer`` and ``crm / createCustomerExtAll`` share the entity type ``customer``: a message made
 obsolete by a newer OK message for the same customer (whichever of the two operations) ends SKIPPED. Each external
 call is made once per message: when billing succeeded and the MNO failed (PARTLY_FAILED), the next attempt only
@@ -62,4 +64,24 @@ def customer_route(operation: str, billing: SoapService, mno: SoapService) -> Ro
         .ext_call("billing", create_account)
         .ext_call("mno", activate_sim)
         .process(remember, name="remember-ids")
+    )
+
+
+def change_tariff_route(billing: SoapService) -> RouteBuilder:
+    """``crm / changeTariff``: tariff changes of one customer are applied strictly in the order received (a
+    guaranteed-order funnel on the customer id: a newer change waits POSTPONED until the older one is final)."""
+
+    async def change(exchange: Exchange) -> Any:
+        data = fields(exchange.payload)
+        return await billing.call("createAccount", customerId=data["customerId"], tariff=data["tariff"])
+
+    return (
+        route("crm", "changeTariff")
+        .soap(f"{{{NAMESPACE}}}changeTariffRequest", namespaces=NS)
+        .json()
+        .require("m:customerId", "m:tariff", json=["$.customerId", "$.tariff"])
+        .object_id("m:customerId", json="$.customerId")
+        .funnel("m:customerId", json="$.customerId", guaranteed_order=True)
+        .retry(**RETRY)
+        .ext_call("billing", change)
     )

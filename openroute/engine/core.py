@@ -50,6 +50,8 @@ log = logging.getLogger("openroute.engine")
 T = TypeVar("T")
 FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
 FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
+#: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
+TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 
 _MAX_ERROR_TEXT = 4000
 #: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
@@ -187,6 +189,8 @@ class Engine:
         self.clock: Clock = clock or SystemClock()
         self.final_state_hooks: list[FinalStateHook] = []
         self.final_state_tx_hooks: list[FinalStateTxHook] = []
+        #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
+        self.transition_listeners: list[TransitionListener] = []
         self.stats = EngineStats()
         # parent messages a child's final transition completed, by child id (set in the writer thread)
         self._completed_parents: dict[int, StoredMessage] = {}
@@ -375,6 +379,7 @@ class Engine:
             self.stats.duplicates += 1
         else:
             self.stats.accepted += 1
+            self._notify(None, message)
             await self._emit(message, wait=True)
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
@@ -480,6 +485,7 @@ class Engine:
             self.stats.lost_claims += 1
             return None
         self.stats.claimed += 1
+        self._notify(message.state, claimed)
         try:
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
@@ -583,6 +589,8 @@ class Engine:
         now = self.clock.now()
         completed = await self._writer.submit(lambda c: self._complete_parent(parent.id, now, c))
         if completed is not None:
+            self.stats.outcomes[completed.state] += 1
+            self._notify(MessageState.WAITING_FOR_CHILDREN, completed)
             await self._run_final_hooks(completed)
 
     def _complete_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:
@@ -675,11 +683,13 @@ class Engine:
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         self.stats.outcomes[target] += 1
+        self._notify(message.state, updated)
         parent = self._completed_parents.pop(updated.id, None)
         if final:
             await self._run_final_hooks(updated)
         if parent is not None:
             self.stats.outcomes[parent.state] += 1
+            self._notify(MessageState.WAITING_FOR_CHILDREN, parent)
             await self._run_final_hooks(parent)
         return updated
 
@@ -712,6 +722,13 @@ class Engine:
                         self._completed_parents[result.id] = parent
             results.append(result)
         return results
+
+    def _notify(self, previous: MessageState | None, message: StoredMessage) -> None:
+        for listener in self.transition_listeners:
+            try:
+                listener(previous, message)
+            except Exception:
+                log.exception("transition listener %r failed for message %s", listener, message.id)
 
     async def _run_final_hooks(self, message: StoredMessage) -> None:
         for hook in self.final_state_hooks:

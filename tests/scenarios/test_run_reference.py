@@ -41,7 +41,7 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Pat
     try:
         while "Uvicorn running" not in "".join(output):
             output.append(lines.get(timeout=60))
-        assert "serving 4 routes of routes:registry" in "".join(output)
+        assert "serving 5 routes of routes:registry" in "".join(output)
         base = f"http://127.0.0.1:{port}"
         soap = httpx.post(
             f"{base}/soap/crm", headers={"Content-Type": "text/xml", "X-Correlation-Id": "run-1",

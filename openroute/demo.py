@@ -1,0 +1,154 @@
+"""``openroute demo``: the reference routes on a temporary SQLite store, messages driven through every state.
+
+Nothing waits for real time: the engine runs on a manual clock that the demo moves forward, and the external
+systems are the in-process fakes of ``routes/fakes.py``. Each committed state change is printed as it happens;
+a table of every message and its path through the states ends the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TextIO
+
+from persistence import MessageState, StoredMessage
+
+S = MessageState
+MVNO = "http://openroute.dev/mvno"
+
+
+@dataclass
+class DemoReport:
+    """What the demo saw: each message's path through the states, and the final states in the store."""
+
+    paths: dict[int, list[MessageState]] = field(default_factory=dict)
+    labels: dict[int, str] = field(default_factory=dict)
+    final_states: dict[int, MessageState] = field(default_factory=dict)
+
+    @property
+    def states_seen(self) -> set[MessageState]:
+        """Every state some message was in."""
+        return {state for path in self.paths.values() for state in path}
+
+
+def _customer(customer: str, operation: str = "setCustomer") -> str:
+    return (f'<m:{operation}Request xmlns:m="{MVNO}"><m:customerId>{customer}</m:customerId>'
+            f"<m:msisdn>420777123456</m:msisdn><m:tariff>unlimited</m:tariff></m:{operation}Request>")
+
+
+async def run_demo(out: TextIO = sys.stdout) -> DemoReport:
+    """Run the demo, printing to ``out``; returns the :class:`DemoReport`."""
+    from openroute.testing import RouteTestKit
+    from routes import build_application, external_systems
+
+    systems = external_systems(None, None)
+    assert systems.billing_fake is not None and systems.mno_fake is not None
+    report = DemoReport()
+    say: Callable[[str], None] = lambda text: print(text, file=out, flush=True)  # noqa: E731
+
+    def trace(previous: MessageState | None, message: StoredMessage) -> None:
+        path = report.paths.setdefault(message.id, [])
+        if not path:
+            path.append(previous or message.state)
+        if previous is not None:
+            path.append(message.state)
+        label = report.labels.get(message.id, f"{message.operation} {message.correlation_id}")
+        arrow = f"{previous.value:>20} -> " if previous is not None else " " * 24
+        shown = (S.PARTLY_FAILED, S.POSTPONED, S.SKIPPED, S.FAILED)
+        detail = f"  ({message.last_error_code})" if message.last_error_code and message.state in shown else ""
+        say(f"  #{message.id:<3} {label:<34} {arrow}{message.state.value}{detail}")
+
+    async with RouteTestKit(build_application(systems)) as kit:
+        kit.engine.transition_listeners.append(trace)
+
+        async def send(label: str, coroutine: object) -> int:
+            sent = await coroutine  # type: ignore[misc]
+            if sent.message_id is None:
+                raise RuntimeError(f"{label} was refused: {sent.status_code} {sent.body}")
+            report.labels[sent.message_id] = label
+            return int(sent.message_id)
+
+        say("openroute demo: reference routes on a temporary SQLite store, fake billing and MNO, manual clock\n")
+        say("1. setCustomer C-100 over SOAP: billing, then the MNO")
+        await send("setCustomer C-100", kit.send_soap("crm", _customer("C-100"), correlation_id="demo-1",
+                                                       source_system="CRM"))
+        await kit.settle()
+
+        say("\n2. setCustomer C-200 while the MNO is down once: retried 30 s later, billing is not called again")
+        systems.mno_fake.fail_next(1)
+        retried = await send("setCustomer C-200", kit.send_json(
+            "crm", "setCustomer", {"customerId": "C-200", "msisdn": "420777000200"}, correlation_id="demo-2",
+            source_system="CRM"))
+        await kit.settle()
+        await kit.advance(timedelta(seconds=30))
+        say(f"     billing calls for C-200: {systems.billing_fake.calls['C-200']}, "
+            f"MNO calls: {systems.mno_fake.calls['C-200']}")
+
+        say("\n3. two tariff changes of C-300 (guaranteed order): the newer waits while the older is retried")
+        systems.billing_fake.fail_next(1)
+        await send("changeTariff C-300 (older)", kit.send_json(
+            "crm", "changeTariff", {"customerId": "C-300", "tariff": "gold"}, correlation_id="demo-3a",
+            source_system="CRM"))
+        await kit.settle()
+        kit.clock.advance(timedelta(seconds=1))
+        await send("changeTariff C-300 (newer)", kit.send_json(
+            "crm", "changeTariff", {"customerId": "C-300", "tariff": "platinum"}, correlation_id="demo-3b",
+            source_system="CRM"))
+        await kit.settle()
+        for _ in range(3):
+            await kit.advance(timedelta(seconds=30))
+
+        say("\n4. obsolete: MSG2 for C-400 fails, then a newer MSG3 (createCustomerExtAll) ends OK first")
+        await send("setCustomer C-400 MSG1", kit.send_soap("crm", _customer("C-400"), correlation_id="demo-4a"))
+        await kit.settle()
+        kit.clock.advance(timedelta(seconds=1))
+        systems.mno_fake.fail_next(1)
+        await send("setCustomer C-400 MSG2", kit.send_soap("crm", _customer("C-400"), correlation_id="demo-4b"))
+        await kit.settle()
+        kit.clock.advance(timedelta(seconds=1))
+        await send("createCustomerExtAll C-400 MSG3", kit.send_soap(
+            "crm", _customer("C-400", "createCustomerExtAll"), correlation_id="demo-4c"))
+        await kit.settle()
+        await kit.advance(timedelta(seconds=30))
+
+        say("\n5. setCustomer for a blocked customer: billing answers a SOAP Fault, a business error")
+        await send("setCustomer blocked-500", kit.send_json(
+            "crm", "setCustomer", {"customerId": "blocked-500", "msisdn": "420777000500"}, correlation_id="demo-5"))
+        await kit.settle()
+
+        say("\n6. an operator cancels a message that is waiting for its next attempt")
+        systems.mno_fake.fail_next(1)
+        waiting = await send("setCustomer C-600", kit.send_json(
+            "crm", "setCustomer", {"customerId": "C-600", "msisdn": "420777000600"}, correlation_id="demo-6"))
+        await kit.settle()
+        await kit.engine.cancel(waiting)
+
+        say("\n7. an order split into its lines: the order waits for them, then ends OK")
+        await send("createOrder O-700", kit.send_json(
+            "shop", "createOrder", {"orderId": "O-700", "lines": [{"sku": "SIM", "quantity": 1},
+                                                                  {"sku": "PHONE", "quantity": 1}]},
+            correlation_id="demo-7", source_system="SHOP"))
+        await kit.settle()
+
+        for message_id in report.paths:
+            report.final_states[message_id] = kit.state(message_id)
+        say("\nmessage  what                                  path")
+        for message_id, path in sorted(report.paths.items()):
+            label = report.labels.get(message_id, f"(line of order) #{kit.message(message_id).parent_id}")
+            say(f"  #{message_id:<5} {label:<36} {' -> '.join(s.value for s in path)}")
+        missing = [s.value for s in MessageState if s not in report.states_seen]
+        say(f"\nstates seen: {len(report.states_seen)} of {len(MessageState)}"
+            + (f" (missing: {', '.join(missing)})" if missing else " - every state") + f"; retried message "
+            f"#{retried} ended {kit.state(retried).value}; in the store: {kit.count_by_state()}")
+    await systems.billing.aclose()
+    await systems.mno.aclose()
+    return report
+
+
+def main() -> int:
+    """Entry point of ``openroute demo``: 0 when every state was shown."""
+    report = asyncio.run(run_demo())
+    return 0 if report.states_seen == set(MessageState) else 1
