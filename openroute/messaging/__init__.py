@@ -1,7 +1,7 @@
 """Reactive Messaging: channels, incoming/outgoing functions, messages and acks, emitters, connectors.
 
 ``from openroute.messaging import MessagingApp, Message, Emitter, OnOverflow, Acknowledgment``; see
-``docs/readme/messaging.md``.
+the "Reactive Messaging" section of the README.
 """
 
 from openroute.messaging.app import ChannelPublisher, MessagingApp

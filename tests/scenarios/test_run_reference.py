@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 
-from routes.mvno import NAMESPACE as MVNO
 from tests.inbound.test_uvicorn import free_port
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 
 def _states(database: Path) -> dict[str, str]:
@@ -43,24 +44,20 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Pat
             output.append(lines.get(timeout=60))
         assert "serving 5 routes of routes:registry" in "".join(output)
         base = f"http://127.0.0.1:{port}"
-        soap = httpx.post(
-            f"{base}/soap/crm", headers={"Content-Type": "text/xml", "X-Correlation-Id": "run-1",
-                                         "X-Source-System": "CRM"},
-            content=(f'<e:Envelope xmlns:e="http://schemas.xmlsoap.org/soap/envelope/"><e:Body>'
-                     f'<m:setCustomerRequest xmlns:m="{MVNO}"><m:customerId>C-77</m:customerId>'
-                     f"<m:msisdn>420777123456</m:msisdn></m:setCustomerRequest></e:Body></e:Envelope>"),
-        )
+        soap = httpx.post(f"{base}/soap/crm", content=(SAMPLES / "setCustomer.soap.xml").read_bytes(),
+                          headers={"Content-Type": "text/xml; charset=utf-8", "SOAPAction": '""'})
         assert soap.status_code == 200, soap.text
-        order = httpx.post(f"{base}/api/shop/createOrder", headers={"X-Correlation-Id": "run-2",
-                                                                    "X-Source-System": "SHOP"},
-                           json={"orderId": "O-77", "lines": [{"sku": "A", "quantity": 1}]})
+        order = httpx.post(f"{base}/api/shop/createOrder", content=(SAMPLES / "createOrder.json").read_bytes(),
+                           headers={"X-Correlation-Id": "run-2", "X-Source-System": "SHOP",
+                                    "Content-Type": "application/json"})
         assert order.status_code == 202, order.text
         deadline = time.monotonic() + 30  # bounded poll of the store the server writes (no event crosses processes)
         while _states(tmp_path / "openroute.db").get("run-2") != "OK" or \
-                _states(tmp_path / "openroute.db").get("run-1") != "OK":
+                _states(tmp_path / "openroute.db").get("sample-1") != "OK":
             assert time.monotonic() < deadline, _states(tmp_path / "openroute.db")
             time.sleep(0.05)
-        assert _states(tmp_path / "openroute.db") == {"run-1": "OK", "run-2": "OK", "run-2:1": "OK"}
+        assert _states(tmp_path / "openroute.db") == {"sample-1": "OK", "run-2": "OK", "run-2:1": "OK",
+                                                       "run-2:2": "OK"}
         assert httpx.get(f"{base}/health").status_code == 200
     finally:
         process.send_signal(signal.SIGTERM)
