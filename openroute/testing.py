@@ -171,6 +171,19 @@ class RouteTestKit:
         await self.engine.repoll_once()
         await self.settle(timeout)
 
+    async def wait_for_state(self, message_id: int, *states: MessageState | str, timeout: float = 10.0) -> None:
+        """Wait (bounded) until each message's state is reached while other work is still in flight, e.g. a
+        step of another message is held on an event so :meth:`settle` cannot return. ``states`` pairs with
+        ``message_id`` first; use :meth:`settle` whenever the engine can go idle."""
+        wanted = [MessageState(s) for s in states]
+        try:
+            async with asyncio.timeout(timeout):
+                while self.state(message_id) not in wanted:
+                    await asyncio.sleep(0.01)  # the store is written by the engine's writer thread: no event
+        except TimeoutError:
+            raise AssertionError(f"message {message_id} is {self.state(message_id).value}, not "
+                                 f"{'/'.join(s.value for s in wanted)} after {timeout} s") from None
+
     async def run_until_final(self, message_id: int, *, step: timedelta = timedelta(minutes=1),
                               max_steps: int = 100) -> StoredMessage:
         """Advance the clock ``step`` at a time until the message is final (at most ``max_steps``)."""

@@ -70,9 +70,7 @@ async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entit
     async with asyncio.timeout(10):
         await entered.wait()
     second = await kit.send_json("crm", "setCustomer", {"id": "C-1", "again": True})
-    async with asyncio.timeout(10):  # the second attempt finds the call in progress and gives up for now
-        while kit.state(second.message_id) is not S.PARTLY_FAILED:
-            await asyncio.sleep(0.01)
+    await kit.wait_for_state(second.message_id, S.PARTLY_FAILED)  # it found the call in progress: retried later
     assert kit.message(second.message_id).last_error_code == "EXT_CALL_IN_PROGRESS"
     release.set()
     await kit.settle()
@@ -245,9 +243,8 @@ async def test_funnel_holds_a_second_message_postponed_while_the_first_runs(kit_
         await entered.wait()
     second = await kit.send_json("crm", "update", {"customer": "C-1"}, correlation_id="B")
     other = await kit.send_json("crm", "update", {"customer": "C-2"}, correlation_id="C")
-    async with asyncio.timeout(10):
-        while kit.state(second.message_id) is not S.POSTPONED or kit.state(other.message_id) is not S.OK:
-            await asyncio.sleep(0.01)
+    await kit.wait_for_state(second.message_id, S.POSTPONED)
+    await kit.wait_for_state(other.message_id, S.OK)  # another funnel value is not held
     assert kit.message(second.message_id).last_error_code == "FUNNEL"
     release.set()
     await kit.settle()
