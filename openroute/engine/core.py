@@ -679,9 +679,13 @@ class Engine:
             updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes))
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
+            self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
             self.stats.stale_writes += 1
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
+        except BaseException:
+            self._completed_parents.pop(message.id, None)
+            raise
         self.stats.outcomes[target] += 1
         self._notify(message.state, updated)
         parent = self._completed_parents.pop(updated.id, None)
