@@ -35,9 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
-        from openroute.demo import main as demo
+        import importlib
 
-        return demo()
+        try:  # the demo belongs to the reference application: loaded by name, like `run` loads routes:registry
+            demo = importlib.import_module("routes.demo")
+        except ImportError as error:
+            print(f"openroute demo: the reference application is not installed: {error}", file=sys.stderr)
+            return 2
+        return int(demo.main())
     if args.command == "run":
         from openroute.server import serve
 

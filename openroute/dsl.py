@@ -183,7 +183,7 @@ class RouteBuilder(Steps):
         """Accept SOAP 1.1/1.2 requests whose Body element is ``element`` (``{uri}local``) and/or whose
         SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use."""
         if element is None and action is None:
-            element = f"{{urn:openroute:service:{self.service}}}{self.operation}"
+            element = self._default_element()
         merged = {**self.namespaces, **(namespaces or {})}
         return dataclasses.replace(self, soap_element=None if element is None else str(QName(element)),
                                    soap_action=action, namespaces=merged)
@@ -295,24 +295,25 @@ class RouteBuilder(Steps):
             raise DeploymentError(f"{what}: {error}") from None
         return RouteDefinition(built, bindings)
 
+    def _default_element(self) -> str:
+        return f"{{urn:openroute:service:{self.service}}}{self.operation}"
+
     def _bindings(self) -> tuple[InboundBinding, ...]:
         soap = self.soap_element is not None or self.soap_action is not None
-        accepts_json = self.accepts_json or not soap
-        if not soap and not self.accepts_json:
-            soap = True  # neither clause given: both endpoints with the default element
+        serve_json = self.accepts_json
+        if not soap and not serve_json:  # neither clause given: both endpoints, the default SOAP element
+            soap = serve_json = True
         xml_extract = {name: pair[0] for name, pair in self.extractors.items() if pair[0] is not None}
         json_extract = {name: pair[1] for name, pair in self.extractors.items() if pair[1] is not None}
         result: list[InboundBinding] = []
         if soap:
-            element = self.soap_element
-            if element is None and self.soap_action is None:
-                element = f"{{urn:openroute:service:{self.service}}}{self.operation}"
+            element = self.soap_element if self.soap_element or self.soap_action else self._default_element()
             result.append(InboundBinding(
                 self.service, self.operation, "xml", request_element=element, soap_action=self.soap_action,
                 required=self.required_xml, namespaces=self.namespaces, validators=self.validators,
                 **xml_extract,  # type: ignore[arg-type]
             ))
-        if accepts_json:
+        if serve_json:
             result.append(InboundBinding(
                 self.service, self.operation, "json", required=self.required_json, validators=self.validators,
                 **json_extract,  # type: ignore[arg-type]

@@ -110,6 +110,12 @@ def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
         target: Any = getattr(module, attr)
     except AttributeError:
         raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return routes_and_bindings(target, spec)
+
+
+def routes_and_bindings(target: Any, what: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
+    """The routes and bindings of ``target``: a :class:`RouteRegistry` (bindings None: the defaults), an object
+    with ``routes`` and ``bindings`` (an ``openroute.dsl.Application``), or a callable returning either."""
     if callable(target) and not isinstance(target, RouteRegistry):
         target = target()
     if isinstance(target, RouteRegistry):
@@ -118,9 +124,9 @@ def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
     bindings = getattr(target, "bindings", None)
     if isinstance(routes, RouteRegistry):
         if bindings is not None and not all(isinstance(b, InboundBinding) for b in bindings):
-            raise ConfigurationError(f"{spec}: bindings must be InboundBinding objects")
+            raise ConfigurationError(f"{what}: bindings must be InboundBinding objects")
         return routes, None if bindings is None else list(bindings)
-    raise ConfigurationError(f"{spec} is neither a RouteRegistry nor an object with routes and bindings")
+    raise ConfigurationError(f"{what} is neither a RouteRegistry nor an object with routes and bindings")
 
 
 DEFAULT_ROUTES = "routes:registry"

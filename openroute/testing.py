@@ -23,6 +23,7 @@ point, so every project that installs openroute has it) creates kits and closes 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -36,9 +37,7 @@ import httpx
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import TechnicalError
-from openroute.inbound.binding import InboundBinding
 from openroute.interceptors import MessageInterceptor
-from openroute.route import RouteRegistry
 from persistence import MessageState, MessageStore, StoredMessage
 
 __all__ = ["CallRecorder", "RouteTestKit", "SendResult", "route_test_kit"]
@@ -70,7 +69,9 @@ class RouteTestKit:
         settings: EngineSettings | None = None,
         interceptors: Iterable[MessageInterceptor] = (),
     ) -> None:
-        routes, bindings = _routes_and_bindings(application)
+        from openroute.server import create_app, routes_and_bindings
+
+        routes, bindings = routes_and_bindings(application, "the kit's application")
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if database_url is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="openroute-kit-")
@@ -80,12 +81,8 @@ class RouteTestKit:
         self.store.upgrade()
         base = settings or EngineSettings(node_id="route-test-kit")
         if base.repoll_interval is not None:
-            from dataclasses import replace
-
-            base = replace(base, repoll_interval=None)
+            base = dataclasses.replace(base, repoll_interval=None)  # the kit runs the repoll itself
         self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors))
-        from openroute.server import create_app
-
         self.app = create_app(self.engine, bindings, manage_engine=False)
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://kit")
         self._started = False
@@ -252,16 +249,6 @@ class CallRecorder:
         if self.calls <= self.fail_first:
             raise self.error()
         return self.result(*args) if callable(self.result) else self.result
-
-
-def _routes_and_bindings(application: Any) -> tuple[RouteRegistry, list[InboundBinding] | None]:
-    if isinstance(application, RouteRegistry):
-        return application, None
-    routes = getattr(application, "routes", None)
-    if not isinstance(routes, RouteRegistry):
-        raise TypeError(f"expected an Application or RouteRegistry, got {application!r}")
-    bindings = getattr(application, "bindings", None)
-    return routes, None if bindings is None else list(bindings)
 
 
 def _result(response: httpx.Response, soap: bool = False) -> SendResult:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from openroute.demo import run_demo
 from persistence import MessageState
+from routes.demo import run_demo
 
 S = MessageState
 

@@ -1,5 +1,8 @@
 """``openroute demo``: the reference routes on a temporary SQLite store, messages driven through every state.
 
+It lives with the reference application it shows; the ``openroute`` CLI loads it by name, as ``openroute run``
+loads ``routes:registry``.
+
 Nothing waits for real time: the engine runs on a manual clock that the demo moves forward, and the external
 systems are the in-process fakes of ``routes/fakes.py``. Each committed state change is printed as it happens;
 a table of every message and its path through the states ends the run.
