@@ -11,8 +11,8 @@ a table of every message and its path through the states ends the run.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TextIO
@@ -42,15 +42,45 @@ def _customer(customer: str, operation: str = "setCustomer") -> str:
             f"<m:msisdn>420777123456</m:msisdn><m:tariff>unlimited</m:tariff></m:{operation}Request>")
 
 
-async def run_demo(out: TextIO = sys.stdout) -> DemoReport:
-    """Run the demo, printing to ``out``; returns the :class:`DemoReport`."""
+def _shown(path: list[MessageState]) -> str:
+    """The path with a repeated retry cycle shortened: ``PARTLY_FAILED -> PROCESSING (x4)``."""
+    parts: list[str] = []
+    index = 0
+    while index < len(path):
+        pair = path[index:index + 2]
+        repeats = 1
+        while len(pair) == 2 and path[index + 2 * repeats:index + 2 * repeats + 2] == pair:
+            repeats += 1
+        if repeats > 1:
+            parts.append(f"({pair[0].value} -> {pair[1].value}) x{repeats}")
+            index += 2 * repeats
+        else:
+            parts.append(path[index].value)
+            index += 1
+    return " -> ".join(parts)
+
+
+async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) -> DemoReport:
+    """Run the demo, printing to ``out``; returns the :class:`DemoReport`. The store is a temporary SQLite file
+    removed at the end unless ``database_url`` names one (to look at it afterwards)."""
     from openroute.testing import RouteTestKit
     from routes import build_application, external_systems
 
     systems = external_systems(None, None)
     assert systems.billing_fake is not None and systems.mno_fake is not None
     report = DemoReport()
-    say: Callable[[str], None] = lambda text: print(text, file=out, flush=True)  # noqa: E731
+    sending: list[str] = []  # the label of the message being sent (its NEW is committed before its id is known)
+    closed: list[bool] = []
+
+    def say(text: str) -> None:
+        if closed:
+            return
+        try:
+            print(text, file=out, flush=True)
+        except BrokenPipeError:  # `openroute demo | head`: the reader left; finish quietly
+            closed.append(True)
+            if out is sys.stdout:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     def trace(previous: MessageState | None, message: StoredMessage) -> None:
         path = report.paths.setdefault(message.id, [])
@@ -58,17 +88,23 @@ async def run_demo(out: TextIO = sys.stdout) -> DemoReport:
             path.append(previous or message.state)
         if previous is not None:
             path.append(message.state)
+        if previous is None and sending and message.parent_id is None:
+            report.labels.setdefault(message.id, sending[0])
         label = report.labels.get(message.id, f"{message.operation} {message.correlation_id}")
         arrow = f"{previous.value:>20} -> " if previous is not None else " " * 24
         shown = (S.PARTLY_FAILED, S.POSTPONED, S.SKIPPED, S.FAILED)
         detail = f"  ({message.last_error_code})" if message.last_error_code and message.state in shown else ""
         say(f"  #{message.id:<3} {label:<34} {arrow}{message.state.value}{detail}")
 
-    async with RouteTestKit(build_application(systems)) as kit:
+    async with RouteTestKit(build_application(systems), database_url=database_url) as kit:
         kit.engine.transition_listeners.append(trace)
 
         async def send(label: str, coroutine: object) -> int:
-            sent = await coroutine  # type: ignore[misc]
+            sending[:] = [label]
+            try:
+                sent = await coroutine  # type: ignore[misc]
+            finally:
+                sending.clear()
             if sent.message_id is None:
                 raise RuntimeError(f"{label} was refused: {sent.status_code} {sent.body}")
             report.labels[sent.message_id] = label
@@ -129,7 +165,16 @@ async def run_demo(out: TextIO = sys.stdout) -> DemoReport:
         await kit.settle()
         await kit.engine.cancel(waiting)
 
-        say("\n7. an order split into its lines: the order waits for them, then ends OK")
+        say("\n7. setCustomer C-800 while the MNO stays down: every attempt fails, the last one ends FAILED")
+        systems.mno_fake.fail_next(100)
+        exhausted = await send("setCustomer C-800", kit.send_json(
+            "crm", "setCustomer", {"customerId": "C-800", "msisdn": "420777000800"}, correlation_id="demo-8"))
+        await kit.settle()
+        await kit.run_until_final(exhausted, step=timedelta(minutes=10))
+        systems.mno_fake.fail_next(0)
+        say(f"     MNO calls for C-800: {systems.mno_fake.calls['C-800']} (the route allows 5 attempts)")
+
+        say("\n8. an order split into its lines: the order waits for them, then ends OK")
         await send("createOrder O-700", kit.send_json(
             "shop", "createOrder", {"orderId": "O-700", "lines": [{"sku": "SIM", "quantity": 1},
                                                                   {"sku": "PHONE", "quantity": 1}]},
@@ -141,7 +186,7 @@ async def run_demo(out: TextIO = sys.stdout) -> DemoReport:
         say("\nmessage  what                                  path")
         for message_id, path in sorted(report.paths.items()):
             label = report.labels.get(message_id, f"(line of order) #{kit.message(message_id).parent_id}")
-            say(f"  #{message_id:<5} {label:<36} {' -> '.join(s.value for s in path)}")
+            say(f"  #{message_id:<5} {label:<36} {_shown(path)}")
         missing = [s.value for s in MessageState if s not in report.states_seen]
         say(f"\nstates seen: {len(report.states_seen)} of {len(MessageState)}"
             + (f" (missing: {', '.join(missing)})" if missing else " - every state") + f"; retried message "
