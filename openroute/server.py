@@ -7,10 +7,12 @@ import contextlib
 import importlib
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from openroute.admin import AdminApi, Metrics, health_route
 from openroute.engine import Engine
@@ -42,6 +44,7 @@ def create_app(
     manage_engine: bool = True,
     confirmation: ConfirmationService | None = None,
     confirmation_interval: float = 10.0,
+    mounts: Sequence[tuple[str, Any]] = (),
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -51,7 +54,8 @@ def create_app(
 
     ``bindings`` default to :func:`~openroute.inbound.bindings_for` of every route (an XML and a JSON binding
     with no checks); given bindings are served as they are. With ``manage_engine`` the app's lifespan starts the
-    engine and stops it on shutdown. ``app.state`` holds ``engine``, ``inbound``, ``admin`` and ``metrics``.
+    engine and stops it on shutdown. ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference
+    application's fakes). ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
@@ -83,7 +87,9 @@ def create_app(
                 await engine.stop()
 
     app = Starlette(
-        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine)], lifespan=lifespan
+        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
+                *(Mount(path, app=mounted) for path, mounted in _checked_mounts(mounts))],
+        lifespan=lifespan,
     )
     app.state.engine = engine
     app.state.inbound = inbound
@@ -93,12 +99,29 @@ def create_app(
     return app
 
 
-def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
-    """Import ``module:attr`` and return its routes and bindings.
+def _checked_mounts(mounts: Iterable[Any]) -> list[tuple[str, Any]]:
+    checked = []
+    for item in mounts:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and item[0].startswith("/") and item[0] != "/" and callable(item[1])):
+            raise ConfigurationError(f"a mount must be a ('/path', ASGI app) pair, got {item!r}")
+        checked.append((item[0].rstrip("/"), item[1]))
+    return checked
 
-    ``attr`` may be a :class:`RouteRegistry` (default bindings for every route), an object with ``routes``
-    (a RouteRegistry) and ``bindings`` (InboundBinding list), or a callable returning either.
-    """
+
+@dataclass(frozen=True)
+class LoadedApplication:
+    """What ``openroute run`` serves from ``module:attr``: routes, bindings (None: the defaults), extra ASGI
+    ``mounts`` and start-up ``notes`` (both optional attributes of the loaded object)."""
+
+    routes: RouteRegistry
+    bindings: list[InboundBinding] | None
+    mounts: tuple[tuple[str, Any], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def load_application(spec: str) -> LoadedApplication:
+    """Import ``module:attr`` (see :func:`load_routes`); also reads its optional ``mounts`` and ``notes``."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"--routes must be 'module:attribute', got {spec!r}")
@@ -110,7 +133,24 @@ def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
         target: Any = getattr(module, attr)
     except AttributeError:
         raise ConfigurationError(f"module {module_name!r} has no attribute {attr!r}") from None
-    return routes_and_bindings(target, spec)
+    if callable(target) and not isinstance(target, RouteRegistry):
+        target = target()
+    registry, bindings = routes_and_bindings(target, spec)
+    mounts = tuple(_checked_mounts(getattr(target, "mounts", None) or ()))
+    notes = getattr(target, "notes", None) or ()
+    if isinstance(notes, str) or not all(isinstance(note, str) for note in notes):
+        raise ConfigurationError(f"{spec}: notes must be a list of strings")
+    return LoadedApplication(registry, bindings, mounts, tuple(notes))
+
+
+def load_routes(spec: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
+    """Import ``module:attr`` and return its routes and bindings.
+
+    ``attr`` may be a :class:`RouteRegistry` (default bindings for every route), an object with ``routes``
+    (a RouteRegistry) and ``bindings`` (InboundBinding list), or a callable returning either.
+    """
+    loaded = load_application(spec)
+    return loaded.routes, loaded.bindings
 
 
 def routes_and_bindings(target: Any, what: str) -> tuple[RouteRegistry, list[InboundBinding] | None]:
@@ -156,7 +196,8 @@ def serve(
     try:
         if routes is None and importlib.util.find_spec(DEFAULT_ROUTES.partition(":")[0]) is None:
             raise ConfigurationError("no reference routes module 'routes' here: pass --routes module:attribute")
-        registry, bindings = load_routes(spec)
+        loaded = load_application(spec)
+        registry, bindings = loaded.routes, loaded.bindings
         inbound_auth = admin_auth = None
         config: dict[str, Any] = {}
         if auth_config is not None:
@@ -176,7 +217,10 @@ def serve(
     store.upgrade()
     engine = Engine(store, registry)
     confirmation = ConfirmationService(store, confirmation_callback(config))
-    app = create_app(engine, bindings, inbound_auth=inbound_auth, admin_auth=admin_auth, confirmation=confirmation)
+    app = create_app(engine, bindings, inbound_auth=inbound_auth, admin_auth=admin_auth, confirmation=confirmation,
+                     mounts=loaded.mounts)
+    for note in loaded.notes:
+        print(f"openroute run: {note}", flush=True)
     print(f"openroute run: serving {len(registry)} routes of {spec} on http://{host}:{port} "
           f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -4,18 +4,23 @@
   detection on the customer; ``crm / changeTariff``: a guaranteed-order funnel per customer;
 * ``shop / createOrder`` -> ``shop / createOrderLine`` (routes/orders.py): an order split into its lines.
 
-The billing and MNO endpoints come from ``OPENROUTE_BILLING_URL`` and ``OPENROUTE_MNO_URL``; when they are not set,
-the in-process fakes of routes/fakes.py answer (what the demo and a fresh machine use).
+The billing and MNO endpoints come from ``OPENROUTE_BILLING_URL`` and ``OPENROUTE_MNO_URL`` (their WSDLs from
+``OPENROUTE_BILLING_WSDL`` / ``OPENROUTE_MNO_WSDL``, default the files in ``routes/wsdl/``); when an URL is not set,
+the in-process fake of routes/fakes.py answers (what the demo and a fresh machine use), and ``openroute run`` mounts
+it on its own app under ``/fakes/<name>`` so it can be inspected and told to fail.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from openroute.dsl import Application
+from openroute.inbound import InboundBinding
 from openroute.outbound import SoapService
+from openroute.route import RouteRegistry
 from routes.fakes import FakeSoapSystem, fake_billing, fake_mno
 from routes.mvno import change_tariff_route, customer_route
 from routes.orders import order_routes
@@ -39,9 +44,10 @@ def external_systems(billing_url: str | None = None, mno_url: str | None = None)
     mno_url = mno_url or os.environ.get("OPENROUTE_MNO_URL")
     billing_fake = None if billing_url else fake_billing()
     mno_fake = None if mno_url else fake_mno()
-    billing = SoapService(WSDL / "billing.wsdl", address=billing_url or "http://billing.fake/billing",
+    billing = SoapService(os.environ.get("OPENROUTE_BILLING_WSDL") or WSDL / "billing.wsdl",
+                          address=billing_url or "http://billing.fake/",
                           http_client=billing_fake.client() if billing_fake else None)
-    mno = SoapService(WSDL / "mno.wsdl", address=mno_url or "http://mno.fake/mno",
+    mno = SoapService(os.environ.get("OPENROUTE_MNO_WSDL") or WSDL / "mno.wsdl", address=mno_url or "http://mno.fake/",
                       http_client=mno_fake.client() if mno_fake else None)
     return ReferenceSystems(billing, mno, billing_fake, mno_fake)
 
@@ -57,6 +63,29 @@ def build_application(systems: ReferenceSystems | None = None) -> Application:
     )
 
 
-def registry() -> Application:
+@dataclass
+class ReferenceApplication:
+    """What ``openroute run`` serves: ``routes`` and ``bindings`` (as an :class:`~openroute.dsl.Application`),
+    ``mounts`` (``(path, ASGI app)`` pairs added to the server's app: the fakes in use) and ``notes`` (printed at
+    start)."""
+
+    routes: RouteRegistry
+    bindings: list[InboundBinding]
+    systems: ReferenceSystems
+    mounts: list[tuple[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def registry() -> ReferenceApplication:
     """``routes:registry``: what ``openroute run`` loads (a callable, so importing this package stays cheap)."""
-    return build_application()
+    systems = external_systems()
+    application = build_application(systems)
+    result = ReferenceApplication(application.routes, list(application.bindings), systems)
+    for fake in (systems.billing_fake, systems.mno_fake):
+        if fake is not None:
+            variable = f"OPENROUTE_{fake.name.upper()}_URL"
+            result.mounts.append((f"/fakes/{fake.name}", fake.app()))
+            result.notes.append(f"{variable} is not set: the routes call the in-process fake {fake.name}, mounted "
+                                f"at /fakes/{fake.name} (GET /fakes/{fake.name}/calls, "
+                                f"POST /fakes/{fake.name}/fail?count=1&kind=transport|fault)")
+    return result

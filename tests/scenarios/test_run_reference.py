@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import sqlalchemy as sa
 
 from tests.inbound.test_uvicorn import free_port
@@ -29,7 +30,8 @@ def _states(database: Path) -> dict[str, str]:
     return {correlation: state for correlation, state in rows}
 
 
-def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_bare_run_serves_the_reference_routes_and_stops_on_a_signal(tmp_path: Path, stop: signal.Signals) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("OPENROUTE_BILLING_URL", "OPENROUTE_MNO_URL")}
     process = subprocess.Popen(
@@ -43,6 +45,8 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Pat
         while "Uvicorn running" not in "".join(output):
             output.append(lines.get(timeout=60))
         assert "serving 5 routes of routes:registry" in "".join(output)
+        assert "OPENROUTE_BILLING_URL is not set: the routes call the in-process fake billing, mounted at " \
+               "/fakes/billing" in "".join(output)
         base = f"http://127.0.0.1:{port}"
         soap = httpx.post(f"{base}/soap/crm", content=(SAMPLES / "setCustomer.soap.xml").read_bytes(),
                           headers={"Content-Type": "text/xml; charset=utf-8", "SOAPAction": '""'})
@@ -59,11 +63,16 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_sigterm(tmp_path: Pat
         assert _states(tmp_path / "openroute.db") == {"sample-1": "OK", "run-2": "OK", "run-2:1": "OK",
                                                        "run-2:2": "OK"}
         assert httpx.get(f"{base}/health").status_code == 200
+        # the fakes the routes called are mounted on the same app
+        assert httpx.get(f"{base}/fakes/billing/calls").json()["calls"] == {"C-1": 1}
+        assert httpx.get(f"{base}/fakes/mno/calls").json()["calls"] == {"C-1": 1}
+        assert httpx.post(f"{base}/fakes/mno/fail", params={"count": "1"}).json()["failures_left"] == 1
     finally:
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop)
         code = process.wait(30)
     while not lines.empty():
         output.append(lines.get_nowait())
-    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit by SIGTERM, the Unix convention)
-    assert "Application shutdown complete" in "".join(output)
-    assert code in (0, -signal.SIGTERM)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit by the signal, the Unix convention;
+    # SIGINT surfaces as KeyboardInterrupt, which the CLI reports as exit code 130)
+    assert "Application shutdown complete" in "".join(output) and "Traceback" not in "".join(output)
+    assert code in (0, -stop, 128 + stop), "".join(output)
