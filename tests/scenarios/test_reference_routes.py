@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from confirmation import ConfirmationService, DefaultConfirmationCallback
+from confirmation import (
+    ConfirmationCallback,
+    ConfirmationRequest,
+    ConfirmationSendError,
+    ConfirmationService,
+    DefaultConfirmationCallback,
+)
 from persistence import MessageState
 from routes import ReferenceSystems, build_application, external_systems
 from routes.mvno import NAMESPACE as MVNO
@@ -119,3 +125,61 @@ async def test_order_with_a_bad_line_fails_and_is_confirmed_once(kit: Any) -> No
     assert [c.state for c in kit.children(sent.message_id)] == [S.OK, S.FAILED]
     confirmations = await service.find(limit=10)
     assert [c.message_id for c in confirmations] == [sent.message_id]  # the lines are not confirmed on their own
+
+
+async def test_mno_fault_after_billing_fails_the_message_without_retrying(kit: Any, systems: ReferenceSystems) -> None:
+    assert systems.billing_fake is not None and systems.mno_fake is not None
+    systems.mno_fake.fault_next(1, "SimUnavailable")
+    sent = await kit.send_json("crm", "setCustomer", {"customerId": "C-9", "msisdn": "420777000999"})
+    await kit.settle()
+    failed = kit.assert_state(sent.message_id, S.FAILED)
+    assert failed.business_errors == [{"code": "SimUnavailable", "text": "mno refused the request"}]
+    await kit.advance(timedelta(minutes=30))  # a business error is final: nothing is called again
+    assert (systems.billing_fake.calls["C-9"], systems.mno_fake.calls["C-9"]) == (1, 1)
+
+
+class _Recorder(ConfirmationCallback):
+    """A source system that is down for its first ``fail_first`` confirmations, then records them."""
+
+    def __init__(self, fail_first: int) -> None:
+        self.fail_first, self.attempts, self.received = fail_first, 0, []
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        self.attempts += 1
+        if self.attempts <= self.fail_first:
+            raise ConfirmationSendError("source system down")
+        self.received.append(request)
+
+
+async def test_each_final_message_is_confirmed_exactly_once(kit: Any, systems: ReferenceSystems) -> None:
+    assert systems.mno_fake is not None
+    recorder = _Recorder(fail_first=2)
+    service = ConfirmationService(kit.store, recorder, clock=kit.clock)
+    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    kit.engine.final_state_hooks.append(service.on_final_state)
+    ok = await kit.send_soap("crm", _customer("C-10"), correlation_id="ok", source_system="CRM")
+    await kit.settle()
+    kit.clock.advance(timedelta(seconds=1))
+    systems.mno_fake.fault_next(1)
+    failed = await kit.send_json("crm", "setCustomer", {"customerId": "C-11", "msisdn": "420777000011"},
+                                 correlation_id="failed", source_system="CRM")
+    await kit.settle()
+    order = await kit.send_json("shop", "createOrder", {"orderId": "O-10", "lines": [
+        {"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 1}]}, correlation_id="order", source_system="SHOP")
+    await kit.settle()
+    systems.mno_fake.fail_next(1)
+    cancelled = await kit.send_json("crm", "setCustomer", {"customerId": "C-12", "msisdn": "420777000012"},
+                                    correlation_id="cancelled", source_system="CRM")
+    await kit.settle()
+    await kit.engine.cancel(cancelled.message_id)
+    await kit.settle()
+    for _ in range(6):  # the confirmations that failed come back on their own schedule; sent ones never do
+        kit.clock.advance(timedelta(minutes=5))
+        await service.process_due()
+    received = sorted((r.correlation_id, r.state, [e.code for e in r.business_errors]) for r in recorder.received)
+    assert received == [("cancelled", "CANCEL", []), ("failed", "FAILED", ["Server"]), ("ok", "OK", []),
+                        ("order", "OK", [])]
+    assert recorder.attempts == 4 + 2
+    infos = {info.message_id: info for info in await service.find(limit=20)}
+    assert set(infos) == {ok.message_id, failed.message_id, order.message_id, cancelled.message_id}
+    assert all(info.status == "SENT" for info in infos.values())
