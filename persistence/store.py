@@ -706,14 +706,19 @@ class MessageStore:
         """Make ``message_id`` the one message of ``funnel_value`` allowed to be PROCESSING.
 
         Returns None when it holds the funnel now, else the id of the PROCESSING message that holds it.
-        The previous holder is replaced only when it is no longer PROCESSING (a conditional update, so of
-        two concurrent takers exactly one wins).
+        The previous holder is replaced only when it is no longer PROCESSING. The funnel row is read under its
+        row lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock serialises anyway), so the holder's check and
+        a concurrent takeover cannot interleave: of two concurrent takers exactly one wins, and a holder
+        claimed again while another message takes its funnel over waits for that takeover and sees it.
         """
         f = funnel_lock_table.c
         m = message_table.c
+        query = sa.select(f.message_id).where(f.funnel_value == funnel_value)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
 
         def work(conn: sa.Connection) -> int | None:
-            holder = conn.execute(sa.select(f.message_id).where(f.funnel_value == funnel_value)).scalar()
+            holder = conn.execute(query).scalar()
             if holder is None:
                 inserted = conn.execute(
                     self._insert(funnel_lock_table)
@@ -723,7 +728,7 @@ class MessageStore:
                 ).scalar()
                 if inserted is not None:
                     return None
-                holder = conn.execute(sa.select(f.message_id).where(f.funnel_value == funnel_value)).scalar()
+                holder = conn.execute(query).scalar()
             if holder == message_id:
                 return None
             state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
