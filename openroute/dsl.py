@@ -210,24 +210,36 @@ class RouteBuilder(Steps):
         return dataclasses.replace(self, extractors={**self.extractors, name: (xml, json_path)})
 
     def object_id(self, xpath: Extractor | None = None, *, json: Extractor | None = None) -> RouteBuilder:
-        """Where the object id is: an XPath (SOAP), ``json=`` a JSON path, or a callable of the parsed payload."""
+        """Where the object id is: an XPath (SOAP), ``json=`` a JSON path, or a callable of the parsed payload
+        (for both endpoints)."""
+        if xpath is None and json is None:
+            raise DeploymentError(f"route {self.service}/{self.operation}: object_id needs an XPath, a JSON path "
+                                  "or a callable")
         return self._extract("object_id", xpath, json if json is not None else (xpath if callable(xpath) else None))
 
-    def entity_type(self, value: str | Extractor) -> RouteBuilder:
-        """The entity type (default: the operation). A plain word is a constant; shared across operations it
-        makes obsolete detection and entity-scoped external calls span them."""
-        if isinstance(value, str) and value.replace("_", "").replace("-", "").isalnum():
+    def entity_type(self, value: str | Extractor | None = None, *, json: Extractor | None = None) -> RouteBuilder:
+        """The entity type (default: the operation). A plain word (letters, digits, ``_``, ``-``) is a constant
+        for both endpoints; otherwise ``value`` is an XPath (SOAP) or a callable of the parsed payload, and
+        ``json=`` a JSON path. Shared across operations, the entity type makes obsolete detection and
+        entity-scoped external calls span them."""
+        if value is None and json is None:
+            raise DeploymentError(f"route {self.service}/{self.operation}: entity_type needs a value")
+        if isinstance(value, str) and json is None and value.replace("_", "").replace("-", "").isalnum():
             constant = value
             return self._extract("entity_type", lambda _p: constant, lambda _p: constant)
-        return self._extract("entity_type", value, value if callable(value) else None)
+        return self._extract("entity_type", value, json if json is not None else (value if callable(value) else None))
 
     def funnel(self, xpath: Extractor | None = None, *, json: Extractor | None = None,
-               guaranteed_order: bool = False) -> RouteBuilder:
+               guaranteed_order: bool | None = None) -> RouteBuilder:
         """Funnel by this value (at most one message per value PROCESSING); with ``guaranteed_order`` an older
-        unfinished message also holds newer ones POSTPONED until it is final."""
+        unfinished message also holds newer ones POSTPONED until it is final (None: as set by
+        :meth:`guaranteed_order`, off by default)."""
+        if xpath is None and json is None:
+            raise DeploymentError(f"route {self.service}/{self.operation}: funnel needs an XPath, a JSON path "
+                                  "or a callable")
         json_path = json if json is not None else (xpath if callable(xpath) else None)
         builder = self._extract("funnel_value", xpath, json_path)
-        return dataclasses.replace(builder, ordered=guaranteed_order)
+        return builder if guaranteed_order is None else dataclasses.replace(builder, ordered=guaranteed_order)
 
     # -- behaviour ----------------------------------------------------------------------------------
     def retry(self, policy: RetryPolicy | None = None, **settings: Any) -> RouteBuilder:

@@ -30,9 +30,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
+from lxml import etree
 
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
@@ -40,21 +41,43 @@ from openroute.errors import TechnicalError
 from openroute.interceptors import MessageInterceptor
 from persistence import MessageState, MessageStore, StoredMessage
 
-__all__ = ["CallRecorder", "RouteTestKit", "SendResult", "route_test_kit"]
+__all__ = ["CallRecorder", "ExternalCall", "RouteTestKit", "SendResult", "route_test_kit"]
 
 DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SOAP_11 = "http://schemas.xmlsoap.org/soap/envelope/"
+SOAP_12 = "http://www.w3.org/2003/05/soap-envelope"
 
 
 @dataclass(frozen=True)
 class SendResult:
-    """The inbound endpoint's answer to :meth:`RouteTestKit.send_json` / :meth:`RouteTestKit.send_soap`."""
+    """The inbound endpoint's answer to :meth:`RouteTestKit.send` (and ``send_json`` / ``send_soap``).
+
+    ``message_id`` is set when the message was stored (or was a duplicate of a stored one); a refused request
+    (validation error, unknown operation ...) has ``error_code`` and ``reason`` from the HTTP 4xx answer or the
+    SOAP Fault, exactly as a source system would see them.
+    """
 
     status_code: int
     message_id: int | None
     correlation_id: str | None
     duplicate: bool
     body: str
+    error_code: str | None = None
+    reason: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True when the message is stored (a duplicate counts: the first copy is)."""
+        return self.message_id is not None and self.error_code is None
+
+
+class ExternalCall(NamedTuple):
+    """An external call recorded in the store: ``status`` (OK, FAILED, IN_PROGRESS), ``attempts``, ``result``
+    (the recorded JSON result of the success). Compares equal to a plain ``(status, attempts, result)`` tuple."""
+
+    status: str
+    attempts: int
+    result: Any
 
 
 class RouteTestKit:
@@ -83,6 +106,8 @@ class RouteTestKit:
         if base.repoll_interval is not None:
             base = dataclasses.replace(base, repoll_interval=None)  # the kit runs the repoll itself
         self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors))
+        self._transition = asyncio.Event()
+        self.engine.transition_listeners.append(lambda _previous, _message: self._transition.set())
         self.app = create_app(self.engine, bindings, manage_engine=False)
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://kit")
         self._started = False
@@ -110,6 +135,41 @@ class RouteTestKit:
         await self.close()
 
     # -- sending --------------------------------------------------------------------------------------
+    async def send(
+        self,
+        service: str,
+        operation: str,
+        payload: Any,
+        *,
+        correlation_id: str | None = None,
+        source_system: str = "test",
+        soap_action: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> SendResult:
+        """Send ``payload`` to (service, operation) through its inbound endpoint, as a source system would.
+
+        A mapping or list (or a JSON text) goes to the JSON endpoint; an XML text (it starts with ``<``) to the SOAP
+        endpoint of the service: the request element alone is wrapped in a SOAP 1.1 envelope, a whole SOAP 1.1 or
+        1.2 envelope is sent as it is. The binding validates and extracts exactly as under ``openroute run``; the
+        answer is a :class:`SendResult` (a refused message has ``error_code``, nothing stored). A SOAP request
+        that the service routes to another operation than ``operation`` fails the test (AssertionError).
+        """
+        if isinstance(payload, bytes):
+            payload = payload.decode()
+        if not (isinstance(payload, str) and payload.lstrip().startswith("<")):
+            if soap_action is not None:
+                raise ValueError("soap_action is for SOAP requests; this payload goes to the JSON endpoint")
+            return await self.send_json(service, operation, payload, correlation_id=correlation_id,
+                                        source_system=source_system, headers=headers)
+        result = await self.send_soap(service, payload, correlation_id=correlation_id, source_system=source_system,
+                                      soap_action=soap_action or "", headers=headers)
+        if result.accepted and result.message_id is not None:
+            stored = self.message(result.message_id)
+            if (stored.service, stored.operation) != (service, operation):
+                raise AssertionError(f"the SOAP request was routed to {stored.service}/{stored.operation}, "
+                                     f"not {service}/{operation} (message {stored.id})")
+        return result
+
     async def send_json(
         self,
         service: str,
@@ -136,12 +196,21 @@ class RouteTestKit:
         correlation_id: str | None = None,
         source_system: str = "test",
         soap_action: str = "",
+        headers: Mapping[str, str] | None = None,
     ) -> SendResult:
-        """POST a SOAP 1.1 envelope around ``body_xml`` (the request element) to ``/soap/<service>``."""
-        envelope = (f'<soapenv:Envelope xmlns:soapenv="{SOAP_11}"><soapenv:Body>{body_xml}'
-                    "</soapenv:Body></soapenv:Envelope>")
-        sent = {"Content-Type": "text/xml; charset=utf-8", "SOAPAction": f'"{soap_action}"',
-                "X-Source-System": source_system}
+        """POST ``body_xml`` to ``/soap/<service>``: the request element, wrapped in a SOAP 1.1 envelope, or a whole
+        SOAP 1.1 / 1.2 envelope, sent as it is."""
+        version = _envelope_version(body_xml)
+        envelope = body_xml if version else (
+            f'<soapenv:Envelope xmlns:soapenv="{SOAP_11}"><soapenv:Body>{body_xml}'
+            "</soapenv:Body></soapenv:Envelope>")
+        if version == SOAP_12:
+            action = f'; action="{soap_action}"' if soap_action else ""
+            sent = {"Content-Type": f"application/soap+xml; charset=utf-8{action}"}
+        else:
+            sent = {"Content-Type": "text/xml; charset=utf-8", "SOAPAction": f'"{soap_action}"'}
+        sent["X-Source-System"] = source_system
+        sent.update(headers or {})
         if correlation_id is not None:
             sent["X-Correlation-Id"] = correlation_id
         response = await self._client.post(f"/soap/{service}", content=envelope.encode(), headers=sent)
@@ -169,14 +238,20 @@ class RouteTestKit:
         await self.settle(timeout)
 
     async def wait_for_state(self, message_id: int, *states: MessageState | str, timeout: float = 10.0) -> None:
-        """Wait (bounded) until each message's state is reached while other work is still in flight, e.g. a
-        step of another message is held on an event so :meth:`settle` cannot return. ``states`` pairs with
-        ``message_id`` first; use :meth:`settle` whenever the engine can go idle."""
+        """Wait (bounded) until the message is in one of ``states``, while other work is still in flight, e.g.
+        a step of another message is held on an event so :meth:`settle` cannot return. Woken by every state
+        change the kit's engine commits (no polling); AssertionError naming the state it is in after
+        ``timeout`` seconds. Use :meth:`settle` whenever the engine can go idle."""
+        if not states:
+            raise ValueError("wait_for_state needs at least one state")
         wanted = [MessageState(s) for s in states]
         try:
             async with asyncio.timeout(timeout):
-                while self.state(message_id) not in wanted:
-                    await asyncio.sleep(0.01)  # the store is written by the engine's writer thread: no event
+                while True:
+                    self._transition.clear()  # cleared before reading: a change committed after the read wakes us
+                    if self.state(message_id) in wanted:
+                        return
+                    await self._transition.wait()
         except TimeoutError:
             raise AssertionError(f"message {message_id} is {self.state(message_id).value}, not "
                                  f"{'/'.join(s.value for s in wanted)} after {timeout} s") from None
@@ -218,14 +293,25 @@ class RouteTestKit:
         """The child messages of a split, in order."""
         return self.store.children_of(message_id)
 
-    def external_calls(self, message_id: int) -> dict[str, Any]:
-        """The message-scoped external calls recorded for a message: key -> (status, attempts, result)."""
+    def external_calls(self, message_id: int) -> dict[str, ExternalCall]:
+        """The message-scoped external calls recorded for a message: key -> :class:`ExternalCall`
+        (status, attempts, result)."""
         from persistence import external_call_table
 
         query = external_call_table.select().where(external_call_table.c.message_id == message_id)
         with self.store.engine.connect() as connection:
             rows = connection.execute(query).all()
-        return {r.call_key: (r.status.value, r.attempts, r.result) for r in rows}
+        return {r.call_key: ExternalCall(r.status.value, r.attempts, r.result) for r in rows}
+
+    def entity_calls(self, entity_type: str, object_id: str) -> dict[str, ExternalCall]:
+        """The entity-scoped external calls (``scope="entity"``) recorded for one entity: key ->
+        :class:`ExternalCall`, whichever message made them."""
+        from persistence import entity_call_table as table
+
+        query = table.select().where(table.c.entity_type == entity_type, table.c.object_id == object_id)
+        with self.store.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        return {r.call_key: ExternalCall(r.status, r.attempts, r.result) for r in rows}
 
     def count_by_state(self) -> dict[str, int]:
         """How many messages are in each state (states with none left out)."""
@@ -234,33 +320,85 @@ class RouteTestKit:
 
 @dataclass
 class CallRecorder:
-    """A fake external function: counts calls, fails the first ``fail_first`` with ``error`` (a technical error
-    by default), then returns ``result`` (or ``result(exchange)`` when callable)."""
+    """A fake external function: counts its calls, fails the first ``fail_first`` of them, then returns ``result``
+    (or ``result(*args)`` when callable).
+
+    ``error`` is what a failing call raises: an exception class or a callable making one (a fresh exception per
+    call), or an exception instance; by default a :class:`~openroute.errors.TechnicalError` (code ``DOWN``), which
+    makes the attempt PARTLY_FAILED and retried. Use it wherever a step takes a function of the exchange:
+    ``.ext_call("billing", CallRecorder(fail_first=1))``; ``arguments`` keeps what each call received.
+    """
 
     result: Any = field(default_factory=lambda: {"ok": True})
     fail_first: int = 0
-    error: Callable[[], BaseException] = field(default=lambda: TechnicalError("remote system unavailable", "DOWN"))
+    error: Callable[[], BaseException] | BaseException = field(
+        default=lambda: TechnicalError("remote system unavailable", "DOWN"))
     calls: int = 0
     arguments: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fail_first, int) or isinstance(self.fail_first, bool) or self.fail_first < 0:
+            raise ValueError(f"fail_first must be an integer >= 0, got {self.fail_first!r}")
+        if not (isinstance(self.error, BaseException) or callable(self.error)):
+            raise TypeError(f"error must be an exception, an exception class or a callable, got {self.error!r}")
 
     def __call__(self, *args: Any) -> Any:
         self.calls += 1
         self.arguments.append(args[0] if len(args) == 1 else args)
         if self.calls <= self.fail_first:
-            raise self.error()
+            raise self.error if isinstance(self.error, BaseException) else self.error()
         return self.result(*args) if callable(self.result) else self.result
+
+    @property
+    def failures(self) -> int:
+        """How many calls failed (at most ``fail_first``)."""
+        return min(self.calls, self.fail_first)
+
+
+def _envelope_version(text: str) -> str | None:
+    """The SOAP namespace when ``text`` is a whole envelope, else None."""
+    head = text.lstrip()
+    if head.startswith("<?xml"):
+        head = head[head.index("?>") + 2:].lstrip() if "?>" in head else head
+    start = head[1:head.find(">")] if ">" in head else head
+    tag = start.split()[0] if start.split() else ""
+    if tag.rpartition(":")[2] != "Envelope":
+        return None
+    return SOAP_12 if SOAP_12 in start else SOAP_11
 
 
 def _result(response: httpx.Response, soap: bool = False) -> SendResult:
     message_id = response.headers.get("X-Message-Id")
     correlation = response.headers.get("X-Correlation-Id")
     duplicate = False
-    if not soap and response.headers.get("content-type", "").startswith("application/json"):
-        duplicate = response.json().get("status") == "DUPLICATE"
-    elif soap:
-        duplicate = "<status>DUPLICATE</status>" in response.text or ">DUPLICATE<" in response.text
+    error_code: str | None = None
+    reason: str | None = None
+    if soap:
+        try:
+            root = etree.fromstring(response.content, etree.XMLParser(resolve_entities=False, no_network=True))
+        except etree.XMLSyntaxError:
+            root = None
+        if root is not None:
+            duplicate = any(e.text == "DUPLICATE" for e in root.iter() if etree.QName(e).localname == "status")
+            for element in root.iter():
+                local = etree.QName(element).localname if isinstance(element.tag, str) else ""
+                if local == "code" and element.getparent() is not None and \
+                        etree.QName(element.getparent()).localname == "error":
+                    error_code = element.text
+                elif local == "reason" and error_code is not None:
+                    reason = element.text
+        if error_code is None and response.status_code >= 400:
+            error_code = f"HTTP_{response.status_code}"
+    elif response.headers.get("content-type", "").startswith("application/json"):
+        answer = response.json()
+        if isinstance(answer, dict):
+            duplicate = answer.get("status") == "DUPLICATE"
+            if response.status_code >= 400:
+                error_code, reason = answer.get("error"), answer.get("reason")
+    if error_code is None and response.status_code >= 400:
+        error_code = f"HTTP_{response.status_code}"
     return SendResult(response.status_code, int(message_id) if message_id else None, correlation, duplicate,
-                      response.text)
+                      response.text, error_code, reason)
 
 
 async def _route_test_kit() -> AsyncIterator[Callable[..., Any]]:
