@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lxml import etree
+
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.interceptors import MessageInterceptor
@@ -56,6 +58,11 @@ class Steps:
     chain: tuple[Step, ...] = ()
     child_routes: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def _what(self) -> str:
+        """How error messages name this definition."""
+        return "sub-route"
+
     def _with_step(self, step: Step, child: tuple[str, str] | None = None) -> Any:
         children = self.child_routes + ((child,) if child is not None and child not in self.child_routes else ())
         return dataclasses.replace(self, chain=(*self.chain, step), child_routes=children)
@@ -63,7 +70,7 @@ class Steps:
     def process(self, function: Callable[[Exchange], Any], name: str | None = None) -> Any:
         """A step: ``function(exchange)``, plain or async; its return value becomes ``exchange.result``."""
         if not callable(function):
-            raise DeploymentError(f"process: {function!r} is not callable")
+            raise DeploymentError(f"{self._what}: process: {function!r} is not callable")
         if name is None:
             return self._with_step(function)
 
@@ -83,11 +90,12 @@ class Steps:
         """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
         succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps."""
         if not isinstance(key, str) or not key or len(key) > 255:
-            raise DeploymentError(f"ext_call: the key must be a non-empty string of at most 255 characters: {key!r}")
+            raise DeploymentError(f"{self._what}: ext_call: the key must be a non-empty string of at most 255 "
+                                  f"characters: {key!r}")
         if not callable(function):
-            raise DeploymentError(f"ext_call {key!r}: {function!r} is not callable")
+            raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
         if scope not in (None, "message", "entity"):
-            raise DeploymentError(f"ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
+            raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
 
         async def step(exchange: Exchange) -> Any:
             result = await exchange.ext_call(key, lambda: function(exchange), scope=scope)
@@ -102,16 +110,18 @@ class Steps:
         service, or (service, operation)). ``function(exchange)`` returns the children: :class:`ChildMessage`,
         a payload string, or a mapping (sent as JSON). The parent waits for them (see ``Exchange.split``)."""
         if not callable(function):
-            raise DeploymentError(f"split: {function!r} is not callable")
+            raise DeploymentError(f"{self._what}: split: {function!r} is not callable")
         if isinstance(into, tuple):
             if len(into) != 2 or not all(isinstance(part, str) and part for part in into):
-                raise DeploymentError(f"split: into must be an operation or (service, operation), got {into!r}")
+                raise DeploymentError(f"{self._what}: split: into must be an operation or (service, operation), "
+                                      f"got {into!r}")
             target_service: str | None = into[0]
             operation = into[1]
         elif isinstance(into, str) and into:
             target_service, operation = service, into
         else:
-            raise DeploymentError(f"split: into must be an operation or (service, operation), got {into!r}")
+            raise DeploymentError(f"{self._what}: split: into must be an operation or (service, operation), "
+                                  f"got {into!r}")
 
         async def step(exchange: Exchange) -> list[int]:
             produced = function(exchange)
@@ -126,7 +136,7 @@ class Steps:
     def call(self, sub_route: Steps) -> Any:
         """Inline the steps of ``sub_route`` (built with :func:`steps`) here."""
         if not isinstance(sub_route, Steps) or isinstance(sub_route, RouteBuilder):
-            raise DeploymentError(f"call: expected a sub-route made with steps(), got {sub_route!r}")
+            raise DeploymentError(f"{self._what}: call: expected a sub-route made with steps(), got {sub_route!r}")
         children = self.child_routes + tuple(c for c in sub_route.child_routes if c not in self.child_routes)
         return dataclasses.replace(self, chain=(*self.chain, *sub_route.chain), child_routes=children)
 
@@ -177,6 +187,10 @@ class RouteBuilder(Steps):
     scope: Literal["message", "entity"] = "message"
     route_interceptors: tuple[MessageInterceptor, ...] = ()
 
+    @property
+    def _what(self) -> str:
+        return f"route {self.service}/{self.operation}"
+
     # -- identify -----------------------------------------------------------------------------------
     def soap(self, element: str | QName | None = None, *, action: str | None = None,
              namespaces: Mapping[str, str] | None = None) -> RouteBuilder:
@@ -184,9 +198,20 @@ class RouteBuilder(Steps):
         SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use."""
         if element is None and action is None:
             element = self._default_element()
+        if action is not None and (not isinstance(action, str) or not action.strip()):
+            raise DeploymentError(f"{self._what}: soap: action must be a non-empty string, got {action!r}")
+        for prefix, uri in (namespaces or {}).items():
+            if not isinstance(prefix, str) or not prefix.strip() or ":" in prefix:
+                raise DeploymentError(f"{self._what}: soap: namespace prefix {prefix!r} must be a non-empty name "
+                                      "(XPath has no default namespace: give it a prefix)")
+            if not isinstance(uri, str) or not uri.strip():
+                raise DeploymentError(f"{self._what}: soap: namespace {prefix!r} needs a URI, got {uri!r}")
+        try:
+            qname = None if element is None else str(QName(element))
+        except (ValueError, TypeError) as error:
+            raise DeploymentError(f"{self._what}: soap: invalid element {element!r}: {error}") from None
         merged = {**self.namespaces, **(namespaces or {})}
-        return dataclasses.replace(self, soap_element=None if element is None else str(QName(element)),
-                                   soap_action=action, namespaces=merged)
+        return dataclasses.replace(self, soap_element=qname, soap_action=action, namespaces=merged)
 
     def json(self) -> RouteBuilder:
         """Accept JSON objects at ``POST /api/<service>/<operation>``."""
@@ -202,7 +227,7 @@ class RouteBuilder(Steps):
     def validate(self, validator: Validator) -> RouteBuilder:
         """A custom check ``validator(parsed_payload)`` raising ``ValidationError`` (HTTP 400 / Fault)."""
         if not callable(validator):
-            raise DeploymentError(f"route {self.service}/{self.operation}: validator {validator!r} is not callable")
+            raise DeploymentError(f"{self._what}: validator {validator!r} is not callable")
         return dataclasses.replace(self, validators=(*self.validators, validator))
 
     # -- extract ------------------------------------------------------------------------------------
@@ -213,7 +238,7 @@ class RouteBuilder(Steps):
         """Where the object id is: an XPath (SOAP), ``json=`` a JSON path, or a callable of the parsed payload
         (for both endpoints)."""
         if xpath is None and json is None:
-            raise DeploymentError(f"route {self.service}/{self.operation}: object_id needs an XPath, a JSON path "
+            raise DeploymentError(f"{self._what}: object_id needs an XPath, a JSON path "
                                   "or a callable")
         return self._extract("object_id", xpath, json if json is not None else (xpath if callable(xpath) else None))
 
@@ -223,7 +248,7 @@ class RouteBuilder(Steps):
         ``json=`` a JSON path. Shared across operations, the entity type makes obsolete detection and
         entity-scoped external calls span them."""
         if value is None and json is None:
-            raise DeploymentError(f"route {self.service}/{self.operation}: entity_type needs a value")
+            raise DeploymentError(f"{self._what}: entity_type needs a value")
         if isinstance(value, str) and json is None and value.replace("_", "").replace("-", "").isalnum():
             constant = value
             return self._extract("entity_type", lambda _p: constant, lambda _p: constant)
@@ -235,7 +260,7 @@ class RouteBuilder(Steps):
         unfinished message also holds newer ones POSTPONED until it is final (None: as set by
         :meth:`guaranteed_order`, off by default)."""
         if xpath is None and json is None:
-            raise DeploymentError(f"route {self.service}/{self.operation}: funnel needs an XPath, a JSON path "
+            raise DeploymentError(f"{self._what}: funnel needs an XPath, a JSON path "
                                   "or a callable")
         json_path = json if json is not None else (xpath if callable(xpath) else None)
         builder = self._extract("funnel_value", xpath, json_path)
@@ -246,13 +271,13 @@ class RouteBuilder(Steps):
         """The route's retry policy: a :class:`RetryPolicy` or its keyword arguments
         (``max_attempts``, ``interval``, ``backoff``, ``max_interval``, ``jitter``)."""
         if policy is not None and settings:
-            raise DeploymentError("retry: give a RetryPolicy or keyword settings, not both")
+            raise DeploymentError(f"{self._what}: retry: give a RetryPolicy or keyword settings, not both")
         try:
             chosen = policy if policy is not None else RetryPolicy(**settings)
         except (TypeError, ConfigurationError) as error:
-            raise DeploymentError(f"route {self.service}/{self.operation}: bad retry policy: {error}") from None
+            raise DeploymentError(f"{self._what}: bad retry policy: {error}") from None
         if not isinstance(chosen, RetryPolicy):
-            raise DeploymentError(f"route {self.service}/{self.operation}: retry needs a RetryPolicy")
+            raise DeploymentError(f"{self._what}: retry needs a RetryPolicy")
         return dataclasses.replace(self, retry_policy=chosen)
 
     def guaranteed_order(self, enabled: bool = True) -> RouteBuilder:
@@ -268,29 +293,30 @@ class RouteBuilder(Steps):
         """What a business error does: ``"fail"`` ends the message FAILED at once, ``"continue"`` records it
         and goes on with the next step. ``expected`` exception types are business errors too."""
         if action not in ("continue", "fail"):
-            raise DeploymentError(f"on_business_error: action must be 'continue' or 'fail', got {action!r}")
+            raise DeploymentError(f"{self._what}: on_business_error: action must be 'continue' or 'fail', "
+                                  f"got {action!r}")
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in expected):
-            raise DeploymentError("on_business_error: expected must be exception classes")
+            raise DeploymentError(f"{self._what}: on_business_error: expected must be exception classes")
         return dataclasses.replace(self, continue_on_business_error=action == "continue",
                                    business_exceptions=(*self.business_exceptions, *expected))
 
     def ext_call_scope(self, scope: Literal["message", "entity"]) -> RouteBuilder:
         """Default scope of this route's external calls: once per message or once per entity."""
         if scope not in ("message", "entity"):
-            raise DeploymentError(f"ext_call_scope must be 'message' or 'entity', got {scope!r}")
+            raise DeploymentError(f"{self._what}: ext_call_scope must be 'message' or 'entity', got {scope!r}")
         return dataclasses.replace(self, scope=scope)
 
     def intercept(self, *interceptors: MessageInterceptor) -> RouteBuilder:
         """Interceptors around every delivery and step of this route (after the engine-wide ones)."""
         for interceptor in interceptors:
             if not isinstance(interceptor, MessageInterceptor):
-                raise DeploymentError(f"intercept: {interceptor!r} is not a MessageInterceptor")
+                raise DeploymentError(f"{self._what}: intercept: {interceptor!r} is not a MessageInterceptor")
         return dataclasses.replace(self, route_interceptors=(*self.route_interceptors, *interceptors))
 
     # -- build --------------------------------------------------------------------------------------
     def build(self) -> RouteDefinition:
         """Check the definition and produce the :class:`RouteDefinition` (DeploymentError naming the route)."""
-        what = f"route {self.service}/{self.operation}"
+        what = self._what
         if not self.chain:
             raise DeploymentError(f"{what} has no processing steps")
         children = tuple((s or self.service, o) for s, o in self.child_routes)
@@ -305,7 +331,27 @@ class RouteBuilder(Steps):
             bindings = self._bindings()
         except ConfigurationError as error:
             raise DeploymentError(f"{what}: {error}") from None
+        problems = [f"{what}: {problem}" for problem in self._unusable_xpaths(bindings)]
+        if problems:
+            raise DeploymentError(problems)
         return RouteDefinition(built, bindings)
+
+    def _unusable_xpaths(self, bindings: Sequence[InboundBinding]) -> list[str]:
+        """XPaths that compile but can never be evaluated (an undeclared prefix, an unknown function): lxml only
+        finds out at evaluation, so each one is run once against an empty element here, at build time."""
+        probe = etree.Element("probe")
+        problems = []
+        for binding in bindings:
+            if binding.content_type != "xml":
+                continue
+            expressions = [*binding.required, *(e for e in (binding.object_id, binding.entity_type,
+                                                            binding.funnel_value) if isinstance(e, str))]
+            for expression in expressions:
+                try:
+                    etree.XPath(expression, namespaces=dict(binding.namespaces))(probe)
+                except etree.XPathError as error:
+                    problems.append(f"XPath {expression!r} cannot be evaluated: {error}")
+        return problems
 
     def _default_element(self) -> str:
         return f"{{urn:openroute:service:{self.service}}}{self.operation}"

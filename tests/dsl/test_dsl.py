@@ -102,27 +102,53 @@ class Passing(MessageInterceptor):
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
-        (lambda: route("", "op"), "service must be a non-empty string"),
-        (lambda: route("s", "x" * 101), "operation must be a non-empty string"),
+        (lambda: route("", "op"), "route service must be a non-empty string"),
+        (lambda: route("s", "x" * 101), "route operation must be a non-empty string"),
+        (lambda: route("s", 7), "route operation must be a non-empty string"),  # type: ignore[arg-type]
         (lambda: route("s", "o").build(), "route s/o has no processing steps"),
-        (lambda: route("s", "o").process("not callable"), "is not callable"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").ext_call("", print), "the key must be a non-empty string"),
-        (lambda: route("s", "o").ext_call("k", print, scope="world"), "scope must be"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").split(print, into=("s",)), "into must be"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").call(route("s", "p")), "expected a sub-route"),
-        (lambda: route("s", "o").retry(max_attempts=0), "bad retry policy"),
-        (lambda: route("s", "o").retry(RetryPolicy(), max_attempts=2), "not both"),
-        (lambda: route("s", "o").on_business_error("ignore"), "must be 'continue' or 'fail'"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").on_business_error("fail", "KeyError"), "exception classes"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").intercept(object()), "is not a MessageInterceptor"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").validate(42), "is not callable"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").ext_call_scope("x"), "ext_call_scope must be"),  # type: ignore[arg-type]
-        (lambda: route("s", "o").soap("no-namespace").process(print).build(), "request_element needs a namespace"),
-        (lambda: route("s", "o").require("t:missing[").process(print).build(), "invalid XPath"),
-        (lambda: route("s", "o").json().require(json="id").process(print).build(), "must start with '[$]'"),
+        (lambda: route("s", "o").process("not callable"), "route s/o: process: 'not callable' is not callable"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").ext_call("", print), "route s/o: ext_call: the key must be a non-empty string"),
+        (lambda: route("s", "o").ext_call("k" * 256, print), "route s/o: ext_call: the key must be"),
+        (lambda: route("s", "o").ext_call("k", 42), "route s/o: ext_call 'k': 42 is not callable"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").ext_call("k", print, scope="world"), "route s/o: ext_call 'k': scope must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").split(42, into="x"), "route s/o: split: 42 is not callable"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").split(print, into=("s",)), "route s/o: split: into must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").split(print, into=""), "route s/o: split: into must be"),
+        (lambda: route("s", "o").call(route("s", "p")), "route s/o: call: expected a sub-route"),
+        (lambda: route("s", "o").call(print), "route s/o: call: expected a sub-route"),  # type: ignore[arg-type]
+        (lambda: steps().process(42), "sub-route: process: 42 is not callable"),  # type: ignore[arg-type]
+        (lambda: steps().split(print, into=("a", "")), "sub-route: split: into must be"),
+        (lambda: route("s", "o").retry(max_attempts=0), "route s/o: bad retry policy"),
+        (lambda: route("s", "o").retry(speed=2), "route s/o: bad retry policy"),
+        (lambda: route("s", "o").retry(RetryPolicy(), max_attempts=2), "route s/o: retry: .* not both"),
+        (lambda: route("s", "o").retry("fast"), "route s/o: retry needs a RetryPolicy"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").on_business_error("ignore"), "route s/o: on_business_error: action must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").on_business_error("fail", "KeyError"), "route s/o: .*exception classes"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").intercept(object()), "route s/o: intercept: .* is not a MessageInterceptor"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").validate(42), "route s/o: validator 42 is not callable"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").ext_call_scope("x"), "route s/o: ext_call_scope must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").object_id(), "route s/o: object_id needs"),
+        (lambda: route("s", "o").entity_type(), "route s/o: entity_type needs a value"),
+        (lambda: route("s", "o").funnel(), "route s/o: funnel needs"),
+        (lambda: route("s", "o").soap(""), "route s/o: soap: invalid element ''"),
+        (lambda: route("s", "o").soap(action=""), "route s/o: soap: action must be a non-empty string"),
+        (lambda: route("s", "o").soap(f"{{{NS}}}r", namespaces={"": NS}), "route s/o: soap: namespace prefix ''"),
+        (lambda: route("s", "o").soap(f"{{{NS}}}r", namespaces={"t": ""}), "route s/o: soap: namespace 't' needs"),
+        (lambda: route("s", "o").soap("no-namespace").process(print).build(),
+         "route s/o: .*request_element needs a namespace"),
+        (lambda: route("s", "o").require("t:missing[").process(print).build(), "route s/o: .*invalid XPath"),
+        (lambda: route("s", "o").soap(f"{{{NS}}}r").object_id("x:id").process(print).build(),
+         "route s/o: XPath 'x:id' cannot be evaluated: Undefined namespace prefix"),
+        (lambda: route("s", "o").soap(f"{{{NS}}}r").funnel("nothing-like-this(1)").process(print).build(),
+         "route s/o: XPath 'nothing-like-this[(]1[)]' cannot be evaluated: Unregistered function"),
+        (lambda: route("s", "o").entity_type("a b").process(print).build(), "route s/o: .*entity_type: invalid XPath"),
+        (lambda: route("s", "o").json().require(json="id").process(print).build(),
+         "route s/o: .*must start with '[$]'"),
+        (lambda: route("s", "o").json().object_id(json="$..[bad").process(print).build(),
+         "route s/o: .*object_id: invalid JSON path"),
     ],
 )
-def test_bad_definitions_are_deployment_errors(make: Any, reason: str) -> None:
+def test_bad_definitions_are_deployment_errors_naming_the_route(make: Any, reason: str) -> None:
     with pytest.raises(DeploymentError, match=reason):
         make()
 
@@ -146,6 +172,85 @@ def test_application_lists_every_problem() -> None:
     assert any("route crm/empty has no processing steps" in p for p in problems)
     assert any("expected a route builder or definition" in p for p in problems)
     assert len(problems) == 5
+
+
+def test_application_refuses_one_soap_action_on_two_routes_and_a_route_given_twice_as_definition() -> None:
+    definition = route("crm", "a").soap(f"{{{NS}}}a").json().process(print).build()
+    with pytest.raises(DeploymentError) as raised:
+        Application(
+            definition,
+            route("crm", "a").json().process(print),  # same service+operation, so the same JSON path
+            route("crm", "b").soap(action="urn:same").process(print),
+            route("crm", "c").soap(action="urn:same").process(print),
+        )
+    assert raised.value.problems == [
+        "a route for crm/a is already registered",
+        "SOAPAction crm urn:same is bound to both crm/b and crm/c",
+    ]
+    other_service = Application(route("crm", "b").soap(action="urn:same").process(print),
+                                route("billing", "b").soap(action="urn:same").process(print))
+    assert len(other_service.bindings) == 2  # a SOAPAction is unique per service endpoint
+
+
+def test_a_sub_route_never_called_is_fine_and_a_split_in_a_sub_route_is_checked() -> None:
+    unused = steps().split(lambda ex: [], into="nowhere")
+    assert unused.child_routes == (("", "nowhere"),)
+    Application(route("crm", "a").process(print))  # the unused sub-route is no problem
+    with pytest.raises(DeploymentError, match="route crm/a splits into crm/nowhere, which has no route"):
+        Application(route("crm", "a").call(unused))
+    app = Application(route("crm", "a").call(unused), route("crm", "nowhere").process(print))
+    assert app.routes.get("crm", "a").child_routes == (("crm", "nowhere"),)
+    across = Application(route("crm", "a").split(lambda ex: [], into=("billing", "line")),
+                         route("billing", "line").process(print))
+    assert across.routes.get("crm", "a").child_routes == (("billing", "line"),)
+
+
+def test_entity_type_and_funnel_forms() -> None:
+    definition = (
+        route("crm", "set").soap(f"{{{NS}}}set", namespaces={"t": NS}).json()
+        .entity_type("t:kind", json="$.kind").funnel(json="$.region")
+        .process(print).build()
+    )
+    xml, json_binding = definition.bindings
+    extracted = xml.check(_xml(f'<t:set xmlns:t="{NS}"><t:kind>customer</t:kind></t:set>'))
+    assert (extracted.entity_type, extracted.funnel_value) == ("customer", None)  # funnel given for JSON only
+    extracted = json_binding.check(ParsedPayload("json", "", json={"kind": "account", "region": "north"}))
+    assert (extracted.entity_type, extracted.funnel_value) == ("account", "north")
+    by_callable = route("crm", "set").json().entity_type(lambda p: p.json["k"].lower()).process(print).build()
+    assert by_callable.bindings[0].check(ParsedPayload("json", "", json={"k": "X"})).entity_type == "x"
+    # guaranteed order set before or after the funnel clause is kept; funnel(guaranteed_order=False) turns it off
+    assert route("c", "s").guaranteed_order().funnel(json="$.a").process(print).build().route.guaranteed_order
+    assert route("c", "s").funnel(json="$.a").guaranteed_order().process(print).build().route.guaranteed_order
+    off = route("c", "s").guaranteed_order().funnel(json="$.a", guaranteed_order=False).process(print).build()
+    assert off.route.guaranteed_order is False
+
+
+async def test_async_process_steps_named_steps_and_ext_call_scope_per_step() -> None:
+    seen: list[str] = []
+
+    async def load(exchange: Exchange) -> str:
+        seen.append("load")
+        return "loaded"
+
+    provision = CallRecorder(result={"n": 1})
+    app = Application(
+        route("crm", "set").json().object_id(json="$.id").ext_call_scope("entity")
+        .process(load).process(lambda ex: seen.append(ex.metadata["ext_calls"]["p"]["n"]), name="after")
+        .ext_call("once", CallRecorder(), scope="message")
+    )
+    assert [s.__name__ for s in app.routes.get("crm", "set").steps] == ["load", "after", "ext_call:once"]
+    shared = Application(
+        route("crm", "set").json().object_id(json="$.id").ext_call_scope("entity").ext_call("p", provision)
+        .process(load).process(lambda ex: seen.append(ex.metadata["ext_calls"]["p"]["n"]), name="after")
+    )
+    async with RouteTestKit(shared) as kit:
+        first = await kit.send("crm", "set", {"id": "C-1"})
+        second = await kit.send("crm", "set", {"id": "C-1", "again": True})
+        await kit.settle()
+        kit.assert_state(first.message_id, "OK")
+        kit.assert_state(second.message_id, "OK")
+    assert provision.calls == 1 and seen == ["load", 1, "load", 1]  # entity scope: the second reuses the result
+    assert app.routes.get("crm", "set").ext_call_scope == "entity"
 
 
 def test_intercept_and_repr() -> None:
