@@ -315,7 +315,7 @@ class Exchange:
                     f"route {parent.service}/{parent.operation} splits into {service}/{child.operation}, "
                     "which is not among its child_routes"
                 )
-            engine.routes.get(service, child.operation)  # UnknownRouteError: a definition error, not retried
+            engine.routes.get(service, child.operation)  # UnknownRouteError (validate() at start rules it out)
             suffix = child.key if child.key is not None else str(index + 1)
             batch.append(NewMessage(
                 service=service,
@@ -328,7 +328,7 @@ class Exchange:
                 process_id=parent.process_id,
                 headers=dict(parent.headers),
                 object_id=child.object_id,
-                entity_type=child.entity_type,
+                entity_type=child.entity_type or (child.operation if child.object_id is not None else None),
                 funnel_value=child.funnel_value,
                 parent_id=parent.id,
             ))
@@ -347,7 +347,11 @@ class Exchange:
 
 @dataclass(frozen=True)
 class ChildMessage:
-    """One child message a split step creates (see :meth:`Exchange.split`)."""
+    """One child message a split step creates (see :meth:`Exchange.split`).
+
+    ``service`` and ``content_type`` default to the parent's; ``entity_type`` defaults to ``operation`` when
+    the child has an ``object_id``; ``key`` names the child in its correlation id (default: its position).
+    """
 
     payload: str
     operation: str

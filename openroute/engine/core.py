@@ -72,6 +72,7 @@ class InboundMessage:
     message_timestamp: datetime | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     object_id: str | None = None
+    #: with an object id, None means the operation (an entity is entity type + object id)
     entity_type: str | None = None
     funnel_value: str | None = None
 
@@ -370,7 +371,8 @@ class Engine:
             msg_ts=inbound.message_timestamp,
             headers=dict(inbound.headers),
             object_id=inbound.object_id,
-            entity_type=inbound.entity_type,
+            # an entity is (entity type, object id); the entity type defaults to the operation
+            entity_type=inbound.entity_type or (inbound.operation if inbound.object_id is not None else None),
             funnel_value=inbound.funnel_value,
         )
         outcome = await self._writer.submit_grouped(self._insert_group, new)
