@@ -38,6 +38,7 @@ from lxml import etree
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import TechnicalError
+from openroute.inbound.binding import InboundBinding
 from openroute.interceptors import MessageInterceptor
 from persistence import MessageState, MessageStore, StoredMessage
 
@@ -81,7 +82,14 @@ class ExternalCall(NamedTuple):
 
 
 class RouteTestKit:
-    """Routes on a real engine and store, driven by the test (see the module docstring)."""
+    """Routes on a real engine and store, driven by the test (see the module docstring).
+
+    ``application`` is what ``openroute run --routes`` takes: an :class:`~openroute.dsl.Application`, a
+    :class:`~openroute.route.RouteRegistry` (default bindings, or ``bindings=``), or a callable returning one.
+    ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
+    time. ``settings``: the engine's (its repoll interval is ignored: the kit repolls in :meth:`advance`).
+    ``interceptors``: engine-wide interceptors.
+    """
 
     def __init__(
         self,
@@ -91,10 +99,13 @@ class RouteTestKit:
         start: datetime = DEFAULT_START,
         settings: EngineSettings | None = None,
         interceptors: Iterable[MessageInterceptor] = (),
+        bindings: Iterable[InboundBinding] | None = None,
     ) -> None:
         from openroute.server import create_app, routes_and_bindings
 
-        routes, bindings = routes_and_bindings(application, "the kit's application")
+        routes, found = routes_and_bindings(application, "the kit's application")
+        if bindings is not None:
+            found = list(bindings)  # e.g. a bare RouteRegistry with bindings of its own
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if database_url is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="openroute-kit-")
@@ -108,7 +119,7 @@ class RouteTestKit:
         self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors))
         self._transition = asyncio.Event()
         self.engine.transition_listeners.append(lambda _previous, _message: self._transition.set())
-        self.app = create_app(self.engine, bindings, manage_engine=False)
+        self.app = create_app(self.engine, found, manage_engine=False)
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://kit")
         self._started = False
 

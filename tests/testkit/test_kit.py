@@ -16,7 +16,8 @@ import pytest
 
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError, TechnicalError
-from openroute.route import Exchange
+from openroute.interceptors import InterceptionContext, MessageInterceptor
+from openroute.route import Exchange, RouteRegistry
 from openroute.testing import CallRecorder, ExternalCall, RouteTestKit, SendResult
 from persistence import MessageState
 
@@ -206,6 +207,27 @@ async def test_kit_as_a_context_manager_removes_its_database() -> None:
         health = await kit.client.get("/health")
         assert health.status_code == 200
     assert kit._tmp is not None and not Path(kit._tmp.name).exists()
+
+
+async def test_a_bare_registry_with_bindings_and_engine_wide_interceptors(route_test_kit: Any) -> None:
+    class Stamp(MessageInterceptor):
+        async def around_delivery(self, context: InterceptionContext, call_next: Any) -> None:
+            if context.message.object_id == "drop-me":
+                context.drop("not for us")
+            await call_next()
+
+    definition = route("crm", "x").json().object_id(json="$.id").process(lambda ex: None).build()
+    registry = RouteRegistry([definition.route])
+    default = await route_test_kit(registry)  # default bindings: no extraction
+    plain = await default.send("crm", "x", {"id": "A"})
+    await default.settle()
+    assert default.assert_state(plain.message_id, S.OK).object_id is None
+    kit = await route_test_kit(registry, bindings=definition.bindings, interceptors=[Stamp()])
+    kept, dropped = await kit.send("crm", "x", {"id": "A"}), await kit.send("crm", "x", {"id": "drop-me"})
+    await kit.settle()
+    assert kit.assert_state(kept.message_id, S.OK).object_id == "A"
+    gone = kit.assert_state(dropped.message_id, S.SKIPPED)
+    assert (gone.last_error_code, gone.last_error_text) == ("DROPPED", "not for us")
 
 
 # -- the fake external function -----------------------------------------------------------------------------------
