@@ -245,6 +245,7 @@ async def test_async_process_steps_named_steps_and_ext_call_scope_per_step() -> 
     )
     async with RouteTestKit(shared) as kit:
         first = await kit.send("crm", "set", {"id": "C-1"})
+        await kit.settle()  # one after the other: concurrent ones would meet the call in progress (retried)
         second = await kit.send("crm", "set", {"id": "C-1", "again": True})
         await kit.settle()
         kit.assert_state(first.message_id, "OK")
