@@ -48,13 +48,12 @@ SOAP_BODY = (
 
 # -- the servers (run in a child process) -----------------------------------------------------------------------
 def floor_app(url: str):  # type: ignore[no-untyped-def]
+    from openroute.persistence import MessageState, create_store_engine, message_table
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
-
-    from persistence import MessageState, create_store_engine, message_table
 
     engine = create_store_engine(url)
 
@@ -194,7 +193,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.count < 1 or args.concurrency < 1:
         parser.error("--count and --concurrency must be positive")
-    from persistence import MessageStore
+    from openroute.persistence import MessageStore
 
     print(f"{os.cpu_count()} CPUs, {args.count} requests per run, {args.concurrency} in flight, loopback")
     with tempfile.TemporaryDirectory() as tmp:

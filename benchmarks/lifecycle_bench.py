@@ -34,9 +34,10 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from openroute.persistence import MessageState, MessageStore
+
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Route, RouteRegistry
-from persistence import MessageState, MessageStore
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

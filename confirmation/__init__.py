@@ -1,21 +1,21 @@
 """Confirmation of a message's final outcome to its source system (log, SOAP via zeep, HTTP), with retries."""
 
-from confirmation.callbacks import (
+from openroute.confirmation.callbacks import (
     ConfirmationCallback,
     DefaultConfirmationCallback,
     DelegateConfirmationCallback,
     ExternalSystemConfirmation,
 )
-from confirmation.model import (
+from openroute.confirmation.model import (
     BusinessErrorInfo,
     ConfirmationError,
     ConfirmationRequest,
     ConfirmationSendError,
     InvalidConfirmationError,
 )
-from confirmation.policy import ConfirmationPolicy
-from confirmation.service import ConfirmationInfo, ConfirmationService, ProcessReport, request_from_message
-from confirmation.transports import HttpJsonConfirmation, SoapConfirmation
+from openroute.confirmation.policy import ConfirmationPolicy
+from openroute.confirmation.service import ConfirmationInfo, ConfirmationService, ProcessReport, request_from_message
+from openroute.confirmation.transports import HttpJsonConfirmation, SoapConfirmation
 
 __all__ = [
     "BusinessErrorInfo",

@@ -6,9 +6,9 @@ import abc
 import logging
 from collections.abc import Iterable
 
-from confirmation.model import ConfirmationRequest, InvalidConfirmationError
+from openroute.confirmation.model import ConfirmationRequest, InvalidConfirmationError
 
-log = logging.getLogger("confirmation")
+log = logging.getLogger("openroute.confirmation")
 
 
 class ConfirmationCallback(abc.ABC):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from confirmation.model import InvalidConfirmationError
+from openroute.confirmation.model import InvalidConfirmationError
 
 
 def _seconds(value: object, name: str) -> timedelta:

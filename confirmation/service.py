@@ -25,20 +25,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-
-from confirmation.callbacks import ConfirmationCallback
-from confirmation.model import (
+from openroute.confirmation.callbacks import ConfirmationCallback
+from openroute.confirmation.model import (
     CONFIRMED_STATES,
     BusinessErrorInfo,
     ConfirmationRequest,
     ConfirmationSendError,
     InvalidConfirmationError,
 )
-from confirmation.policy import ConfirmationPolicy
-from persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+from openroute.confirmation.policy import ConfirmationPolicy
+from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+from sqlalchemy.dialects import postgresql, sqlite
 
-log = logging.getLogger("confirmation")
+log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
 _C = confirmation_table.c

@@ -10,14 +10,13 @@ from urllib.parse import urlsplit
 import httpx
 import zeep
 import zeep.exceptions
+from openroute.confirmation.callbacks import ExternalSystemConfirmation
+from openroute.confirmation.model import ConfirmationRequest, ConfirmationSendError, InvalidConfirmationError
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
-from confirmation.callbacks import ExternalSystemConfirmation
-from confirmation.model import ConfirmationRequest, ConfirmationSendError, InvalidConfirmationError
-
 #: The WSDL shipped with the package; source systems implement it to receive confirmations.
-DEFAULT_WSDL: Path = Path(str(resources.files("confirmation") / "wsdl" / "confirmation.wsdl"))
+DEFAULT_WSDL: Path = Path(str(resources.files("openroute.confirmation") / "wsdl" / "confirmation.wsdl"))
 NAMESPACE = "urn:openroute:confirmation:v1"
 _BINDING = f"{{{NAMESPACE}}}ConfirmationBinding"
 _MAX_REASON = 500

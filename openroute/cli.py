@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--host", default="127.0.0.1")
     run.add_argument("--port", type=int, default=8080)
     run.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: sqlite file openroute.db)")
-    run.add_argument("--routes", default=None, help="module:attribute of the routes (default: routes:registry)")
+    run.add_argument("--routes", default=None, help="module:attribute of the routes (default: the reference app)")
     run.add_argument("--auth-config", default=None, help="JSON file with source-system and admin credentials")
 
     db = commands.add_parser("db", help="database schema")
@@ -37,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         import importlib
 
-        try:  # the demo belongs to the reference application: loaded by name, like `run` loads routes:registry
-            demo = importlib.import_module("routes.demo")
+        try:  # the demo belongs to the reference app, loaded by name like `run` loads its routes
+            demo = importlib.import_module("openroute_reference.demo")
         except ImportError as error:
             print(f"openroute demo: the reference application is not installed: {error}", file=sys.stderr)
             return 2
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "db":
         import os
 
-        from persistence import DEFAULT_DATABASE_URL, MessageStore
+        from openroute.persistence import DEFAULT_DATABASE_URL, MessageStore
 
         url = args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL
         try:

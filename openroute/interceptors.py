@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from openroute.errors import MessageDroppedByInterceptor
 
 if TYPE_CHECKING:
+    from openroute.persistence import StoredMessage
     from openroute.route import Exchange, Route
-    from persistence import StoredMessage
 
 CallNext = Callable[[], Awaitable[Any]]
 

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from openroute.errors import BusinessError, ConfigurationError, DeploymentError, TechnicalError, UnknownRouteError
 from openroute.interceptors import MessageInterceptor, check_interceptors
+from openroute.persistence import ExternalCallStatus, NewMessage, StoredMessage
 from openroute.retry import RetryPolicy
-from persistence import ExternalCallStatus, NewMessage, StoredMessage
 
 if TYPE_CHECKING:
     from openroute.engine import InboundMessage

@@ -28,7 +28,7 @@ from openroute.inbound import (
 from openroute.route import RouteRegistry
 
 if TYPE_CHECKING:
-    from confirmation import ConfirmationService
+    from openroute.confirmation import ConfirmationService
 
 log = logging.getLogger("openroute.server")
 
@@ -169,7 +169,7 @@ def routes_and_bindings(target: Any, what: str) -> tuple[RouteRegistry, list[Inb
     raise ConfigurationError(f"{what} is neither a RouteRegistry nor an object with routes and bindings")
 
 
-DEFAULT_ROUTES = "routes:registry"
+DEFAULT_ROUTES = "openroute_reference:registry"
 
 
 def serve(
@@ -181,7 +181,7 @@ def serve(
 ) -> int:
     """``openroute run``: migrate the store, then serve the routes of ``routes`` (``module:attr``) with uvicorn.
 
-    Without ``routes`` the reference application ``routes:registry`` is served if it can be imported.
+    Without ``routes`` the reference application ``openroute_reference:registry`` is served if it can be imported.
     Returns the process exit code (2 for a configuration problem, reported on stderr).
     """
     import json
@@ -190,12 +190,14 @@ def serve(
     import uvicorn
 
     from openroute.inbound import load_auth_config
-    from persistence import MessageStore
+    from openroute.persistence import MessageStore
 
     spec = routes or DEFAULT_ROUTES
     try:
         if routes is None and importlib.util.find_spec(DEFAULT_ROUTES.partition(":")[0]) is None:
-            raise ConfigurationError("no reference routes module 'routes' here: pass --routes module:attribute")
+            raise ConfigurationError(
+                "no reference routes module 'openroute_reference' here: pass --routes module:attribute"
+            )
         loaded = load_application(spec)
         registry, bindings = loaded.routes, loaded.bindings
         inbound_auth = admin_auth = None
@@ -211,7 +213,7 @@ def serve(
     except ConfigurationError as error:
         print(f"openroute run: {error}", file=sys.stderr)
         return 2
-    from confirmation import ConfirmationService
+    from openroute.confirmation import ConfirmationService
 
     store = MessageStore(database_url)
     store.upgrade()
@@ -231,7 +233,7 @@ def confirmation_callback(config: Mapping[str, Any]) -> Any:
     """The confirmation callback of ``openroute run``: the ``confirmations`` section of the config file maps a
     source system to ``{"soap": url}`` or ``{"http": url, "headers": {...}}``; without it outcomes are logged
     (:class:`~confirmation.DefaultConfirmationCallback`)."""
-    from confirmation import (
+    from openroute.confirmation import (
         DefaultConfirmationCallback,
         DelegateConfirmationCallback,
         HttpJsonConfirmation,

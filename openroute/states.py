@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from transitions import Machine
 
 from openroute.errors import IllegalTransitionError, StaleMessageError
-from persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
-from persistence.store import TRANSITION_COLUMNS
+from openroute.persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
+from openroute.persistence.store import TRANSITION_COLUMNS
 
 S = MessageState
 

@@ -40,7 +40,7 @@ from openroute.engine import Engine, EngineSettings
 from openroute.errors import TechnicalError
 from openroute.inbound.binding import InboundBinding
 from openroute.interceptors import MessageInterceptor
-from persistence import MessageState, MessageStore, StoredMessage
+from openroute.persistence import MessageState, MessageStore, StoredMessage
 
 __all__ = ["CallRecorder", "ExternalCall", "RouteTestKit", "SendResult", "route_test_kit"]
 
@@ -307,7 +307,7 @@ class RouteTestKit:
     def external_calls(self, message_id: int) -> dict[str, ExternalCall]:
         """The message-scoped external calls recorded for a message: key -> :class:`ExternalCall`
         (status, attempts, result)."""
-        from persistence import external_call_table
+        from openroute.persistence import external_call_table
 
         query = external_call_table.select().where(external_call_table.c.message_id == message_id)
         with self.store.engine.connect() as connection:
@@ -317,7 +317,7 @@ class RouteTestKit:
     def entity_calls(self, entity_type: str, object_id: str) -> dict[str, ExternalCall]:
         """The entity-scoped external calls (``scope="entity"``) recorded for one entity: key ->
         :class:`ExternalCall`, whichever message made them."""
-        from persistence import entity_call_table as table
+        from openroute.persistence import entity_call_table as table
 
         query = table.select().where(table.c.entity_type == entity_type, table.c.object_id == object_id)
         with self.store.engine.connect() as connection:

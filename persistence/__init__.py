@@ -4,7 +4,7 @@ This layer imports only SQLAlchemy, Alembic and the standard library; the state 
 which transitions are legal lives in ``openroute.states``.
 """
 
-from persistence.models import (
+from openroute.persistence.models import (
     FINAL_STATES,
     Base,
     ConfirmationRecord,
@@ -23,7 +23,7 @@ from persistence.models import (
     message_table,
     node_table,
 )
-from persistence.store import (
+from openroute.persistence.store import (
     DEFAULT_DATABASE_URL,
     ExternalCall,
     GroupConflict,

@@ -231,6 +231,29 @@ class ConfirmationRecord(Base):
     __table_args__ = (sa.Index("ix_confirmation_status_next", "status", "next_attempt_at"),)
 
 
+class MessageTransitionRecord(Base):
+    """One state change of a message, written in the transaction of the change itself.
+
+    ``from_state`` is None for the row written when the message is stored; ``attempt`` is the message's
+    ``failed_count + 1`` at the change; ``cause`` says who asked for it: ``engine``, ``admin:<user>``,
+    ``reprocess:<job id>``, ``repair`` (a PROCESSING message of a dead node), ``archive``...
+    """
+
+    __tablename__ = "message_transition"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("message.id", ondelete="CASCADE"))
+    from_state: Mapped[MessageState | None] = mapped_column(_state_type())
+    to_state: Mapped[MessageState] = mapped_column(_state_type())
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    node_id: Mapped[str | None] = mapped_column(sa.String(100))
+    attempt: Mapped[int] = mapped_column(sa.Integer, default=1)
+    error_code: Mapped[str | None] = mapped_column(sa.String(100))
+    cause: Mapped[str] = mapped_column(sa.String(255), default="engine")
+
+    __table_args__ = (sa.Index("ix_message_transition_message", "message_id", "id"),)
+
+
 class NodeRecord(Base):
     """A running (or once running) engine node, with its heartbeat."""
 
@@ -248,5 +271,6 @@ message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
 node_table: sa.Table = NodeRecord.__table__  # type: ignore[assignment]
+message_transition_table: sa.Table = MessageTransitionRecord.__table__  # type: ignore[assignment]
 entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignment]
 funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]

@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
-
-from persistence.models import (
+from openroute.persistence.models import (
     FINAL_STATES,
     ExternalCallStatus,
     MessageState,
@@ -31,6 +29,7 @@ from persistence.models import (
     message_table,
     node_table,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 
 DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -250,6 +249,15 @@ class MessageStore:
 
         with self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
+
+    @staticmethod
+    def head_revision() -> str:
+        """The newest migration this version of openroute ships (what ``upgrade()`` brings a database to)."""
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+        assert head is not None, "the migrations folder has no head revision"
+        return head
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -1,4 +1,4 @@
-"""The reference application that ``openroute run`` serves by default (``routes:registry``).
+"""The reference application that ``openroute run`` serves by default (``openroute_reference:registry``).
 
 * ``crm / setCustomer`` and ``crm / createCustomerExtAll`` (routes/mvno.py): billing, then the MNO, obsolete
   detection on the customer; ``crm / changeTariff``: a guaranteed-order funnel per customer;
@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from openroute_reference.fakes import FakeSoapSystem, fake_billing, fake_mno
+from openroute_reference.mvno import change_tariff_route, customer_route
+from openroute_reference.orders import order_routes
+
 from openroute.dsl import Application
 from openroute.inbound import InboundBinding
 from openroute.outbound import SoapService
 from openroute.route import RouteRegistry
-from routes.fakes import FakeSoapSystem, fake_billing, fake_mno
-from routes.mvno import change_tariff_route, customer_route
-from routes.orders import order_routes
 
 WSDL = Path(__file__).resolve().parent / "wsdl"
 
@@ -77,7 +78,7 @@ class ReferenceApplication:
 
 
 def registry() -> ReferenceApplication:
-    """``routes:registry``: what ``openroute run`` loads (a callable, so importing this package stays cheap)."""
+    """What ``openroute run`` loads (a callable, so importing this package stays cheap)."""
     systems = external_systems()
     application = build_application(systems)
     result = ReferenceApplication(application.routes, list(application.bindings), systems)

@@ -1,7 +1,7 @@
 """``openroute demo``: the reference routes on a temporary SQLite store, messages driven through every state.
 
 It lives with the reference application it shows; the ``openroute`` CLI loads it by name, as ``openroute run``
-loads ``routes:registry``.
+loads ``openroute_reference:registry``.
 
 Nothing waits for real time: the engine runs on a manual clock that the demo moves forward, and the external
 systems are the in-process fakes of ``routes/fakes.py``. Each committed state change is printed as it happens;
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TextIO
 
-from persistence import MessageState, StoredMessage
+from openroute.persistence import MessageState, StoredMessage
 
 S = MessageState
 MVNO = "http://openroute.dev/mvno"
@@ -63,8 +63,9 @@ def _shown(path: list[MessageState]) -> str:
 async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) -> DemoReport:
     """Run the demo, printing to ``out``; returns the :class:`DemoReport`. The store is a temporary SQLite file
     removed at the end unless ``database_url`` names one (to look at it afterwards)."""
+    from openroute_reference import build_application, external_systems
+
     from openroute.testing import RouteTestKit
-    from routes import build_application, external_systems
 
     systems = external_systems(None, None)
     assert systems.billing_fake is not None and systems.mno_fake is not None

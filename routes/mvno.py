@@ -14,12 +14,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from openroute_reference.payloads import fields
+
 from openroute.dsl import RouteBuilder, route
 from openroute.errors import ValidationError
 from openroute.inbound.binding import ParsedPayload
 from openroute.outbound import SoapService
 from openroute.route import Exchange
-from routes.payloads import fields
 
 NAMESPACE = "http://openroute.dev/mvno"
 NS = {"m": NAMESPACE}

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from openroute_reference.payloads import fields
+
 from openroute.dsl import RouteBuilder, route
 from openroute.errors import BusinessError, ValidationError
 from openroute.inbound.binding import ParsedPayload
 from openroute.route import ChildMessage, Exchange
-from routes.payloads import fields
 
 NAMESPACE = "http://openroute.dev/shop"
 NS = {"s": NAMESPACE}

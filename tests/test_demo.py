@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import sqlalchemy as sa
-
-from persistence import MessageState
-from routes.demo import _shown, run_demo
+from openroute.persistence import MessageState
+from openroute_reference.demo import _shown, run_demo
 
 S = MessageState
 

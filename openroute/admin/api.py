@@ -22,7 +22,7 @@ from openroute.engine import Engine
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
-from persistence import (
+from openroute.persistence import (
     MessageState,
     StoredMessage,
     confirmation_table,

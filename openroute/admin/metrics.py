@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute.engine import Engine
-from persistence import MessageState, StoredMessage, message_table
+from openroute.persistence import MessageState, StoredMessage, message_table
 
 log = logging.getLogger("openroute.metrics")
 

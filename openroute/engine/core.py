@@ -41,9 +41,9 @@ from openroute.errors import (
 )
 from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
 from openroute.messaging import Emitter, MessagingApp, OnOverflow
+from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from openroute.route import Exchange, Route, RouteRegistry
-from persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
 
 log = logging.getLogger("openroute.engine")
 

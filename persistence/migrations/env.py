@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import context
-
-from persistence.models import Base
+from openroute.persistence.models import Base
 
 config = context.config
 target_metadata = Base.metadata

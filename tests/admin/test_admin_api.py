@@ -10,14 +10,21 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import (
+    ConfirmationStatus,
+    ExternalCallStatus,
+    MessageState,
+    MessageStore,
+    NewMessage,
+    StoredMessage,
+)
+from openroute.persistence import confirmation_table as confirmations
 
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.route import Exchange, Route, RouteRegistry
 from openroute.server import create_app
-from persistence import ConfirmationStatus, ExternalCallStatus, MessageState, MessageStore, NewMessage, StoredMessage
-from persistence import confirmation_table as confirmations
 
 
 def _step(exchange: Exchange) -> None:

@@ -15,15 +15,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-
-from confirmation import (
+from openroute.confirmation import (
     ConfirmationRequest,
     ConfirmationService,
     DelegateConfirmationCallback,
     HttpJsonConfirmation,
     SoapConfirmation,
 )
-from persistence import MessageState, MessageStore, NewMessage
+from openroute.persistence import MessageState, MessageStore, NewMessage
+
 from tests.confirmation.receiver import Receiver, ServerThread
 from tests.services import POSTGRES_ADMIN_URL, postgres_problem
 

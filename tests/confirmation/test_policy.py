@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from confirmation import ConfirmationPolicy, InvalidConfirmationError
+from openroute.confirmation import ConfirmationPolicy, InvalidConfirmationError
 
 
 def test_delays_grow_by_backoff_up_to_the_cap() -> None:

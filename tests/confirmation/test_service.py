@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-
-from confirmation import (
+from openroute.confirmation import (
     ConfirmationCallback,
     ConfirmationPolicy,
     ConfirmationRequest,
@@ -22,7 +21,8 @@ from confirmation import (
     InvalidConfirmationError,
     SoapConfirmation,
 )
-from persistence import MessageState, MessageStore, NewMessage, confirmation_table
+from openroute.persistence import MessageState, MessageStore, NewMessage, confirmation_table
+
 from tests.confirmation.receiver import Receiver
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)

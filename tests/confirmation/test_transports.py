@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from lxml import etree
-
-from confirmation import (
+from openroute.confirmation import (
     BusinessErrorInfo,
     ConfirmationRequest,
     ConfirmationSendError,
@@ -18,7 +17,8 @@ from confirmation import (
     InvalidConfirmationError,
     SoapConfirmation,
 )
-from confirmation.transports import DEFAULT_WSDL
+from openroute.confirmation.transports import DEFAULT_WSDL
+
 from tests.confirmation.receiver import PARSER, Receiver, parse_confirm
 
 FINISHED = datetime(2024, 5, 17, 10, 30, tzinfo=UTC)
@@ -202,7 +202,7 @@ def test_receiver_parser_refuses_entities() -> None:
 
 
 async def test_default_callback_logs(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="confirmation"):
+    with caplog.at_level(logging.INFO, logger="openroute.confirmation"):
         await DefaultConfirmationCallback().confirm(request())
     assert "message 7 (correlation corr-7) from CRM ended FAILED" in caplog.text
     assert "business errors [E1,E2]" in caplog.text

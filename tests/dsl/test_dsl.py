@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from lxml import etree
+from openroute.persistence import MessageState
 
 from openroute.dsl import Application, RouteBuilder, route, steps
 from openroute.errors import DeploymentError, ValidationError
@@ -15,7 +16,6 @@ from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
 from openroute.route import Exchange
 from openroute.testing import CallRecorder, RouteTestKit
-from persistence import MessageState
 
 NS = "http://openroute.dev/test"
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageStore, message_table
 from starlette.applications import Starlette
 
 from openroute.engine import Engine, EngineSettings
@@ -24,7 +25,6 @@ from openroute.inbound import (
 )
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
-from persistence import MessageStore, message_table
 
 ORD = "urn:example:orders:v1"
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from openroute.persistence import MessageStore
 
 from openroute.inbound import ApiKey, BasicCredentials
-from persistence import MessageStore
 from tests.inbound.conftest import API_KEY, SOAP11_HEADERS, basic, create_order, envelope, stored
 
 ORDER = {"orderId": "O-1", "customer": {"id": "C-7"}, "quantity": 2}

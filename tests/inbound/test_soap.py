@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import zeep
 from lxml import etree
+from openroute.persistence import MessageStore
 
-from persistence import MessageStore
 from tests.inbound.conftest import (
     ORD,
     SOAP11,

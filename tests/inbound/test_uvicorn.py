@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
+from openroute.persistence import MessageStore, StoredMessage
 
 from openroute.engine import Engine, EngineSettings
-from persistence import MessageStore, StoredMessage
 from tests.inbound.conftest import AUTH, BINDINGS, SOAP11_HEADERS, basic, create_order, envelope, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS
 

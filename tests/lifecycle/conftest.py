@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from openroute.persistence import MessageStore
 
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Route, RouteRegistry
-from persistence import MessageStore
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 

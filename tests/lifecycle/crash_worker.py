@@ -13,10 +13,10 @@ import sys
 from datetime import timedelta
 
 import sqlalchemy as sa
+from openroute.persistence import FINAL_STATES, MessageStore, message_table
 
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Exchange, Route, RouteRegistry
-from persistence import FINAL_STATES, MessageStore, message_table
 
 effect_table = sa.table("effect", sa.column("message_id", sa.Integer))
 

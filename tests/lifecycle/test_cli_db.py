@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageStore
 
 from openroute.cli import main
-from persistence import MessageStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_db_upgrade_creates_the_schema(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["db", "upgrade", "--database-url", database_url]) == 0
-    assert "at revision 0002" in capsys.readouterr().out
+    assert f"at revision {MessageStore.head_revision()}" in capsys.readouterr().out
     store = MessageStore(database_url)
-    assert store.current_revision() == "0002"
+    assert store.current_revision() == MessageStore.head_revision() == "0003"
     assert "message" in sa.inspect(store.engine).get_table_names()
     assert main(["db", "upgrade", "--database-url", database_url]) == 0  # again: nothing to do
     store.dispose()

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, message_table
 
 from openroute.engine import Engine, EngineSettings
 from openroute.route import Exchange, Route, RouteRegistry
-from persistence import MessageState, MessageStore, message_table
 from tests.lifecycle.conftest import inbound
 
 ROOT = Path(__file__).resolve().parents[2]

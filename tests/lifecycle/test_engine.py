@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, StoredMessage
 
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
@@ -23,7 +24,6 @@ from openroute.errors import (
 )
 from openroute.retry import RetryPolicy
 from openroute.route import Exchange, Route, RouteRegistry
-from persistence import MessageState, MessageStore, StoredMessage
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState
@@ -448,7 +448,7 @@ async def _until(condition: Any, timeout: float = WAIT) -> None:
 
 
 def _new_message(key: str) -> Any:
-    from persistence import NewMessage
+    from openroute.persistence import NewMessage
 
     return NewMessage(service="orders", operation="create", payload="p", content_type="text/plain",
                       correlation_id=key, source_system="crm", receive_ts=START)

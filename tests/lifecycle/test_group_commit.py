@@ -7,11 +7,11 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import GroupConflict, MessageState, MessageStore, NewMessage
 
 from openroute import states
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
 from openroute.errors import IllegalTransitionError, StaleMessageError
-from persistence import GroupConflict, MessageState, MessageStore, NewMessage
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState

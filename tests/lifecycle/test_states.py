@@ -7,10 +7,10 @@ from collections import deque
 from datetime import timedelta
 
 import pytest
+from openroute.persistence import MessageState, MessageStore, NewMessage, StoredMessage
 
 from openroute import states
 from openroute.errors import IllegalTransitionError, StaleMessageError
-from persistence import MessageState, MessageStore, NewMessage, StoredMessage
 from tests.lifecycle.conftest import START
 
 S = MessageState

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from openroute.persistence import MessageState, MessageStore
+
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Exchange, Route, RouteRegistry
-from persistence import MessageState, MessageStore
 
 
 async def test_two_nodes_keep_one_funnel_value_single_file(postgres_url: str) -> None:

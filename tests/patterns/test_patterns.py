@@ -7,13 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from openroute.persistence import MessageState
 
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError, TechnicalError
 from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.route import ChildMessage, Exchange
 from openroute.testing import CallRecorder, RouteTestKit
-from persistence import MessageState
 
 S = MessageState
 ONE_MINUTE = timedelta(minutes=1)

@@ -8,13 +8,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from openroute.persistence import MessageState, MessageStore
 
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.errors import ConfigurationError
 from openroute.retry import RetryPolicy
 from openroute.route import ChildMessage, Exchange, Route, RouteRegistry
-from persistence import MessageState, MessageStore
 
 S = MessageState
 WAIT = 10.0

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
 
 from openroute import states
 from openroute.engine import Engine, EngineSettings
 from openroute.route import Route, RouteRegistry
-from persistence import MessageState, MessageStore, NewMessage, message_table
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
-
-from persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(minutes=5)

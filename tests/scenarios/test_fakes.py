@@ -6,12 +6,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from openroute_reference import WSDL, ReferenceApplication, registry
+from openroute_reference.fakes import FakeSoapSystem, fake_billing, fake_mno
 
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.outbound import SoapService
 from openroute.outbound.soap import SoapFaultError, SoapTransportError
-from routes import WSDL, ReferenceApplication, registry
-from routes.fakes import FakeSoapSystem, fake_billing, fake_mno
 
 
 async def test_a_fake_served_on_a_real_port_answers_soap_service_calls() -> None:

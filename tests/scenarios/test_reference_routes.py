@@ -6,17 +6,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
-from confirmation import (
+from openroute.confirmation import (
     ConfirmationCallback,
     ConfirmationRequest,
     ConfirmationSendError,
     ConfirmationService,
     DefaultConfirmationCallback,
 )
-from persistence import MessageState
-from routes import ReferenceSystems, build_application, external_systems
-from routes.mvno import NAMESPACE as MVNO
+from openroute.persistence import MessageState
+from openroute_reference import ReferenceSystems, build_application, external_systems
+from openroute_reference.mvno import NAMESPACE as MVNO
 
 S = MessageState
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback, DelegateConfirmationCallback
+from openroute.persistence import MessageStore
 from starlette.testclient import TestClient
 
-from confirmation import ConfirmationService, DefaultConfirmationCallback, DelegateConfirmationCallback
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, ConfigurationError
 from openroute.route import Exchange, Route, RouteRegistry
 from openroute.server import confirmation_callback, create_app
-from persistence import MessageStore
 
 
 def _refuse_odd(exchange: Exchange) -> None:

@@ -8,13 +8,13 @@ from typing import Any
 
 import httpx
 import pytest
+from openroute.persistence import MessageStore
 from starlette.responses import PlainTextResponse
 
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import ConfigurationError
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app, load_application, load_routes
-from persistence import MessageStore
 
 
 async def _hello(scope: Any, receive: Any, send: Any) -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openroute.persistence import MessageState
 
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError, TechnicalError
 from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.route import Exchange, RouteRegistry
 from openroute.testing import CallRecorder, ExternalCall, RouteTestKit, SendResult
-from persistence import MessageState
 
 S = MessageState
 NS = "http://openroute.dev/kit"
