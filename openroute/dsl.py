@@ -34,11 +34,12 @@ from typing import Any, Literal
 
 from lxml import etree
 
+from openroute.engine.exchange import ChildMessage, Exchange
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
-from openroute.route import ChildMessage, Exchange, Route, RouteRegistry, Step
+from openroute.route import Route, RouteRegistry, Step
 
 __all__ = ["Application", "RouteBuilder", "RouteDefinition", "Steps", "route", "steps"]
 

@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from openroute import states
 from openroute.clock import Clock, SystemClock
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.engine.exchange import AttemptRuntime, Exchange
 from openroute.errors import (
     BusinessError,
     ConfigurationError,
@@ -40,10 +41,11 @@ from openroute.errors import (
     ValidationError,
 )
 from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
+from openroute.message import InboundMessage
 from openroute.messaging import Emitter, MessagingApp, OnOverflow
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.route import Route, RouteRegistry
 
 log = logging.getLogger("openroute.engine")
 
@@ -56,25 +58,6 @@ TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 _MAX_ERROR_TEXT = 4000
 #: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
 PROCESSING_CHANNEL = "processing"
-
-
-@dataclass(frozen=True)
-class InboundMessage:
-    """What an inbound endpoint (HTTP/SOAP) hands to :meth:`Engine.accept`."""
-
-    service: str
-    operation: str
-    payload: str
-    content_type: str
-    correlation_id: str
-    source_system: str
-    process_id: str | None = None
-    message_timestamp: datetime | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    object_id: str | None = None
-    #: with an object id, None means the operation (an entity is entity type + object id)
-    entity_type: str | None = None
-    funnel_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -359,22 +342,7 @@ class Engine:
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
         self.validate(inbound)
-        new = NewMessage(
-            service=inbound.service,
-            operation=inbound.operation,
-            payload=inbound.payload,
-            content_type=inbound.content_type,
-            correlation_id=inbound.correlation_id,
-            source_system=inbound.source_system,
-            receive_ts=self.clock.now(),
-            process_id=inbound.process_id,
-            msg_ts=inbound.message_timestamp,
-            headers=dict(inbound.headers),
-            object_id=inbound.object_id,
-            # an entity is (entity type, object id); the entity type defaults to the operation
-            entity_type=inbound.entity_type or (inbound.operation if inbound.object_id is not None else None),
-            funnel_value=inbound.funnel_value,
-        )
+        new = inbound.to_new_message(self.clock.now())
         outcome = await self._writer.submit_grouped(self._insert_group, new)
         message = outcome.message
         if outcome.duplicate:
@@ -499,7 +467,7 @@ class Engine:
             custom_data=copy.deepcopy(claimed.custom_data),
             business_errors=list(claimed.business_errors),
             route=route,
-            _engine=self,
+            _runtime=AttemptRuntime(self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db),
         )
         error: BaseException | None = None
         if route is None:
