@@ -12,7 +12,6 @@ import contextlib
 import copy
 import dataclasses
 import inspect
-import json
 import logging
 import os
 import socket
@@ -27,6 +26,7 @@ import sqlalchemy as sa
 
 from openroute import states
 from openroute.clock import Clock, SystemClock
+from openroute.engine import outcome as outcomes
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
 from openroute.engine.exchange import AttemptRuntime, Exchange
 from openroute.errors import (
@@ -36,7 +36,6 @@ from openroute.errors import (
     MessageDroppedByInterceptor,
     PayloadTooLargeError,
     StaleMessageError,
-    TechnicalError,
     UnknownRouteError,
     ValidationError,
 )
@@ -55,7 +54,6 @@ FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
 #: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 
-_MAX_ERROR_TEXT = 4000
 #: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
 PROCESSING_CHANNEL = "processing"
 
@@ -364,7 +362,7 @@ class Engine:
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), {"next_attempt_at": None})
+        updated = await self._apply(message, outcomes.cancelled(), self.clock.now())
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
@@ -381,9 +379,7 @@ class Engine:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
-        updated = await self._transition(
-            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}
-        )
+        updated = await self._apply(message, outcomes.restarted(now), now)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         await self._emit(updated, wait=False)
@@ -479,10 +475,9 @@ class Engine:
             try:
                 await self._deliver(route, exchange)
             except MessageDroppedByInterceptor as dropped:
-                return await self._transition(claimed, MessageState.SKIPPED, self.clock.now(), {
-                    "next_attempt_at": None, "custom_data": _jsonable(exchange.custom_data, claimed.custom_data),
-                    "last_error_code": "DROPPED", "last_error_text": _clip(dropped.reason),
-                })
+                return await self._apply(
+                    claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
+                )
             except Exception as caught:
                 error = caught
         finished = await self._finish(claimed, route, exchange, error)
@@ -495,10 +490,7 @@ class Engine:
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
                 and await self._run_db(lambda: self.store.newer_ok_exists(message))):
-            return await self._transition(message, MessageState.SKIPPED, now, {
-                "next_attempt_at": None, "last_error_code": "OBSOLETE",
-                "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
-            })
+            return await self._apply(message, outcomes.obsolete(message), now)
         funnel = message.funnel_value
         if funnel is None:
             return None
@@ -509,10 +501,8 @@ class Engine:
             blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
         if blocker is None:
             return None
-        held = await self._transition(message, MessageState.POSTPONED, now, {
-            "next_attempt_at": now + self.settings.postpone_interval, "last_error_code": "FUNNEL",
-            "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
-        })
+        decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
+        held = await self._apply(message, decision, now)
         return held if held is not None else message
 
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
@@ -568,22 +558,10 @@ class Engine:
         parent = self.store.lock_message(parent_id, connection)
         if parent is None or parent.state is not MessageState.WAITING_FOR_CHILDREN:
             return None
-        children = self.store.children_of(parent_id, connection)
-        failed = [c for c in children if c.state in (MessageState.FAILED, MessageState.CANCEL)]
-        if failed:
-            errors = list(parent.business_errors)
-            for child in failed:
-                errors.extend(child.business_errors)
-            changes: dict[str, Any] = {
-                "next_attempt_at": None, "business_errors": errors, "last_error_code": "CHILD_FAILED",
-                "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
-            }
-            target = MessageState.FAILED
-        elif all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
-            target, changes = MessageState.OK, {"next_attempt_at": None}
-        else:
+        decision = outcomes.parent_outcome(parent, self.store.children_of(parent_id, connection))
+        if decision is None:
             return None
-        updated = states.transition(self.store, parent, target, now, changes, connection)
+        updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection)
         for hook in self.final_state_tx_hooks:
             hook(updated, connection)
         return updated
@@ -597,49 +575,16 @@ class Engine:
         self, message: StoredMessage, route: Route | None, exchange: Exchange, error: BaseException | None
     ) -> StoredMessage | None:
         now = self.clock.now()
-        custom_data = exchange.custom_data
-        try:
-            json.dumps(custom_data)
-            json.dumps(exchange.business_errors)
-        except (TypeError, ValueError) as bad:
-            custom_data = message.custom_data
-            error = ValidationError(f"custom data or business errors are not JSON: {bad}")
-        changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(exchange.business_errors)}
-        if error is None:
-            if exchange.postponed_for is not None:
-                delay = exchange.postponed_for
-                if delay < timedelta(0):
-                    delay = self.settings.postpone_interval
-                target = MessageState.POSTPONED
-                changes["next_attempt_at"] = now + delay
-            elif exchange.children:
-                target = MessageState.WAITING_FOR_CHILDREN
-                changes["next_attempt_at"] = None
-            else:
-                target = MessageState.OK
-                changes["next_attempt_at"] = None
-        elif isinstance(error, BusinessError):
-            target = MessageState.FAILED
-            changes["business_errors"].append(error.to_dict())
-            changes.update(last_error_code=error.code, last_error_text=_clip(error.text), next_attempt_at=None)
-        elif isinstance(error, ValidationError):
-            target = MessageState.FAILED
-            changes.update(last_error_code="VALIDATION_ERROR", last_error_text=_clip(str(error)), next_attempt_at=None)
-        else:
-            policy = self._policy(route)
-            code = error.code if isinstance(error, TechnicalError) else type(error).__name__
-            changes.update(last_error_code=code[:100], last_error_text=_clip(f"{type(error).__name__}: {error}"))
-            if exchange.no_effect:
-                # the route declared this attempt did nothing: retry, but it does not count
-                target = MessageState.PARTLY_FAILED
-                changes["next_attempt_at"] = now + policy.delay(max(message.failed_count, 1))
-            else:
-                failed = message.failed_count + 1
-                changes["failed_count"] = failed
-                due = policy.next_attempt(failed, now)
-                target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
-                changes["next_attempt_at"] = due
-        return await self._transition(message, target, now, changes)
+        decision = outcomes.after_attempt(
+            message, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
+            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
+            policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
+        )
+        return await self._apply(message, decision, now)
+
+    async def _apply(self, message: StoredMessage, decision: outcomes.Decision, now: datetime) -> StoredMessage | None:
+        """Write ``decision`` (see :mod:`openroute.engine.outcome`); None if another writer changed it first."""
+        return await self._transition(message, decision.target, now, dict(decision.changes))
 
     async def _transition(
         self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any]
@@ -745,17 +690,7 @@ class Engine:
                 route: Route | None = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
                 route = None
-            failed = message.failed_count + 1
-            due = self._policy(route).next_attempt(failed, now)
-            target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
-            reason = f"node {message.node_id} did not finish processing (started {message.start_process_ts})"
-            changes = {
-                "failed_count": failed,
-                "next_attempt_at": now if due is not None else None,
-                "last_error_code": "PROCESSING_ABANDONED",
-                "last_error_text": reason,
-            }
-            if await self._transition(message, target, now, changes) is not None:
+            if await self._apply(message, outcomes.abandoned(message, self._policy(route), now), now) is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:
@@ -793,14 +728,3 @@ def _as_business_error(error: BaseException, route: Route) -> BusinessError | No
         return BusinessError(type(error).__name__, str(error))
     return None
 
-
-def _jsonable(value: Any, fallback: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return fallback
-    return value
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_ERROR_TEXT else text[: _MAX_ERROR_TEXT - 3] + "..."
