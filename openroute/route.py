@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal
 
 from openroute.errors import ConfigurationError, DeploymentError, UnknownRouteError
@@ -17,11 +18,19 @@ from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.message import InboundMessage
 from openroute.retry import RetryPolicy
 
-__all__ = ["Route", "RouteRegistry", "Step"]
+__all__ = ["ExtCallScope", "Route", "RouteRegistry", "Step"]
 
 #: a processing step: ``step(exchange)`` returning anything or an awaitable (the exchange is
 #: :class:`openroute.Exchange`; typed ``Any`` here so definitions do not import the runtime)
 Step = Callable[[Any], Any]
+
+
+
+class ExtCallScope(StrEnum):
+    """How often an external call of a route is made: once per message, or once per entity (type + object id)."""
+
+    MESSAGE = "message"
+    ENTITY = "entity"
 
 
 @dataclass(frozen=True)
@@ -56,7 +65,7 @@ class Route:
     guaranteed_order: bool = False
     continue_on_business_error: bool = False
     business_exceptions: tuple[type[BaseException], ...] = ()
-    ext_call_scope: Literal["message", "entity"] = "message"
+    ext_call_scope: ExtCallScope | Literal["message", "entity"] = ExtCallScope.MESSAGE
     interceptors: Sequence[MessageInterceptor] = ()
     child_routes: tuple[tuple[str, str], ...] = ()
 
@@ -72,14 +81,16 @@ class Route:
                 raise ConfigurationError(f"route {self.key}: step {step!r} is not callable")
         if self.retry_policy is not None and not isinstance(self.retry_policy, RetryPolicy):
             raise ConfigurationError(f"route {self.key}: retry_policy must be a RetryPolicy")
-        if self.ext_call_scope not in ("message", "entity"):
-            raise ConfigurationError(f"route {self.key}: ext_call_scope must be 'message' or 'entity'")
+        if self.ext_call_scope not in tuple(ExtCallScope):
+            raise ConfigurationError(f"route {self.key}: ext_call_scope must be 'message' or 'entity', "
+                                     f"got {self.ext_call_scope!r}")
         exceptions = tuple(self.business_exceptions)
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in exceptions):
             raise ConfigurationError(f"route {self.key}: business_exceptions must be exception classes")
         children = tuple(tuple(key) for key in self.child_routes)
         if not all(len(key) == 2 and all(isinstance(part, str) and part for part in key) for key in children):
             raise ConfigurationError(f"route {self.key}: child_routes must be (service, operation) pairs")
+        object.__setattr__(self, "ext_call_scope", ExtCallScope(self.ext_call_scope))
         object.__setattr__(self, "steps", tuple(self.steps))
         object.__setattr__(self, "business_exceptions", exceptions)
         object.__setattr__(self, "child_routes", children)

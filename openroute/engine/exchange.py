@@ -13,19 +13,32 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 
 from openroute.clock import Clock
+from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.message import InboundMessage
 from openroute.persistence import ExternalCallStatus, MessageStore, NewMessage, StoredMessage
-from openroute.route import Route, RouteRegistry
+from openroute.route import ExtCallScope, Route, RouteRegistry
 
-__all__ = ["AttemptRuntime", "ChildMessage", "Exchange"]
+__all__ = ["AttemptRuntime", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
 
 T = TypeVar("T")
+
+
+class EntityCallStatus(StrEnum):
+    """What :meth:`MessageStore.begin_entity_call` answers (its plain strings compare equal to these)."""
+
+    #: an earlier call succeeded: its recorded result is returned, the call is not made again
+    DONE = "OK"
+    #: another message is making the call now (or its claim is not stale yet)
+    BUSY = "BUSY"
+    #: this message took the call: make it and record the outcome
+    RUN = "RUN"
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,20 @@ class Exchange:
     children: list[int] = field(default_factory=list)
     route: Route | None = field(default=None, repr=False)
     _runtime: AttemptRuntime | None = field(default=None, repr=False)
+
+    def ext_call_result(self, key: str, kind: type[T]) -> T:
+        """The result of this route's ``ext_call`` step ``key`` in this attempt, checked to be a ``kind``.
+
+        Raises :class:`KeyError` when that step has not run (yet) and :class:`TypeError` when its result is not
+        a ``kind`` (a result recorded by an earlier attempt comes back as JSON: dict, list, str, int, ...).
+        """
+        results = self.metadata.get("ext_calls", {})
+        if key not in results:
+            raise KeyError(f"no result of external call {key!r} in this attempt (has its step run?)")
+        value = results[key]
+        if not isinstance(value, kind):
+            raise TypeError(f"external call {key!r} returned {type(value).__name__}, not {kind.__name__}")
+        return value
 
     def add_business_error(self, code: str, text: str) -> None:
         """Record a business error without stopping the route (it is reported with the outcome)."""
@@ -141,7 +168,7 @@ class Exchange:
         return await runtime.run_db(work)
 
     async def ext_call(
-        self, key: str, call: Callable[[], Any], *, scope: Literal["message", "entity"] | None = None
+        self, key: str, call: Callable[[], Any], *, scope: ExtCallScope | Literal["message", "entity"] | None = None
     ) -> Any:
         """Call an external system idempotently: at most one success per (message, ``key``) or per
         (entity type + object id, ``key``) with ``scope="entity"`` (default: the route's ``ext_call_scope``).
@@ -154,7 +181,7 @@ class Exchange:
         """
         if scope is None:
             scope = self.route.ext_call_scope if self.route is not None else "message"
-        if scope not in ("message", "entity"):
+        if scope not in tuple(ExtCallScope):
             raise ValueError(f"scope must be 'message' or 'entity', got {scope!r}")
         message = self.message
         if scope == "message" or message.object_id is None:
@@ -169,11 +196,12 @@ class Exchange:
         status, recorded = await runtime.run_db(
             lambda: store.begin_entity_call(entity_type, object_id, key, message.id, now, stale_before)
         )
-        if status == "OK":
+        if status == EntityCallStatus.DONE:
             return recorded
-        if status == "BUSY":
+        if status == EntityCallStatus.BUSY:
             raise TechnicalError(
-                f"call {key!r} for {entity_type} {object_id} is being made by another message", "EXT_CALL_IN_PROGRESS"
+                f"call {key!r} for {entity_type} {object_id} is being made by another message",
+                ErrorCode.EXT_CALL_IN_PROGRESS.value,
             )
         try:
             result = call()
