@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
@@ -37,17 +37,13 @@ from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
 from sqlalchemy.dialects import postgresql, sqlite
 
+from openroute.clock import Clock
+
 log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
 _C = confirmation_table.c
 _M = message_table.c
-
-
-class Clock(Protocol):
-    """Anything with ``now() -> aware UTC datetime`` (tests inject one to move time without sleeping)."""
-
-    def now(self) -> datetime: ...
 
 
 @dataclass(frozen=True)

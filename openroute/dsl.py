@@ -424,7 +424,7 @@ class Application:
                         problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
                     seen.setdefault((kind, key), owner)
         try:
-            self.routes.validate()
+            self.routes.check()
         except DeploymentError as error:
             problems.extend(error.problems)
         if problems:

@@ -53,7 +53,7 @@ class Route:
     - ``ext_call_scope``: the default scope of :meth:`Exchange.ext_call` (per message or per entity);
     - ``interceptors``: run around every delivery and each step, after the engine-wide ones;
     - ``child_routes``: the (service, operation) of child messages its split steps create
-      (:meth:`RouteRegistry.validate` checks they exist).
+      (:meth:`RouteRegistry.check` checks they exist).
     """
 
     service: str
@@ -119,7 +119,7 @@ class RouteRegistry:
         self._routes[route.key] = route
         return route
 
-    def validate(self) -> None:
+    def check(self) -> None:
         """Raise one :class:`DeploymentError` listing every unreachable definition (e.g. a split to no route)."""
         problems = [
             f"route {route.service}/{route.operation} splits into {service}/{operation}, which has no route"
@@ -129,6 +129,9 @@ class RouteRegistry:
         ]
         if problems:
             raise DeploymentError(problems)
+
+    #: the former name of :meth:`check` (``validate`` now means only checking an inbound message)
+    validate = check
 
     def get(self, service: str, operation: str) -> Route:
         """The route of (service, operation); raises :class:`UnknownRouteError` if there is none."""

@@ -157,7 +157,7 @@ class Engine:
     ) -> None:
         if not isinstance(routes, RouteRegistry):
             raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
-        routes.validate()
+        routes.check()
         #: engine-wide interceptors, run around every delivery and step before the route's own
         self.interceptors: tuple[MessageInterceptor, ...] = check_interceptors(interceptors, "engine")
         settings = settings or EngineSettings()
@@ -299,8 +299,11 @@ class Engine:
         await asyncio.wait_for(self._idle.wait(), timeout)
 
     # -- accept ---------------------------------------------------------------------------------
-    def validate(self, inbound: InboundMessage) -> Route:
-        """The checks of :meth:`accept` without storing anything; returns the route."""
+    def check_inbound(self, inbound: InboundMessage) -> Route:
+        """The checks of :meth:`accept` without storing anything; returns the route.
+
+        Raises :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError`.
+        """
         if not isinstance(inbound, InboundMessage):
             raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
         for name, limit in (("service", 100), ("operation", 100)):
@@ -331,6 +334,9 @@ class Engine:
             route.validator(inbound)
         return route
 
+    #: the former name of :meth:`check_inbound`
+    validate = check_inbound
+
     async def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 
@@ -339,7 +345,7 @@ class Engine:
         :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored).
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
-        self.validate(inbound)
+        self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now())
         outcome = await self._writer.submit_grouped(self._insert_group, new)
         message = outcome.message

@@ -245,7 +245,7 @@ class Exchange:
                     f"route {parent.service}/{parent.operation} splits into {service}/{child.operation}, "
                     "which is not among its child_routes"
                 )
-            runtime.routes.get(service, child.operation)  # UnknownRouteError (validate() at start rules it out)
+            runtime.routes.get(service, child.operation)  # UnknownRouteError (check() at start rules it out)
             suffix = child.key if child.key is not None else str(index + 1)
             batch.append(InboundMessage(
                 service=service,
