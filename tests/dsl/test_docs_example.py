@@ -1,6 +1,5 @@
 """The example of docs/routes.md and docs/testing.md works as written: its route module and its tests run as a
-user's project
-(no conftest: the ``route_test_kit`` fixture comes from the installed pytest11 plugin)."""
+user's project (no conftest: the ``route_test_kit`` fixture comes from the installed pytest11 plugin)."""
 
 from __future__ import annotations
 
