@@ -1,7 +1,7 @@
 """The admin API (JSON over HTTP, HTTP Basic with the admin role): search, detail, restart, cancel, counts.
 
-State changes go through :func:`openroute.states.transition` (legality, then an optimistic write); a cancel
-runs the engine's final-state hooks like any other final state, so the source system is told.
+Every state change goes through the engine (:meth:`Engine.restart`, :meth:`Engine.cancel`), so its stats,
+transition listeners and final-state hooks hear of it like of any other change.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute import states
 from openroute.engine import Engine
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
 from openroute.inbound.auth import AdminAuth
@@ -315,29 +314,10 @@ class AdminApi:
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def cancel(self, request: Request, user: str) -> Response:
-        """Cancel a message that is not final (and not PROCESSING); the source system is told like any outcome."""
+        """Cancel a message that is not final (and not PROCESSING) through :meth:`Engine.cancel`: stats,
+        transition listeners and final-state hooks hear of it, so the source system is told like any outcome."""
         message = await self._load(self._message_id(request))
-        now = self.engine.clock.now()
-        changes = {
-            "next_attempt_at": None,
-            "last_error_code": "CANCELLED",
-            "last_error_text": f"cancelled by operator {user}",
-        }
-
-        def work() -> StoredMessage:
-            with self.store.begin() as connection:
-                updated = states.transition(self.store, message, MessageState.CANCEL, now, changes, connection,
-                                            node_id=self.engine.node_id, cause=f"admin:{user}")
-                for hook in self.engine.final_state_tx_hooks:
-                    hook(updated, connection)
-                return updated
-
-        updated = await self._db(work)
-        for hook in self.engine.final_state_hooks:
-            try:
-                await hook(updated)
-            except Exception:
-                log.exception("final-state hook %r failed for cancelled message %s", hook, updated.id)
+        updated = await self.engine.cancel(message.id, f"admin:{user}", reason=f"cancelled by operator {user}")
         log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 

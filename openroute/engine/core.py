@@ -387,10 +387,12 @@ class Engine:
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
     # -- operator actions -----------------------------------------------------------------------
-    async def cancel(self, message_id: int, cause: str = "engine") -> StoredMessage:
+    async def cancel(self, message_id: int, cause: str = "engine", *, reason: str | None = None) -> StoredMessage:
         """Cancel a message that is NEW, PARTLY_FAILED, POSTPONED or waiting for children (-> CANCEL).
 
-        ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
+        ``cause`` says who asked (e.g. ``admin:<user>``); the message keeps error code ``CANCELLED`` and
+        ``reason`` (default "cancelled") as its last error text. Stats, transition listeners and the
+        final-state hooks hear of it as of any other outcome.
 
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
@@ -399,9 +401,8 @@ class Engine:
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._transition(
-            message, MessageState.CANCEL, self.clock.now(), {"next_attempt_at": None}, cause
-        )
+        changes = {"next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": reason or "cancelled"}
+        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), changes, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated

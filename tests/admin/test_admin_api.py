@@ -235,6 +235,23 @@ async def test_cancel_non_final_message_runs_final_hooks(
     assert (await client.post("/admin/messages/424242/cancel", headers=ADMIN)).status_code == 404
 
 
+async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
+    """Stats and transition listeners of the engine hear of an operator's cancel and restart (#13 item 3)."""
+    heard: list[tuple[MessageState | None, MessageState, int]] = []
+    world.engine.transition_listeners.append(lambda previous, message: heard.append((previous, message.state,
+                                                                                     message.id)))
+    message_id = world.ids["new2"]
+    before = world.engine.stats.outcomes[MessageState.CANCEL]
+    response = await client.post(f"/admin/messages/{message_id}/cancel", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    assert world.engine.stats.outcomes[MessageState.CANCEL] == before + 1
+    assert heard == [(MessageState.NEW, MessageState.CANCEL, message_id)]
+    assert [m.id for m in world.finals] == [message_id]
+    restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    assert restart.status_code == 200
+    assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
+
+
 async def test_counts_per_state(client: httpx.AsyncClient) -> None:
     response = await client.get("/admin/counts", headers=ADMIN)
     assert response.status_code == 200
