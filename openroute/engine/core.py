@@ -180,7 +180,8 @@ class Engine:
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
-            lambda connection, batch: list(self.store.insert_messages(batch, connection)), "insert"
+            lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
+            "insert",
         )
         self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
         self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
@@ -358,8 +359,12 @@ class Engine:
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
     # -- operator actions -----------------------------------------------------------------------
-    async def cancel(self, message_id: int) -> StoredMessage:
+    async def cancel(self, message_id: int, cause: str = "engine", *, reason: str | None = None) -> StoredMessage:
         """Cancel a message that is NEW, PARTLY_FAILED, POSTPONED or waiting for children (-> CANCEL).
+
+        ``cause`` says who asked (e.g. ``admin:<user>``); the message keeps error code ``CANCELLED`` and
+        ``reason`` (default "cancelled") as its last error text. Stats, transition listeners and the
+        final-state hooks hear of it as of any other outcome.
 
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
@@ -368,13 +373,15 @@ class Engine:
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._apply(message, outcomes.cancelled(), self.clock.now())
+        updated = await self._apply(message, outcomes.cancelled(reason), self.clock.now(), cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
 
-    async def restart(self, message_id: int) -> StoredMessage:
+    async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
         """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+
+        ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
 
         Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED/CANCEL) or
         :class:`StaleMessageError`.
@@ -385,7 +392,7 @@ class Engine:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
-        updated = await self._apply(message, outcomes.restarted(now), now)
+        updated = await self._apply(message, outcomes.restarted(now), now, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         await self._emit(updated, wait=False)
@@ -469,7 +476,9 @@ class Engine:
             custom_data=copy.deepcopy(claimed.custom_data),
             business_errors=list(claimed.business_errors),
             route=route,
-            _runtime=AttemptRuntime(self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db),
+            _runtime=AttemptRuntime(
+                self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db, self.node_id
+            ),
         )
         error: BaseException | None = None
         if route is None:
@@ -567,7 +576,8 @@ class Engine:
         decision = outcomes.parent_outcome(parent, self.store.children_of(parent_id, connection))
         if decision is None:
             return None
-        updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection)
+        updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection,
+                                    node_id=self.node_id)
         for hook in self.final_state_tx_hooks:
             hook(updated, connection)
         return updated
@@ -588,16 +598,20 @@ class Engine:
         )
         return await self._apply(message, decision, now)
 
-    async def _apply(self, message: StoredMessage, decision: outcomes.Decision, now: datetime) -> StoredMessage | None:
-        """Write ``decision`` (see :mod:`openroute.engine.outcome`); None if another writer changed it first."""
-        return await self._transition(message, decision.target, now, dict(decision.changes))
+    async def _apply(
+        self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
+    ) -> StoredMessage | None:
+        """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``; None if
+        another writer changed the message first."""
+        return await self._transition(message, decision.target, now, dict(decision.changes), cause)
 
     async def _transition(
-        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any]
+        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
+        cause: str = "engine",
     ) -> StoredMessage | None:
         final = states.is_final(target)
         try:
-            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes))
+            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes, cause))
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
@@ -634,7 +648,7 @@ class Engine:
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
-        for result in states.transition_many(self.store, batch, connection):
+        for result in states.transition_many(self.store, batch, connection, node_id=self.node_id):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
@@ -696,7 +710,8 @@ class Engine:
                 route: Route | None = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
                 route = None
-            if await self._apply(message, outcomes.abandoned(message, self._policy(route), now), now) is not None:
+            decision = outcomes.abandoned(message, self._policy(route), now)
+            if await self._apply(message, decision, now, "repair") is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:

@@ -54,6 +54,8 @@ class AttemptRuntime:
     #: a claim older than this is considered abandoned (entity calls in progress are taken over after it)
     processing_lease: timedelta
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
+    #: the node the exchange runs on (recorded with the transition rows of the messages it stores)
+    node_id: str
 
 
 @dataclass
@@ -262,7 +264,7 @@ class Exchange:
             ).to_new_message(now, parent_id=parent.id))
         if not batch:
             return []
-        outcomes = await runtime.run_db(lambda: _store_children(runtime.store, batch))
+        outcomes = await runtime.run_db(lambda: _store_children(runtime.store, batch, runtime.node_id))
         ids = [outcome.message.id for outcome in outcomes]
         self.children.extend(i for i in ids if i not in self.children)
         return ids
@@ -297,10 +299,10 @@ class ChildMessage:
             raise ValueError("a child message needs an operation")
 
 
-def _store_children(store: MessageStore, batch: list[NewMessage]) -> list[Any]:
+def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) -> list[Any]:
     """Insert child messages in one transaction (duplicates of an earlier split are reported, not stored)."""
     with store.begin() as connection:
-        return list(store.insert_messages(batch, connection))
+        return list(store.insert_messages(batch, connection, node_id=node_id))
 
 
 def _check_key(key: str) -> None:

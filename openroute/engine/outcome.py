@@ -55,6 +55,7 @@ class ErrorCode(StrEnum):
     OBSOLETE = "OBSOLETE"
     FUNNEL = "FUNNEL"
     DROPPED = "DROPPED"
+    CANCELLED = "CANCELLED"
     EXT_CALL_IN_PROGRESS = "EXT_CALL_IN_PROGRESS"
 
 
@@ -187,9 +188,12 @@ def dropped(message: StoredMessage, reason: str, custom_data: Any) -> Decision:
     })
 
 
-def cancelled() -> Decision:
-    """An operator cancelled the message: CANCEL (final), nothing due."""
-    return Decision(MessageState.CANCEL, {"next_attempt_at": None})
+def cancelled(reason: str | None = None) -> Decision:
+    """An operator cancelled the message: CANCEL (final), nothing due, error code CANCELLED with ``reason``."""
+    return Decision(MessageState.CANCEL, {
+        "next_attempt_at": None, "last_error_code": ErrorCode.CANCELLED.value,
+        "last_error_text": clip(reason or "cancelled"),
+    })
 
 
 def restarted(now: datetime) -> Decision:

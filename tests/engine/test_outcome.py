@@ -138,6 +138,8 @@ def test_obsolete_funnel_dropped_cancel_and_restart_decisions() -> None:
     dropped = outcome.dropped(message(), "spam", {"bad": object()})
     assert dropped.target is MessageState.SKIPPED and dropped.changes["custom_data"] == {"seen": 1}
     assert dropped.changes["last_error_code"] == "DROPPED" and dropped.changes["last_error_text"] == "spam"
-    assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {"next_attempt_at": None})
+    assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {
+        "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled"})
+    assert outcome.cancelled("asked by crm").changes["last_error_text"] == "asked by crm"
     assert outcome.restarted(NOW) == outcome.Decision(MessageState.PARTLY_FAILED,
                                                       {"next_attempt_at": NOW, "failed_count": 0})
