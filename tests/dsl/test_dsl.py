@@ -9,9 +9,9 @@ import pytest
 from lxml import etree
 from openroute.persistence import MessageState
 
+from openroute.binding import ParsedPayload
 from openroute.dsl import Application, RouteBuilder, route, steps
 from openroute.errors import DeploymentError, ValidationError
-from openroute.inbound.binding import ParsedPayload
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
 from openroute.route import Exchange
