@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from jsonpath_ng import parse as parse_json_path
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from jsonpath_ng.parser import parse as parse_json_path
 from lxml import etree
 from lxml.etree import QName
 
