@@ -9,12 +9,9 @@ import pytest
 from lxml import etree
 from openroute.persistence import MessageState
 
+from openroute import Application, DeploymentError, Exchange, RetryPolicy, RouteBuilder, ValidationError, route, steps
 from openroute.binding import ParsedPayload
-from openroute.dsl import Application, RouteBuilder, route, steps
-from openroute.errors import DeploymentError, ValidationError
 from openroute.interceptors import MessageInterceptor
-from openroute.retry import RetryPolicy
-from openroute.route import Exchange
 from openroute.testing import CallRecorder, RouteTestKit
 
 NS = "http://openroute.dev/test"
