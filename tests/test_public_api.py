@@ -88,3 +88,17 @@ def test_definitions_do_not_import_the_runtime_or_the_endpoints() -> None:
                             ("binding.py", ("openroute.inbound", "openroute.engine"))):
         bad = {name for name in _imports(path) if name.startswith(forbidden)}
         assert not bad, f"{path} imports {sorted(bad)}"
+
+
+def test_inbound_and_new_messages_are_one_concept_and_keep_their_positional_order() -> None:
+    from datetime import UTC, datetime
+
+    from openroute.persistence import MessageFields, NewMessage
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    inbound = openroute.InboundMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", "p-1", at,
+                                       object_id="42")
+    new = inbound.to_new_message(at, parent_id=7)
+    assert isinstance(inbound, MessageFields) and isinstance(new, MessageFields)
+    assert new == NewMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", at, "p-1", at,
+                             object_id="42", entity_type="setCustomer", parent_id=7)
