@@ -34,9 +34,9 @@ from typing import Any, Literal, Self
 
 from lxml import etree
 
+from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.engine.exchange import ChildMessage, Exchange
 from openroute.errors import ConfigurationError, DeploymentError
-from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
 from openroute.route import ExtCallScope, Route, RouteRegistry, Step
@@ -364,7 +364,7 @@ class RouteBuilder(Steps):
             result.append(InboundBinding(
                 self.service, self.operation, "xml", request_element=element, soap_action=self.soap_action,
                 required=self.required_xml, namespaces=self.namespaces, validators=self.validators,
-                **xml_extract,  # type: ignore[arg-type]
+                **xml_extract,
             ))
         if serve_json:
             result.append(InboundBinding(

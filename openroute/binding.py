@@ -1,5 +1,8 @@
 """The inbound binding: how one (service, operation) is recognised, validated and indexed at accept time.
 
+A definition, like :class:`~openroute.route.Route` (the DSL builds both); the endpoints of ``openroute.inbound``
+serve it. ``openroute.inbound.binding`` is the former path of this module and still imports.
+
 An :class:`InboundBinding` is plain data (the route DSL produces it from its identify / validate / extract
 clauses); expressions are compiled once, when the binding is created, so a bad XPath or JSON path is a
 :class:`~openroute.errors.ConfigurationError` at start-up, never a surprise on the first request.
@@ -7,12 +10,13 @@ clauses); expressions are compiled once, when the binding is created, so a bad X
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from jsonpath_ng import parse as parse_json_path
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from jsonpath_ng.parser import parse as parse_json_path
 from lxml import etree
 from lxml.etree import QName
 
@@ -240,3 +244,7 @@ def default_bindings(service: str, operation: str, namespace: str | None = None)
                        soap_action=f"{service}/{operation}"),
         InboundBinding(service, operation, "json"),
     )
+
+
+# the former path of this module: openroute/__init__ imports this module before anything imports openroute.inbound
+sys.modules.setdefault("openroute.inbound.binding", sys.modules[__name__])
