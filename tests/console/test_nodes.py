@@ -61,7 +61,9 @@ async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-async def test_a_drained_node_refuses_new_messages_and_finishes_stored_ones(engine: Engine, store: MessageStore) -> None:
+async def test_a_drained_node_refuses_new_messages_and_finishes_stored_ones(
+    engine: Engine, store: MessageStore
+) -> None:
     feeder = Engine(store, registry(), EngineSettings(repoll_interval=None, node_id="feeder"))  # never started
     stored = (await feeder.accept(inbound("before"))).message_id  # stays NEW: nobody queued it
     await feeder.stop()
