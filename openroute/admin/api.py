@@ -270,7 +270,7 @@ class AdminApi:
         )
 
     async def detail(self, request: Request, _user: str) -> Response:
-        """One message with its external calls, children and confirmation."""
+        """One message with its external calls, children, confirmation and state transitions (oldest first)."""
         message_id = self._message_id(request)
 
         def work() -> dict[str, Any] | None:
@@ -287,6 +287,7 @@ class AdminApi:
                 confirmation = connection.execute(
                     sa.select(confirmation_table).where(k.message_id == message_id)
                 ).first()
+                transitions = self.store.transitions_of(message_id, connection)
             body = message_detail(message)
             body["externalCalls"] = [
                 {
@@ -310,6 +311,18 @@ class AdminApi:
                 "createdAt": _iso(confirmation.created_at),
                 "sentAt": _iso(confirmation.sent_at),
             }
+            body["transitions"] = [
+                {
+                    "fromState": None if t["from_state"] is None else str(t["from_state"]),
+                    "toState": str(t["to_state"]),
+                    "at": _iso(t["at"]),
+                    "nodeId": t["node_id"],
+                    "attempt": t["attempt"],
+                    "errorCode": t["error_code"],
+                    "cause": t["cause"],
+                }
+                for t in transitions
+            ]
             return body
 
         body = await self._db(work)
@@ -327,7 +340,7 @@ class AdminApi:
         """Restart a FAILED or CANCEL message: -> PARTLY_FAILED, failed count reset, due now; queued at once
         when this node's engine runs (else the next repoll of any node takes it)."""
         message = await self._load(self._message_id(request))
-        updated = await self.engine.restart(message.id, f"admin:{user}")
+        updated = await self.engine.restart(message.id, cause=f"admin:{user}")
         log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 

@@ -202,7 +202,8 @@ class Engine:
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
-            lambda connection, batch: list(self.store.insert_messages(batch, connection)), "insert"
+            lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
+            "insert",
         )
         self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
         self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
@@ -408,13 +409,15 @@ class Engine:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
         changes = {"next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": reason or "cancelled"}
-        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), changes)
+        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), changes, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
 
     async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
         """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+
+        ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
 
         Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED/CANCEL) or
         :class:`StaleMessageError`.
@@ -426,7 +429,7 @@ class Engine:
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
         updated = await self._transition(
-            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}
+            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}, cause
         )
         if updated is None:
             raise StaleMessageError(message.id, message.version)
@@ -641,7 +644,7 @@ class Engine:
             target, changes = MessageState.OK, {"next_attempt_at": None}
         else:
             return None
-        updated = states.transition(self.store, parent, target, now, changes, connection)
+        updated = states.transition(self.store, parent, target, now, changes, connection, node_id=self.node_id)
         for hook in self.final_state_tx_hooks:
             hook(updated, connection)
         return updated
@@ -700,11 +703,12 @@ class Engine:
         return await self._transition(message, target, now, changes)
 
     async def _transition(
-        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any]
+        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
+        cause: str = "engine",
     ) -> StoredMessage | None:
         final = states.is_final(target)
         try:
-            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes))
+            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes, cause))
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
@@ -741,7 +745,7 @@ class Engine:
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
-        for result in states.transition_many(self.store, batch, connection):
+        for result in states.transition_many(self.store, batch, connection, node_id=self.node_id):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
@@ -813,7 +817,7 @@ class Engine:
                 "last_error_code": "PROCESSING_ABANDONED",
                 "last_error_text": reason,
             }
-            if await self._transition(message, target, now, changes) is not None:
+            if await self._transition(message, target, now, changes, "repair") is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:
