@@ -114,7 +114,7 @@ async def test_postponed_then_cancelled_by_an_operator(store: MessageStore, make
         (None, S.NEW, 1, None, "engine", "node-1"),
         (S.NEW, S.PROCESSING, 1, None, "engine", "node-1"),
         (S.PROCESSING, S.POSTPONED, 1, None, "engine", "node-1"),
-        (S.POSTPONED, S.CANCEL, 1, None, "admin:bob", "node-1"),
+        (S.POSTPONED, S.CANCEL, 1, "CANCELLED", "admin:bob", "node-1"),
     ]
 
 
