@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from openroute.admin import AdminApi, Metrics, health_route
+from openroute.console import Console
 from openroute.engine import Engine
 from openroute.errors import ConfigurationError
 from openroute.inbound import (
@@ -88,6 +89,7 @@ def create_app(
 
     app = Starlette(
         routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
+                Mount("/console", app=Console(engine, admin_auth).app()),
                 *(Mount(path, app=mounted) for path, mounted in _checked_mounts(mounts))],
         lifespan=lifespan,
     )

@@ -25,6 +25,7 @@ from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
 from openroute.persistence import (
     MessageState,
+    MessageStore,
     NodeState,
     StoredMessage,
     confirmation_table,
@@ -176,6 +177,62 @@ def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.
     return conditions
 
 
+def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:
+    """The JSON form of one message with its external calls, children, confirmation and state transitions
+    (oldest first); None when there is no such message. The admin API, the console and the CLI show this."""
+    with store.engine.connect() as connection:
+        message = store.get(message_id, connection)
+        if message is None:
+            return None
+        e = external_call_table.c
+        calls = connection.execute(
+            sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
+        ).all()
+        children = store.find(message_table.c.parent_id == message_id, connection=connection)
+        k = confirmation_table.c
+        confirmation = connection.execute(
+            sa.select(confirmation_table).where(k.message_id == message_id)
+        ).first()
+        transitions = store.transitions_of(message_id, connection)
+    body = message_detail(message)
+    body["externalCalls"] = [
+        {
+            "callKey": r.call_key,
+            "status": str(r.status),
+            "attempts": r.attempts,
+            "result": r.result,
+            "lastError": r.last_error,
+            "createdAt": _iso(r.created_at),
+            "updatedAt": _iso(r.updated_at),
+        }
+        for r in calls
+    ]
+    body["children"] = [message_summary(child) for child in children]
+    body["confirmation"] = None if confirmation is None else {
+        "status": str(confirmation.status),
+        "outcomeState": str(confirmation.outcome_state),
+        "attempts": confirmation.attempts,
+        "nextAttemptAt": _iso(confirmation.next_attempt_at),
+        "lastError": confirmation.last_error,
+        "createdAt": _iso(confirmation.created_at),
+        "sentAt": _iso(confirmation.sent_at),
+    }
+    body["transitions"] = [
+        {
+            "fromState": None if t["from_state"] is None else str(t["from_state"]),
+            "toState": str(t["to_state"]),
+            "at": _iso(t["at"]),
+            "nodeId": t["node_id"],
+            "attempt": t["attempt"],
+            "errorCode": t["error_code"],
+            "cause": t["cause"],
+        }
+        for t in transitions
+    ]
+    return body
+
+
+
 class AdminApi:
     """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
 
@@ -273,59 +330,7 @@ class AdminApi:
         """One message with its external calls, children, confirmation and state transitions (oldest first)."""
         message_id = self._message_id(request)
 
-        def work() -> dict[str, Any] | None:
-            with self.store.engine.connect() as connection:
-                message = self.store.get(message_id, connection)
-                if message is None:
-                    return None
-                e = external_call_table.c
-                calls = connection.execute(
-                    sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
-                ).all()
-                children = self.store.find(message_table.c.parent_id == message_id, connection=connection)
-                k = confirmation_table.c
-                confirmation = connection.execute(
-                    sa.select(confirmation_table).where(k.message_id == message_id)
-                ).first()
-                transitions = self.store.transitions_of(message_id, connection)
-            body = message_detail(message)
-            body["externalCalls"] = [
-                {
-                    "callKey": r.call_key,
-                    "status": str(r.status),
-                    "attempts": r.attempts,
-                    "result": r.result,
-                    "lastError": r.last_error,
-                    "createdAt": _iso(r.created_at),
-                    "updatedAt": _iso(r.updated_at),
-                }
-                for r in calls
-            ]
-            body["children"] = [message_summary(child) for child in children]
-            body["confirmation"] = None if confirmation is None else {
-                "status": str(confirmation.status),
-                "outcomeState": str(confirmation.outcome_state),
-                "attempts": confirmation.attempts,
-                "nextAttemptAt": _iso(confirmation.next_attempt_at),
-                "lastError": confirmation.last_error,
-                "createdAt": _iso(confirmation.created_at),
-                "sentAt": _iso(confirmation.sent_at),
-            }
-            body["transitions"] = [
-                {
-                    "fromState": None if t["from_state"] is None else str(t["from_state"]),
-                    "toState": str(t["to_state"]),
-                    "at": _iso(t["at"]),
-                    "nodeId": t["node_id"],
-                    "attempt": t["attempt"],
-                    "errorCode": t["error_code"],
-                    "cause": t["cause"],
-                }
-                for t in transitions
-            ]
-            return body
-
-        body = await self._db(work)
+        body = await self._db(lambda: load_message_detail(self.store, message_id))
         if body is None:
             raise MessageNotFoundError(f"no message {message_id}")
         return JSONResponse(body)
