@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -10,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+import uvicorn
 from openroute.persistence import ConfirmationStatus, ExternalCallStatus, MessageState, MessageStore, NewMessage
 from openroute.persistence import confirmation_table as confirmations
 
@@ -112,3 +116,32 @@ async def client(world: World) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(world.engine, admin_auth=auth(), manage_engine=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as http:
         yield http
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(app: Any, wait: float = 20) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port (its lifespan on) for the block; yields the base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    started = threading.Event()
+
+    def watch() -> None:
+        while thread.is_alive() and not server.started:
+            started.wait(0.01)  # uvicorn offers no event for "started": poll its flag, bounded below
+        started.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert started.wait(wait) and server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

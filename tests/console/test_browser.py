@@ -10,7 +10,6 @@ import asyncio
 import base64
 import os
 import shutil
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
 
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.errors import BusinessError, TechnicalError
 from openroute.route import Exchange, Route, RouteRegistry
 from openroute.server import create_app
-from tests.console.conftest import auth
+from tests.console.conftest import auth, serving
 from tests.services import require
 
 pytestmark = pytest.mark.browser
@@ -66,12 +64,6 @@ def inbound(correlation_id: str, payload: str, service: str = "orders", operatio
                           correlation_id=correlation_id, source_system="CRM", object_id=correlation_id)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Served:
     def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event]) -> None:
         self.url, self.engine, self.ids, self.finals = url, engine, ids, finals
@@ -105,26 +97,9 @@ def served(sqlite_url: str) -> Iterator[Served]:
         finals.setdefault(message.id, threading.Event()).set()
 
     engine.final_state_hooks.append(on_final)
-    port = free_port()
-    app = create_app(engine, admin_auth=auth())
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-
-    def watch() -> None:
-        while thread.is_alive() and not server.started:
-            started.wait(0.01)  # uvicorn offers no event for "started": poll its flag, bounded below
-        started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert started.wait(WAIT) and server.started, "uvicorn did not start"
-    try:
-        yield Served(f"http://127.0.0.1:{port}", engine, ids, finals)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        store.dispose()
+    with serving(create_app(engine, admin_auth=auth())) as url:
+        yield Served(url, engine, ids, finals)
+    store.dispose()
 
 
 @pytest.fixture
