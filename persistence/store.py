@@ -59,8 +59,12 @@ class GroupConflict(Exception):
 
 
 @dataclass(frozen=True)
-class NewMessage:
-    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
+class MessageFields:
+    """The fields a message has before it is stored: what its sender says and what its binding extracted.
+
+    ``openroute.InboundMessage`` (what an endpoint accepts) and :class:`NewMessage` (what the store inserts)
+    are both these fields plus their own few.
+    """
 
     service: str
     operation: str
@@ -68,14 +72,22 @@ class NewMessage:
     content_type: str
     correlation_id: str
     source_system: str
-    receive_ts: datetime
     process_id: str | None = None
-    msg_ts: datetime | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     object_id: str | None = None
+    #: with an object id, None means the operation (an entity is entity type + object id)
     entity_type: str | None = None
     funnel_value: str | None = None
-    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NewMessage(MessageFields):
+    """What :meth:`MessageStore.insert_message` stores as a NEW message: the message's fields, when it was
+    received, the sender's own timestamp and the parent of a child message."""
+
+    receive_ts: datetime = field(kw_only=True)
+    msg_ts: datetime | None = field(default=None, kw_only=True)
+    parent_id: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from openroute import errors as core_errors
+from openroute.engine.outcome import ErrorCode as EngineErrorCode
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, message_table
 from openroute.persistence.store import MessageStore
 
@@ -119,15 +120,17 @@ class ErrorCode:
     messages: int = 0
 
 
-#: codes the engine writes itself, beside the ``code`` of the error classes
-ENGINE_CODES = {
+#: what the codes the engine writes itself (:class:`~openroute.engine.outcome.ErrorCode`) mean
+ENGINE_CODE_MEANINGS = {
     "CANCELLED": "an operator cancelled the message (console, admin API or CLI)",
     "CHILD_FAILED": "a child message of a split ended FAILED, so its parent did too",
     "DROPPED": "an interceptor dropped the message",
+    "EXT_CALL_IN_PROGRESS": "another message of the same entity was making the same external call",
     "FUNNEL": "another message with the same funnel value was processing (or older, with guaranteed order)",
     "OBSOLETE": "a newer message of the same entity had already ended OK (SKIPPED)",
     "PROCESSING_ABANDONED": "the node processing the message died; repoll gave it back to the queue",
-    "TECHNICAL_ERROR": "a step raised an unexpected exception; the message is retried per its retry policy",
+    "TECHNICAL_ERROR": "a step raised a TechnicalError without a code; retried per the route's retry policy",
+    "VALIDATION_ERROR": "the message was invalid when processed (FAILED at once)",
 }
 
 
@@ -161,7 +164,8 @@ def error_catalogue(store: MessageStore) -> list[ErrorCode]:
         if isinstance(code, str) and code not in entries:
             doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
             entries[code] = ErrorCode(code, cls.__name__, doc, seen.get(code, 0))
-    for code, meaning in ENGINE_CODES.items():
+    for code in [*(c.value for c in EngineErrorCode), "TECHNICAL_ERROR"]:
+        meaning = ENGINE_CODE_MEANINGS.get(code, "written by the engine")
         entries.setdefault(code, ErrorCode(code, "engine", meaning, seen.get(code, 0)))
     for code, count in seen.items():
         entries.setdefault(code, ErrorCode(code, "route", "set by a route (business or technical error code)", count))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,14 +47,6 @@ def auth_header(user: str, password: str) -> dict[str, str]:
 
 
 ADMIN = auth_header("ops", "ops-secret")
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 class World:
