@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.admin.openapi import admin_openapi
 from openroute.engine import Engine
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
 from openroute.inbound.auth import AdminAuth
@@ -247,7 +248,7 @@ class AdminApi:
 
     def routes(self) -> list[Route]:
         """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``,
-        ``GET nodes``, ``POST nodes/{id}/state``."""
+        ``GET nodes``, ``POST nodes/{id}/state``, ``GET openapi.json``."""
         p = self.prefix
         return [
             Route(f"{p}/messages", self._guard(self.search), methods=["GET"]),
@@ -257,7 +258,12 @@ class AdminApi:
             Route(f"{p}/counts", self._guard(self.counts), methods=["GET"]),
             Route(f"{p}/nodes", self._guard(self.nodes), methods=["GET"]),
             Route(p + "/nodes/{node_id}/state", self._guard(self.node_state, act=True), methods=["POST"]),
+            Route(f"{p}/openapi.json", self.openapi, methods=["GET"]),
         ]
+
+    async def openapi(self, _request: Request) -> Response:
+        """The OpenAPI description of these routes (no credentials needed: it holds no data)."""
+        return JSONResponse(admin_openapi(self.prefix))
 
     def _guard(self, handler: Callable[[Request, str], Any], act: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
