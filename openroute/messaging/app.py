@@ -92,6 +92,11 @@ class ChannelPublisher(Publisher[Any]):
         return self.builder().__aiter__()
 
 
+def _factory_problem(direction: str, channel: str, config: ChannelConfig, what: str, error: Exception) -> str:
+    return (f"{direction} channel '{channel}': connector '{config.connector}' failed to create its {what}: "
+            f"{type(error).__name__}: {error}")
+
+
 def _ack_payload(message: Message[Any]) -> Any:
     message.ack()
     return message.payload
@@ -240,7 +245,7 @@ class MessagingApp:
         return names | self.config.names("incoming") | self.config.names("outgoing")
 
     def _connector_config(self, direction: str, channel: str, problems: list[str]) -> ChannelConfig | None:
-        config = self.config.channel(direction, channel)
+        config = self.config.channel(direction, channel, self._connectors)
         if config.connector is None:
             return None
         factory = self._connectors.get(config.connector)
@@ -360,6 +365,7 @@ class MessagingApp:
         sources: dict[str, Publisher[Any]] = {}
         sinks: list[tuple[str, Subscriber[Any]]] = []
         problems: list[str] = []
+        causes: list[Exception] = []  # connector factories' own exceptions, chained to the DeploymentError
         for channel, emitters in self._emitters.items():
             sources[channel] = emitters[0]
         for channel, handles in self._injected.items():
@@ -372,6 +378,10 @@ class MessagingApp:
             except DeploymentError as error:
                 problems.extend(error.problems)
                 continue
+            except Exception as error:
+                problems.append(_factory_problem("incoming", channel, config, "publisher", error))
+                causes.append(error)
+                continue
             sources[channel] = created.build() if isinstance(created, rs.PublisherBuilder) else created
             self._stoppable.append(taps[channel])
         for channel, config in outgoing.items():
@@ -381,6 +391,10 @@ class MessagingApp:
                 sink = await factory.create_subscriber(config)  # type: ignore[union-attr]
             except DeploymentError as error:
                 problems.extend(error.problems)
+                continue
+            except Exception as error:
+                problems.append(_factory_problem("outgoing", channel, config, "subscriber", error))
+                causes.append(error)
                 continue
             built = sink.build() if isinstance(sink, rs.SubscriberBuilder) else sink
             watched = WatchedSubscriber(built)
@@ -395,7 +409,7 @@ class MessagingApp:
                 problems.extend(error.problems if isinstance(error, DeploymentError) else
                                 [f"function '{spec.name}': {error}"])
         if problems:
-            raise (DefinitionError if definition else DeploymentError)(problems)
+            raise (DefinitionError if definition else DeploymentError)(problems) from (causes[0] if causes else None)
         # downstream first, so that every source finds its subscriber chain in place
         for channel, sink in sinks:
             taps[channel].subscribe(sink)

@@ -237,3 +237,25 @@ async def test_second_subscriber_gets_an_error() -> None:
     second = Collector()
     emitter.subscribe(second)
     assert isinstance(second.error, RuntimeError)
+
+
+async def test_emitter_3_x_is_cancelled_after_complete() -> None:
+    emitter: Emitter[int] = Emitter("c")
+    collector = Collector(initial=5)
+    emitter.subscribe(collector)
+    assert emitter.has_requests() and not emitter.is_cancelled()
+    emitter.complete()
+    assert emitter.is_cancelled() and not emitter.has_requests()
+    await collector.wait_terminated()
+    assert collector.completed
+
+
+async def test_emitter_3_x_is_cancelled_after_error() -> None:
+    emitter: Emitter[int] = Emitter("c")
+    collector = Collector(initial=5)
+    emitter.subscribe(collector)
+    failure = RuntimeError("boom")
+    emitter.error(failure)
+    assert emitter.is_cancelled() and not emitter.has_requests()
+    await collector.wait_terminated()
+    assert collector.error is failure
