@@ -427,6 +427,46 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._up.request(want)
 
 
+class PostAckSubscriber(Subscriber[Message[Any]]):
+    """Passes each message (or its payload, through ``unwrap``) to a user subscriber, then acks it.
+
+    The POST_PROCESSING strategy of a consumer returning a subscriber: the message is acked once the
+    subscriber's ``on_next`` has returned; an ``on_next`` that raises (a rule 2.13 violation) nacks it.
+    """
+
+    def __init__(self, inner: Subscriber[Any], unwrap: Callable[[Message[Any]], Any] | None) -> None:
+        self._inner = inner
+        self._unwrap = unwrap
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._inner.on_subscribe(subscription)
+
+    def on_next(self, item: Message[Any]) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (rule 2.13)")
+        try:
+            self._inner.on_next(item if self._unwrap is None else self._unwrap(item))
+        except Exception as error:
+            self._keep(item.nack(error))
+            raise
+        self._keep(item.ack())
+
+    def _keep(self, outcome: Any) -> None:
+        if outcome is None or isinstance(outcome, Done):
+            return
+        task = asyncio.ensure_future(outcome)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(_retrieve)
+
+    def on_error(self, error: BaseException) -> None:
+        self._inner.on_error(error)
+
+    def on_complete(self) -> None:
+        self._inner.on_complete()
+
+
 class WatchedSubscriber(Subscriber[Any]):
     """Wraps a user subscriber to learn when it terminates and to be able to cancel it."""
 

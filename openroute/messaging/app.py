@@ -10,7 +10,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import openroute.streams as rs
-from openroute.messaging._stages import ChannelTap, ConsumerSubscriber, ProcessorStage, WatchedSubscriber
+from openroute.messaging._stages import (
+    ChannelTap,
+    ConsumerSubscriber,
+    PostAckSubscriber,
+    ProcessorStage,
+    WatchedSubscriber,
+)
 from openroute.messaging.config import ChannelConfig, ConfigError, MessagingConfig
 from openroute.messaging.connector import ConnectorFactory, IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.emitter import DEFAULT_BUFFER_SIZE, Emitter, OnOverflow
@@ -434,8 +440,12 @@ class MessagingApp:
             assert spec.incoming is not None
             target = subscriber_of(spec.fn(), what)
             unwrap = unwrap_function(analysis)
-            chain = rs.builder() if unwrap is None else rs.builder().map(unwrap)
-            built = chain.to(target).build()
+            if analysis.acknowledgment is Acknowledgment.POST_PROCESSING:
+                inner = target.build() if isinstance(target, rs.SubscriberBuilder) else target
+                built = rs.builder().to(PostAckSubscriber(inner, unwrap)).build()
+            else:
+                chain = rs.builder() if unwrap is None else rs.builder().map(unwrap)
+                built = chain.to(target).build()
             watched = WatchedSubscriber(built)
             self._terminals.append(watched)
             sinks.append((spec.incoming, watched))
