@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import openroute.streams as rs
 from openroute.messaging._stages import (
+    DEFAULT_PREFETCH,
     ChannelTap,
     ConsumerSubscriber,
     PostAckSubscriber,
@@ -140,6 +141,7 @@ class MessagingApp:
         self._taps: dict[str, ChannelTap] = {}
         self._terminals: list[ConsumerSubscriber | WatchedSubscriber] = []
         self._stoppable: list[ChannelTap] = []
+        self._connector_fed: set[str] = set()
         self._used_connectors: list[ConnectorFactory] = []
         self._state = "new"
 
@@ -376,6 +378,7 @@ class MessagingApp:
             sources[channel] = emitters[0]
         for channel, handles in self._injected.items():
             handles[0]._tap = taps[channel]
+        self._connector_fed = set(incoming)
         for channel, config in incoming.items():
             factory = self._connectors[config.connector]  # type: ignore[index]
             self._use(factory)
@@ -432,7 +435,10 @@ class MessagingApp:
         tap_in = self._taps.get(spec.incoming or "")
         if shape is Shape.CONSUMER:
             assert spec.incoming is not None
-            consumer = ConsumerSubscriber(spec.incoming, consumer_handler(spec, analysis), self._concurrency(spec))
+            # a connector-fed channel keeps the connector's own prefetch (AMQP: the broker's, following demand)
+            prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH
+            consumer = ConsumerSubscriber(spec.incoming, consumer_handler(spec, analysis), self._concurrency(spec),
+                                          prefetch)
             self._terminals.append(consumer)
             sinks.append((spec.incoming, consumer))
             return
