@@ -15,6 +15,7 @@ from . import processors as pr
 from . import sources as so
 from . import stages as st
 from . import subscribers as sb
+from .coupled import CoupledProcessor
 from .protocol import Processor, Publisher, Subscriber, Subscription
 
 
@@ -40,6 +41,8 @@ def build_source(stage: st.Stage, fused: tuple[st.Stage, ...] = ()) -> Publisher
     if isinstance(stage, st.Iterate):
         seed, fn = stage.seed, stage.fn
         return so.IterablePublisher(lambda: _iterate(seed, fn), fused)
+    if isinstance(stage, st.FromAwaitable):
+        return so.AsyncIterablePublisher(so.AwaitedValue(stage.awaitable, stage.nullable))
     if isinstance(stage, st.Concat):
         return so.ConcatPublisher(build_publisher(stage.first), build_publisher(stage.second))
     raise TypeError(f"not a source stage: {stage!r}")
@@ -96,6 +99,8 @@ def _processor_factory(stage: st.Stage) -> Callable[[], Processor[Any, Any]]:
         return lambda: pr.OnErrorResumeWithProcessor(stage.fn, to_publisher)
     if isinstance(stage, st.ProcessorStage):
         return lambda: stage.processor
+    if isinstance(stage, st.Coupled):
+        return lambda: CoupledProcessor(build_subscriber(stage.subscriber), build_publisher(stage.publisher))
     raise TypeError(f"not a processing stage: {stage!r}")
 
 
@@ -191,7 +196,7 @@ def build_terminal(stage: st.Stage) -> sb.CompletionSubscriber[Any]:
     if isinstance(stage, st.ToList):
         return sb.ToListSubscriber()
     if isinstance(stage, st.Collect):
-        return sb.CollectSubscriber(stage.initial_factory, stage.accumulator)
+        return sb.CollectSubscriber(stage.initial_factory, stage.accumulator, stage.finisher)
     if isinstance(stage, st.Reduce):
         return sb.ReduceSubscriber(stage.fn, stage.identity, stage.has_identity)
     if isinstance(stage, st.FindFirst):

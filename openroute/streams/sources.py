@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from . import stages as st
 from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
-from .protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from .protocol import (
+    NOOP_SUBSCRIPTION,
+    UNBOUNDED,
+    Publisher,
+    StreamCancelledError,
+    Subscriber,
+    Subscription,
+    add_demand,
+)
 
 
 def bad_request_error(n: int) -> ValueError:
@@ -347,6 +355,39 @@ class _AsyncIteratorSubscription(Subscription):
                     await aclose()
                 except Exception:
                     pass
+
+
+class AwaitedValue:
+    """An async iterable of one value: the result of awaiting ``awaitable`` (a future can be awaited by every
+    subscriber; a coroutine only by the first, later ones get its RuntimeError)."""
+
+    __slots__ = ("_awaitable", "_nullable")
+
+    def __init__(self, awaitable: Awaitable[Any], nullable: bool) -> None:
+        self._awaitable = awaitable
+        self._nullable = nullable
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._one()
+
+    async def _one(self) -> AsyncIterator[Any]:
+        awaitable = self._awaitable
+        if isinstance(awaitable, asyncio.Future) and awaitable.done() and awaitable.cancelled():
+            raise StreamCancelledError("from_completion_stage: the future was cancelled")
+        try:
+            value = await awaitable
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            cancelled_here = task is not None and task.cancelling() > 0  # our task cancelled, not the future
+            if not cancelled_here and isinstance(awaitable, asyncio.Future) and awaitable.cancelled():
+                raise StreamCancelledError("from_completion_stage: the future was cancelled") from None
+            raise
+        if value is None:
+            if self._nullable:
+                return
+            raise TypeError("from_completion_stage: the future completed with None "
+                            "(use from_completion_stage_nullable for an empty stream)")
+        yield value
 
 
 class EmptyPublisher(Publisher[Any]):
