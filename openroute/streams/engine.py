@@ -90,7 +90,11 @@ def _processor_factory(stage: st.Stage) -> Callable[[], Processor[Any, Any]]:
     if isinstance(stage, st.FlatMap):
         return lambda: pr.FlatMapProcessor(stage.fn, to_publisher)
     if isinstance(stage, st.FlatMapAsync):
-        return lambda: pr.FlatMapAsyncProcessor(stage.fn)
+        # flat_map over a one-value publisher per awaitable (the spec's flatMapCompletionStage): one code path
+        fn = stage.fn
+        return lambda: pr.FlatMapProcessor(
+            fn, lambda awaitable: so.AsyncIterablePublisher(so.AwaitedValue(awaitable, False, "flat_map_async"))
+        )
     if isinstance(stage, st.FlatMapIterable):
         return lambda: pr.FlatMapIterableProcessor(stage.fn)
     if isinstance(stage, st.OnErrorResume):

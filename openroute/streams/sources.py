@@ -239,10 +239,11 @@ class AsyncIterablePublisher(Publisher[Any]):
 
 
 class _AsyncIteratorSubscription(Subscription):
-    __slots__ = ("_demand", "_iterator", "_subscriber", "_task", "_wakeup")
+    __slots__ = ("_demand", "_iterator", "_pumping", "_subscriber", "_task", "_wakeup")
 
     def __init__(self, iterator: AsyncIterator[Any], subscriber: Subscriber[Any]) -> None:
         self._iterator = iterator
+        self._pumping = False
         self._subscriber: Subscriber[Any] | None = subscriber
         self._demand = 0
         self._task: asyncio.Task[None] | None = None
@@ -284,11 +285,13 @@ class _AsyncIteratorSubscription(Subscription):
 
     def _close(self) -> None:
         task = self._task
-        if task is not None:
+        if task is not None and self._pumping:
             if task is not asyncio.current_task():
                 task.cancel()
             # else: the pump sees _subscriber is None after on_next returns and closes the iterator itself.
         else:
+            if task is not None:
+                task.cancel()  # cancelled before its first step: its finally block will not run, close here
             aclose = getattr(self._iterator, "aclose", None)
             if aclose is not None:
                 try:
@@ -300,6 +303,7 @@ class _AsyncIteratorSubscription(Subscription):
                 task.add_done_callback(_closing.discard)
 
     async def _pump(self) -> None:
+        self._pumping = True
         iterator = self._iterator
         try:
             while True:
@@ -361,33 +365,64 @@ class AwaitedValue:
     """An async iterable of one value: the result of awaiting ``awaitable`` (a future can be awaited by every
     subscriber; a coroutine only by the first, later ones get its RuntimeError)."""
 
-    __slots__ = ("_awaitable", "_nullable")
+    __slots__ = ("_awaitable", "_nullable", "_what")
 
-    def __init__(self, awaitable: Awaitable[Any], nullable: bool) -> None:
+    def __init__(self, awaitable: Awaitable[Any], nullable: bool, what: str = "from_completion_stage") -> None:
         self._awaitable = awaitable
         self._nullable = nullable
+        self._what = what
 
     def __aiter__(self) -> AsyncIterator[Any]:
-        return self._one()
+        return _AwaitedIterator(self)
 
-    async def _one(self) -> AsyncIterator[Any]:
+    async def value(self) -> Any:
+        """The awaited result; None only when nullable. Raises what the awaitable raises, TypeError for a
+        non-nullable None, StreamCancelledError when the future itself was cancelled."""
         awaitable = self._awaitable
         if isinstance(awaitable, asyncio.Future) and awaitable.done() and awaitable.cancelled():
-            raise StreamCancelledError("from_completion_stage: the future was cancelled")
+            raise StreamCancelledError(f"{self._what}: the future was cancelled")
         try:
             value = await awaitable
         except asyncio.CancelledError:
             task = asyncio.current_task()
             cancelled_here = task is not None and task.cancelling() > 0  # our task cancelled, not the future
             if not cancelled_here and isinstance(awaitable, asyncio.Future) and awaitable.cancelled():
-                raise StreamCancelledError("from_completion_stage: the future was cancelled") from None
+                raise StreamCancelledError(f"{self._what}: the future was cancelled") from None
             raise
+        if value is None and not self._nullable:
+            raise none_element_error(f"{self._what}: the awaitable's result was None")
+        return value
+
+    def discard(self) -> None:
+        """Close a coroutine that will never be awaited (its subscriber cancelled first)."""
+        close = getattr(self._awaitable, "close", None)
+        if close is not None and not isinstance(self._awaitable, asyncio.Future):
+            close()
+
+
+class _AwaitedIterator:
+    __slots__ = ("_owner", "_started")
+
+    def __init__(self, owner: AwaitedValue) -> None:
+        self._owner = owner
+        self._started = False
+
+    def __aiter__(self) -> _AwaitedIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._started:
+            raise StopAsyncIteration
+        self._started = True
+        value = await self._owner.value()
         if value is None:
-            if self._nullable:
-                return
-            raise TypeError("from_completion_stage: the future completed with None "
-                            "(use from_completion_stage_nullable for an empty stream)")
-        yield value
+            raise StopAsyncIteration
+        return value
+
+    async def aclose(self) -> None:
+        if not self._started:
+            self._started = True
+            self._owner.discard()
 
 
 class EmptyPublisher(Publisher[Any]):

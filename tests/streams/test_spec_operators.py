@@ -53,7 +53,7 @@ async def test_from_completion_stage_should_fail_with_the_future_s_exception() -
 async def test_from_completion_stage_should_fail_on_null() -> None:
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     future.set_result(None)
-    with pytest.raises(TypeError, match="completed with None"):
+    with pytest.raises(TypeError, match="result was None"):
         await result(rs.from_completion_stage(future).to_list())
 
 
