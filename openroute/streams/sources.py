@@ -51,25 +51,24 @@ class IterablePublisher(Publisher[Any]):
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)
             subscriber.on_error(error)
             return
-        if self._fused:
-            subscription: _IteratorSubscription = _FusedIteratorSubscription(iterator, subscriber, plan(self._fused))
-        else:
-            subscription = _IteratorSubscription(iterator, subscriber)
-        subscriber.on_subscribe(subscription)
+        subscriber.on_subscribe(_IteratorSubscription(iterator, subscriber, plan(self._fused) if self._fused else ()))
 
 
 class _IteratorSubscription(Subscription):
-    """Drains a synchronous iterator under demand.
+    """Drains a synchronous iterator under demand, through a fused ``plan`` of synchronous stages (may be empty).
 
     ``request`` re-entered from ``on_next`` only adds demand; the outermost call keeps emitting, so the stack
     stays flat however the subscriber requests (rule 3.3).
     """
 
-    __slots__ = ("_demand", "_emitting", "_error", "_iterator", "_subscriber")
+    __slots__ = ("_demand", "_emitting", "_error", "_iterator", "_plan", "_subscriber")
 
-    def __init__(self, iterator: Iterator[Any], subscriber: Subscriber[Any]) -> None:
+    def __init__(
+        self, iterator: Iterator[Any], subscriber: Subscriber[Any], fused_plan: tuple[tuple[int, Any], ...] = ()
+    ) -> None:
         self._iterator: Iterator[Any] | None = iterator
         self._subscriber: Subscriber[Any] | None = subscriber
+        self._plan = fused_plan
         self._demand = 0
         self._emitting = False
         self._error: BaseException | None = None
@@ -100,6 +99,7 @@ class _IteratorSubscription(Subscription):
         iterator = self._iterator
         assert iterator is not None
         on_next = subscriber.on_next
+        fused_plan = self._plan
         while True:
             demand = self._demand
             if demand == 0:
@@ -116,10 +116,21 @@ class _IteratorSubscription(Subscription):
                     self._stop()
                     subscriber.on_error(error)
                     return
-                if item is None:
+                try:
+                    if item is None:
+                        raise none_element_error("source iterable")
+                    if fused_plan:
+                        item = _apply(fused_plan, item)
+                except Stop:
                     self._stop()
-                    subscriber.on_error(none_element_error("source iterable"))
+                    subscriber.on_complete()
                     return
+                except Exception as error:
+                    self._stop()
+                    subscriber.on_error(error)
+                    return
+                if item is DROP:
+                    continue
                 on_next(item)
                 if self._subscriber is None:
                     pending = self._error
@@ -145,74 +156,21 @@ class _IteratorSubscription(Subscription):
             self._stop()
 
 
-class _FusedIteratorSubscription(_IteratorSubscription):
-    """An iterator drained through a fused plan of synchronous stages."""
-
-    __slots__ = ("_plan",)
-
-    def __init__(
-        self, iterator: Iterator[Any], subscriber: Subscriber[Any], fused_plan: tuple[tuple[int, Any], ...]
-    ) -> None:
-        super().__init__(iterator, subscriber)
-        self._plan = fused_plan
-
-    def _drain(self, subscriber: Subscriber[Any]) -> None:
-        iterator = self._iterator
-        assert iterator is not None
-        on_next = subscriber.on_next
-        fused_plan = self._plan
-        while True:
-            demand = self._demand
-            if demand == 0:
-                return
-            emitted = 0
-            while emitted != demand:
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    self._stop()
-                    subscriber.on_complete()
-                    return
-                except Exception as error:
-                    self._stop()
-                    subscriber.on_error(error)
-                    return
-                try:
-                    if item is None:
-                        raise none_element_error("source iterable")
-                    for kind, fn in fused_plan:
-                        if kind == MAP:
-                            item = fn(item)
-                            if item is None:
-                                raise none_element_error("map returned None")
-                        elif kind == FILTER:
-                            if not fn(item):
-                                item = DROP
-                                break
-                        else:
-                            item = fn(item)
-                            if item is DROP:
-                                break
-                except Stop:
-                    self._stop()
-                    subscriber.on_complete()
-                    return
-                except Exception as error:
-                    self._stop()
-                    subscriber.on_error(error)
-                    return
-                if item is DROP:
-                    continue
-                on_next(item)
-                if self._subscriber is None:
-                    pending = self._error
-                    if pending is not None:
-                        self._error = None
-                        subscriber.on_error(pending)
-                    return
-                emitted += 1
-            if demand != UNBOUNDED:
-                self._demand -= emitted
+def _apply(fused_plan: tuple[tuple[int, Any], ...], item: Any) -> Any:
+    """``item`` through the fused stages: the result, DROP when filtered out; raises Stop to complete."""
+    for kind, fn in fused_plan:
+        if kind == MAP:
+            item = fn(item)
+            if item is None:
+                raise none_element_error("map returned None")
+        elif kind == FILTER:
+            if not fn(item):
+                return DROP
+        else:
+            item = fn(item)
+            if item is DROP:
+                return DROP
+    return item
 
 
 # Strong references to the aclose() tasks of never-started async iterators, so they are not collected mid-run.
