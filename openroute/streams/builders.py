@@ -8,7 +8,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, G
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from . import engine
+from . import runner
 from . import stages as st
 from .protocol import Processor, Publisher, Subscriber, Subscription
 from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
@@ -263,7 +263,7 @@ class PublisherBuilder(_StageMethods[T]):
 
     def build(self) -> Publisher[T]:
         """A cold publisher: each subscriber gets its own run of the graph."""
-        return engine.build_publisher(self._stages)
+        return runner.build_publisher(self._stages)
 
     def __aiter__(self) -> AsyncIterator[T]:
         """Iterate the items with ``async for`` (demand in batches of 16; leaving the loop cancels)."""
@@ -303,7 +303,7 @@ class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
 
     def build(self) -> Processor[T, R]:
         """A processor running the graph (single use: one upstream, one downstream)."""
-        return engine.build_processor(self._stages)
+        return runner.build_processor(self._stages)
 
 
 class SubscriberBuilder(Generic[T, R]):
@@ -324,7 +324,7 @@ class SubscriberBuilder(Generic[T, R]):
 
     def build(self) -> CompletionSubscriber[R]:
         """A subscriber whose ``completion`` future carries the result."""
-        return engine.build_subscriber(self._stages)
+        return runner.build_subscriber(self._stages)
 
 
 class CompletionRunner(Generic[R]):
@@ -351,8 +351,8 @@ class CompletionRunner(Generic[R]):
         """
         loop = asyncio.get_running_loop()
         try:
-            publisher = engine.build_publisher(self._publisher_stages)
-            subscriber = engine.build_subscriber(self._subscriber_stages)
+            publisher = runner.build_publisher(self._publisher_stages)
+            subscriber = runner.build_subscriber(self._subscriber_stages)
         except Exception as error:
             failed: asyncio.Future[R] = loop.create_future()
             failed.set_exception(error)

@@ -1,4 +1,4 @@
-"""The stage graph: small immutable records that builders collect and an engine turns into protocol objects.
+"""The stage graph: small immutable records that builders collect and the runner turns into protocol objects.
 
 A builder's ``.stages`` is a tuple of these. Sources come first in a publisher graph, a terminal stage last
 in a subscriber graph. Nested graphs (``Concat``) hold the stage tuples of their parts.
