@@ -1,13 +1,34 @@
-"""The typed errors of openroute's message lifecycle.
+"""The typed errors of openroute: one tree under :class:`OpenrouteError`.
 
-Everything a caller may need to tell apart has its own class under :class:`OpenrouteError`.
+Everything a caller may need to tell apart has its own class::
+
+    OpenrouteError
+    ├── ConfigurationError (ValueError)   a setting, retry policy or definition that cannot work
+    │   └── InvalidConfirmationError      (openroute.confirmation) a malformed confirmation request or policy
+    ├── DeploymentError                   the application cannot be assembled; lists every problem
+    │   ├── DefinitionError               (openroute.messaging) a function shape the messaging layer cannot use
+    │   └── ConfigError                   (openroute.messaging) an unreadable or malformed channel configuration
+    ├── ValidationError                   the inbound message is invalid; nothing stored
+    │   ├── PayloadTooLargeError
+    │   └── MalformedPayloadError, UnsupportedMediaTypeError, ...   (openroute.inbound)
+    ├── UnknownRouteError (LookupError)   no route for (service, operation)
+    ├── BusinessError                     a business rule refused the message (FAILED at once)
+    ├── TechnicalError                    a transient failure (retried)
+    ├── IllegalTransitionError            the state machine has no such transition
+    ├── StaleMessageError                 another writer changed the message first
+    ├── MessageDroppedByInterceptor       an interceptor dropped the message (SKIPPED)
+    ├── ConfirmationError                 (openroute.confirmation) the confirmation layer
+    └── EmitterOverflowError, MessageDroppedError, ChannelClosedError   (openroute.messaging, also RuntimeError)
+
+"Bad configuration" has two names only: :class:`ConfigurationError` for one value that cannot work,
+:class:`DeploymentError` (the MicroProfile name) for an application that cannot be assembled.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from openroute.messaging.errors import DeploymentError
+from openroute.messaging.errors import DeploymentError, OpenrouteError
 
 __all__ = [
     "BusinessError",
@@ -22,10 +43,6 @@ __all__ = [
     "UnknownRouteError",
     "ValidationError",
 ]
-
-
-class OpenrouteError(Exception):
-    """Base class of every error openroute raises on purpose."""
 
 
 class ConfigurationError(OpenrouteError, ValueError):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageStore
 
 from tests.services import (
     POSTGRES_ADMIN_URL,
@@ -48,6 +49,17 @@ def database_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return request.getfixturevalue("sqlite_url")
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[MessageStore]:
+    """A store with its schema, once on a SQLite file and once on a fresh PostgreSQL database (disposed after)."""
+    message_store = MessageStore(database_url)
+    message_store.create_schema()
+    try:
+        yield message_store
+    finally:
+        message_store.dispose()
 
 
 @pytest.fixture

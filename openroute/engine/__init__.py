@@ -7,15 +7,19 @@ from openroute.engine.core import (
     EngineStats,
     FinalStateHook,
     FinalStateTxHook,
-    InboundMessage,
     default_node_id,
 )
+from openroute.engine.exchange import AttemptRuntime, ChildMessage, Exchange
+from openroute.message import InboundMessage
 
 __all__ = [
     "AcceptResult",
+    "AttemptRuntime",
+    "ChildMessage",
     "Engine",
     "EngineSettings",
     "EngineStats",
+    "Exchange",
     "FinalStateHook",
     "FinalStateTxHook",
     "InboundMessage",

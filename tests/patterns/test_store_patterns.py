@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(minutes=5)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 def _insert(store: MessageStore, key: str, at: datetime = T0, **extra: object) -> int:
