@@ -177,3 +177,15 @@ async def test_memory_sink_passes_subscriber_verification() -> None:
 
     await verify_subscriber(make)
     assert sink_items
+
+
+async def test_watched_subscriber_passes_subscriber_verification() -> None:
+    from openroute import streams as rs
+    from openroute.messaging._stages import WatchedSubscriber
+
+    assert await verify_subscriber(lambda: WatchedSubscriber(rs.builder().ignore().build())) == []
+
+
+@pytest.mark.parametrize("prefetch", [0, 16])
+async def test_consumer_subscriber_with_prefetch_passes_subscriber_verification(prefetch: int) -> None:
+    assert await verify_subscriber(lambda: ConsumerSubscriber("tck", lambda item: None, 2, prefetch)) == []
