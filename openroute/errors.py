@@ -36,6 +36,7 @@ __all__ = [
     "DeploymentError",
     "IllegalTransitionError",
     "MessageDroppedByInterceptor",
+    "NodeNotAcceptingError",
     "OpenrouteError",
     "PayloadTooLargeError",
     "StaleMessageError",
@@ -125,3 +126,15 @@ class MessageDroppedByInterceptor(OpenrouteError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class NodeNotAcceptingError(OpenrouteError):
+    """An operator drained (HANDLES_EXISTING_MESSAGES) or stopped this node: it takes no new messages (HTTP 503,
+    send to another node); nothing was stored."""
+
+    code = "NODE_NOT_ACCEPTING"
+
+    def __init__(self, node_id: str, state: str) -> None:
+        super().__init__(f"node {node_id} is {state} and takes no new messages; nothing was stored")
+        self.node_id = node_id
+        self.state = state

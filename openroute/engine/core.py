@@ -34,6 +34,7 @@ from openroute.errors import (
     ConfigurationError,
     IllegalTransitionError,
     MessageDroppedByInterceptor,
+    NodeNotAcceptingError,
     PayloadTooLargeError,
     StaleMessageError,
     UnknownRouteError,
@@ -42,7 +43,7 @@ from openroute.errors import (
 from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
 from openroute.message import InboundMessage
 from openroute.messaging import Emitter, MessagingApp, OnOverflow
-from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
+from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from openroute.route import Route, RouteRegistry
 
@@ -174,6 +175,8 @@ class Engine:
         #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
         self.transition_listeners: list[TransitionListener] = []
         self.stats = EngineStats()
+        #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
+        self.node_state = NodeState.RUN
         # parent messages a child's final transition completed, by child id (set in the writer thread)
         self._completed_parents: dict[int, StoredMessage] = {}
         self._writer = GroupCommitWriter(
@@ -228,6 +231,7 @@ class Engine:
         self._stopping = False
         now = self.clock.now()
         await self._run_db(lambda: self.store.register_node(self.node_id, now))
+        self.node_state = await self._run_db(lambda: self.store.node_state(self.node_id)) or NodeState.RUN
         self._running = True
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
@@ -343,9 +347,12 @@ class Engine:
 
         Returns after the commit. A repeated (source system, correlation id) is answered with
         ``duplicate=True`` and the existing message; nothing is stored twice. Raises
-        :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored).
+        :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
+        :class:`NodeNotAcceptingError` when an operator drained or stopped this node.
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
+        if self.node_state is not NodeState.RUN:
+            raise NodeNotAcceptingError(self.node_id, self.node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now())
         outcome = await self._writer.submit_grouped(self._insert_group, new)
@@ -398,13 +405,27 @@ class Engine:
         await self._emit(updated, wait=False)
         return updated
 
+    async def set_node_state(self, node_id: str, state: NodeState) -> None:
+        """Give ``node_id`` (this node or another) the ``state``: HANDLES_EXISTING_MESSAGES drains it (new
+        messages refused, stored ones still processed), STOPPED also stops it picking up work, RUN resumes.
+
+        This node obeys at once; another node at its next heartbeat. Raises :class:`LookupError` for an unknown
+        node, :class:`ValueError` for an unknown state.
+        """
+        state = NodeState(state)
+        if not await self._run_db(lambda: self.store.set_node_state(node_id, state)):
+            raise LookupError(f"no node {node_id!r}")
+        if node_id == self.node_id:
+            self.node_state = state
+        log.info("node %s is now %s", node_id, state.value)
+
     # -- the processing channel -----------------------------------------------------------------
     async def _emit(self, message: StoredMessage, wait: bool) -> bool:
         """Emit ``message`` to the processing channel; False if not running, already queued, or (``wait``
         False) no room. With ``wait`` the caller waits for room: queued + in flight never exceed
         ``queue_size + concurrency``.
         """
-        if not self._running or self._stopping or message.id in self._queued:
+        if not self._running or self._stopping or message.id in self._queued or self.node_state is NodeState.STOPPED:
             return False
         permits = self._permits
         assert permits is not None and self._idle is not None
@@ -722,7 +743,10 @@ class Engine:
 
     async def _heartbeat_job(self) -> None:
         try:
-            await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+            state = await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+            if state is not None and state is not self.node_state:
+                log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
+                self.node_state = state
         except Exception:
             log.exception("heartbeat failed")
 

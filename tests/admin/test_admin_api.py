@@ -242,6 +242,9 @@ async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, w
     restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
     assert restart.status_code == 200
     assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
+    rows = world.engine.store.transitions_of(message_id)
+    assert [(str(r["to_state"]), r["cause"]) for r in rows[-2:]] == [("CANCEL", "admin:ops"),
+                                                                      ("PARTLY_FAILED", "admin:ops")]
 
 
 async def test_counts_per_state(client: httpx.AsyncClient) -> None:
