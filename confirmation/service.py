@@ -405,7 +405,9 @@ class ConfirmationService:
         if error is not None and len(error) > _MAX_ERROR:
             error = error[: _MAX_ERROR - 3] + "..."
         outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
-        if outcome == "lost":
+        if outcome == "sent":
+            log.info("confirmation of message %s (%s) sent (attempt %d)", row.message_id, row.outcome_state, attempt)
+        elif outcome == "lost":
             log.warning("confirmation of message %s: claim expired while sending (attempt %d); another node "
                         "owns it now", row.message_id, attempt)
         elif outcome == "failed":
@@ -481,7 +483,10 @@ class ConfirmationService:
             try:
                 if sweep:
                     await self.sweep_missing()
-                await self.process_due()
+                report = await self.process_due()
+                if report.sent or report.retry_scheduled or report.given_up or report.errors:
+                    log.info("confirmation pass: %d sent, %d to retry, %d given up, %d not recorded",
+                             report.sent, report.retry_scheduled, report.given_up, report.errors)
             except Exception:
                 log.exception("confirmation pass failed; retrying in %s s", seconds)
             try:

@@ -753,6 +753,7 @@ class Engine:
         the next run).
         """
         now = self.clock.now()
+        repaired, reemitted = self.stats.repaired, self.stats.reemitted
         await self._repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
         if not self._running:
             return
@@ -765,6 +766,9 @@ class Engine:
         for message in [*due, *fresh]:
             if await self._emit(message, wait=False):
                 self.stats.reemitted += 1
+        if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
+            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
+                     self.stats.repaired - repaired, self.stats.reemitted - reemitted)
 
     async def _repair_stuck(self, now: datetime, node_id: str | None, cutoff: datetime | None) -> None:
         limit = self.settings.repoll_batch
