@@ -41,10 +41,15 @@ def run(args: argparse.Namespace) -> int:
     shown = _safe(url)
     try:
         store = MessageStore(url)
+    except Exception as error:  # a malformed URL, an unsupported database or a missing driver
+        print(f"openroute db upgrade: {shown}: {_first_line(error)}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    try:
         store.upgrade()
         revision = store.current_revision()
         store.dispose()
-    except Exception as error:  # any driver, URL or migration problem ends the command with its reason
+    except Exception as error:  # an unreachable database or a failed migration ends the command with its reason
+        store.dispose()
         print(f"openroute db upgrade: {shown}: {_first_line(error)}", file=sys.stderr)
         return EXIT_DATABASE
     print(f"openroute db upgrade: {shown} is at revision {revision}")

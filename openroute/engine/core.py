@@ -402,7 +402,9 @@ class Engine:
         return updated
 
     async def restart(self, message_id: int) -> StoredMessage:
-        """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+        """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0 and
+        business errors cleared (a new attempt history; the transition rows keep the old one). Its next final state
+        is confirmed again, with the new outcome.
 
         Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED/CANCEL) or
         :class:`StaleMessageError`.
@@ -413,8 +415,9 @@ class Engine:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
+        # a new attempt history: the failed count and the business errors of the earlier attempts start over
         updated = await self._transition(
-            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}
+            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0, "business_errors": []}
         )
         if updated is None:
             raise StaleMessageError(message.id, message.version)
