@@ -303,3 +303,25 @@ def test_the_model_is_frozen() -> None:
     with pytest.raises(Exception, match="frozen"):
         config.port = 1  # type: ignore[misc]
     assert isinstance(config, ServerConfig)
+
+
+def test_the_documented_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TOML example of docs/configuration.md, with its secrets present, is a valid configuration."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    secret = write(tmp_path, "crm-secret\n", "crm")
+    path = write(tmp_path, example.replace("/run/secrets/crm", str(secret)))
+    monkeypatch.setenv("ERP_API_KEY", "0123456789abcdef-erp")
+    monkeypatch.setenv("OPENROUTE_OPS_PASSWORD", "ops-secret")
+    monkeypatch.setenv("OPENROUTE_DB_PASSWORD", "db secret")
+    config = load_config(path)
+    assert config.routes == "myapp:app" and config.log.format == "json"
+    assert config.engine.settings().default_retry_policy.max_attempts == 5
+    assert config.auth.source_systems["CRM"].basic.password == "crm-secret"  # type: ignore[union-attr]
+    assert config.auth.source_systems["ERP"].api_key == "0123456789abcdef-erp"
+    assert config.auth.admins[0].password == "ops-secret"
+    assert set(config.confirmations.systems) == {"CRM", "ERP"}
+    from sqlalchemy.engine import make_url
+
+    assert make_url(config.resolved_database_url()).password == "db secret"  # the URL round-trips the secret
+    assert config.messaging_config() == {"openroute.messaging.incoming.orders.connector": "memory"}
