@@ -3,6 +3,7 @@
 ``openroute demo``        show messages going through every state on a temporary SQLite file
 ``openroute run``         serve an application's routes (HTTP/SOAP, admin API, /metrics, /health)
 ``openroute db upgrade``  bring the database schema to the newest migration
+``openroute messages``    list, show, restart and cancel messages (store or a server's admin API)
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``; add one line to
 ``COMMANDS`` for a new one.
@@ -21,6 +22,7 @@ COMMANDS = [
     "openroute.commands.demo",
     "openroute.commands.run",
     "openroute.commands.db",
+    "openroute.console.cli",
 ]
 
 EXAMPLE = """examples:
@@ -50,8 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_parser(subparsers)
         for command in set(subparsers.choices) - before:
             handlers[command] = module.run
+            _examples_from_docstring(subparsers.choices[command], module.__doc__ or "")
     parser.set_defaults(_handlers=handlers)
     return parser
+
+
+def _examples_from_docstring(parser: argparse.ArgumentParser, doc: str) -> None:
+    """A command (and its subcommands) without an epilog shows its module's docstring, examples included."""
+    if parser.epilog is None and "openroute " in doc:
+        parser.epilog = doc
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _examples_from_docstring(sub, doc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

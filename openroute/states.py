@@ -88,35 +88,52 @@ def transition(
     now: datetime,
     changes: Mapping[str, Any] | None = None,
     connection: sa.Connection | None = None,
+    *,
+    node_id: str | None = None,
+    cause: str = "engine",
 ) -> StoredMessage:
     """Move ``message`` (a snapshot at its version) to ``to_state`` and return the new snapshot.
 
     ``changes`` may set the bookkeeping columns that go with the change (failed count, next attempt,
     custom data, business errors, last error code/text). Raises :class:`IllegalTransitionError` before
     touching the database, :class:`StaleMessageError` when the row is no longer at ``message.version``.
+    The change is recorded in ``message_transition`` in the same transaction: made by ``node_id`` (default:
+    the message's node) for ``cause`` (``engine``, ``admin:<user>``, ``reprocess:<job id>``, ``repair``).
     """
     check_transition(message.state, to_state)
     changes = dict(changes or {})
-    if not store.apply_transition(message.id, message.version, message.state, to_state, now, changes, connection):
+    node = node_id if node_id is not None else changes.get("node_id", message.node_id)
+    if not store.apply_transition(message.id, message.version, message.state, to_state, now, changes, connection,
+                                  node_id=node, cause=cause):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
 
 
-TransitionRequest = tuple[StoredMessage, MessageState, datetime, Mapping[str, Any]]
+#: (message, to_state, now, changes) or (message, to_state, now, changes, cause); cause defaults to "engine".
+TransitionRequest = (
+    tuple[StoredMessage, MessageState, datetime, Mapping[str, Any]]
+    | tuple[StoredMessage, MessageState, datetime, Mapping[str, Any], str]
+)
 
 
 def transition_many(
-    store: MessageStore, requests: list[TransitionRequest], connection: sa.Connection | None = None
+    store: MessageStore,
+    requests: list[TransitionRequest],
+    connection: sa.Connection | None = None,
+    *,
+    node_id: str | None = None,
 ) -> list[StoredMessage | IllegalTransitionError | StaleMessageError]:
-    """:func:`transition` for many (message, to_state, now, changes) requests, one result per request.
+    """:func:`transition` for many (message, to_state, now, changes[, cause]) requests, one result per request.
 
     An illegal or lost transition is returned as its error (nothing written for it); the others are
-    written in the same transaction, grouped into as few statements as the store can manage. May raise
-    :class:`persistence.GroupConflict` (roll back and retry the requests one at a time).
+    written in the same transaction, grouped into as few statements as the store can manage, with their
+    ``message_transition`` rows (made by ``node_id``). May raise :class:`persistence.GroupConflict` (roll
+    back and retry the requests one at a time).
     """
     results: list[Any] = [None] * len(requests)
     legal: list[int] = []
-    for index, (message, target, _now, _changes) in enumerate(requests):
+    for index, request in enumerate(requests):
+        message, target = request[0], request[1]
         if is_legal(message.state, target):
             legal.append(index)
         else:
@@ -124,12 +141,15 @@ def transition_many(
     for bad in (set(requests[i][3]) - TRANSITION_COLUMNS for i in legal):
         if bad:
             raise ValueError(f"a transition cannot write {sorted(bad)}")
+    chosen = [requests[i] for i in legal]
     flags = store.apply_transition_many(
-        [(m.id, m.version, m.state, MessageState(t), now, dict(ch)) for m, t, now, ch in (requests[i] for i in legal)],
+        [(r[0].id, r[0].version, r[0].state, MessageState(r[1]), r[2], dict(r[3])) for r in chosen],
         connection,
+        node_id=node_id,
+        cause=[r[4] if len(r) > 4 else "engine" for r in chosen],  # type: ignore[misc]
     )
     for index, written in zip(legal, flags, strict=True):
-        message, target, now, changes = requests[index]
+        message, target, now, changes = requests[index][:4]
         results[index] = (
             message.evolve(state=MessageState(target), version=message.version + 1, last_update_ts=now, **changes)
             if written
@@ -155,7 +175,8 @@ def claim(
         check_transition(message.state, MessageState.PROCESSING)
     unique = list({(m.id, m.version): m for m in candidates}.values())
     won = store.claim(
-        [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection
+        [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection,
+        previous={m.id: m.state for m in unique},
     )
     return [
         m.evolve(state=MessageState.PROCESSING, version=m.version + 1, node_id=node_id, start_process_ts=now,

@@ -4,7 +4,8 @@ Every method that changes a row takes an optional ``connection``: without one it
 transaction, with one it joins the caller's transaction, which lets the engine group several
 writes into one commit. The store writes the ``state`` column only in :meth:`MessageStore.insert_message`
 (always ``NEW``), :meth:`MessageStore.apply_transition` and :meth:`MessageStore.claim`; whether a
-transition is legal is decided by ``openroute.states`` before these are called.
+transition is legal is decided by ``openroute.states`` before these are called. Each of them also writes
+the change's ``message_transition`` row in the same transaction (one executemany INSERT per batch).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from openroute.persistence.models import (
     FINAL_STATES,
     ExternalCallStatus,
     MessageState,
+    NodeState,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
     message_table,
+    message_transition_table,
     node_table,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -56,8 +59,12 @@ class GroupConflict(Exception):
 
 
 @dataclass(frozen=True)
-class NewMessage:
-    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
+class MessageFields:
+    """The fields a message has before it is stored: what its sender says and what its binding extracted.
+
+    ``openroute.InboundMessage`` (what an endpoint accepts) and :class:`NewMessage` (what the store inserts)
+    are both these fields plus their own few.
+    """
 
     service: str
     operation: str
@@ -65,14 +72,22 @@ class NewMessage:
     content_type: str
     correlation_id: str
     source_system: str
-    receive_ts: datetime
     process_id: str | None = None
-    msg_ts: datetime | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     object_id: str | None = None
+    #: with an object id, None means the operation (an entity is entity type + object id)
     entity_type: str | None = None
     funnel_value: str | None = None
-    parent_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NewMessage(MessageFields):
+    """What :meth:`MessageStore.insert_message` stores as a NEW message: the message's fields, when it was
+    received, the sender's own timestamp and the parent of a child message."""
+
+    receive_ts: datetime = field(kw_only=True)
+    msg_ts: datetime | None = field(default=None, kw_only=True)
+    parent_id: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,20 @@ def _insert_values(new: NewMessage) -> dict[str, Any]:
     return values
 
 
+def _transition_row(
+    message_id: int,
+    from_state: MessageState | None,
+    to_state: MessageState,
+    at: datetime,
+    node_id: str | None,
+    error_code: str | None,
+    cause: str,
+) -> dict[str, Any]:
+    """The parameters of one ``message_transition`` row (attempt is read from the message row)."""
+    return {"r_id": message_id, "r_from": from_state, "r_to": to_state, "r_at": at, "r_node": node_id,
+            "r_error": error_code, "r_cause": cause}
+
+
 def _row_to_message(row: sa.Row[Any]) -> StoredMessage:
     values = dict(row._mapping)
     values["headers"] = values["headers"] or {}
@@ -227,6 +256,18 @@ class MessageStore:
             .returning(message_table.c.id)
         )
         self._transition_statements: dict[frozenset[str], sa.Update] = {}
+        m, t = message_table.c, message_transition_table.c
+        # attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
+        self._record_transition = sa.insert(message_transition_table).values(
+            message_id=sa.bindparam("r_id"),
+            from_state=sa.bindparam("r_from", type_=t.from_state.type),
+            to_state=sa.bindparam("r_to", type_=t.to_state.type),
+            at=sa.bindparam("r_at", type_=t.at.type),
+            node_id=sa.bindparam("r_node", type_=t.node_id.type),
+            attempt=sa.select(m.failed_count + 1).where(m.id == sa.bindparam("r_id")).scalar_subquery(),
+            error_code=sa.bindparam("r_error", type_=t.error_code.type),
+            cause=sa.bindparam("r_cause", type_=t.cause.type),
+        )
         self._claim_statements: dict[frozenset[MessageState], sa.Update] = {}
 
     # -- schema ---------------------------------------------------------------------------------
@@ -278,15 +319,21 @@ class MessageStore:
             return work(own)
 
     # -- messages -------------------------------------------------------------------------------
-    def insert_message(self, new: NewMessage, connection: sa.Connection | None = None) -> InsertOutcome:
+    def insert_message(
+        self, new: NewMessage, connection: sa.Connection | None = None, *, node_id: str | None = None,
+        cause: str = "engine",
+    ) -> InsertOutcome:
         """Store ``new`` as NEW, or report the message with the same (source system, correlation id).
 
         Uses ``INSERT ... ON CONFLICT DO NOTHING`` so a duplicate is an answer, not a failed transaction.
+        A stored message gets its first ``message_transition`` row (from None to NEW, by ``node_id``).
         """
         values = _insert_values(new)
         def work(conn: sa.Connection) -> InsertOutcome:
             new_id = conn.execute(self._insert_message, values).scalar()
             if new_id is not None:
+                self._record_transitions(conn, [_transition_row(new_id, None, MessageState.NEW, new.receive_ts,
+                                                                node_id, None, cause)])
                 return InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False)
             existing = conn.execute(
                 sa.select(message_table).where(
@@ -299,7 +346,8 @@ class MessageStore:
         return self.run(work, connection)
 
     def insert_messages(
-        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None
+        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None, *, node_id: str | None = None,
+        cause: str = "engine",
     ) -> list[InsertOutcome]:
         """:meth:`insert_message` for many messages with one multi-row INSERT; one outcome per item, in order."""
         if not batch:
@@ -314,6 +362,13 @@ class MessageStore:
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
             created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
+            received = {}
+            for new in batch:
+                received.setdefault((new.source_system, new.correlation_id), new.receive_ts)
+            self._record_transitions(conn, [
+                _transition_row(new_id, None, MessageState.NEW, received[key], node_id, None, cause)
+                for key, new_id in created.items()
+            ])
             outcomes: list[InsertOutcome] = []
             for new, values in zip(batch, rows, strict=True):
                 key = (new.source_system, new.correlation_id)
@@ -358,11 +413,15 @@ class MessageStore:
         now: datetime,
         changes: Mapping[str, Any] | None = None,
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str = "engine",
     ) -> bool:
         """Write one state change if the row is still at ``version`` and ``from_state``.
 
         Returns False (and writes nothing) when another writer got there first. Legality is not
         checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
         changes = dict(changes or {})
         keys = frozenset(changes)
@@ -372,19 +431,34 @@ class MessageStore:
         params = {f"v_{name}": value for name, value in changes.items()}
         params.update(t_id=message_id, t_version=version, t_from=from_state, t_to=to_state,
                       t_new_version=version + 1, t_now=now)
-        return self.run(lambda conn: conn.execute(statement, params).rowcount == 1, connection)
+        record = _transition_row(message_id, from_state, to_state, now, node_id, changes.get("last_error_code"), cause)
+
+        def work(conn: sa.Connection) -> bool:
+            if conn.execute(statement, params).rowcount != 1:
+                return False
+            self._record_transitions(conn, [record])
+            return True
+
+        return self.run(work, connection)
 
     def apply_transition_many(
         self,
         batch: Sequence[tuple[int, int, MessageState, MessageState, datetime, Mapping[str, Any]]],
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str | Sequence[str] = "engine",
     ) -> list[bool]:
         """:meth:`apply_transition` for many (id, version, from, to, now, changes) items, one flag per item.
 
         Items changing the same columns share one executemany UPDATE. If its total row count says some
         item lost, :class:`GroupConflict` is raised: the caller must roll back and retry the items one by
-        one (a single item is always resolved exactly).
+        one (a single item is always resolved exactly). The written items' ``message_transition`` rows
+        follow in one executemany INSERT; ``cause`` is one for all items or one per item.
         """
+        causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
+        if len(causes) != len(batch):
+            raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
         groups: dict[frozenset[str], list[int]] = {}
         for index, item in enumerate(batch):
             groups.setdefault(frozenset(item[5]), []).append(index)
@@ -410,6 +484,11 @@ class MessageStore:
                     continue
                 for index, row in zip(indexes, params, strict=True):
                     flags[index] = conn.execute(statement, row).rowcount == 1
+            self._record_transitions(conn, [
+                _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why)
+                for item, why, written in zip(batch, causes, flags, strict=True)
+                if written
+            ])
             return flags
 
         return self.run(work, connection)
@@ -435,12 +514,15 @@ class MessageStore:
         transitions: Sequence[tuple[int, int, MessageState, MessageState, Mapping[str, Any]]],
         now: datetime,
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str = "engine",
     ) -> list[bool]:
         """:meth:`apply_transition` for many messages in one transaction; one flag per item."""
 
         def work(conn: sa.Connection) -> list[bool]:
             return [
-                self.apply_transition(mid, version, old, new, now, changes, conn)
+                self.apply_transition(mid, version, old, new, now, changes, conn, node_id=node_id, cause=cause)
                 for mid, version, old, new, changes in transitions
             ]
 
@@ -454,16 +536,28 @@ class MessageStore:
         node_id: str,
         now: datetime,
         connection: sa.Connection | None = None,
+        *,
+        previous: Mapping[int, MessageState] | None = None,
+        cause: str = "engine",
     ) -> set[int]:
         """Move the (id, version) ``candidates`` still in ``from_states`` to ``to_state`` for ``node_id``.
 
         Returns the ids this call won. On PostgreSQL rows locked by a concurrent claim are skipped
         (``FOR UPDATE SKIP LOCKED``) instead of waited for; on SQLite the write lock serialises claims
-        and the conditional UPDATE decides.
+        and the conditional UPDATE decides. Each won message gets its ``message_transition`` row in the
+        same transaction, from its state in ``previous`` (the state at the candidate's version).
         """
         pairs = list(candidates)
         if not pairs:
             return set()
+        before = previous or {}
+
+        def recorded(won: set[int], conn: sa.Connection) -> set[int]:
+            self._record_transitions(
+                conn, [_transition_row(i, before.get(i), to_state, now, node_id, None, cause) for i in won]
+            )
+            return won
+
         states = list(from_states)
         if len(pairs) == 1:
             (message_id, version), = pairs
@@ -473,8 +567,10 @@ class MessageStore:
                 statement = self._claim_statement(key)
             params = {"c_id": message_id, "c_version": version, "c_to": to_state,
                       "c_new_version": version + 1, "c_node": node_id, "c_now": now}
-            won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
-            return {message_id} if won == 1 else set()
+            return self.run(
+                lambda conn: recorded({message_id} if conn.execute(statement, params).rowcount == 1 else set(), conn),
+                connection,
+            )
         c = message_table.c
         condition = sa.and_(sa.tuple_(c.id, c.version).in_(pairs), c.state.in_(states))
         if self.dialect == "postgresql":
@@ -488,7 +584,22 @@ class MessageStore:
             .values(state=to_state, version=c.version + 1, node_id=node_id, start_process_ts=now, last_update_ts=now)
             .returning(c.id)
         )
-        return set(self.run(lambda conn: conn.execute(statement).scalars().all(), connection))
+        return self.run(lambda conn: recorded(set(conn.execute(statement).scalars().all()), conn), connection)
+
+    def _record_transitions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """Write ``message_transition`` rows (see :func:`_transition_row`) with one executemany INSERT."""
+        if rows:
+            conn.execute(self._record_transition, rows)
+
+    def transitions_of(self, message_id: int, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
+        """The recorded state changes of ``message_id``, oldest first (from_state None for the insert)."""
+        t = message_transition_table.c
+        query = (
+            sa.select(t.from_state, t.to_state, t.at, t.node_id, t.attempt, t.error_code, t.cause)
+            .where(t.message_id == message_id)
+            .order_by(t.id)
+        )
+        return [dict(r._mapping) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
 
     def _claim_statement(self, states: frozenset[MessageState]) -> sa.Update:
         c = message_table.c
@@ -771,10 +882,31 @@ class MessageStore:
         statement = statement.on_conflict_do_update(index_elements=["id"], set_={**values, "stopped_at": None})
         self.run(lambda conn: conn.execute(statement), connection)
 
-    def heartbeat(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
-        """Refresh the heartbeat of ``node_id``."""
+    def heartbeat(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> NodeState | None:
+        """Refresh the heartbeat of ``node_id``; returns the state an operator gave it (None: no such node)."""
         statement = sa.update(node_table).where(node_table.c.id == node_id).values(heartbeat_at=now)
-        self.run(lambda conn: conn.execute(statement), connection)
+
+        def work(conn: sa.Connection) -> NodeState | None:
+            conn.execute(statement)
+            return self.node_state(node_id, conn)
+
+        return self.run(work, connection)
+
+    def node_state(self, node_id: str, connection: sa.Connection | None = None) -> NodeState | None:
+        """The state of ``node_id`` (None: no such node)."""
+        query = sa.select(node_table.c.state).where(node_table.c.id == node_id)
+        state = self.run(lambda conn: conn.execute(query).scalar_one_or_none(), connection)
+        return None if state is None else NodeState(state)
+
+    def set_node_state(self, node_id: str, state: NodeState, connection: sa.Connection | None = None) -> bool:
+        """Give ``node_id`` the ``state`` (an operator's decision, kept across restarts); False: no such node."""
+        statement = sa.update(node_table).where(node_table.c.id == node_id).values(state=NodeState(state))
+        return bool(self.run(lambda conn: conn.execute(statement).rowcount, connection))
+
+    def nodes(self, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
+        """Every node ever registered (id, host, pid, started_at, heartbeat_at, stopped_at, state), by id."""
+        query = sa.select(node_table).order_by(node_table.c.id)
+        return self.run(lambda conn: [dict(row._mapping) for row in conn.execute(query)], connection)
 
     def node_stopped(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
         """Record an orderly stop of ``node_id``."""
