@@ -256,10 +256,23 @@ class ConfirmationService:
         """Engine hook run inside the transaction that made ``message`` final (a ``persistence.StoredMessage``):
         inserts its confirmation row in that transaction. SKIPPED messages, unconfirmed systems and child
         messages of a split (their parent's outcome is what the source system is told) get none.
+
+        A restarted message reaching its next final state already has a row (of its earlier outcome): the row is
+        reset to PENDING with the new outcome, so the source system is confirmed again.
         """
         state = MessageState(message.state).value
-        if state in CONFIRMED_STATES and getattr(message, "parent_id", None) is None:
-            self.enqueue_in(request_from_message(message, state), connection)
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None:
+            return
+        request = request_from_message(message, state)
+        if not self.enqueue_in(request, connection) and self.callback.confirms(request.source_system):
+            # a row made before this transaction belongs to an earlier final state: the message was restarted
+            # since, and the source system is told the new outcome (the row starts over, PENDING)
+            now = self.now()
+            connection.execute(
+                sa.update(confirmation_table).where(_C.message_id == message.id).values(
+                    outcome_state=MessageState(state), status=ConfirmationStatus.PENDING, attempts=0,
+                    next_attempt_at=now, last_error=None, sent_at=None, updated_at=now)
+            )
 
     async def on_final_state(self, message: Any) -> None:
         """Engine hook awaited after the final commit: makes sure the row exists (idempotent) and sends it at once.
@@ -415,7 +428,9 @@ class ConfirmationService:
         if error is not None and len(error) > _MAX_ERROR:
             error = error[: _MAX_ERROR - 3] + "..."
         outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
-        if outcome is AttemptOutcome.LOST:
+        if outcome is AttemptOutcome.SENT:
+            log.info("confirmation of message %s (%s) sent (attempt %d)", row.message_id, row.outcome_state, attempt)
+        elif outcome is AttemptOutcome.LOST:
             log.warning("confirmation of message %s: claim expired while sending (attempt %d); another node "
                         "owns it now", row.message_id, attempt)
         elif outcome is AttemptOutcome.FAILED:
@@ -491,7 +506,10 @@ class ConfirmationService:
             try:
                 if sweep:
                     await self.sweep_missing()
-                await self.process_due()
+                report = await self.process_due()
+                if report.sent or report.retry_scheduled or report.given_up or report.errors:
+                    log.info("confirmation pass: %d sent, %d to retry, %d given up, %d not recorded",
+                             report.sent, report.retry_scheduled, report.given_up, report.errors)
             except Exception:
                 log.exception("confirmation pass failed; retrying in %s s", seconds)
             try:

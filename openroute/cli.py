@@ -1,77 +1,76 @@
-"""The ``openroute`` command line.
+"""The ``openroute`` command line: a registry of subcommand modules.
 
 ``openroute demo``        show messages going through every state on a temporary SQLite file
-``openroute run``         serve the reference routes (HTTP/SOAP) on the SQLite file of the configuration
+``openroute run``         serve an application's routes (HTTP/SOAP, admin API, /metrics, /health)
 ``openroute db upgrade``  bring the database schema to the newest migration
 ``openroute messages``    list, show, restart and cancel messages (store or a server's admin API)
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``; add one line to
+``COMMANDS`` for a new one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+
+#: the modules of the subcommands, in the order ``openroute --help`` lists them
+COMMANDS = [
+    "openroute.commands.demo",
+    "openroute.commands.run",
+    "openroute.commands.db",
+    "openroute.console.cli",
+]
+
+EXAMPLE = """examples:
+  openroute demo                         see a message go through every state (temporary SQLite file)
+  openroute run --routes myapp:app       serve ./myapp.py's application on http://127.0.0.1:8080
+  openroute run --help                   every option of a command, with examples
+"""
+
+
+def openroute_version() -> str:
+    """The installed distribution's version."""
+    try:
+        return version("openroute")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="openroute", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    commands.add_parser("demo", help="show a message going through every state on a temporary SQLite store")
-
-    run = commands.add_parser("run", help="serve the reference routes")
-    run.add_argument("--host", default="127.0.0.1")
-    run.add_argument("--port", type=int, default=8080)
-    run.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: sqlite file openroute.db)")
-    run.add_argument("--routes", default=None, help="module:attribute of the routes (default: the reference app)")
-    run.add_argument("--auth-config", default=None, help="JSON file with source-system and admin credentials")
-
-    db = commands.add_parser("db", help="database schema")
-    db_commands = db.add_subparsers(dest="db_command", required=True)
-    upgrade = db_commands.add_parser("upgrade", help="apply all migrations")
-    upgrade.add_argument("--database-url", default=None)
-    from openroute.console.cli import add_parser as add_messages_parser  # openroute messages list|show|...
-
-    add_messages_parser(commands)
+    parser = argparse.ArgumentParser(prog="openroute", description=__doc__.splitlines()[0], epilog=EXAMPLE,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"openroute {openroute_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    handlers = {}
+    for name in COMMANDS:
+        module = importlib.import_module(name)
+        before = set(subparsers.choices)
+        module.add_parser(subparsers)
+        for command in set(subparsers.choices) - before:
+            handlers[command] = module.run
+            _examples_from_docstring(subparsers.choices[command], module.__doc__ or "")
+    parser.set_defaults(_handlers=handlers)
     return parser
+
+
+def _examples_from_docstring(parser: argparse.ArgumentParser, doc: str) -> None:
+    """A command (and its subcommands) without an epilog shows its module's docstring, examples included."""
+    if parser.epilog is None and "openroute " in doc:
+        parser.epilog = doc
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _examples_from_docstring(sub, doc)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "demo":
-        import importlib
-
-        try:  # the demo belongs to the reference app, loaded by name like `run` loads its routes
-            demo = importlib.import_module("openroute_reference.demo")
-        except ImportError as error:
-            print(f"openroute demo: the reference application is not installed: {error}", file=sys.stderr)
-            return 2
-        return int(demo.main())
-    if args.command == "run":
-        from openroute.server import serve
-
-        return serve(args.host, args.port, args.database_url, args.routes, args.auth_config)
-    if args.command == "messages":
-        from openroute.console.cli import run as run_messages
-
-        return run_messages(args)
-    if args.command == "db":
-        import os
-
-        from openroute.persistence import DEFAULT_DATABASE_URL, MessageStore
-
-        url = args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL
-        try:
-            store = MessageStore(url)
-            store.upgrade()
-            revision = store.current_revision()
-            store.dispose()
-        except Exception as error:  # any driver, URL or migration problem ends the command with its reason
-            print(f"openroute db upgrade: {url}: {error}", file=sys.stderr)
-            return 1
-        print(f"openroute db upgrade: {url} is at revision {revision}")
-        return 0
-    return 2
+    return int(args._handlers[args.command](args))
 
 
 if __name__ == "__main__":

@@ -386,7 +386,9 @@ class Engine:
         return updated
 
     async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
-        """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+        """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0 and
+        business errors cleared (a new attempt history; the transition rows keep the old one). Its next final state
+        is confirmed again, with the new outcome.
 
         ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
 
@@ -707,6 +709,7 @@ class Engine:
         the next run).
         """
         now = self.clock.now()
+        repaired, reemitted = self.stats.repaired, self.stats.reemitted
         await self._repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
         if not self._running:
             return
@@ -719,6 +722,9 @@ class Engine:
         for message in [*due, *fresh]:
             if await self._emit(message, wait=False):
                 self.stats.reemitted += 1
+        if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
+            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
+                     self.stats.repaired - repaired, self.stats.reemitted - reemitted)
 
     async def _repair_stuck(self, now: datetime, node_id: str | None, cutoff: datetime | None) -> None:
         limit = self.settings.repoll_batch

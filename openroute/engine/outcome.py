@@ -197,5 +197,6 @@ def cancelled(reason: str | None = None) -> Decision:
 
 
 def restarted(now: datetime) -> Decision:
-    """An operator restarted a FAILED or CANCEL message: PARTLY_FAILED, due now, failed count back to 0."""
-    return Decision(MessageState.PARTLY_FAILED, {"next_attempt_at": now, "failed_count": 0})
+    """An operator restarted a FAILED or CANCEL message: PARTLY_FAILED, due now, a new attempt history (failed count
+    back to 0, the earlier attempts' business errors cleared: the transition rows keep them)."""
+    return Decision(MessageState.PARTLY_FAILED, {"next_attempt_at": now, "failed_count": 0, "business_errors": []})

@@ -22,7 +22,7 @@ from openroute.inbound import (
     SourceSystemAuth,
     load_auth_config,
 )
-from openroute.server import load_routes
+from openroute.loading import load_routes
 from tests.inbound.conftest import ORD, routes
 
 

@@ -26,8 +26,11 @@ def test_db_upgrade_creates_the_schema(database_url: str, capsys: pytest.Capture
 
 
 def test_db_upgrade_reports_a_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["db", "upgrade", "--database-url", "oracle://nobody@nowhere/x"]) == 1
+    assert main(["db", "upgrade", "--database-url", "oracle://nobody@nowhere/x"]) == 2
     assert "unsupported database" in capsys.readouterr().err
+    assert main(["db", "upgrade", "--database-url", "sqlite:////no/such/dir/x.db"]) == 4
+    assert "sqlite:////no/such/dir/x.db: unable to open database file" in \
+        capsys.readouterr().err
 
 
 def test_db_upgrade_as_a_command_uses_the_environment(tmp_path: Path) -> None:

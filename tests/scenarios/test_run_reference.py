@@ -42,7 +42,7 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_a_signal(tmp_path: Pa
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     output: list[str] = []
     try:
-        while "Uvicorn running" not in "".join(output):
+        while "Application startup complete" not in "".join(output):
             output.append(lines.get(timeout=60))
         assert "serving 5 routes of openroute_reference:registry" in "".join(output)
         assert "OPENROUTE_BILLING_URL is not set: the routes call the in-process fake billing, mounted at " \

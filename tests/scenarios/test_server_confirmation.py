@@ -11,10 +11,11 @@ from openroute.confirmation import ConfirmationService, DefaultConfirmationCallb
 from openroute.persistence import MessageStore
 from starlette.testclient import TestClient
 
+from openroute.config import load_config
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, ConfigurationError
 from openroute.route import Exchange, Route, RouteRegistry
-from openroute.server import confirmation_callback, create_app
+from openroute.server import create_app
 
 
 def _refuse_odd(exchange: Exchange) -> None:
@@ -50,12 +51,12 @@ def test_app_confirms_final_states_once(tmp_path: Path) -> None:
 
 
 def test_confirmation_section_of_the_config() -> None:
-    assert isinstance(confirmation_callback({}), DefaultConfirmationCallback)
-    delegate = confirmation_callback({"confirmations": {"CRM": {"soap": "http://127.0.0.1:9/ws"},
-                                                        "ERP": {"http": "http://127.0.0.1:9/confirm"}}})
+    assert isinstance(load_config().confirmations.callback(), DefaultConfirmationCallback)
+    delegate = load_config(None, {"confirmations": {"systems": {
+        "CRM": {"soap": "http://127.0.0.1:9/ws"}, "ERP": {"http": "http://127.0.0.1:9/confirm"}}}}
+    ).confirmations.callback()
     assert isinstance(delegate, DelegateConfirmationCallback)
     assert delegate.confirmed_systems() == {"CRM", "ERP"}
-    for bad in ({"confirmations": ["CRM"]}, {"confirmations": {"CRM": {"ftp": "x"}}},
-                {"confirmations": {"CRM": {"http": "not a url"}}}):
+    for bad in ({"systems": ["CRM"]}, {"systems": {"CRM": {"ftp": "x"}}}, {"systems": {"CRM": {"http": "not a url"}}}):
         with pytest.raises(ConfigurationError, match="confirmations"):
-            confirmation_callback(bad)
+            load_config(None, {"confirmations": bad})

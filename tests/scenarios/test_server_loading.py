@@ -13,8 +13,9 @@ from starlette.responses import PlainTextResponse
 
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import ConfigurationError
+from openroute.loading import load_application, load_routes
 from openroute.route import Route, RouteRegistry
-from openroute.server import create_app, load_application, load_routes
+from openroute.server import create_app
 
 
 async def _hello(scope: Any, receive: Any, send: Any) -> None:

@@ -1,0 +1,228 @@
+"""``openroute run``: serve an application's routes (HTTP/SOAP, admin API, /metrics, /health) with uvicorn.
+
+Start-up checks each end the command with one line on stderr and its own exit code (see
+:mod:`openroute.commands`): the configuration, the application, the database, its schema, the port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import importlib.util
+import logging
+import socket
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+from openroute.commands import (
+    EXIT_APPLICATION,
+    EXIT_CONFIGURATION,
+    EXIT_DATABASE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PORT,
+    EXIT_SCHEMA,
+)
+from openroute.commands.db import _first_line, _safe
+
+log = logging.getLogger("openroute.run")
+
+EXAMPLE = """examples:
+  openroute run                                      the reference application on http://127.0.0.1:8080
+  openroute run --routes myapp:app --port 9000       ./myapp.py's `app` (an openroute.Application)
+  openroute run --config openroute.toml --migrate    everything from one file; bring the schema up to date
+  OPENROUTE_DATABASE_URL=postgresql+psycopg://openroute@db/openroute openroute run --log-format json
+
+Precedence: command-line options over OPENROUTE_... environment variables over the --config file.
+Exit codes: 2 configuration, 3 application, 4 database unreachable, 5 schema not migrated, 6 port in use.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    run = subparsers.add_parser("run", help="serve the routes of an application (default: the reference app)",
+                                description=__doc__, epilog=EXAMPLE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--config", default=None, metavar="FILE", help="TOML file with the whole configuration")
+    run.add_argument("--routes", default=None, metavar="MODULE:ATTR",
+                     help="the application to serve (default: the reference app, openroute_reference:registry)")
+    run.add_argument("--host", default=None, help="interface to listen on (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=None, help="port to listen on (default 8080)")
+    run.add_argument("--database-url", default=None, help="SQLAlchemy URL (default: sqlite:///openroute.db)")
+    run.add_argument("--migrate", action="store_true", default=None,
+                     help="bring the database schema to the newest migration before serving")
+    run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     type=str.upper, help="default INFO")
+    run.add_argument("--log-format", default=None, choices=["text", "json"], help="default text")
+    run.add_argument("--auth-config", default=None, metavar="FILE",
+                     help="JSON file with sourceSystems, admins and confirmations (older form of --config)")
+
+
+class StartupError(Exception):
+    """A start-up check failed: ``exit_code`` and a one-line (or, for a DeploymentError, listed) reason."""
+
+    def __init__(self, exit_code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.exit_code = exit_code
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check everything, bind the port, then serve until SIGINT/SIGTERM; returns the exit code."""
+    try:
+        server, sock = prepare(args)
+    except StartupError as error:
+        print(f"openroute run: {error}", file=sys.stderr)
+        return error.exit_code
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
+        pass
+    finally:
+        sock.close()
+    return EXIT_OK if server.started else EXIT_FAILED
+
+
+def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
+    """Every start-up check in order; returns the uvicorn server and its bound listening socket.
+
+    Raises StartupError with the exit code of the first check that fails."""
+    from openroute.config import load_config
+    from openroute.errors import ConfigurationError, DeploymentError
+    from openroute.logs import configure_logging
+
+    overrides = {"routes": args.routes, "host": args.host, "port": args.port, "database_url": args.database_url,
+                 "migrate": args.migrate, "log": {"level": args.log_level, "format": args.log_format}}
+    try:
+        config = load_config(args.config, overrides, auth_config=args.auth_config)
+        url = config.resolved_database_url()
+    except ConfigurationError as error:
+        raise StartupError(EXIT_CONFIGURATION, str(error)) from None
+    configure_logging(config.log.level, config.log.format)
+
+    sock = _bind(config.host, config.port)  # first: a taken port stops the start before the database is touched
+    store = None
+    try:
+        loaded = _load_application(config.routes)
+        store = _open_store(url, migrate=config.migrate)
+        return _server(config, loaded, store, sock), sock
+    except (ConfigurationError, DeploymentError) as error:  # the engine's own check of the routes
+        problems = getattr(error, "problems", None) or [str(error)]
+        failure = StartupError(EXIT_APPLICATION, "; ".join(problems))
+    except StartupError as error:
+        failure = error
+    sock.close()
+    if store is not None:
+        store.dispose()
+    raise failure
+
+
+def _load_application(routes: str | None) -> Any:
+    from openroute.errors import ConfigurationError, DeploymentError
+    from openroute.loading import DEFAULT_ROUTES, load_application
+
+    try:
+        if routes is None and importlib.util.find_spec(DEFAULT_ROUTES.partition(":")[0]) is None:
+            raise ConfigurationError("no reference application 'openroute_reference' here: "
+                                     "pass --routes module:attribute")
+        return load_application(routes or DEFAULT_ROUTES)
+    except DeploymentError as error:
+        problems = getattr(error, "problems", None) or [str(error)]
+        count = f"{len(problems)} deployment problem{'s' if len(problems) > 1 else ''}"
+        raise StartupError(EXIT_APPLICATION, f"{routes or DEFAULT_ROUTES}: {count}: {'; '.join(problems)}") from None
+    except ConfigurationError as error:
+        raise StartupError(EXIT_APPLICATION, str(error)) from None
+
+
+def _open_store(url: str, *, migrate: bool) -> Any:
+    """The store at this version's schema: an empty database gets it, an older one needs ``--migrate``."""
+    import sqlalchemy as sa
+
+    from openroute.persistence import MessageStore
+
+    shown = _safe(url)
+    try:
+        store = MessageStore(url)
+    except Exception as error:  # a malformed URL or a missing driver
+        raise StartupError(EXIT_CONFIGURATION, f"database_url {shown}: {_first_line(error)}") from None
+    try:
+        current = store.current_revision()
+        empty = current is None and not sa.inspect(store.engine).get_table_names()
+    except Exception as error:
+        store.dispose()
+        raise StartupError(EXIT_DATABASE, f"cannot reach the database {shown}: {_first_line(error)}") from None
+    head = MessageStore.head_revision()
+    if current == head:
+        return store
+    if migrate or empty:
+        try:
+            store.upgrade()
+        except Exception as error:
+            store.dispose()
+            raise StartupError(EXIT_SCHEMA, f"migrating {shown} to {head} failed: {_first_line(error)}") from None
+        log.info("database %s: schema %s to revision %s", shown,
+                 "created" if empty else f"migrated from revision {current}", head)
+        return store
+    store.dispose()
+    if current is None:
+        found = "has tables but no openroute schema revision"
+    else:
+        found = f"is at schema revision {current}, this openroute needs {head}"
+    raise StartupError(EXIT_SCHEMA, f"database {shown} {found}: run `openroute db upgrade --database-url "
+                                    f"{shown}` or start with `openroute run --migrate`")
+
+
+def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
+    import uvicorn
+
+    from openroute.confirmation import ConfirmationService
+    from openroute.engine import Engine
+    from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.server import create_app
+
+    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
+    engine.transition_listeners.append(log_transition)
+    inbound_auth, admin_auth = config.auth.build()
+    confirmation = ConfirmationService(store, config.confirmations.callback())
+    app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
+                     settings=config.inbound.settings(), confirmation=confirmation,
+                     confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts)
+    host, port = sock.getsockname()[:2]
+    spec = config.routes or "openroute_reference:registry"
+    started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
+               f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)")
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(served: Any) -> AsyncIterator[Any]:
+        async with inner(served) as state:
+            for note in loaded.notes:
+                log.info("%s", note)
+            log.info("%s", started)  # only once the engine runs and the port is ours
+            yield state
+
+    app.router.lifespan_context = lifespan
+    # log_config None: uvicorn's records go through the handler of configure_logging, in the same format
+    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower()))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says "serving"."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise StartupError(EXIT_CONFIGURATION, f"host {host!r}: {error.strerror}") from None
+    family = infos[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(infos[0][4])
+    except OSError as error:
+        sock.close()
+        if error.errno == errno.EADDRINUSE:
+            raise StartupError(EXIT_PORT, f"port {port} on {host} is in use: stop the other server or pass "
+                                          "--port") from None
+        raise StartupError(EXIT_PORT, f"cannot listen on {host}:{port}: {error.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
