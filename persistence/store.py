@@ -5,6 +5,11 @@ transaction, with one it joins the caller's transaction, which lets the engine g
 writes into one commit. The store writes the ``state`` column only in :meth:`MessageStore.insert_message`
 (always ``NEW``), :meth:`MessageStore.apply_transition` and :meth:`MessageStore.claim`; whether a
 transition is legal is decided by ``openroute.states`` before these are called.
+
+Every write of a message row adds one to its ``version``, so a snapshot's (id, version) pins the state it was
+read in: the hot-path statements (claim, outcome UPDATE) are keyed by primary key and version only. A state
+predicate would add nothing to their safety, but it lets PostgreSQL plan them on a state index once the table
+has statistics (a scan of the whole backlog per statement instead of one primary-key probe).
 """
 
 from __future__ import annotations
@@ -227,7 +232,7 @@ class MessageStore:
             .returning(message_table.c.id)
         )
         self._transition_statements: dict[frozenset[str], sa.Update] = {}
-        self._claim_statements: dict[frozenset[MessageState], sa.Update] = {}
+        self._claim_single: sa.Update | None = None
 
     # -- schema ---------------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:
@@ -359,10 +364,11 @@ class MessageStore:
         changes: Mapping[str, Any] | None = None,
         connection: sa.Connection | None = None,
     ) -> bool:
-        """Write one state change if the row is still at ``version`` and ``from_state``.
+        """Write one state change if the row is still at ``version`` (read in ``from_state``).
 
-        Returns False (and writes nothing) when another writer got there first. Legality is not
-        checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        Returns False (and writes nothing) when another writer got there first. The row is matched by id and
+        version only: every write bumps the version, so an unchanged version means an unchanged state. Legality
+        is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
         """
         changes = dict(changes or {})
         keys = frozenset(changes)
@@ -370,7 +376,7 @@ class MessageStore:
         if statement is None:
             statement = self._transition_statement(keys)
         params = {f"v_{name}": value for name, value in changes.items()}
-        params.update(t_id=message_id, t_version=version, t_from=from_state, t_to=to_state,
+        params.update(t_id=message_id, t_version=version, t_to=to_state,
                       t_new_version=version + 1, t_now=now)
         return self.run(lambda conn: conn.execute(statement, params).rowcount == 1, connection)
 
@@ -397,9 +403,9 @@ class MessageStore:
                     statement = self._transition_statement(keys)
                 params = []
                 for index in indexes:
-                    message_id, version, old, new, now, changes = batch[index]
+                    message_id, version, _old, new, now, changes = batch[index]
                     row = {f"v_{name}": value for name, value in changes.items()}
-                    row.update(t_id=message_id, t_version=version, t_from=old, t_to=new, t_new_version=version + 1,
+                    row.update(t_id=message_id, t_version=version, t_to=new, t_new_version=version + 1,
                                t_now=now)
                     params.append(row)
                 if len(params) > 1 and conn.dialect.supports_sane_multi_rowcount:
@@ -422,8 +428,8 @@ class MessageStore:
         values: dict[str, Any] = {name: sa.bindparam(f"v_{name}", type_=c[name].type) for name in keys}
         statement = (
             sa.update(message_table)
-            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"),
-                   c.state == sa.bindparam("t_from", type_=c.state.type))
+            # by primary key and version only (see the module docstring): no state predicate for the planner
+            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"))
             .values(state=sa.bindparam("t_to", type_=c.state.type), version=sa.bindparam("t_new_version"),
                     last_update_ts=sa.bindparam("t_now", type_=c.last_update_ts.type), **values)
         )
@@ -455,31 +461,28 @@ class MessageStore:
         now: datetime,
         connection: sa.Connection | None = None,
     ) -> set[int]:
-        """Move the (id, version) ``candidates`` still in ``from_states`` to ``to_state`` for ``node_id``.
+        """Move the (id, version) ``candidates`` to ``to_state`` for ``node_id``.
 
-        Returns the ids this call won. On PostgreSQL rows locked by a concurrent claim are skipped
-        (``FOR UPDATE SKIP LOCKED``) instead of waited for; on SQLite the write lock serialises claims
-        and the conditional UPDATE decides.
+        The caller read every candidate in one of ``from_states`` (``openroute.states.claim`` checks it); the
+        rows are matched by id and version only, which pins that state. Returns the ids this call won. On
+        PostgreSQL rows locked by a concurrent claim are skipped (``FOR UPDATE SKIP LOCKED``) instead of waited
+        for; on SQLite the write lock serialises claims and the conditional UPDATE decides.
         """
         pairs = list(candidates)
         if not pairs:
             return set()
-        states = list(from_states)
         if len(pairs) == 1:
             (message_id, version), = pairs
-            key = frozenset(MessageState(s) for s in states)
-            statement = self._claim_statements.get(key)
-            if statement is None:
-                statement = self._claim_statement(key)
+            statement = self._claim_statement()
             params = {"c_id": message_id, "c_version": version, "c_to": to_state,
                       "c_new_version": version + 1, "c_node": node_id, "c_now": now}
             won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
             return {message_id} if won == 1 else set()
         c = message_table.c
-        condition = sa.and_(sa.tuple_(c.id, c.version).in_(pairs), c.state.in_(states))
+        condition = sa.tuple_(c.id, c.version).in_(pairs)
         if self.dialect == "postgresql":
             locked = sa.select(c.id).where(condition).with_for_update(skip_locked=True).scalar_subquery()
-            where: sa.ColumnElement[bool] = sa.and_(c.id.in_(locked), c.state.in_(states))
+            where: sa.ColumnElement[bool] = c.id.in_(locked)
         else:
             where = condition
         statement = (
@@ -490,23 +493,22 @@ class MessageStore:
         )
         return set(self.run(lambda conn: conn.execute(statement).scalars().all(), connection))
 
-    def _claim_statement(self, states: frozenset[MessageState]) -> sa.Update:
+    def _claim_statement(self) -> sa.Update:
+        if self._claim_single is not None:
+            return self._claim_single
         c = message_table.c
-        # the states are enum values, inlined: an expanding IN parameter is re-rendered on every execution
-        inlined = [sa.literal_column(f"'{state.value}'") for state in sorted(states)]
-        single = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"), c.state.in_(inlined))
+        single: sa.ColumnElement[bool] = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"))
         if self.dialect == "postgresql":
             locked = sa.select(c.id).where(single).with_for_update(skip_locked=True).scalar_subquery()
             single = c.id.in_(locked)
         now = sa.bindparam("c_now", type_=c.last_update_ts.type)
-        statement = (
+        self._claim_single = (
             sa.update(message_table)
             .where(single)
             .values(state=sa.bindparam("c_to", type_=c.state.type), version=sa.bindparam("c_new_version"),
                     node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
         )
-        self._claim_statements[states] = statement
-        return statement
+        return self._claim_single
 
     def due(
         self, states: Iterable[MessageState], now: datetime, limit: int, connection: sa.Connection | None = None
