@@ -53,7 +53,8 @@ def fill(connection: sa.Connection, n: int, state: str, prefix: str, first: int 
         concat = "||"
         head = ""
     else:
-        ts = "datetime('2024-01-01 00:00:00', '+' || g || ' seconds')"
+        # the text form SQLAlchemy writes (microseconds included), so comparisons with bound values are exact
+        ts = "(datetime('2024-01-01 00:00:00', '+' || g || ' seconds') || '.000000')"
         json_obj, json_list = "'{}'", "'[]'"
         series = "series"
         concat = "||"

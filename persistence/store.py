@@ -169,12 +169,16 @@ def _insert_values(new: NewMessage) -> dict[str, Any]:
     return values
 
 
-def _row_to_message(row: sa.Row[Any]) -> StoredMessage:
+def row_to_message(row: sa.Row[Any]) -> StoredMessage:
+    """The :class:`StoredMessage` of a row selected with every column of :data:`message_table`."""
     values = dict(row._mapping)
     values["headers"] = values["headers"] or {}
     values["custom_data"] = values["custom_data"] or {}
     values["business_errors"] = values["business_errors"] or []
     return StoredMessage(**values)
+
+
+_row_to_message = row_to_message
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
