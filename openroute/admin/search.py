@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -145,9 +145,26 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     return at, message_id
 
 
-def _count(connection: sa.Connection, conditions: Sequence[sa.ColumnElement[bool]]) -> tuple[int, bool]:
-    capped = sa.select(sa.literal(1)).select_from(message_table).where(*conditions).limit(COUNT_CAP + 1)
-    exact = connection.execute(sa.select(sa.func.count()).select_from(capped.subquery())).scalar_one()
+def count_statement(filters: SearchFilters) -> sa.Select[Any]:
+    """The capped count: how many messages match, counting at most ``COUNT_CAP + 1``."""
+    capped = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions()).limit(COUNT_CAP + 1)
+    return sa.select(sa.func.count()).select_from(capped.subquery())
+
+
+def page_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
+    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``."""
+    c = message_table.c
+    conditions = filters.conditions()
+    if cursor is not None:
+        at, last_id = decode_cursor(cursor)
+        conditions.append(sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
+                                                                     sa.literal(last_id, c.id.type)))
+    return sa.select(message_table).where(*conditions).order_by(c.receive_ts.desc(), c.id.desc()).limit(limit + 1)
+
+
+def _count(connection: sa.Connection, filters: SearchFilters) -> tuple[int, bool]:
+    exact = connection.execute(count_statement(filters)).scalar_one()
+    conditions = filters.conditions()
     if exact <= COUNT_CAP:
         return int(exact), False
     if connection.dialect.name != "postgresql":
@@ -170,17 +187,8 @@ def search_messages(
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
-    c = message_table.c
-    conditions = filters.conditions()
-    total, estimated = _count(connection, conditions)
-    page_conditions = list(conditions)
-    if cursor is not None:
-        at, last_id = decode_cursor(cursor)
-        page_conditions.append(sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
-                                                                          sa.literal(last_id, c.id.type)))
-    query = (
-        sa.select(message_table).where(*page_conditions).order_by(c.receive_ts.desc(), c.id.desc()).limit(limit + 1)
-    )
+    query = page_statement(filters, cursor, limit)
+    total, estimated = _count(connection, filters)
     rows = connection.execute(query).all()
     items = [row_to_message(row) for row in rows[:limit]]
     next_cursor = encode_cursor(items[-1]) if len(rows) > limit else None
