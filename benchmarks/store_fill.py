@@ -37,10 +37,13 @@ def _state_sql(state: str) -> str:
     return f"'{state}'"
 
 
-def fill(connection: sa.Connection, n: int, state: str, prefix: str, first: int = 1) -> None:
+def fill(
+    connection: sa.Connection, n: int, state: str, prefix: str, first: int = 1, route: tuple[str, str] | None = None
+) -> None:
     """Insert ``n`` messages (numbers ``first``..``first + n - 1``) in ``state`` (or :data:`MIXED`).
 
-    NEW rows get no start time, no node and version 0; the others look processed (version 2).
+    NEW rows get no start time, no node and version 0; the others look processed (version 2). ``route``
+    (service, operation) replaces the 20 generated routes.
     """
     new = state == "NEW"
     last = first + n - 1
@@ -59,11 +62,13 @@ def fill(connection: sa.Connection, n: int, state: str, prefix: str, first: int 
         series = "series"
         concat = "||"
         head = f"WITH RECURSIVE series(g) AS (SELECT {first} UNION ALL SELECT g + 1 FROM series WHERE g < {last}) "
+    service, operation = (f"'{route[0]}'", f"'{route[1]}'") if route else (
+        f"'svc' {concat} (g % 5)", f"'op' {concat} (g % 4)")
     started = "NULL" if new else ts
     node = "NULL" if new else "'node-aged'"
     select = (
         f"SELECT '{prefix}-' {concat} g, 'src' {concat} (g % 4), 'p-' {concat} (g / 10), "
-        f"'svc' {concat} (g % 5), 'op' {concat} (g % 4), 'obj-' {concat} (g % 100000), 'customer', NULL, "
+        f"{service}, {operation}, 'obj-' {concat} (g % 100000), 'customer', NULL, "
         f"'<order/>', 'text/xml', {json_obj}, {state_sql}, 0, {ts}, NULL, {started}, {ts}, NULL, {node}, "
         f"{json_obj}, {json_list}, NULL, NULL, NULL, {version} FROM {series}"
     )
@@ -75,12 +80,14 @@ def analyze(connection: sa.Connection) -> None:
     connection.exec_driver_sql("ANALYZE message" if connection.dialect.name == "postgresql" else "ANALYZE")
 
 
-def age(engine: sa.Engine, final: int = 100_000, backlog: int = 0) -> None:
-    """The aged store: ``final`` OK rows, then ``backlog`` NEW rows, then ANALYZE."""
+def age(
+    engine: sa.Engine, final: int = 100_000, backlog: int = 0, backlog_route: tuple[str, str] | None = None
+) -> None:
+    """The aged store: ``final`` OK rows, then ``backlog`` NEW rows (of ``backlog_route``), then ANALYZE."""
     with engine.begin() as connection:
         if final:
             fill(connection, final, "OK", "aged")
         if backlog:
-            fill(connection, backlog, "NEW", "backlog", first=final + 1)
+            fill(connection, backlog, "NEW", "backlog", first=final + 1, route=backlog_route)
     with engine.begin() as connection:
         analyze(connection)

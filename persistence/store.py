@@ -483,7 +483,8 @@ class MessageStore:
             won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
             return {message_id} if won == 1 else set()
         c = message_table.c
-        condition = sa.tuple_(c.id, c.version).in_(pairs)
+        # the plain id list lets SQLite (and PostgreSQL) probe the primary key; the row values pin the versions
+        condition = sa.and_(c.id.in_([pair[0] for pair in pairs]), sa.tuple_(c.id, c.version).in_(pairs))
         if self.dialect == "postgresql":
             locked = sa.select(c.id).where(condition).with_for_update(skip_locked=True).scalar_subquery()
             where: sa.ColumnElement[bool] = c.id.in_(locked)
