@@ -23,11 +23,19 @@ from benchmarks.store_fill import age
 from openroute import states
 from tests.services import POSTGRES_ADMIN_URL, postgres_problem, require
 
-pytestmark = pytest.mark.postgres
-
 FINAL_ROWS = 100_000
 BACKLOG = 10_000
 NOW = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def aged_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageStore]:
+    """The same aged table in a SQLite file, analyzed (sqlite_stat1)."""
+    store = MessageStore(f"sqlite:///{tmp_path_factory.mktemp('aged') / 'aged.db'}")
+    store.create_schema()
+    age(store.engine, final=FINAL_ROWS, backlog=BACKLOG)
+    yield store
+    store.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +112,7 @@ def _assert_primary_key_plans(store: MessageStore, captured: list[tuple[str, Any
             assert indexes == {"message_pkey"}, (mode, statement, scans)
 
 
+@pytest.mark.postgres
 def test_the_aged_table_tempts_the_planner_onto_a_state_index(aged_store: MessageStore) -> None:
     """The fixture reproduces the trap: the same UPDATE with a state predicate is planned on a state index."""
     [message] = _backlog(aged_store, 1)
@@ -112,6 +121,7 @@ def test_the_aged_table_tempts_the_planner_onto_a_state_index(aged_store: Messag
     assert any(index and index.startswith("ix_message_state") for _node, index in scans), scans
 
 
+@pytest.mark.postgres
 def test_claims_are_planned_on_the_primary_key(aged_store: MessageStore) -> None:
     one, group = _backlog(aged_store, 1), _backlog(aged_store, 39, offset=1)
 
@@ -124,6 +134,7 @@ def test_claims_are_planned_on_the_primary_key(aged_store: MessageStore) -> None
     _assert_primary_key_plans(aged_store, captured)
 
 
+@pytest.mark.postgres
 def test_outcome_updates_are_planned_on_the_primary_key(aged_store: MessageStore) -> None:
     messages = _backlog(aged_store, 40, offset=100)
 
@@ -140,3 +151,25 @@ def test_outcome_updates_are_planned_on_the_primary_key(aged_store: MessageStore
     captured = [c for c in _capture_updates(aged_store, work) if "IN (SELECT" not in c[0]]
     assert len(captured) == 2
     _assert_primary_key_plans(aged_store, captured)
+
+
+def test_on_sqlite_every_hot_path_update_searches_the_primary_key(aged_sqlite: MessageStore) -> None:
+    """SQLite cannot use an index for a row-value IN alone: the grouped claim lists the ids as well."""
+    messages = _backlog(aged_sqlite, 40)
+
+    def work(connection: sa.Connection) -> None:
+        claimed = states.claim(aged_sqlite, messages[:1], "node-1", NOW, connection)
+        claimed += states.claim(aged_sqlite, messages[1:], "node-1", NOW, connection)
+        assert len(claimed) == 40
+        states.transition_many(aged_sqlite, [(m, MessageState.OK, NOW, {}) for m in claimed[1:]], connection)
+        states.transition(aged_sqlite, claimed[0], MessageState.PARTLY_FAILED, NOW, {"failed_count": 1}, connection)
+
+    captured = _capture_updates(aged_sqlite, work)
+    assert len(captured) == 4
+    for statement, parameters in captured:
+        with aged_sqlite.engine.connect() as connection:
+            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            plan = [row[3] for row in cursor.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+            cursor.close()
+        assert "SEARCH message USING INTEGER PRIMARY KEY (rowid=?)" in plan, (statement, plan)
+        assert not [step for step in plan if step.startswith("SCAN message")], (statement, plan)
