@@ -225,6 +225,8 @@ async def engine_run(url: str, count: int, senders: int) -> dict[str, float]:
                 "WHERE m.source_system = 'bench'")).scalar_one()
         except sa.exc.DBAPIError:
             transitions = 0
+    writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
+    writer_cpu, commits, writes = writer.cpu_seconds, writer.transactions, writer.operations
     await engine.stop()
     if ok != count:
         states = store.count_by_state()
@@ -235,6 +237,8 @@ async def engine_run(url: str, count: int, senders: int) -> dict[str, float]:
         "accepted": count / accepted_at,
         "completed": finals / completed_at,
         "backlog_done": finals - count,
+        "writer_us": writer_cpu / finals * 1e6,
+        "per_commit": writes / max(commits, 1),
         "p50": statistics.median(latencies) * 1000,
         "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
         "transitions_per_message": transitions / count,
@@ -276,26 +280,28 @@ def main() -> None:
                 for mode in modes:
                     entry = results.setdefault((kind, mode), {k: [] for k in
                                                               ("floor", "completed", "accepted", "p50", "p99",
-                                                               "ratio")})
+                                                               "ratio", "writer_us", "per_commit")})
                     with templates.copy(kind, mode) as url:
                         base = floor(url, args.count, args.batch, per_message[kind])
                     with templates.copy(kind, mode) as url:
                         run = asyncio.run(engine_run(url, args.count, args.senders))
                     entry["floor"].append(base)
-                    for key in ("completed", "accepted", "p50", "p99"):
+                    for key in ("completed", "accepted", "p50", "p99", "writer_us", "per_commit"):
                         entry[key].append(run[key])
                     entry["ratio"].append(run["completed"] / base)
                     print(f"  rep {rep + 1} {kind:8} {mode:8} floor {base:7.0f} msg/s | engine {run['completed']:7.0f}"
                           f" msg/s | ratio {run['completed'] / base:4.2f} | backlog messages done "
-                          f"{run['backlog_done']:.0f}", flush=True)
+                          f"{run['backlog_done']:.0f} | writer CPU {run['writer_us']:.0f} us/msg, "
+                          f"{run['per_commit']:.0f} writes/commit", flush=True)
     finally:
         templates.drop()
         shutil.rmtree(folder, ignore_errors=True)
     print(f"\n{'database':9} {'store':8} {'floor msg/s':>20} {'completed msg/s':>20} {'accept p50 ms':>18} "
-          f"{'p99 ms':>18} {'engine/floor':>17}   (min / median / max)")
+          f"{'p99 ms':>18} {'writer CPU us/msg':>18} {'engine/floor':>17}   (min / median / max)")
     for (kind, mode), entry in results.items():
         print(f"{kind:9} {mode:8} {spread(entry['floor']):>20} {spread(entry['completed']):>20} "
-              f"{spread(entry['p50'], 2):>18} {spread(entry['p99'], 1):>18} {spread(entry['ratio'], 2):>17}")
+              f"{spread(entry['p50'], 2):>18} {spread(entry['p99'], 1):>18} {spread(entry['writer_us']):>18} "
+              f"{spread(entry['ratio'], 2):>17}")
     for kind in kinds:
         fresh = results.get((kind, "fresh"))
         for mode in modes:
