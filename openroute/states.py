@@ -81,6 +81,17 @@ def is_final(state: MessageState) -> bool:
     return MessageState(state) in FINAL_STATES
 
 
+def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``changes`` that differ from the snapshot: an UPDATE writes only those (no JSON rewritten for nothing).
+
+    The snapshot's version pins the row, so a value equal to the snapshot's is the value the row holds.
+    """
+    return {name: value for name, value in changes.items() if getattr(message, name, _MISSING) != value}
+
+
+_MISSING = object()
+
+
 def transition(
     store: MessageStore,
     message: StoredMessage,
@@ -97,7 +108,11 @@ def transition(
     """
     check_transition(message.state, to_state)
     changes = dict(changes or {})
-    if not store.apply_transition(message.id, message.version, message.state, to_state, now, changes, connection):
+    bad = set(changes) - TRANSITION_COLUMNS
+    if bad:
+        raise ValueError(f"a transition cannot write {sorted(bad)}")
+    written = _changed(message, changes)
+    if not store.apply_transition(message.id, message.version, message.state, to_state, now, written, connection):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
 
@@ -125,7 +140,8 @@ def transition_many(
         if bad:
             raise ValueError(f"a transition cannot write {sorted(bad)}")
     flags = store.apply_transition_many(
-        [(m.id, m.version, m.state, MessageState(t), now, dict(ch)) for m, t, now, ch in (requests[i] for i in legal)],
+        [(m.id, m.version, m.state, MessageState(t), now, _changed(m, ch))
+         for m, t, now, ch in (requests[i] for i in legal)],
         connection,
     )
     for index, written in zip(legal, flags, strict=True):

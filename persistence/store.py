@@ -28,6 +28,7 @@ from openroute.persistence.models import (
     FINAL_STATES,
     ExternalCallStatus,
     MessageState,
+    UTCDateTime,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
@@ -113,9 +114,15 @@ class StoredMessage:
 
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        unknown = changes.keys() - self.__dataclass_fields__.keys()
+        if unknown:
+            raise TypeError(f"StoredMessage has no field(s) {sorted(unknown)}")
+        # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 26 fields (the writer's hot path)
+        copy = object.__new__(StoredMessage)
+        values = copy.__dict__
+        values.update(self.__dict__)
         values.update(changes)
-        return StoredMessage(**values)
+        return copy
 
 
 @dataclass(frozen=True)
@@ -237,6 +244,8 @@ class MessageStore:
         )
         self._transition_statements: dict[frozenset[str], sa.Update] = {}
         self._claim_single: sa.Update | None = None
+        self._claim_group_postgresql: sa.TextClause | None = None
+        self._insert_many: tuple[str, list[tuple[str, Callable[[Any], Any]]]] | None = None
 
     # -- schema ---------------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:
@@ -322,11 +331,14 @@ class MessageStore:
         )
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
-            created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
+            if self.dialect == "postgresql":
+                ids = self._insert_many_postgresql(conn, rows)
+            else:
+                created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
+                ids = [created.pop((new.source_system, new.correlation_id), None) for new in batch]
             outcomes: list[InsertOutcome] = []
-            for new, values in zip(batch, rows, strict=True):
+            for new, values, new_id in zip(batch, rows, ids, strict=True):
                 key = (new.source_system, new.correlation_id)
-                new_id = created.pop(key, None)
                 if new_id is not None:
                     outcomes.append(InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False))
                     continue
@@ -337,6 +349,39 @@ class MessageStore:
             return outcomes
 
         return self.run(work, connection)
+
+    def _insert_many_postgresql(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int | None]:
+        """The new id of each row (None for a duplicate): one INSERT text, executemany in psycopg's pipeline.
+
+        A multi-row VALUES statement changes its text with the batch size and is longer than psycopg's query
+        cache takes, so it would be parsed on every call; one text runs as a prepared statement.
+        """
+        if self._insert_many is None:
+            dialect = conn.dialect
+            names = list(rows[0])
+            compiled = self._insert_message.compile(dialect=dialect, column_keys=names)
+            processors = {name: message_table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+                          for name in names}
+            self._insert_many = (compiled.string, [(n, p) for n, p in processors.items() if p is not None])
+        sql, processors = self._insert_many
+        params = []
+        for row in rows:
+            row = dict(row)
+            for name, process in processors:
+                row[name] = process(row[name])
+            params.append(row)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(sql, params, returning=True)
+            ids: list[int | None] = []
+            while True:
+                found = cursor.fetchone()
+                ids.append(None if found is None else int(found[0]))
+                if not cursor.nextset():
+                    break
+        finally:
+            cursor.close()
+        return ids
 
     def get(self, message_id: int, connection: sa.Connection | None = None) -> StoredMessage | None:
         """The current row of ``message_id``, or None."""
@@ -482,14 +527,14 @@ class MessageStore:
                       "c_new_version": version + 1, "c_node": node_id, "c_now": now}
             won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
             return {message_id} if won == 1 else set()
-        c = message_table.c
-        # the plain id list lets SQLite (and PostgreSQL) probe the primary key; the row values pin the versions
-        condition = sa.and_(c.id.in_([pair[0] for pair in pairs]), sa.tuple_(c.id, c.version).in_(pairs))
         if self.dialect == "postgresql":
-            locked = sa.select(c.id).where(condition).with_for_update(skip_locked=True).scalar_subquery()
-            where: sa.ColumnElement[bool] = c.id.in_(locked)
-        else:
-            where = condition
+            params = {"ids": [p[0] for p in pairs], "versions": [p[1] for p in pairs], "c_to": to_state.value,
+                      "c_node": node_id, "c_now": now}
+            grouped = self._claim_group_statement()
+            return set(self.run(lambda conn: conn.execute(grouped, params).scalars().all(), connection))
+        c = message_table.c
+        # the plain id list lets SQLite probe the primary key (a row-value IN alone scans the table)
+        where = sa.and_(c.id.in_([pair[0] for pair in pairs]), sa.tuple_(c.id, c.version).in_(pairs))
         statement = (
             sa.update(message_table)
             .where(where)
@@ -497,6 +542,22 @@ class MessageStore:
             .returning(c.id)
         )
         return set(self.run(lambda conn: conn.execute(statement).scalars().all(), connection))
+
+    def _claim_group_statement(self) -> sa.TextClause:
+        """PostgreSQL's grouped claim: one text for any group size (arrays), so it is parsed and planned once."""
+        if self._claim_group_postgresql is None:
+            self._claim_group_postgresql = sa.text(
+                "UPDATE message SET state = :c_to, version = message.version + 1, node_id = :c_node, "
+                "start_process_ts = :c_now, last_update_ts = :c_now "
+                "WHERE message.id IN (SELECT m.id FROM message AS m "
+                "JOIN unnest(:ids, :versions) AS c(id, version) ON m.id = c.id AND m.version = c.version "
+                "FOR UPDATE OF m SKIP LOCKED) RETURNING message.id"
+            ).bindparams(
+                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                sa.bindparam("versions", type_=postgresql.ARRAY(sa.Integer())),
+                sa.bindparam("c_now", type_=UTCDateTime()),
+            )
+        return self._claim_group_postgresql
 
     def _claim_statement(self) -> sa.Update:
         if self._claim_single is not None:

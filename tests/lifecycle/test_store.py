@@ -148,3 +148,28 @@ def test_every_write_of_a_message_bumps_its_version_so_a_version_pins_the_state(
         assert states.claim(store, [stale], "node-2", START) == []
     assert not store.apply_transition(single.id, single.version, single.state, MessageState.OK, START)
     assert store.get(message.id) == done
+
+
+def test_a_transition_writes_only_the_columns_that_changed(store: MessageStore) -> None:
+    statements: list[str] = []
+
+    def listener(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.startswith("UPDATE message"):
+            statements.append(statement.split(" WHERE ")[0])
+
+    first, second = (store.insert_message(_new(key)).message for key in ("w-1", "w-2"))
+    claimed = states.claim(store, [first, second], "node-1", START)
+    sa.event.listen(store.engine, "before_cursor_execute", listener)
+    try:
+        unchanged = {"custom_data": {}, "business_errors": [], "next_attempt_at": None, "failed_count": 0}
+        [done] = states.transition_many(store, [(claimed[0], MessageState.OK, START, unchanged)])
+        retry = states.transition(store, claimed[1], MessageState.PARTLY_FAILED, START,
+                                  {**unchanged, "custom_data": {"step": 2}, "failed_count": 1})
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", listener)
+    assert len(statements) == 2
+    assert "custom_data" not in statements[0] and "business_errors" not in statements[0]
+    assert "next_attempt_at" not in statements[0] and "failed_count" not in statements[0]
+    assert "custom_data" in statements[1] and "failed_count" in statements[1] and "business_errors" not in statements[1]
+    assert store.get(done.id) == done and store.get(retry.id) == retry
+    assert retry.custom_data == {"step": 2} and retry.failed_count == 1 and done.custom_data == {}
