@@ -372,7 +372,7 @@ class ChildMessage:
 def store_children(engine: Engine, batch: list[NewMessage]) -> list[Any]:
     """Insert child messages in one transaction (duplicates of an earlier split are reported, not stored)."""
     with engine.store.begin() as connection:
-        return engine.store.insert_messages(batch, connection)
+        return engine.store.insert_messages(batch, connection, node_id=engine.node_id)
 
 
 def _check_key(key: str) -> None:

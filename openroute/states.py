@@ -84,9 +84,11 @@ def is_final(state: MessageState) -> bool:
 def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The ``changes`` that differ from the snapshot: an UPDATE writes only those (no JSON rewritten for nothing).
 
-    The snapshot's version pins the row, so a value equal to the snapshot's is the value the row holds.
+    The snapshot's version pins the row, so a value equal to the snapshot's is the value the row holds. The error
+    code is always passed on: the change's ``message_transition`` row records it even when it repeats.
     """
-    return {name: value for name, value in changes.items() if getattr(message, name, _MISSING) != value}
+    return {name: value for name, value in changes.items()
+            if name == "last_error_code" or getattr(message, name, _MISSING) != value}
 
 
 _MISSING = object()
@@ -99,39 +101,56 @@ def transition(
     now: datetime,
     changes: Mapping[str, Any] | None = None,
     connection: sa.Connection | None = None,
+    *,
+    node_id: str | None = None,
+    cause: str = "engine",
 ) -> StoredMessage:
     """Move ``message`` (a snapshot at its version) to ``to_state`` and return the new snapshot.
 
     ``changes`` may set the bookkeeping columns that go with the change (failed count, next attempt,
     custom data, business errors, last error code/text). Raises :class:`IllegalTransitionError` before
     touching the database, :class:`StaleMessageError` when the row is no longer at ``message.version``.
+    The change is recorded in ``message_transition`` in the same transaction: made by ``node_id`` (default:
+    the message's node) for ``cause`` (``engine``, ``admin:<user>``, ``reprocess:<job id>``, ``repair``).
     """
     check_transition(message.state, to_state)
     changes = dict(changes or {})
     bad = set(changes) - TRANSITION_COLUMNS
     if bad:
         raise ValueError(f"a transition cannot write {sorted(bad)}")
+    node = node_id if node_id is not None else changes.get("node_id", message.node_id)
     written = _changed(message, changes)
-    if not store.apply_transition(message.id, message.version, message.state, to_state, now, written, connection):
+    if not store.apply_transition(message.id, message.version, message.state, to_state, now, written, connection,
+                                  node_id=node, cause=cause):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
 
 
-TransitionRequest = tuple[StoredMessage, MessageState, datetime, Mapping[str, Any]]
+#: (message, to_state, now, changes) or (message, to_state, now, changes, cause); cause defaults to "engine".
+TransitionRequest = (
+    tuple[StoredMessage, MessageState, datetime, Mapping[str, Any]]
+    | tuple[StoredMessage, MessageState, datetime, Mapping[str, Any], str]
+)
 
 
 def transition_many(
-    store: MessageStore, requests: list[TransitionRequest], connection: sa.Connection | None = None
+    store: MessageStore,
+    requests: list[TransitionRequest],
+    connection: sa.Connection | None = None,
+    *,
+    node_id: str | None = None,
 ) -> list[StoredMessage | IllegalTransitionError | StaleMessageError]:
-    """:func:`transition` for many (message, to_state, now, changes) requests, one result per request.
+    """:func:`transition` for many (message, to_state, now, changes[, cause]) requests, one result per request.
 
     An illegal or lost transition is returned as its error (nothing written for it); the others are
-    written in the same transaction, grouped into as few statements as the store can manage. May raise
-    :class:`persistence.GroupConflict` (roll back and retry the requests one at a time).
+    written in the same transaction, grouped into as few statements as the store can manage, with their
+    ``message_transition`` rows (made by ``node_id``). May raise :class:`persistence.GroupConflict` (roll
+    back and retry the requests one at a time).
     """
     results: list[Any] = [None] * len(requests)
     legal: list[int] = []
-    for index, (message, target, _now, _changes) in enumerate(requests):
+    for index, request in enumerate(requests):
+        message, target = request[0], request[1]
         if is_legal(message.state, target):
             legal.append(index)
         else:
@@ -139,13 +158,15 @@ def transition_many(
     for bad in (set(requests[i][3]) - TRANSITION_COLUMNS for i in legal):
         if bad:
             raise ValueError(f"a transition cannot write {sorted(bad)}")
+    chosen = [requests[i] for i in legal]
     flags = store.apply_transition_many(
-        [(m.id, m.version, m.state, MessageState(t), now, _changed(m, ch))
-         for m, t, now, ch in (requests[i] for i in legal)],
+        [(r[0].id, r[0].version, r[0].state, MessageState(r[1]), r[2], _changed(r[0], r[3])) for r in chosen],
         connection,
+        node_id=node_id,
+        cause=[r[4] if len(r) > 4 else "engine" for r in chosen],  # type: ignore[misc]
     )
     for index, written in zip(legal, flags, strict=True):
-        message, target, now, changes = requests[index]
+        message, target, now, changes = requests[index][:4]
         results[index] = (
             message.evolve(state=MessageState(target), version=message.version + 1, last_update_ts=now, **changes)
             if written
@@ -171,7 +192,8 @@ def claim(
         check_transition(message.state, MessageState.PROCESSING)
     unique = list({(m.id, m.version): m for m in candidates}.values())
     won = store.claim(
-        [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection
+        [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection,
+        previous={m.id: m.state for m in unique},
     )
     return [
         m.evolve(state=MessageState.PROCESSING, version=m.version + 1, node_id=node_id, start_process_ts=now,

@@ -431,4 +431,20 @@ try:  # the kit itself works without pytest (the demo uses it); only the fixture
 except ImportError:  # pragma: no cover - pytest is a dev dependency
     route_test_kit = None
 else:
-    route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")
+    try:  # pytest-asyncio runs the fixture in its strict mode too (no ``asyncio_mode = auto`` needed)
+        import pytest_asyncio
+    except ImportError:  # pragma: no cover - pytest-asyncio is a dev dependency
+        route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")
+    else:
+        route_test_kit = pytest_asyncio.fixture(_route_test_kit, name="route_test_kit")
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_pycollect_makeitem(collector: Any, name: str, obj: object) -> Any:
+        """Mark ``async def`` tests that use ``route_test_kit`` with ``asyncio``, so pytest-asyncio runs them in
+        strict mode too. Trylast: this wrapper sees the collected items before pytest-asyncio's converts them."""
+        outcome = yield
+        items = outcome.get_result()
+        for item in items if isinstance(items, list) else [items]:
+            if (isinstance(item, pytest.Function) and "route_test_kit" in item.fixturenames
+                    and asyncio.iscoroutinefunction(item.obj) and item.get_closest_marker("asyncio") is None):
+                item.add_marker(pytest.mark.asyncio)

@@ -4,7 +4,8 @@ Every method that changes a row takes an optional ``connection``: without one it
 transaction, with one it joins the caller's transaction, which lets the engine group several
 writes into one commit. The store writes the ``state`` column only in :meth:`MessageStore.insert_message`
 (always ``NEW``), :meth:`MessageStore.apply_transition` and :meth:`MessageStore.claim`; whether a
-transition is legal is decided by ``openroute.states`` before these are called.
+transition is legal is decided by ``openroute.states`` before these are called. Each of them also writes
+the change's ``message_transition`` row in the same transaction (one executemany INSERT per batch).
 
 Every write of a message row adds one to its ``version``, so a snapshot's (id, version) pins the state it was
 read in: the hot-path statements (claim, outcome UPDATE) are keyed by primary key and version only. A state
@@ -33,6 +34,7 @@ from openroute.persistence.models import (
     external_call_table,
     funnel_lock_table,
     message_table,
+    message_transition_table,
     node_table,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -176,6 +178,20 @@ def _insert_values(new: NewMessage) -> dict[str, Any]:
     return values
 
 
+def _transition_row(
+    message_id: int,
+    from_state: MessageState | None,
+    to_state: MessageState,
+    at: datetime,
+    node_id: str | None,
+    error_code: str | None,
+    cause: str,
+) -> dict[str, Any]:
+    """The parameters of one ``message_transition`` row (attempt is read from the message row)."""
+    return {"r_id": message_id, "r_from": from_state, "r_to": to_state, "r_at": at, "r_node": node_id,
+            "r_error": error_code, "r_cause": cause}
+
+
 def row_to_message(row: sa.Row[Any]) -> StoredMessage:
     """The :class:`StoredMessage` of a row selected with every column of :data:`message_table`."""
     values = dict(row._mapping)
@@ -243,6 +259,18 @@ class MessageStore:
             .returning(message_table.c.id)
         )
         self._transition_statements: dict[frozenset[str], sa.Update] = {}
+        m, t = message_table.c, message_transition_table.c
+        # attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
+        self._record_transition = sa.insert(message_transition_table).values(
+            message_id=sa.bindparam("r_id"),
+            from_state=sa.bindparam("r_from", type_=t.from_state.type),
+            to_state=sa.bindparam("r_to", type_=t.to_state.type),
+            at=sa.bindparam("r_at", type_=t.at.type),
+            node_id=sa.bindparam("r_node", type_=t.node_id.type),
+            attempt=sa.select(m.failed_count + 1).where(m.id == sa.bindparam("r_id")).scalar_subquery(),
+            error_code=sa.bindparam("r_error", type_=t.error_code.type),
+            cause=sa.bindparam("r_cause", type_=t.cause.type),
+        )
         self._claim_single: sa.Update | None = None
         self._claim_group_postgresql: sa.TextClause | None = None
         self._insert_many: tuple[str, list[tuple[str, Callable[[Any], Any]]]] | None = None
@@ -296,15 +324,21 @@ class MessageStore:
             return work(own)
 
     # -- messages -------------------------------------------------------------------------------
-    def insert_message(self, new: NewMessage, connection: sa.Connection | None = None) -> InsertOutcome:
+    def insert_message(
+        self, new: NewMessage, connection: sa.Connection | None = None, *, node_id: str | None = None,
+        cause: str = "engine",
+    ) -> InsertOutcome:
         """Store ``new`` as NEW, or report the message with the same (source system, correlation id).
 
         Uses ``INSERT ... ON CONFLICT DO NOTHING`` so a duplicate is an answer, not a failed transaction.
+        A stored message gets its first ``message_transition`` row (from None to NEW, by ``node_id``).
         """
         values = _insert_values(new)
         def work(conn: sa.Connection) -> InsertOutcome:
             new_id = conn.execute(self._insert_message, values).scalar()
             if new_id is not None:
+                self._record_transitions(conn, [_transition_row(new_id, None, MessageState.NEW, new.receive_ts,
+                                                                node_id, None, cause)])
                 return InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False)
             existing = conn.execute(
                 sa.select(message_table).where(
@@ -317,7 +351,8 @@ class MessageStore:
         return self.run(work, connection)
 
     def insert_messages(
-        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None
+        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None, *, node_id: str | None = None,
+        cause: str = "engine",
     ) -> list[InsertOutcome]:
         """:meth:`insert_message` for many messages with one multi-row INSERT; one outcome per item, in order."""
         if not batch:
@@ -336,6 +371,10 @@ class MessageStore:
             else:
                 created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
                 ids = [created.pop((new.source_system, new.correlation_id), None) for new in batch]
+            self._record_transitions(conn, [
+                _transition_row(new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause)
+                for new, new_id in zip(batch, ids, strict=True) if new_id is not None
+            ])
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 key = (new.source_system, new.correlation_id)
@@ -412,12 +451,16 @@ class MessageStore:
         now: datetime,
         changes: Mapping[str, Any] | None = None,
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str = "engine",
     ) -> bool:
         """Write one state change if the row is still at ``version`` (read in ``from_state``).
 
         Returns False (and writes nothing) when another writer got there first. The row is matched by id and
         version only: every write bumps the version, so an unchanged version means an unchanged state. Legality
         is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
         changes = dict(changes or {})
         keys = frozenset(changes)
@@ -427,19 +470,34 @@ class MessageStore:
         params = {f"v_{name}": value for name, value in changes.items()}
         params.update(t_id=message_id, t_version=version, t_to=to_state,
                       t_new_version=version + 1, t_now=now)
-        return self.run(lambda conn: conn.execute(statement, params).rowcount == 1, connection)
+        record = _transition_row(message_id, from_state, to_state, now, node_id, changes.get("last_error_code"), cause)
+
+        def work(conn: sa.Connection) -> bool:
+            if conn.execute(statement, params).rowcount != 1:
+                return False
+            self._record_transitions(conn, [record])
+            return True
+
+        return self.run(work, connection)
 
     def apply_transition_many(
         self,
         batch: Sequence[tuple[int, int, MessageState, MessageState, datetime, Mapping[str, Any]]],
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str | Sequence[str] = "engine",
     ) -> list[bool]:
         """:meth:`apply_transition` for many (id, version, from, to, now, changes) items, one flag per item.
 
         Items changing the same columns share one executemany UPDATE. If its total row count says some
         item lost, :class:`GroupConflict` is raised: the caller must roll back and retry the items one by
-        one (a single item is always resolved exactly).
+        one (a single item is always resolved exactly). The written items' ``message_transition`` rows
+        follow in one executemany INSERT; ``cause`` is one for all items or one per item.
         """
+        causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
+        if len(causes) != len(batch):
+            raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
         groups: dict[frozenset[str], list[int]] = {}
         for index, item in enumerate(batch):
             groups.setdefault(frozenset(item[5]), []).append(index)
@@ -465,6 +523,11 @@ class MessageStore:
                     continue
                 for index, row in zip(indexes, params, strict=True):
                     flags[index] = conn.execute(statement, row).rowcount == 1
+            self._record_transitions(conn, [
+                _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why)
+                for item, why, written in zip(batch, causes, flags, strict=True)
+                if written
+            ])
             return flags
 
         return self.run(work, connection)
@@ -490,12 +553,15 @@ class MessageStore:
         transitions: Sequence[tuple[int, int, MessageState, MessageState, Mapping[str, Any]]],
         now: datetime,
         connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str = "engine",
     ) -> list[bool]:
         """:meth:`apply_transition` for many messages in one transaction; one flag per item."""
 
         def work(conn: sa.Connection) -> list[bool]:
             return [
-                self.apply_transition(mid, version, old, new, now, changes, conn)
+                self.apply_transition(mid, version, old, new, now, changes, conn, node_id=node_id, cause=cause)
                 for mid, version, old, new, changes in transitions
             ]
 
@@ -509,29 +575,45 @@ class MessageStore:
         node_id: str,
         now: datetime,
         connection: sa.Connection | None = None,
+        *,
+        previous: Mapping[int, MessageState] | None = None,
+        cause: str = "engine",
     ) -> set[int]:
         """Move the (id, version) ``candidates`` to ``to_state`` for ``node_id``.
 
         The caller read every candidate in one of ``from_states`` (``openroute.states.claim`` checks it); the
         rows are matched by id and version only, which pins that state. Returns the ids this call won. On
         PostgreSQL rows locked by a concurrent claim are skipped (``FOR UPDATE SKIP LOCKED``) instead of waited
-        for; on SQLite the write lock serialises claims and the conditional UPDATE decides.
+        for; on SQLite the write lock serialises claims and the conditional UPDATE decides. Each won message
+        gets its ``message_transition`` row in the same transaction, from its state in ``previous`` (the state
+        at the candidate's version).
         """
         pairs = list(candidates)
         if not pairs:
             return set()
+        before = previous or {}
+
+        def recorded(won: set[int], conn: sa.Connection) -> set[int]:
+            self._record_transitions(
+                conn, [_transition_row(i, before.get(i), to_state, now, node_id, None, cause) for i in won]
+            )
+            return won
+
         if len(pairs) == 1:
             (message_id, version), = pairs
             statement = self._claim_statement()
             params = {"c_id": message_id, "c_version": version, "c_to": to_state,
                       "c_new_version": version + 1, "c_node": node_id, "c_now": now}
-            won = self.run(lambda conn: conn.execute(statement, params).rowcount, connection)
-            return {message_id} if won == 1 else set()
+            return self.run(
+                lambda conn: recorded({message_id} if conn.execute(statement, params).rowcount == 1 else set(), conn),
+                connection,
+            )
         if self.dialect == "postgresql":
             params = {"ids": [p[0] for p in pairs], "versions": [p[1] for p in pairs], "c_to": to_state.value,
                       "c_node": node_id, "c_now": now}
             grouped = self._claim_group_statement()
-            return set(self.run(lambda conn: conn.execute(grouped, params).scalars().all(), connection))
+            return self.run(lambda conn: recorded(set(conn.execute(grouped, params).scalars().all()), conn),
+                            connection)
         c = message_table.c
         # the plain id list lets SQLite probe the primary key (a row-value IN alone scans the table)
         where = sa.and_(c.id.in_([pair[0] for pair in pairs]), sa.tuple_(c.id, c.version).in_(pairs))
@@ -541,7 +623,22 @@ class MessageStore:
             .values(state=to_state, version=c.version + 1, node_id=node_id, start_process_ts=now, last_update_ts=now)
             .returning(c.id)
         )
-        return set(self.run(lambda conn: conn.execute(statement).scalars().all(), connection))
+        return self.run(lambda conn: recorded(set(conn.execute(statement).scalars().all()), conn), connection)
+
+    def _record_transitions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+        """Write ``message_transition`` rows (see :func:`_transition_row`) with one executemany INSERT."""
+        if rows:
+            conn.execute(self._record_transition, rows)
+
+    def transitions_of(self, message_id: int, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
+        """The recorded state changes of ``message_id``, oldest first (from_state None for the insert)."""
+        t = message_transition_table.c
+        query = (
+            sa.select(t.from_state, t.to_state, t.at, t.node_id, t.attempt, t.error_code, t.cause)
+            .where(t.message_id == message_id)
+            .order_by(t.id)
+        )
+        return [dict(r._mapping) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
 
     def _claim_group_statement(self) -> sa.TextClause:
         """PostgreSQL's grouped claim: one text for any group size (arrays), so it is parsed and planned once."""

@@ -84,11 +84,7 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     def trace(previous: MessageState | None, message: StoredMessage) -> None:
-        path = report.paths.setdefault(message.id, [])
-        if not path:
-            path.append(previous or message.state)
-        if previous is not None:
-            path.append(message.state)
+        report.paths.setdefault(message.id, [])  # filled from message_transition at the end
         if previous is None and sending and message.parent_id is None:
             report.labels.setdefault(message.id, sending[0])
         label = report.labels.get(message.id, f"{message.operation} {message.correlation_id}")
@@ -184,6 +180,8 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
 
         for message_id in report.paths:
             report.final_states[message_id] = kit.state(message_id)
+            # the path as the store recorded it, one message_transition row per state change
+            report.paths[message_id] = [row["to_state"] for row in kit.engine.store.transitions_of(message_id)]
         say("\nmessage  what                                  path")
         for message_id, path in sorted(report.paths.items()):
             label = report.labels.get(message_id, f"(line of order) #{kit.message(message_id).parent_id}")

@@ -1,7 +1,7 @@
 """The admin API (JSON over HTTP, HTTP Basic with the admin role): search, detail, restart, cancel, counts.
 
-State changes go through :func:`openroute.states.transition` (legality, then an optimistic write); a cancel
-runs the engine's final-state hooks like any other final state, so the source system is told.
+Every state change goes through the engine (:meth:`Engine.restart`, :meth:`Engine.cancel`), so its stats,
+transition listeners and final-state hooks hear of it like of any other change.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute import states
 from openroute.admin.counts import MessageCounts
 from openroute.admin.search import (
     DEFAULT_LIMIT,
@@ -229,7 +228,7 @@ class AdminApi:
         return JSONResponse(body)
 
     async def detail(self, request: Request, _user: str) -> Response:
-        """One message with its external calls, children and confirmation."""
+        """One message with its external calls, children, confirmation and state transitions (oldest first)."""
         message_id = self._message_id(request)
 
         def work() -> dict[str, Any] | None:
@@ -246,6 +245,7 @@ class AdminApi:
                 confirmation = connection.execute(
                     sa.select(confirmation_table).where(k.message_id == message_id)
                 ).first()
+                transitions = self.store.transitions_of(message_id, connection)
             body = message_detail(message)
             body["externalCalls"] = [
                 {
@@ -269,6 +269,18 @@ class AdminApi:
                 "createdAt": _iso(confirmation.created_at),
                 "sentAt": _iso(confirmation.sent_at),
             }
+            body["transitions"] = [
+                {
+                    "fromState": None if t["from_state"] is None else str(t["from_state"]),
+                    "toState": str(t["to_state"]),
+                    "at": _iso(t["at"]),
+                    "nodeId": t["node_id"],
+                    "attempt": t["attempt"],
+                    "errorCode": t["error_code"],
+                    "cause": t["cause"],
+                }
+                for t in transitions
+            ]
             return body
 
         body = await self._db(work)
@@ -286,33 +298,15 @@ class AdminApi:
         """Restart a FAILED or CANCEL message: -> PARTLY_FAILED, failed count reset, due now; queued at once
         when this node's engine runs (else the next repoll of any node takes it)."""
         message = await self._load(self._message_id(request))
-        updated = await self.engine.restart(message.id)
+        updated = await self.engine.restart(message.id, cause=f"admin:{user}")
         log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def cancel(self, request: Request, user: str) -> Response:
-        """Cancel a message that is not final (and not PROCESSING); the source system is told like any outcome."""
+        """Cancel a message that is not final (and not PROCESSING) through :meth:`Engine.cancel`: stats,
+        transition listeners and final-state hooks hear of it, so the source system is told like any outcome."""
         message = await self._load(self._message_id(request))
-        now = self.engine.clock.now()
-        changes = {
-            "next_attempt_at": None,
-            "last_error_code": "CANCELLED",
-            "last_error_text": f"cancelled by operator {user}",
-        }
-
-        def work() -> StoredMessage:
-            with self.store.begin() as connection:
-                updated = states.transition(self.store, message, MessageState.CANCEL, now, changes, connection)
-                for hook in self.engine.final_state_tx_hooks:
-                    hook(updated, connection)
-                return updated
-
-        updated = await self._db(work)
-        for hook in self.engine.final_state_hooks:
-            try:
-                await hook(updated)
-            except Exception:
-                log.exception("final-state hook %r failed for cancelled message %s", hook, updated.id)
+        updated = await self.engine.cancel(message.id, f"admin:{user}", reason=f"cancelled by operator {user}")
         log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 

@@ -199,7 +199,8 @@ class Engine:
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
-            lambda connection, batch: list(self.store.insert_messages(batch, connection)), "insert"
+            lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
+            "insert",
         )
         self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
         self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
@@ -386,8 +387,12 @@ class Engine:
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
     # -- operator actions -----------------------------------------------------------------------
-    async def cancel(self, message_id: int) -> StoredMessage:
+    async def cancel(self, message_id: int, cause: str = "engine", *, reason: str | None = None) -> StoredMessage:
         """Cancel a message that is NEW, PARTLY_FAILED, POSTPONED or waiting for children (-> CANCEL).
+
+        ``cause`` says who asked (e.g. ``admin:<user>``); the message keeps error code ``CANCELLED`` and
+        ``reason`` (default "cancelled") as its last error text. Stats, transition listeners and the
+        final-state hooks hear of it as of any other outcome.
 
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
@@ -396,13 +401,16 @@ class Engine:
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), {"next_attempt_at": None})
+        changes = {"next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": reason or "cancelled"}
+        updated = await self._transition(message, MessageState.CANCEL, self.clock.now(), changes, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
 
-    async def restart(self, message_id: int) -> StoredMessage:
+    async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
         """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0.
+
+        ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
 
         Raises :class:`LookupError`, :class:`IllegalTransitionError` (not FAILED/CANCEL) or
         :class:`StaleMessageError`.
@@ -414,7 +422,7 @@ class Engine:
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
         updated = await self._transition(
-            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}
+            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}, cause
         )
         if updated is None:
             raise StaleMessageError(message.id, message.version)
@@ -615,7 +623,7 @@ class Engine:
             target, changes = MessageState.OK, {"next_attempt_at": None}
         else:
             return None
-        updated = states.transition(self.store, parent, target, now, changes, connection)
+        updated = states.transition(self.store, parent, target, now, changes, connection, node_id=self.node_id)
         for hook in self.final_state_tx_hooks:
             hook(updated, connection)
         return updated
@@ -674,11 +682,12 @@ class Engine:
         return await self._transition(message, target, now, changes)
 
     async def _transition(
-        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any]
+        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
+        cause: str = "engine",
     ) -> StoredMessage | None:
         final = states.is_final(target)
         try:
-            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes))
+            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes, cause))
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
@@ -715,7 +724,7 @@ class Engine:
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
-        for result in states.transition_many(self.store, batch, connection):
+        for result in states.transition_many(self.store, batch, connection, node_id=self.node_id):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
@@ -787,7 +796,7 @@ class Engine:
                 "last_error_code": "PROCESSING_ABANDONED",
                 "last_error_text": reason,
             }
-            if await self._transition(message, target, now, changes) is not None:
+            if await self._transition(message, target, now, changes, "repair") is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:

@@ -184,6 +184,13 @@ async def test_detail_with_calls_children_and_confirmation(client: httpx.AsyncCl
     assert body["confirmation"]["lastError"] == "HTTP 500: down"
     plain = (await client.get(f"/admin/messages/{world.ids['new']}", headers=ADMIN)).json()
     assert plain["externalCalls"] == [] and plain["children"] == [] and plain["confirmation"] is None
+    assert [(t["fromState"], t["toState"], t["cause"], t["attempt"]) for t in plain["transitions"]] == [
+        (None, "NEW", "engine", 1)
+    ]
+    assert [(t["fromState"], t["toState"]) for t in body["transitions"]] == [
+        (None, "NEW"), ("NEW", "PROCESSING"), ("PROCESSING", "FAILED")
+    ]
+    assert body["transitions"][-1]["errorCode"] == "REFUSED"
     assert (await client.get("/admin/messages/999999", headers=ADMIN)).status_code == 404
     bad = await client.get("/admin/messages/abc", headers=ADMIN)
     assert bad.status_code == 400 and bad.json()["error"] == "INVALID_QUERY"
@@ -230,7 +237,29 @@ async def test_cancel_non_final_message_runs_final_hooks(
     assert restart.status_code == 200 and restart.json()["state"] == "PARTLY_FAILED"
     restarted = store.get(message_id)
     assert restarted is not None and restarted.state is MessageState.PARTLY_FAILED and restarted.failed_count == 0
+    assert [(t["from_state"], t["to_state"], t["cause"]) for t in store.transitions_of(message_id)] == [
+        (None, MessageState.NEW, "engine"),
+        (MessageState.NEW, MessageState.CANCEL, "admin:ops"),
+        (MessageState.CANCEL, MessageState.PARTLY_FAILED, "admin:ops"),
+    ]
     assert (await client.post("/admin/messages/424242/cancel", headers=ADMIN)).status_code == 404
+
+
+async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
+    """Stats and transition listeners of the engine hear of an operator's cancel and restart (#13 item 3)."""
+    heard: list[tuple[MessageState | None, MessageState, int]] = []
+    world.engine.transition_listeners.append(lambda previous, message: heard.append((previous, message.state,
+                                                                                     message.id)))
+    message_id = world.ids["new2"]
+    before = world.engine.stats.outcomes[MessageState.CANCEL]
+    response = await client.post(f"/admin/messages/{message_id}/cancel", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    assert world.engine.stats.outcomes[MessageState.CANCEL] == before + 1
+    assert heard == [(MessageState.NEW, MessageState.CANCEL, message_id)]
+    assert [m.id for m in world.finals] == [message_id]
+    restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    assert restart.status_code == 200
+    assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
 
 
 async def test_counts_per_state(client: httpx.AsyncClient) -> None:
