@@ -142,8 +142,16 @@ def floor(url: str, count: int, batch: int, transitions_per_message: int) -> flo
                        "FOR UPDATE SKIP LOCKED)")
     outcome = _sql(dialect, "UPDATE message SET state = ?, version = ?, last_update_ts = ? "
                             "WHERE id = ? AND version = ?")
+    # the store's transition row: the attempt is read from the message row (failed_count + 1)
     transition = _sql(dialect, f"INSERT INTO message_transition ({', '.join(TRANSITION_COLUMNS)}) VALUES "
-                               f"({', '.join('?' for _ in TRANSITION_COLUMNS)})")
+                               "(?, ?, ?, ?, ?, (SELECT failed_count + 1 FROM message WHERE id = ?), ?, ?)")
+    steps = [(None, "NEW"), ("NEW", "PROCESSING"), ("PROCESSING", "OK")][:transitions_per_message]
+
+    def record(cursor: Any, ids: list[int], step: int) -> None:
+        if step < len(steps):
+            before, after = steps[step]
+            cursor.executemany(transition, [(i, before, after, now, "bench", i, None, "engine") for i in ids])
+
     started = time.perf_counter()
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
@@ -158,6 +166,7 @@ def floor(url: str, count: int, batch: int, transitions_per_message: int) -> flo
                                          f"{', '.join([row_marks] * n)} ON CONFLICT (source_system, correlation_id) "
                                          "DO NOTHING RETURNING id"), rows)
             ids = [row[0] for row in cursor.fetchall()]
+            record(cursor, ids, 0)
             pairs = ", ".join("(?, ?)" for _ in ids)
             claim = _sql(dialect, "UPDATE message SET state = ?, start_process_ts = ?, last_update_ts = ?, "
                                   f"node_id = ?, version = version + 1 "
@@ -165,11 +174,9 @@ def floor(url: str, count: int, batch: int, transitions_per_message: int) -> flo
                                   "RETURNING id")
             cursor.execute(claim, ["PROCESSING", now, now, "bench", *ids, *[v for i in ids for v in (i, 0)]])
             won = [row[0] for row in cursor.fetchall()]
+            record(cursor, won, 1)
             cursor.executemany(outcome, [("OK", 2, now, i, 1) for i in won])
-            if transitions_per_message:
-                steps = [(None, "NEW"), ("NEW", "PROCESSING"), ("PROCESSING", "OK")][:transitions_per_message]
-                cursor.executemany(transition, [(i, a, b, now, "bench", 1, None, "engine") for i in ids
-                                                for a, b in steps])
+            record(cursor, won, 2)
             cursor.close()
     elapsed = time.perf_counter() - started
     with engine.connect() as connection:
