@@ -273,6 +273,7 @@ class MessageStore:
         )
         self._claim_single: sa.Update | None = None
         self._claim_group_postgresql: sa.TextClause | None = None
+        self._claim_group_sqlite: sa.Update | None = None
         self._insert_many: tuple[str, list[tuple[str, Callable[[Any], Any]]]] | None = None
 
     # -- schema ---------------------------------------------------------------------------------
@@ -614,16 +615,26 @@ class MessageStore:
             grouped = self._claim_group_statement()
             return self.run(lambda conn: recorded(set(conn.execute(grouped, params).scalars().all()), conn),
                             connection)
-        c = message_table.c
-        # the plain id list lets SQLite probe the primary key (a row-value IN alone scans the table)
-        where = sa.and_(c.id.in_([pair[0] for pair in pairs]), sa.tuple_(c.id, c.version).in_(pairs))
-        statement = (
-            sa.update(message_table)
-            .where(where)
-            .values(state=to_state, version=c.version + 1, node_id=node_id, start_process_ts=now, last_update_ts=now)
-            .returning(c.id)
-        )
-        return self.run(lambda conn: recorded(set(conn.execute(statement).scalars().all()), conn), connection)
+        params = {"ids": [p[0] for p in pairs], "pairs": pairs, "c_to": to_state, "c_node": node_id, "c_now": now}
+        grouped_sqlite = self._claim_group_sqlite_statement()
+        return self.run(lambda conn: recorded(set(conn.execute(grouped_sqlite, params).scalars().all()), conn),
+                        connection)
+
+    def _claim_group_sqlite_statement(self) -> sa.Update:
+        """SQLite's grouped claim, built once (expanding lists). The plain id list lets SQLite probe the primary
+        key; a row-value IN alone scans the table."""
+        if self._claim_group_sqlite is None:
+            c = message_table.c
+            now = sa.bindparam("c_now", type_=c.last_update_ts.type)
+            self._claim_group_sqlite = (
+                sa.update(message_table)
+                .where(c.id.in_(sa.bindparam("ids", expanding=True)),
+                       sa.tuple_(c.id, c.version).in_(sa.bindparam("pairs", expanding=True)))
+                .values(state=sa.bindparam("c_to", type_=c.state.type), version=c.version + 1,
+                        node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
+                .returning(c.id)
+            )
+        return self._claim_group_sqlite
 
     def _record_transitions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
         """Write ``message_transition`` rows (see :func:`_transition_row`) with one executemany INSERT."""
