@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,14 +47,6 @@ def auth_header(user: str, password: str) -> dict[str, str]:
 
 
 ADMIN = auth_header("ops", "ops-secret")
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 class World:
@@ -260,6 +252,9 @@ async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, w
     restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
     assert restart.status_code == 200
     assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
+    rows = world.engine.store.transitions_of(message_id)
+    assert [(str(r["to_state"]), r["cause"]) for r in rows[-2:]] == [("CANCEL", "admin:ops"),
+                                                                      ("PARTLY_FAILED", "admin:ops")]
 
 
 async def test_counts_per_state(client: httpx.AsyncClient) -> None:
