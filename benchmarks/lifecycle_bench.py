@@ -1,19 +1,30 @@
-"""Lifecycle benchmark: accepted and completed messages per second, accept latency, and the cost floor.
+"""Lifecycle benchmark: completed messages per second against a fair floor, on fresh and aged stores.
 
-    python benchmarks/lifecycle_bench.py [--count 20000] [--senders 64] [--databases sqlite,postgres]
+    python benchmarks/lifecycle_bench.py [--count 5000] [--repeat 3] [--senders 64] [--databases sqlite,postgres]
+                                         [--modes fresh,aged,backlog]
 
-For each database it runs, on a fresh database:
+Store modes (each run gets its own database, copied from a prepared template so aging costs nothing per run):
 
-* the cost floor: ``count`` bare single-row INSERT transactions and ``count`` single-row UPDATE
-  transactions through SQLAlchemy, on the store's own engine (same pragmas / driver), one after another;
-  the floor rate is ``count / (insert time + update time)``, i.e. messages per second if each message
-  cost exactly one INSERT and one UPDATE commit;
-* the engine: ``senders`` concurrent clients accept ``count`` messages of a trivial route while one
-  node processes them (NEW -> PROCESSING -> OK). Accepted msgs/s = count / time until the last accept
-  returned; completed msgs/s = count / time until the last message was OK; accept latency p50 / p99.
+* ``fresh``: an empty, migrated store;
+* ``aged``: 100,000 OK messages, then ANALYZE (what autovacuum gives any live table: the planner has statistics);
+* ``backlog``: ``aged`` plus 10,000 NEW messages left waiting (nobody queues them: repoll is off).
 
-It prints the ratio completed / floor (goal: >= 0.5 on both databases). PostgreSQL uses the URL in
-OPENROUTE_BENCH_POSTGRES_URL (default: the local test server) and a throw-away database.
+Two measurements per store, interleaved (one repetition runs every database x mode x {floor, engine} once):
+
+* the **floor**: the engine's own SQL work done with nothing around it: for each message one INSERT of the
+  ``message`` row (multi-row ``INSERT ... VALUES ... RETURNING id`` like the store's batch insert), one claim
+  UPDATE (NEW -> PROCESSING by id + version, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and one outcome UPDATE
+  (PROCESSING -> OK by id + version, executemany), plus the ``message_transition`` rows the engine writes per
+  message (measured from a warm-up run, 0 before they exist), through the raw driver on the store's own
+  engine (same pragmas, same durability), ``--batch`` statements' worth of rows per commit like the writer;
+* the **engine**: ``senders`` concurrent clients accept ``count`` messages of a trivial route while one node
+  processes them (NEW -> PROCESSING -> OK); completed msgs/s = messages that reached a final state / time
+  until the last accepted one is OK. In ``backlog`` mode the engine also picks up NEW messages of the route
+  at start (up to ``repoll_batch``) and works them with the rest; they count as completed work.
+
+It prints msgs/s, accept latency p50 / p99, process peak RSS, the ratio engine / floor (min / median / max over
+the repetitions; goal >= 0.5) and the ratio aged / fresh of the engine's median (goal >= 0.9).
+The machine is shared: repeat, and read the spread, not one figure.
 """
 
 from __future__ import annotations
@@ -21,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -28,72 +41,167 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openroute.persistence import MessageState, MessageStore
+from openroute.persistence import MessageState, MessageStore, StoredMessage
 
+from benchmarks.store_fill import age
 from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Route, RouteRegistry
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MODES = {"fresh": (0, 0), "aged": (100_000, 0), "backlog": (100_000, 10_000)}
+
+INSERT_COLUMNS = (
+    "correlation_id", "source_system", "process_id", "service", "operation", "object_id", "entity_type",
+    "funnel_value", "payload", "content_type", "headers", "state", "failed_count", "receive_ts", "msg_ts",
+    "start_process_ts", "last_update_ts", "next_attempt_at", "node_id", "custom_data", "business_errors",
+    "last_error_code", "last_error_text", "parent_id", "version",
+)
+TRANSITION_COLUMNS = ("message_id", "from_state", "to_state", "at", "node_id", "attempt", "error_code", "cause")
 
 
-@contextmanager
-def fresh_database(kind: str) -> Iterator[str]:
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{Path(folder) / 'bench.db'}"
-        return
-    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    name = f"openroute_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+class Templates:
+    """One prepared (migrated, aged) database per database kind and mode; each run gets a copy."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.made: dict[tuple[str, str], str] = {}
+        self.admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+
+    def template(self, kind: str, mode: str) -> str:
+        key = (kind, mode)
+        if key not in self.made:
+            final, backlog = MODES[mode]
+            if kind == "sqlite":
+                url = f"sqlite:///{self.folder / f'template-{mode}.db'}"
+            else:
+                name = f"openroute_bench_t_{mode}_{uuid.uuid4().hex[:6]}"
+                with self.admin.connect() as connection:
+                    connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                url = POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+            store = MessageStore(url)
+            store.create_schema()
+            if final or backlog:
+                age(store.engine, final=final, backlog=backlog, backlog_route=("bench", "noop"))
+            store.dispose()
+            self.made[key] = url
+        return self.made[key]
+
+    @contextmanager
+    def copy(self, kind: str, mode: str) -> Iterator[str]:
+        template = self.template(kind, mode)
+        if kind == "sqlite":
+            target = self.folder / f"run-{uuid.uuid4().hex[:8]}.db"
+            shutil.copy(template.removeprefix("sqlite:///"), target)
+            try:
+                yield f"sqlite:///{target}"
+            finally:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{target}{suffix}").unlink(missing_ok=True)
+            return
+        name = f"openroute_bench_{uuid.uuid4().hex[:8]}"
+        with self.admin.connect() as connection:
+            connection.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template.rsplit("/", 1)[1]}"'))
+        try:
+            yield POSTGRES_URL.rsplit("/", 1)[0] + f"/{name}"
+        finally:
+            with self.admin.connect() as connection:
+                connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    def drop(self) -> None:
+        with self.admin.connect() as connection:
+            for (kind, _mode), url in self.made.items():
+                if kind == "postgres":
+                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+        self.admin.dispose()
 
 
-def floor(url: str, count: int) -> float:
-    """Messages/s if every message cost one bare INSERT commit and one bare UPDATE commit."""
+def _sql(dialect: str, text: str) -> str:
+    return text.replace("?", "%s") if dialect == "postgresql" else text
+
+
+def floor(url: str, count: int, batch: int, transitions_per_message: int) -> float:
+    """Messages/s of the engine's statements alone, ``batch`` statements' worth of rows per commit."""
     store = MessageStore(url)
-    table = sa.Table(
-        "floor_row", sa.MetaData(),
-        sa.Column("id", sa.Integer, primary_key=True), sa.Column("state", sa.String(32)), sa.Column("payload", sa.Text),
-    )
-    table.create(store.engine)
-    insert, update = table.insert(), table.update().where(table.c.id == sa.bindparam("row_id"))
+    engine = store.engine
+    dialect = store.dialect
+    per_message = 3 + transitions_per_message
+    chunk = max(batch // per_message, 1)
+    row_marks = "(" + ", ".join("?" for _ in INSERT_COLUMNS) + ")"
+    json_obj, json_list = "{}", "[]"
+    claim_where = "id IN ({ids}) AND (id, version) IN ({pairs})"
+    if dialect == "postgresql":
+        claim_where = ("id IN (SELECT id FROM message WHERE id IN ({ids}) AND (id, version) IN ({pairs}) "
+                       "FOR UPDATE SKIP LOCKED)")
+    outcome = _sql(dialect, "UPDATE message SET state = ?, version = ?, last_update_ts = ? "
+                            "WHERE id = ? AND version = ?")
+    # the store's transition row: the attempt is read from the message row (failed_count + 1)
+    transition = _sql(dialect, f"INSERT INTO message_transition ({', '.join(TRANSITION_COLUMNS)}) VALUES "
+                               "(?, ?, ?, ?, ?, (SELECT failed_count + 1 FROM message WHERE id = ?), ?, ?)")
+    steps = [(None, "NEW"), ("NEW", "PROCESSING"), ("PROCESSING", "OK")][:transitions_per_message]
+
+    def record(cursor: Any, ids: list[int], step: int) -> None:
+        if step < len(steps):
+            before, after = steps[step]
+            cursor.executemany(transition, [(i, before, after, now, "bench", i, None, "engine") for i in ids])
+
     started = time.perf_counter()
-    for i in range(1, count + 1):
-        with store.engine.begin() as connection:
-            connection.execute(insert, {"id": i, "state": "NEW", "payload": "<order/>"})
-    for i in range(1, count + 1):
-        with store.engine.begin() as connection:
-            connection.execute(update, {"row_id": i, "state": "OK"})
+    for first in range(0, count, chunk):
+        n = min(chunk, count - first)
+        now = datetime.now(UTC)
+        rows: list[Any] = []
+        for i in range(first, first + n):
+            rows.extend((f"f-{i}", "bench", None, "bench", "noop", None, None, None, "<order/>", "text/xml", json_obj,
+                         "NEW", 0, now, None, None, now, None, None, json_obj, json_list, None, None, None, 0))
+        with engine.begin() as connection:
+            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute(_sql(dialect, f"INSERT INTO message ({', '.join(INSERT_COLUMNS)}) VALUES "
+                                         f"{', '.join([row_marks] * n)} ON CONFLICT (source_system, correlation_id) "
+                                         "DO NOTHING RETURNING id"), rows)
+            ids = [row[0] for row in cursor.fetchall()]
+            record(cursor, ids, 0)
+            pairs = ", ".join("(?, ?)" for _ in ids)
+            claim = _sql(dialect, "UPDATE message SET state = ?, start_process_ts = ?, last_update_ts = ?, "
+                                  f"node_id = ?, version = version + 1 "
+                                  f"WHERE {claim_where.format(ids=', '.join('?' for _ in ids), pairs=pairs)} "
+                                  "RETURNING id")
+            cursor.execute(claim, ["PROCESSING", now, now, "bench", *ids, *[v for i in ids for v in (i, 0)]])
+            won = [row[0] for row in cursor.fetchall()]
+            record(cursor, won, 1)
+            cursor.executemany(outcome, [("OK", 2, now, i, 1) for i in won])
+            record(cursor, won, 2)
+            cursor.close()
     elapsed = time.perf_counter() - started
+    with engine.connect() as connection:
+        done = connection.execute(sa.text("SELECT count(*) FROM message WHERE state = 'OK' AND source_system = "
+                                          "'bench'")).scalar_one()
     store.dispose()
+    if done != count:
+        raise SystemExit(f"floor run is wrong: {done} of {count} OK")
     return count / elapsed
 
 
 async def engine_run(url: str, count: int, senders: int) -> dict[str, float]:
     store = MessageStore(url)
-    store.create_schema()
     routes = RouteRegistry([Route("bench", "noop", [lambda exchange: None])])
     engine = Engine(store, routes, EngineSettings(node_id="bench", repoll_interval=None))
     done = asyncio.Event()
-    completed = 0
+    completed = finals = 0
 
-    async def on_final(message: object) -> None:
-        nonlocal completed
-        completed += 1
-        if completed == count:
-            done.set()
+    async def on_final(message: StoredMessage) -> None:
+        nonlocal completed, finals
+        finals += 1  # backlog messages the engine picked up at start count as work done too
+        if message.source_system == "bench":
+            completed += 1
+            if completed == count:
+                done.set()
 
     engine.final_state_hooks.append(on_final)
     await engine.start()
@@ -115,40 +223,99 @@ async def engine_run(url: str, count: int, senders: int) -> dict[str, float]:
     accepted_at = time.perf_counter() - started
     await asyncio.wait_for(done.wait(), 600)
     completed_at = time.perf_counter() - started
-    states = store.count_by_state()
+    with store.engine.connect() as connection:
+        ok = connection.execute(sa.text("SELECT count(*) FROM message WHERE source_system = 'bench' AND state = "
+                                        f"'{MessageState.OK.value}'")).scalar_one()
+        try:
+            transitions = connection.execute(sa.text(
+                "SELECT count(*) FROM message_transition t JOIN message m ON m.id = t.message_id "
+                "WHERE m.source_system = 'bench'")).scalar_one()
+        except sa.exc.DBAPIError:
+            transitions = 0
+    writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
+    writer_cpu, commits, writes = writer.cpu_seconds, writer.transactions, writer.operations
     await engine.stop()
+    if ok != count:
+        states = store.count_by_state()
+        raise SystemExit(f"benchmark run is wrong: {ok} of {count} OK ({states}; {engine.stats})")
     store.dispose()
-    if states != {MessageState.OK: count}:
-        raise SystemExit(f"benchmark run is wrong: {states}")
     latencies.sort()
     return {
         "accepted": count / accepted_at,
-        "completed": count / completed_at,
+        "completed": finals / completed_at,
+        "backlog_done": finals - count,
+        "writer_us": writer_cpu / finals * 1e6,
+        "per_commit": writes / max(commits, 1),
         "p50": statistics.median(latencies) * 1000,
         "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-        "commits": engine._writer.transactions,
-        "writes": engine._writer.operations,
+        "transitions_per_message": transitions / count,
     }
+
+
+def spread(values: list[float], digits: int = 0) -> str:
+    return f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f} / {max(values):.{digits}f}"
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=20000)
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--senders", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=256, help="statements' worth of rows per floor commit")
     parser.add_argument("--databases", default="sqlite,postgres")
+    parser.add_argument("--modes", default="fresh,aged,backlog")
     args = parser.parse_args()
-    print(f"lifecycle benchmark: {args.count} messages, {args.senders} concurrent senders, trivial route")
-    for kind in args.databases.split(","):
-        with fresh_database(kind) as url:
-            base = floor(url, args.count)
-        with fresh_database(kind) as url:
-            run = asyncio.run(engine_run(url, args.count, args.senders))
-        print(
-            f"{kind:9} accepted {run['accepted']:8.0f} msg/s | completed {run['completed']:8.0f} msg/s | "
-            f"accept latency p50 {run['p50']:6.2f} ms p99 {run['p99']:7.2f} ms | "
-            f"floor (INSERT+UPDATE tx) {base:8.0f} msg/s | completed/floor {run['completed'] / base:5.2f} | "
-            f"{run['writes'] / max(run['commits'], 1):.1f} writes per commit"
-        )
+    kinds, modes = args.databases.split(","), args.modes.split(",")
+    print(f"lifecycle benchmark: {args.count} messages per run, {args.senders} concurrent senders, trivial route, "
+          f"{args.repeat} interleaved repetitions; floor commits {args.batch} statements' worth of rows")
+    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
+    templates = Templates(folder)
+    per_message: dict[str, int] = {}
+    results: dict[tuple[str, str], dict[str, list[float]]] = {}
+    try:
+        for kind in kinds:
+            with templates.copy(kind, "fresh") as url:  # warm-up: how many transition rows the engine writes
+                per_message[kind] = round(asyncio.run(engine_run(url, 200, args.senders))["transitions_per_message"])
+            print(f"{kind}: the engine writes {per_message[kind]} message_transition rows per message; "
+                  "the floor writes as many")
+        for rep in range(args.repeat):
+            for kind in kinds:
+                for mode in modes:
+                    entry = results.setdefault((kind, mode), {k: [] for k in
+                                                              ("floor", "completed", "accepted", "p50", "p99",
+                                                               "ratio", "writer_us", "per_commit")})
+                    with templates.copy(kind, mode) as url:
+                        base = floor(url, args.count, args.batch, per_message[kind])
+                    with templates.copy(kind, mode) as url:
+                        run = asyncio.run(engine_run(url, args.count, args.senders))
+                    entry["floor"].append(base)
+                    for key in ("completed", "accepted", "p50", "p99", "writer_us", "per_commit"):
+                        entry[key].append(run[key])
+                    entry["ratio"].append(run["completed"] / base)
+                    print(f"  rep {rep + 1} {kind:8} {mode:8} floor {base:7.0f} msg/s | engine {run['completed']:7.0f}"
+                          f" msg/s | ratio {run['completed'] / base:4.2f} | backlog messages done "
+                          f"{run['backlog_done']:.0f} | writer CPU {run['writer_us']:.0f} us/msg, "
+                          f"{run['per_commit']:.0f} writes/commit", flush=True)
+    finally:
+        templates.drop()
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"\n{'database':9} {'store':8} {'floor msg/s':>20} {'completed msg/s':>20} {'accept p50 ms':>18} "
+          f"{'p99 ms':>18} {'writer CPU us/msg':>18} {'engine/floor':>17}   (min / median / max)")
+    for (kind, mode), entry in results.items():
+        print(f"{kind:9} {mode:8} {spread(entry['floor']):>20} {spread(entry['completed']):>20} "
+              f"{spread(entry['p50'], 2):>18} {spread(entry['p99'], 1):>18} {spread(entry['writer_us']):>18} "
+              f"{spread(entry['ratio'], 2):>17}")
+    for kind in kinds:
+        fresh = results.get((kind, "fresh"))
+        for mode in modes:
+            if mode != "fresh" and fresh is not None:
+                ratio = statistics.median(results[(kind, mode)]["completed"]) / statistics.median(fresh["completed"])
+                print(f"{kind}: {mode} / fresh (median completed msgs/s) = {ratio:.2f} (goal >= 0.90)")
+    print(f"process peak RSS {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

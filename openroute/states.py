@@ -81,6 +81,19 @@ def is_final(state: MessageState) -> bool:
     return MessageState(state) in FINAL_STATES
 
 
+def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``changes`` that differ from the snapshot: an UPDATE writes only those (no JSON rewritten for nothing).
+
+    The snapshot's version pins the row, so a value equal to the snapshot's is the value the row holds. The error
+    code is always passed on: the change's ``message_transition`` row records it even when it repeats.
+    """
+    return {name: value for name, value in changes.items()
+            if name == "last_error_code" or getattr(message, name, _MISSING) != value}
+
+
+_MISSING = object()
+
+
 def transition(
     store: MessageStore,
     message: StoredMessage,
@@ -102,8 +115,12 @@ def transition(
     """
     check_transition(message.state, to_state)
     changes = dict(changes or {})
+    bad = set(changes) - TRANSITION_COLUMNS
+    if bad:
+        raise ValueError(f"a transition cannot write {sorted(bad)}")
     node = node_id if node_id is not None else changes.get("node_id", message.node_id)
-    if not store.apply_transition(message.id, message.version, message.state, to_state, now, changes, connection,
+    written = _changed(message, changes)
+    if not store.apply_transition(message.id, message.version, message.state, to_state, now, written, connection,
                                   node_id=node, cause=cause):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
@@ -143,7 +160,7 @@ def transition_many(
             raise ValueError(f"a transition cannot write {sorted(bad)}")
     chosen = [requests[i] for i in legal]
     flags = store.apply_transition_many(
-        [(r[0].id, r[0].version, r[0].state, MessageState(r[1]), r[2], dict(r[3])) for r in chosen],
+        [(r[0].id, r[0].version, r[0].state, MessageState(r[1]), r[2], _changed(r[0], r[3])) for r in chosen],
         connection,
         node_id=node_id,
         cause=[r[4] if len(r) > 4 else "engine" for r in chosen],  # type: ignore[misc]

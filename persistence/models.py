@@ -158,6 +158,11 @@ class MessageRecord(Base):
         # admin / Spark reprocessing: FAILED of one operation in a time window
         sa.Index("ix_message_service_op_state", "service", "operation", "state", "receive_ts"),
         sa.Index("ix_message_last_update", "last_update_ts"),
+        # admin search (migration 0004): pages newest first by (receive_ts, id), selective filters by receive time
+        sa.Index("ix_message_receive", "receive_ts", "id"),
+        sa.Index("ix_message_correlation", "correlation_id"),
+        sa.Index("ix_message_object", "object_id", "receive_ts"),
+        sa.Index("ix_message_process", "process_id", "receive_ts"),
     )
 
 

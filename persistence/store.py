@@ -6,6 +6,11 @@ writes into one commit. The store writes the ``state`` column only in :meth:`Mes
 (always ``NEW``), :meth:`MessageStore.apply_transition` and :meth:`MessageStore.claim`; whether a
 transition is legal is decided by ``openroute.states`` before these are called. Each of them also writes
 the change's ``message_transition`` row in the same transaction (one executemany INSERT per batch).
+
+Every write of a message row adds one to its ``version``, so a snapshot's (id, version) pins the state it was
+read in: the hot-path statements (claim, outcome UPDATE) are keyed by primary key and version only. A state
+predicate would add nothing to their safety, but it lets PostgreSQL plan them on a state index once the table
+has statistics (a scan of the whole backlog per statement instead of one primary-key probe).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from openroute.persistence.models import (
     ExternalCallStatus,
     MessageState,
     NodeState,
+    UTCDateTime,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
@@ -121,9 +127,15 @@ class StoredMessage:
 
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        unknown = changes.keys() - self.__dataclass_fields__.keys()
+        if unknown:
+            raise TypeError(f"StoredMessage has no field(s) {sorted(unknown)}")
+        # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 26 fields (the writer's hot path)
+        copy = object.__new__(StoredMessage)
+        values = copy.__dict__
+        values.update(self.__dict__)
         values.update(changes)
-        return StoredMessage(**values)
+        return copy
 
 
 @dataclass(frozen=True)
@@ -191,12 +203,16 @@ def _transition_row(
             "r_error": error_code, "r_cause": cause}
 
 
-def _row_to_message(row: sa.Row[Any]) -> StoredMessage:
+def row_to_message(row: sa.Row[Any]) -> StoredMessage:
+    """The :class:`StoredMessage` of a row selected with every column of :data:`message_table`."""
     values = dict(row._mapping)
     values["headers"] = values["headers"] or {}
     values["custom_data"] = values["custom_data"] or {}
     values["business_errors"] = values["business_errors"] or []
     return StoredMessage(**values)
+
+
+_row_to_message = row_to_message
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
@@ -266,7 +282,10 @@ class MessageStore:
             error_code=sa.bindparam("r_error", type_=t.error_code.type),
             cause=sa.bindparam("r_cause", type_=t.cause.type),
         )
-        self._claim_statements: dict[frozenset[MessageState], sa.Update] = {}
+        self._claim_single: sa.Update | None = None
+        self._claim_group_postgresql: sa.TextClause | None = None
+        self._claim_group_sqlite: sa.Update | None = None
+        self._insert_many: tuple[str, list[tuple[str, Callable[[Any], Any]]]] | None = None
 
     # -- schema ---------------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:
@@ -359,18 +378,18 @@ class MessageStore:
         )
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
-            created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
-            received = {}
-            for new in batch:
-                received.setdefault((new.source_system, new.correlation_id), new.receive_ts)
+            if self.dialect == "postgresql":
+                ids = self._insert_many_postgresql(conn, rows)
+            else:
+                created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
+                ids = [created.pop((new.source_system, new.correlation_id), None) for new in batch]
             self._record_transitions(conn, [
-                _transition_row(new_id, None, MessageState.NEW, received[key], node_id, None, cause)
-                for key, new_id in created.items()
+                _transition_row(new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause)
+                for new, new_id in zip(batch, ids, strict=True) if new_id is not None
             ])
             outcomes: list[InsertOutcome] = []
-            for new, values in zip(batch, rows, strict=True):
+            for new, values, new_id in zip(batch, rows, ids, strict=True):
                 key = (new.source_system, new.correlation_id)
-                new_id = created.pop(key, None)
                 if new_id is not None:
                     outcomes.append(InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False))
                     continue
@@ -381,6 +400,39 @@ class MessageStore:
             return outcomes
 
         return self.run(work, connection)
+
+    def _insert_many_postgresql(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int | None]:
+        """The new id of each row (None for a duplicate): one INSERT text, executemany in psycopg's pipeline.
+
+        A multi-row VALUES statement changes its text with the batch size and is longer than psycopg's query
+        cache takes, so it would be parsed on every call; one text runs as a prepared statement.
+        """
+        if self._insert_many is None:
+            dialect = conn.dialect
+            names = list(rows[0])
+            compiled = self._insert_message.compile(dialect=dialect, column_keys=names)
+            processors = {name: message_table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+                          for name in names}
+            self._insert_many = (compiled.string, [(n, p) for n, p in processors.items() if p is not None])
+        sql, processors = self._insert_many
+        params = []
+        for row in rows:
+            row = dict(row)
+            for name, process in processors:
+                row[name] = process(row[name])
+            params.append(row)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(sql, params, returning=True)
+            ids: list[int | None] = []
+            while True:
+                found = cursor.fetchone()
+                ids.append(None if found is None else int(found[0]))
+                if not cursor.nextset():
+                    break
+        finally:
+            cursor.close()
+        return ids
 
     def get(self, message_id: int, connection: sa.Connection | None = None) -> StoredMessage | None:
         """The current row of ``message_id``, or None."""
@@ -415,10 +467,11 @@ class MessageStore:
         node_id: str | None = None,
         cause: str = "engine",
     ) -> bool:
-        """Write one state change if the row is still at ``version`` and ``from_state``.
+        """Write one state change if the row is still at ``version`` (read in ``from_state``).
 
-        Returns False (and writes nothing) when another writer got there first. Legality is not
-        checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        Returns False (and writes nothing) when another writer got there first. The row is matched by id and
+        version only: every write bumps the version, so an unchanged version means an unchanged state. Legality
+        is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
         The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
         changes = dict(changes or {})
@@ -427,7 +480,7 @@ class MessageStore:
         if statement is None:
             statement = self._transition_statement(keys)
         params = {f"v_{name}": value for name, value in changes.items()}
-        params.update(t_id=message_id, t_version=version, t_from=from_state, t_to=to_state,
+        params.update(t_id=message_id, t_version=version, t_to=to_state,
                       t_new_version=version + 1, t_now=now)
         record = _transition_row(message_id, from_state, to_state, now, node_id, changes.get("last_error_code"), cause)
 
@@ -469,9 +522,9 @@ class MessageStore:
                     statement = self._transition_statement(keys)
                 params = []
                 for index in indexes:
-                    message_id, version, old, new, now, changes = batch[index]
+                    message_id, version, _old, new, now, changes = batch[index]
                     row = {f"v_{name}": value for name, value in changes.items()}
-                    row.update(t_id=message_id, t_version=version, t_from=old, t_to=new, t_new_version=version + 1,
+                    row.update(t_id=message_id, t_version=version, t_to=new, t_new_version=version + 1,
                                t_now=now)
                     params.append(row)
                 if len(params) > 1 and conn.dialect.supports_sane_multi_rowcount:
@@ -499,8 +552,8 @@ class MessageStore:
         values: dict[str, Any] = {name: sa.bindparam(f"v_{name}", type_=c[name].type) for name in keys}
         statement = (
             sa.update(message_table)
-            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"),
-                   c.state == sa.bindparam("t_from", type_=c.state.type))
+            # by primary key and version only (see the module docstring): no state predicate for the planner
+            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"))
             .values(state=sa.bindparam("t_to", type_=c.state.type), version=sa.bindparam("t_new_version"),
                     last_update_ts=sa.bindparam("t_now", type_=c.last_update_ts.type), **values)
         )
@@ -538,12 +591,14 @@ class MessageStore:
         previous: Mapping[int, MessageState] | None = None,
         cause: str = "engine",
     ) -> set[int]:
-        """Move the (id, version) ``candidates`` still in ``from_states`` to ``to_state`` for ``node_id``.
+        """Move the (id, version) ``candidates`` to ``to_state`` for ``node_id``.
 
-        Returns the ids this call won. On PostgreSQL rows locked by a concurrent claim are skipped
-        (``FOR UPDATE SKIP LOCKED``) instead of waited for; on SQLite the write lock serialises claims
-        and the conditional UPDATE decides. Each won message gets its ``message_transition`` row in the
-        same transaction, from its state in ``previous`` (the state at the candidate's version).
+        The caller read every candidate in one of ``from_states`` (``openroute.states.claim`` checks it); the
+        rows are matched by id and version only, which pins that state. Returns the ids this call won. On
+        PostgreSQL rows locked by a concurrent claim are skipped (``FOR UPDATE SKIP LOCKED``) instead of waited
+        for; on SQLite the write lock serialises claims and the conditional UPDATE decides. Each won message
+        gets its ``message_transition`` row in the same transaction, from its state in ``previous`` (the state
+        at the candidate's version).
         """
         pairs = list(candidates)
         if not pairs:
@@ -556,33 +611,41 @@ class MessageStore:
             )
             return won
 
-        states = list(from_states)
         if len(pairs) == 1:
             (message_id, version), = pairs
-            key = frozenset(MessageState(s) for s in states)
-            statement = self._claim_statements.get(key)
-            if statement is None:
-                statement = self._claim_statement(key)
+            statement = self._claim_statement()
             params = {"c_id": message_id, "c_version": version, "c_to": to_state,
                       "c_new_version": version + 1, "c_node": node_id, "c_now": now}
             return self.run(
                 lambda conn: recorded({message_id} if conn.execute(statement, params).rowcount == 1 else set(), conn),
                 connection,
             )
-        c = message_table.c
-        condition = sa.and_(sa.tuple_(c.id, c.version).in_(pairs), c.state.in_(states))
         if self.dialect == "postgresql":
-            locked = sa.select(c.id).where(condition).with_for_update(skip_locked=True).scalar_subquery()
-            where: sa.ColumnElement[bool] = sa.and_(c.id.in_(locked), c.state.in_(states))
-        else:
-            where = condition
-        statement = (
-            sa.update(message_table)
-            .where(where)
-            .values(state=to_state, version=c.version + 1, node_id=node_id, start_process_ts=now, last_update_ts=now)
-            .returning(c.id)
-        )
-        return self.run(lambda conn: recorded(set(conn.execute(statement).scalars().all()), conn), connection)
+            params = {"ids": [p[0] for p in pairs], "versions": [p[1] for p in pairs], "c_to": to_state.value,
+                      "c_node": node_id, "c_now": now}
+            grouped = self._claim_group_statement()
+            return self.run(lambda conn: recorded(set(conn.execute(grouped, params).scalars().all()), conn),
+                            connection)
+        params = {"ids": [p[0] for p in pairs], "pairs": pairs, "c_to": to_state, "c_node": node_id, "c_now": now}
+        grouped_sqlite = self._claim_group_sqlite_statement()
+        return self.run(lambda conn: recorded(set(conn.execute(grouped_sqlite, params).scalars().all()), conn),
+                        connection)
+
+    def _claim_group_sqlite_statement(self) -> sa.Update:
+        """SQLite's grouped claim, built once (expanding lists). The plain id list lets SQLite probe the primary
+        key; a row-value IN alone scans the table."""
+        if self._claim_group_sqlite is None:
+            c = message_table.c
+            now = sa.bindparam("c_now", type_=c.last_update_ts.type)
+            self._claim_group_sqlite = (
+                sa.update(message_table)
+                .where(c.id.in_(sa.bindparam("ids", expanding=True)),
+                       sa.tuple_(c.id, c.version).in_(sa.bindparam("pairs", expanding=True)))
+                .values(state=sa.bindparam("c_to", type_=c.state.type), version=c.version + 1,
+                        node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
+                .returning(c.id)
+            )
+        return self._claim_group_sqlite
 
     def _record_transitions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
         """Write ``message_transition`` rows (see :func:`_transition_row`) with one executemany INSERT."""
@@ -599,23 +662,38 @@ class MessageStore:
         )
         return [dict(r._mapping) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
 
-    def _claim_statement(self, states: frozenset[MessageState]) -> sa.Update:
+    def _claim_group_statement(self) -> sa.TextClause:
+        """PostgreSQL's grouped claim: one text for any group size (arrays), so it is parsed and planned once."""
+        if self._claim_group_postgresql is None:
+            self._claim_group_postgresql = sa.text(
+                "UPDATE message SET state = :c_to, version = message.version + 1, node_id = :c_node, "
+                "start_process_ts = :c_now, last_update_ts = :c_now "
+                "WHERE message.id IN (SELECT m.id FROM message AS m "
+                "JOIN unnest(:ids, :versions) AS c(id, version) ON m.id = c.id AND m.version = c.version "
+                "FOR UPDATE OF m SKIP LOCKED) RETURNING message.id"
+            ).bindparams(
+                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
+                sa.bindparam("versions", type_=postgresql.ARRAY(sa.Integer())),
+                sa.bindparam("c_now", type_=UTCDateTime()),
+            )
+        return self._claim_group_postgresql
+
+    def _claim_statement(self) -> sa.Update:
+        if self._claim_single is not None:
+            return self._claim_single
         c = message_table.c
-        # the states are enum values, inlined: an expanding IN parameter is re-rendered on every execution
-        inlined = [sa.literal_column(f"'{state.value}'") for state in sorted(states)]
-        single = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"), c.state.in_(inlined))
+        single: sa.ColumnElement[bool] = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"))
         if self.dialect == "postgresql":
             locked = sa.select(c.id).where(single).with_for_update(skip_locked=True).scalar_subquery()
             single = c.id.in_(locked)
         now = sa.bindparam("c_now", type_=c.last_update_ts.type)
-        statement = (
+        self._claim_single = (
             sa.update(message_table)
             .where(single)
             .values(state=sa.bindparam("c_to", type_=c.state.type), version=sa.bindparam("c_new_version"),
                     node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
         )
-        self._claim_statements[states] = statement
-        return statement
+        return self._claim_single
 
     def due(
         self, states: Iterable[MessageState], now: datetime, limit: int, connection: sa.Connection | None = None

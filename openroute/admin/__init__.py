@@ -1,14 +1,25 @@
-"""Admin API (search, detail, restart, cancel, counts), Prometheus metrics and the health check."""
+"""Admin API (search, detail, restart, cancel, counts), Prometheus metrics and the health check.
 
-from openroute.admin.api import AdminApi, InvalidQueryError, MessageNotFoundError, message_detail, message_summary
+The message search the API and the console share: ``from openroute.admin import parse_filters, search_messages``.
+"""
+
+from openroute.admin.api import AdminApi, MessageNotFoundError, message_detail, message_summary
+from openroute.admin.counts import MessageCounts, StateCounts
 from openroute.admin.metrics import Metrics, health_route
+from openroute.admin.search import InvalidQueryError, Page, SearchFilters, parse_filters, search_messages
 
 __all__ = [
     "AdminApi",
     "InvalidQueryError",
+    "MessageCounts",
     "MessageNotFoundError",
     "Metrics",
+    "Page",
+    "SearchFilters",
+    "StateCounts",
     "health_route",
     "message_detail",
     "message_summary",
+    "parse_filters",
+    "search_messages",
 ]

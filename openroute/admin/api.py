@@ -9,7 +9,7 @@ transition listeners and final-state hooks hear of it like of any other change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -19,9 +19,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.admin.counts import MessageCounts
 from openroute.admin.openapi import admin_openapi
+from openroute.admin.search import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    TEXT_FILTERS,
+    InvalidQueryError,
+    Page,
+    decode_cursor,
+    parse_filters,
+    search_messages,
+)
 from openroute.engine import Engine
-from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
+from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
 from openroute.persistence import (
@@ -39,16 +50,11 @@ T = TypeVar("T")
 
 #: the role that may read (search, detail, counts, nodes); the authenticator's role (``admin``) may read and act
 WEB_ROLE = "web"
-MAX_PAGE_SIZE = 500
-DEFAULT_PAGE_SIZE = 50
-_TEXT_FILTERS = ("service", "operation", "source_system", "correlation_id", "object_id", "process_id", "entity_type")
-_KNOWN_PARAMS = frozenset({*_TEXT_FILTERS, "state", "received_from", "received_to", "page", "page_size"})
-
-
-class InvalidQueryError(ValidationError):
-    """A search parameter of the admin API is unknown or malformed (HTTP 400)."""
-
-    code = "INVALID_QUERY"
+MAX_PAGE_SIZE = MAX_LIMIT
+DEFAULT_PAGE_SIZE = DEFAULT_LIMIT
+_TEXT_FILTERS = TEXT_FILTERS
+# page_size is the old name of limit, still accepted
+_KNOWN_PARAMS = frozenset({*TEXT_FILTERS, "state", "received_from", "received_to", "cursor", "limit", "page_size"})
 
 
 class MessageNotFoundError(OpenrouteError, LookupError):
@@ -122,16 +128,6 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
     }
 
 
-def _parse_time(name: str, value: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidQueryError(f"{name} must be an ISO 8601 date-time, got {value[:60]!r}") from None
-    if parsed.tzinfo is None:
-        raise InvalidQueryError(f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}")
-    return parsed
-
-
 def _parse_int(name: str, value: str | None, default: int, low: int, high: int) -> int:
     if value is None:
         return default
@@ -144,38 +140,21 @@ def _parse_int(name: str, value: str | None, default: int, low: int, high: int) 
     return number
 
 
-def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
-    """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad)."""
-    unknown = set(params) - _KNOWN_PARAMS
+def _check_params(names: Iterable[str]) -> None:
+    unknown = set(names) - _KNOWN_PARAMS
+    if "page" in unknown:
+        raise InvalidQueryError("page is not supported any more: follow nextCursor with cursor= (keyset pages)")
     if unknown:
         raise InvalidQueryError(f"unknown search parameters {sorted(unknown)}; known: {sorted(_KNOWN_PARAMS)}")
-    c = message_table.c
-    conditions: list[sa.ColumnElement[bool]] = []
-    if states_:
-        try:
-            wanted = [MessageState(s.upper()) for s in states_]
-        except ValueError:
-            raise InvalidQueryError(
-                f"unknown state in {states_}; states are {[s.value for s in MessageState]}"
-            ) from None
-        conditions.append(c.state.in_(wanted))
-    for name in _TEXT_FILTERS:
-        value = params.get(name)
-        if value is not None:
-            if not value or len(value) > 255:
-                raise InvalidQueryError(f"{name} must be 1-255 characters")
-            conditions.append(c[name] == value)
-    start = params.get("received_from")
-    end = params.get("received_to")
-    start_ts = _parse_time("received_from", start) if start is not None else None
-    end_ts = _parse_time("received_to", end) if end is not None else None
-    if start_ts is not None and end_ts is not None and end_ts < start_ts:
-        raise InvalidQueryError("received_to is before received_from")
-    if start_ts is not None:
-        conditions.append(c.receive_ts >= start_ts)
-    if end_ts is not None:
-        conditions.append(c.receive_ts < end_ts)
-    return conditions
+
+
+def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
+    """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad).
+
+    Prefer :func:`openroute.admin.search.search_messages`, which also pages and counts.
+    """
+    _check_params(params)
+    return parse_filters({**params, "state": states_}).conditions()
 
 
 def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:
@@ -240,11 +219,15 @@ class AdminApi:
     Without ``auth`` every admin request is refused with 401: the API is never open by accident.
     """
 
-    def __init__(self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin") -> None:
+    def __init__(
+        self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin", counts: MessageCounts | None = None
+    ) -> None:
         self.engine = engine
         self.store = engine.store
         self.auth = auth
         self.prefix = prefix
+        #: state counts of ``GET counts`` (final states cached, see :class:`MessageCounts`)
+        self.message_counts = counts if counts is not None else MessageCounts(engine.store.engine)
 
     def routes(self) -> list[Route]:
         """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``,
@@ -309,28 +292,34 @@ class AdminApi:
         return value
 
     async def search(self, request: Request, _user: str) -> Response:
-        """Messages matching the filters, newest first, paged (``page`` from 1, ``page_size`` up to 500)."""
+        """Messages matching the filters, newest first, in keyset pages (``limit`` up to 500, ``cursor``).
+
+        The answer holds ``items``, ``nextCursor`` (absent on the last page), ``total`` and ``countEstimated``
+        (the total is exact up to 1,000 matches, else the database's estimate).
+        """
         params = dict(request.query_params)
-        states_ = request.query_params.getlist("state")
-        conditions = search_conditions(params, states_)
-        page = _parse_int("page", params.get("page"), 1, 1, 10**9)
-        size = _parse_int("page_size", params.get("page_size"), DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-        c = message_table.c
+        _check_params(params)
+        filters = parse_filters({**params, "state": request.query_params.getlist("state")})
+        size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
+        limit = _parse_int(size_name, params.get(size_name), DEFAULT_LIMIT, 1, MAX_LIMIT)
+        cursor = params.get("cursor")
+        if cursor is not None:
+            decode_cursor(cursor)  # a bad cursor is a 400 before any database work
 
-        def work() -> tuple[int, list[StoredMessage]]:
+        def work() -> Page:
             with self.store.engine.connect() as connection:
-                total = connection.execute(sa.select(sa.func.count()).select_from(message_table).where(*conditions))
-                rows = connection.execute(
-                    sa.select(c.id).where(*conditions).order_by(c.id.desc()).offset((page - 1) * size).limit(size)
-                ).scalars().all()
-                count = int(total.scalar_one())
-                messages = self.store.find(c.id.in_(rows), connection=connection) if rows else []
-            return count, sorted(messages, key=lambda m: m.id, reverse=True)
+                return search_messages(connection, filters, cursor, limit)
 
-        total, messages = await self._db(work)
-        return JSONResponse(
-            {"total": total, "page": page, "pageSize": size, "items": [message_summary(m) for m in messages]}
-        )
+        page = await self._db(work)
+        body: dict[str, Any] = {
+            "total": page.total,
+            "countEstimated": page.total_estimated,
+            "limit": limit,
+            "items": [message_summary(m) for m in page.items],
+        }
+        if page.next_cursor is not None:
+            body["nextCursor"] = page.next_cursor
+        return JSONResponse(body)
 
     async def detail(self, request: Request, _user: str) -> Response:
         """One message with its external calls, children, confirmation and state transitions (oldest first)."""
@@ -364,10 +353,16 @@ class AdminApi:
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def counts(self, _request: Request, _user: str) -> Response:
-        """How many messages are in each state (every state listed, zeros included) and the total."""
-        counts = await self._db(self.store.count_by_state)
-        body = {state.value: counts.get(state, 0) for state in MessageState}
-        return JSONResponse({"states": body, "total": sum(body.values())})
+        """How many messages are in each state (every state listed, zeros included) and the total.
+
+        Non-final states are exact; final states come from a cache refreshed at most every
+        ``counts.final_ttl`` seconds (``finalStatesAsOf`` says when they were counted).
+        """
+        counted = await self._db(self.message_counts.by_state)
+        body = {state.value: counted.counts.get(state, 0) for state in MessageState}
+        return JSONResponse(
+            {"states": body, "total": sum(body.values()), "finalStatesAsOf": counted.final_as_of.isoformat()}
+        )
 
     async def nodes(self, _request: Request, _user: str) -> Response:
         """Every node with its heartbeat, whether it is alive and its state (RUN, HANDLES_EXISTING_MESSAGES,

@@ -1,7 +1,8 @@
 """Prometheus metrics of one node (``/metrics``) and its health check (``/health``).
 
-Counts per state and route are read from the store at scrape time (they are the cluster's truth, not this
-node's); latencies are observed by this node when a message it processed reaches a final state.
+A scrape costs the same at any store size: the backlog per route and state (non-final messages, the cluster's
+truth) is read with a state-indexed query cached for a few seconds; final outcomes are counters this node
+increments when a message reaches a final state (sum them over the nodes in Prometheus), like the latencies.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.admin.counts import MessageCounts
 from openroute.engine import Engine
-from openroute.persistence import MessageState, StoredMessage, message_table
+from openroute.persistence import MessageState, StoredMessage
 
 log = logging.getLogger("openroute.metrics")
 
@@ -32,21 +34,21 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class _EngineCollector(Collector):
     """Reads the store (messages per route and state) and the engine's counters at every scrape."""
 
-    def __init__(self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None) -> None:
+    def __init__(
+        self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None, counts: MessageCounts
+    ) -> None:
         self.engine = engine
         self.channel_counters = channel_counters
+        self.counts = counts
 
     def collect(self) -> Iterator[Metric]:
         messages = GaugeMetricFamily(
-            "openroute_messages", "Messages in the store per route and state", labels=["service", "operation", "state"]
+            "openroute_messages", "Non-final messages in the store per route and state (cached a few seconds)",
+            labels=["service", "operation", "state"],
         )
-        c = message_table.c
         try:
-            with self.engine.store.engine.connect() as connection:
-                query = sa.select(c.service, c.operation, c.state, sa.func.count())
-                rows = connection.execute(query.group_by(c.service, c.operation, c.state)).all()
-            for service, operation, state, count in rows:
-                messages.add_metric([service, operation, MessageState(state).value], count)
+            for service, operation, state, count in self.counts.open_by_route():
+                messages.add_metric([service, operation, state.value], count)
         except Exception:  # a scrape must still answer when the database is down (health tells that)
             log.exception("cannot count messages for /metrics")
         yield messages
@@ -94,9 +96,19 @@ class Metrics:
     final-state hook (``create_app`` does) and :meth:`observe_request` as the inbound request observer.
     """
 
-    def __init__(self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        channel_counters: Callable[[], Mapping[str, int]] | None = None,
+        counts: MessageCounts | None = None,
+    ) -> None:
         self.engine = engine
+        self.counts = counts if counts is not None else MessageCounts(engine.store.engine)
         self.registry = CollectorRegistry(auto_describe=False)
+        self.finals = Counter(
+            "openroute_final_messages", "Messages this node brought to a final state, by route and state",
+            ["service", "operation", "state"], registry=self.registry,
+        )
         self.requests = Counter(
             "openroute_inbound_requests", "Inbound requests by endpoint and outcome", ["endpoint", "outcome"],
             registry=self.registry,
@@ -113,7 +125,7 @@ class Metrics:
             "openroute_message_processing_seconds", "Duration of the last processing attempt",
             ["service", "operation", "state"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
-        self.registry.register(_EngineCollector(engine, channel_counters))
+        self.registry.register(_EngineCollector(engine, channel_counters, self.counts))
 
     def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:
         """Count one inbound request and its duration."""
@@ -123,6 +135,7 @@ class Metrics:
     async def on_final_state(self, message: StoredMessage) -> None:
         """Engine final-state hook: observe the message's latency and last processing time."""
         labels = (message.service, message.operation, message.state.value)
+        self.finals.labels(*labels).inc()
         self.latency.labels(*labels).observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
         if message.start_process_ts is not None:
             seconds = (message.last_update_ts - message.start_process_ts).total_seconds()

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -60,6 +61,8 @@ class GroupCommitWriter:
         self._closed = False
         self.transactions = 0
         self.operations = 0
+        #: CPU time of the writer thread in transactions (Python, driver and, for SQLite, the database itself)
+        self.cpu_seconds = 0.0
 
     def start(self) -> None:
         if not self._started:
@@ -111,7 +114,9 @@ class GroupCommitWriter:
                     stop = True
                     break
                 batch.append(more)
+            started = time.thread_time()
             self._execute(batch)
+            self.cpu_seconds += time.thread_time() - started
             if stop:
                 return
 

@@ -125,10 +125,15 @@ async def test_search_filters_and_paging(client: httpx.AsyncClient, world: World
     past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     assert (await search(client, received_from=future))["total"] == 0
     assert (await search(client, received_from=past, received_to=future))["total"] == 6
-    first = await search(client, page=1, page_size=4)
-    second = await search(client, page=2, page_size=4)
+    first = await search(client, limit=4)
+    second = await search(client, limit=4, cursor=first["nextCursor"])
     assert len(first["items"]) == 4 and len(second["items"]) == 2 and first["total"] == second["total"] == 6
-    assert {m["id"] for m in first["items"] + second["items"]} == set(ids.values())
+    assert "nextCursor" not in second and not first["countEstimated"]
+    assert [m["id"] for m in first["items"] + second["items"]] == [m["id"] for m in everything["items"]]
+    # the cursor keeps its place when newer messages arrive meanwhile, and the old page_size name still works
+    await world.engine.accept(inbound("n-late"))
+    third = await search(client, page_size=4, cursor=first["nextCursor"])
+    assert [m["id"] for m in third["items"]] == [m["id"] for m in second["items"]] and third["total"] == 7
     failed = next(m for m in everything["items"] if m["id"] == ids["failed1"])
     assert failed["lastErrorCode"] == "REFUSED" and failed["state"] == "FAILED" and "payload" not in failed
 
@@ -138,9 +143,14 @@ async def test_search_filters_and_paging(client: httpx.AsyncClient, world: World
     [
         ({"state": "BROKEN"}, "unknown state"),
         ({"colour": "red"}, "unknown search parameters"),
-        ({"page": "0"}, "page must be in"),
+        ({"page": "2"}, "follow nextCursor"),
+        ({"limit": "0"}, "limit must be in"),
+        ({"limit": "501"}, "limit must be in"),
         ({"page_size": "501"}, "page_size must be in"),
-        ({"page": "x"}, "must be an integer"),
+        ({"limit": "x"}, "must be an integer"),
+        ({"cursor": "not-a-cursor"}, "is not one this search returned"),
+        ({"cursor": "WyJ4IiwxXQ"}, "is not one this search returned"),  # ["x",1]: base64 JSON, not a cursor
+        ({"correlation_id": ""}, "1-255 characters"),
         ({"received_from": "yesterday"}, "ISO 8601"),
         ({"received_from": "2024-01-01T00:00:00"}, "time zone"),
         ({"received_from": "2024-02-01T00:00:00Z", "received_to": "2024-01-01T00:00:00Z"}, "before"),
@@ -282,3 +292,35 @@ async def test_admin_without_configured_users_is_closed(world: World) -> None:
     app = create_app(world.engine, manage_engine=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
         assert (await http.get("/admin/counts", headers=ADMIN)).status_code == 401
+
+
+async def test_metrics_show_the_backlog_per_route_not_the_final_messages(client: httpx.AsyncClient) -> None:
+    metrics = (await client.get("/metrics")).text
+    gauge = metrics.split("# HELP openroute_messages ")[1].split("# HELP")[0]
+    assert 'openroute_messages{operation="create",service="orders",state="NEW"} 3.0' in gauge
+    # final messages are counted by the node that finished them (openroute_final_messages_total), not read here
+    assert 'state="OK"' not in gauge and 'state="FAILED"' not in gauge
+
+
+def test_final_state_counts_are_cached_and_open_states_are_exact(store: MessageStore) -> None:
+    from openroute.admin import MessageCounts
+
+    ticks = [0.0]
+    counts = MessageCounts(store.engine, final_ttl=60, route_ttl=5, monotonic=lambda: ticks[0])
+    new = store.insert_message(NewMessage(service="s", operation="o", payload="{}", content_type="application/json",
+                                          correlation_id="m-1", source_system="crm",
+                                          receive_ts=datetime.now(UTC))).message
+    assert counts.by_state().counts == {MessageState.NEW: 1}
+    assert counts.open_by_route() == [("s", "o", MessageState.NEW, 1)]
+    from openroute import states
+
+    processing = states.claim(store, [new], "n", datetime.now(UTC))[0]
+    states.transition(store, processing, MessageState.OK, datetime.now(UTC))
+    ticks[0] = 4.0
+    assert counts.by_state().counts == {}  # NEW left at once; OK not counted before the cache expires
+    assert counts.open_by_route() == [("s", "o", MessageState.NEW, 1)]  # cached for route_ttl
+    ticks[0] = 61.0
+    assert counts.by_state().counts == {MessageState.OK: 1}
+    assert counts.open_by_route() == []
+    with pytest.raises(ValueError, match="final_ttl=-1"):
+        MessageCounts(store.engine, final_ttl=-1)

@@ -80,7 +80,7 @@ async def test_through_uvicorn_accept_process_and_observe(served: Served) -> Non
         assert big.status_code == 413
 
         metrics = (await http.get("/metrics")).text
-        assert 'openroute_messages{operation="create",service="orders",state="OK"} 1.0' in metrics
+        assert 'openroute_final_messages_total{operation="create",service="orders",state="OK"} 1.0' in metrics
         assert 'openroute_inbound_requests_total{endpoint="soap",outcome="ACCEPTED"} 1.0' in metrics
         assert 'openroute_inbound_requests_total{endpoint="soap",outcome="FORBIDDEN_XML"} 1.0' in metrics
         assert 'openroute_inbound_requests_total{endpoint="json",outcome="PAYLOAD_TOO_LARGE"} 1.0' in metrics

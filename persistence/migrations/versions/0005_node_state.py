@@ -1,7 +1,7 @@
 """the state an operator gives a node: RUN, HANDLES_EXISTING_MESSAGES (draining), STOPPED
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-11-23 10:30:00
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

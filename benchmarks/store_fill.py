@@ -1,0 +1,93 @@
+"""Set-based filling of a migrated store: the tables users actually have (aged, large), in one statement each.
+
+Used by the benchmarks (lifecycle aged mode, the 1M-row admin store) and by the plan tests. Every row is
+written by one ``INSERT ... SELECT`` over a series (``generate_series`` on PostgreSQL, a recursive CTE on
+SQLite), so 1,000,000 rows take seconds, not minutes.
+
+Rows are deterministic functions of their number ``g`` (1..n), so the benchmarks know which values exist:
+
+* ``correlation_id`` = ``{prefix}-{g}`` (unique), ``source_system`` = ``src{g % 4}``
+* ``service`` / ``operation`` = ``svc{g % 5}`` / ``op{g % 4}`` (20 routes)
+* ``process_id`` = ``p-{g / 10}`` (10 messages per process), ``object_id`` = ``obj-{g % 100000}``,
+  ``entity_type`` = ``customer``
+* ``receive_ts`` = ``start`` + ``g`` seconds (1M rows span ~11.6 days; one hour holds 3,600 rows)
+* ``state``: as given, or for a mixed fill 97 % OK, 2 % FAILED, 1 % PARTLY_FAILED (by ``g % 100``)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+START = datetime(2024, 1, 1, tzinfo=UTC)
+
+_COLUMNS = (
+    "correlation_id, source_system, process_id, service, operation, object_id, entity_type, funnel_value, "
+    "payload, content_type, headers, state, failed_count, receive_ts, msg_ts, start_process_ts, last_update_ts, "
+    "next_attempt_at, node_id, custom_data, business_errors, last_error_code, last_error_text, parent_id, version"
+)
+
+MIXED = "mixed"
+
+
+def _state_sql(state: str) -> str:
+    if state == MIXED:
+        return "CASE WHEN g % 100 = 0 THEN 'PARTLY_FAILED' WHEN g % 100 < 3 THEN 'FAILED' ELSE 'OK' END"
+    return f"'{state}'"
+
+
+def fill(
+    connection: sa.Connection, n: int, state: str, prefix: str, first: int = 1, route: tuple[str, str] | None = None
+) -> None:
+    """Insert ``n`` messages (numbers ``first``..``first + n - 1``) in ``state`` (or :data:`MIXED`).
+
+    NEW rows get no start time, no node and version 0; the others look processed (version 2). ``route``
+    (service, operation) replaces the 20 generated routes.
+    """
+    new = state == "NEW"
+    last = first + n - 1
+    state_sql = _state_sql(state)
+    version = "0" if new else "2"
+    if connection.dialect.name == "postgresql":
+        ts = "(timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second')"
+        json_obj, json_list = "'{}'::jsonb", "'[]'::jsonb"
+        series = f"generate_series({first}, {last}) AS g"
+        concat = "||"
+        head = ""
+    else:
+        # the text form SQLAlchemy writes (microseconds included), so comparisons with bound values are exact
+        ts = "(datetime('2024-01-01 00:00:00', '+' || g || ' seconds') || '.000000')"
+        json_obj, json_list = "'{}'", "'[]'"
+        series = "series"
+        concat = "||"
+        head = f"WITH RECURSIVE series(g) AS (SELECT {first} UNION ALL SELECT g + 1 FROM series WHERE g < {last}) "
+    service, operation = (f"'{route[0]}'", f"'{route[1]}'") if route else (
+        f"'svc' {concat} (g % 5)", f"'op' {concat} (g % 4)")
+    started = "NULL" if new else ts
+    node = "NULL" if new else "'node-aged'"
+    select = (
+        f"SELECT '{prefix}-' {concat} g, 'src' {concat} (g % 4), 'p-' {concat} (g / 10), "
+        f"{service}, {operation}, 'obj-' {concat} (g % 100000), 'customer', NULL, "
+        f"'<order/>', 'text/xml', {json_obj}, {state_sql}, 0, {ts}, NULL, {started}, {ts}, NULL, {node}, "
+        f"{json_obj}, {json_list}, NULL, NULL, NULL, {version} FROM {series}"
+    )
+    connection.execute(sa.text(f"{head}INSERT INTO message ({_COLUMNS}) {select}"))
+
+
+def analyze(connection: sa.Connection) -> None:
+    """Give the planner statistics (what autovacuum does on any live table)."""
+    connection.exec_driver_sql("ANALYZE message" if connection.dialect.name == "postgresql" else "ANALYZE")
+
+
+def age(
+    engine: sa.Engine, final: int = 100_000, backlog: int = 0, backlog_route: tuple[str, str] | None = None
+) -> None:
+    """The aged store: ``final`` OK rows, then ``backlog`` NEW rows (of ``backlog_route``), then ANALYZE."""
+    with engine.begin() as connection:
+        if final:
+            fill(connection, final, "OK", "aged")
+        if backlog:
+            fill(connection, backlog, "NEW", "backlog", first=final + 1, route=backlog_route)
+    with engine.begin() as connection:
+        analyze(connection)

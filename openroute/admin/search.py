@@ -1,0 +1,195 @@
+"""Message search of the admin API and the console: filters, newest first, keyset pages, a count that stays cheap.
+
+Both the JSON API (``GET /admin/messages``) and the web console call :func:`search_messages`::
+
+    from openroute.admin.search import parse_filters, search_messages
+
+    filters = parse_filters({"state": ["FAILED"], "service": "crm", "received_from": "2024-03-01T00:00:00+00:00"})
+    with store.engine.connect() as connection:
+        page = search_messages(connection, filters, cursor=None, limit=50)
+        more = search_messages(connection, filters, cursor=page.next_cursor, limit=50)
+
+Pages are ordered newest first by (receive time, id) and continue after an opaque cursor (keyset pagination: a
+deep page costs what the first costs, unlike OFFSET). The count is exact up to :data:`COUNT_CAP` matches;
+beyond it the database's estimate is returned and :attr:`Page.total_estimated` is True. Each selective filter
+has an index ordered by receive time (migration 0004); see docs/performance.md for the plans at 1M rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from openroute.errors import ValidationError
+from openroute.persistence import MessageState, StoredMessage, message_table
+from openroute.persistence.store import row_to_message
+
+#: matches counted exactly; above this the planner's estimate is returned (``total_estimated``)
+COUNT_CAP = 1000
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 50
+
+#: the text filters, by the column they compare (equality)
+TEXT_FILTERS = ("service", "operation", "source_system", "correlation_id", "object_id", "process_id", "entity_type")
+
+
+class InvalidQueryError(ValidationError):
+    """A search parameter is unknown or malformed, or a cursor is not one this search issued (HTTP 400)."""
+
+    code = "INVALID_QUERY"
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """What to search for; every given filter must match (AND). Build it with :func:`parse_filters`."""
+
+    states: tuple[MessageState, ...] = ()
+    text: Mapping[str, str] = field(default_factory=dict)
+    #: inclusive lower bound of the receive time
+    received_from: datetime | None = None
+    #: exclusive upper bound of the receive time
+    received_to: datetime | None = None
+
+    def conditions(self) -> list[sa.ColumnElement[bool]]:
+        """The SQL conditions on the message table."""
+        c = message_table.c
+        conditions: list[sa.ColumnElement[bool]] = []
+        if len(self.states) == 1:
+            conditions.append(c.state == self.states[0])
+        elif self.states:
+            conditions.append(c.state.in_(self.states))
+        conditions.extend(c[name] == value for name, value in self.text.items())
+        if self.received_from is not None:
+            conditions.append(c.receive_ts >= self.received_from)
+        if self.received_to is not None:
+            conditions.append(c.receive_ts < self.received_to)
+        return conditions
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of search results, newest first."""
+
+    items: list[StoredMessage]
+    #: pass it back as ``cursor`` for the next page; None on the last page
+    next_cursor: str | None
+    #: how many messages match (exact when ``total_estimated`` is False)
+    total: int
+    total_estimated: bool
+
+
+def _parse_time(name: str, value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidQueryError(f"{name} must be an ISO 8601 date-time, got {value[:60]!r}") from None
+    if parsed.tzinfo is None:
+        raise InvalidQueryError(f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}")
+    return parsed
+
+
+def parse_filters(params: Mapping[str, Any]) -> SearchFilters:
+    """:class:`SearchFilters` from request parameters (strings; ``state`` may be a list of strings).
+
+    Known names: ``state``, the :data:`TEXT_FILTERS`, ``received_from`` and ``received_to`` (ISO 8601 with a
+    time zone). Raises :class:`InvalidQueryError` for an unknown state, an empty or over-long text value, a
+    time without a zone or a window that ends before it starts.
+    """
+    raw_states = params.get("state") or []
+    if isinstance(raw_states, str):
+        raw_states = [raw_states]
+    try:
+        wanted = tuple(dict.fromkeys(MessageState(s.upper()) for s in raw_states))
+    except ValueError:
+        raise InvalidQueryError(
+            f"unknown state in {list(raw_states)}; states are {[s.value for s in MessageState]}"
+        ) from None
+    text: dict[str, str] = {}
+    for name in TEXT_FILTERS:
+        value = params.get(name)
+        if value is not None:
+            if not value or len(value) > 255:
+                raise InvalidQueryError(f"{name} must be 1-255 characters, got {len(value)}")
+            text[name] = value
+    start, end = params.get("received_from"), params.get("received_to")
+    start_ts = _parse_time("received_from", start) if start is not None else None
+    end_ts = _parse_time("received_to", end) if end is not None else None
+    if start_ts is not None and end_ts is not None and end_ts < start_ts:
+        raise InvalidQueryError(f"received_to ({end}) is before received_from ({start})")
+    return SearchFilters(wanted, text, start_ts, end_ts)
+
+
+def encode_cursor(message: StoredMessage) -> str:
+    """The opaque cursor of the page that continues after ``message``."""
+    raw = json.dumps([message.receive_ts.isoformat(), message.id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """(receive time, id) of a cursor made by :func:`encode_cursor`; InvalidQueryError for anything else."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stamp, message_id = json.loads(raw)
+        at = datetime.fromisoformat(stamp)
+        if at.tzinfo is None or not isinstance(message_id, int) or isinstance(message_id, bool):
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise InvalidQueryError(f"cursor {cursor[:60]!r} is not one this search returned") from None
+    return at, message_id
+
+
+def count_statement(filters: SearchFilters) -> sa.Select[Any]:
+    """The capped count: how many messages match, counting at most ``COUNT_CAP + 1``."""
+    capped = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions()).limit(COUNT_CAP + 1)
+    return sa.select(sa.func.count()).select_from(capped.subquery())
+
+
+def page_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
+    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``."""
+    c = message_table.c
+    conditions = filters.conditions()
+    if cursor is not None:
+        at, last_id = decode_cursor(cursor)
+        conditions.append(sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
+                                                                     sa.literal(last_id, c.id.type)))
+    return sa.select(message_table).where(*conditions).order_by(c.receive_ts.desc(), c.id.desc()).limit(limit + 1)
+
+
+def _count(connection: sa.Connection, filters: SearchFilters) -> tuple[int, bool]:
+    exact = connection.execute(count_statement(filters)).scalar_one()
+    conditions = filters.conditions()
+    if exact <= COUNT_CAP:
+        return int(exact), False
+    if connection.dialect.name != "postgresql":
+        return COUNT_CAP + 1, True  # SQLite has no row estimate: "more than COUNT_CAP"
+    query = sa.select(sa.literal(1)).select_from(message_table).where(*conditions)
+    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
+    plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled.string}", params).scalar_one()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    return max(int(document[0]["Plan"]["Plan Rows"]), COUNT_CAP + 1), True
+
+
+def search_messages(
+    connection: sa.Connection, filters: SearchFilters, cursor: str | None = None, limit: int = DEFAULT_LIMIT
+) -> Page:
+    """One page of the messages matching ``filters``, newest first (receive time, then id), after ``cursor``.
+
+    ``limit`` is 1..:data:`MAX_LIMIT`. The total is exact up to :data:`COUNT_CAP` matches, else estimated.
+    Raises :class:`InvalidQueryError` for a bad ``limit`` or a cursor this search did not issue.
+    """
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
+    query = page_statement(filters, cursor, limit)
+    total, estimated = _count(connection, filters)
+    rows = connection.execute(query).all()
+    items = [row_to_message(row) for row in rows[:limit]]
+    next_cursor = encode_cursor(items[-1]) if len(rows) > limit else None
+    return Page(items, next_cursor, total, estimated)

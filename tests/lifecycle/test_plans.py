@@ -1,0 +1,175 @@
+"""The plans PostgreSQL picks for the hot-path statements on an aged, analyzed table.
+
+Once a table has statistics (autovacuum's ANALYZE on any live table), a state predicate in the claim or the
+outcome UPDATE tempts the planner onto ``ix_message_state_*``: the statistics say no row is PROCESSING, so an
+index scan on state looks free, while at run time it walks the whole backlog for every statement. The store
+keys these statements by primary key and version only; these tests EXPLAIN the statements it really emits,
+with their real parameters, under custom and generic plans.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, message_table
+
+from benchmarks.store_fill import age
+from openroute import states
+from tests.services import POSTGRES_ADMIN_URL, postgres_problem, require
+
+FINAL_ROWS = 100_000
+BACKLOG = 10_000
+NOW = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def aged_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageStore]:
+    """The same aged table in a SQLite file, analyzed (sqlite_stat1)."""
+    store = MessageStore(f"sqlite:///{tmp_path_factory.mktemp('aged') / 'aged.db'}")
+    store.create_schema()
+    age(store.engine, final=FINAL_ROWS, backlog=BACKLOG)
+    yield store
+    store.dispose()
+
+
+@pytest.fixture(scope="module")
+def aged_store() -> Iterator[MessageStore]:
+    """100,000 OK rows and a backlog of 10,000 NEW rows, analyzed (one database for the module)."""
+    require("PostgreSQL", postgres_problem)
+    name = f"openroute_plans_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    store = MessageStore(POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
+    try:
+        store.create_schema()
+        age(store.engine, final=FINAL_ROWS, backlog=BACKLOG)
+        yield store
+    finally:
+        store.dispose()
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _capture_updates(store: MessageStore, work: Any) -> list[tuple[str, Any]]:
+    """The UPDATE statements (text, first parameter set) ``work(connection)`` emits, rolled back afterwards."""
+    captured: list[tuple[str, Any]] = []
+
+    def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
+        if statement.lstrip().upper().startswith("UPDATE MESSAGE"):
+            captured.append((statement, parameters[0] if many else parameters))
+
+    sa.event.listen(store.engine, "before_cursor_execute", listener)
+    try:
+        with store.engine.connect() as connection:
+            transaction = connection.begin()
+            work(connection)
+            transaction.rollback()
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", listener)
+    return captured
+
+
+def _plan(store: MessageStore, statement: str, parameters: Any, mode: str) -> dict[str, Any]:
+    with store.engine.connect() as connection:
+        connection.exec_driver_sql(f"SET plan_cache_mode = {mode}")
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
+        document = cursor.fetchone()[0]
+        cursor.close()
+    return (json.loads(document) if isinstance(document, str) else document)[0]["Plan"]
+
+
+def _scans(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(node type, index name) of every node of the plan tree."""
+    found = [(plan["Node Type"], plan.get("Index Name"))]
+    for child in plan.get("Plans", []):
+        found.extend(_scans(child))
+    return found
+
+
+def _backlog(store: MessageStore, count: int, offset: int = 0) -> list[Any]:
+    c = message_table.c
+    first = FINAL_ROWS + 1 + offset
+    return store.find(c.id >= first, c.id < first + count)
+
+
+def _assert_primary_key_plans(store: MessageStore, captured: list[tuple[str, Any]]) -> None:
+    assert captured, "the store emitted no UPDATE"
+    for statement, parameters in captured:
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            scans = _scans(_plan(store, statement, parameters, mode))
+            indexes = {index for _node, index in scans if index}
+            assert not {i for i in indexes if i.startswith("ix_message_state")}, (mode, statement, scans)
+            assert ("Seq Scan", None) not in scans, (mode, statement, scans)
+            assert indexes == {"message_pkey"}, (mode, statement, scans)
+
+
+@pytest.mark.postgres
+def test_the_aged_table_tempts_the_planner_onto_a_state_index(aged_store: MessageStore) -> None:
+    """The fixture reproduces the trap: the same UPDATE with a state predicate is planned on a state index."""
+    [message] = _backlog(aged_store, 1)
+    statement = "UPDATE message SET version = version + 1 WHERE id = %(id)s AND version = %(v)s AND state = %(s)s"
+    scans = _scans(_plan(aged_store, statement, {"id": message.id, "v": 1, "s": "PROCESSING"}, "force_custom_plan"))
+    assert any(index and index.startswith("ix_message_state") for _node, index in scans), scans
+
+
+@pytest.mark.postgres
+def test_claims_are_planned_on_the_primary_key(aged_store: MessageStore) -> None:
+    one, group = _backlog(aged_store, 1), _backlog(aged_store, 39, offset=1)
+
+    def work(connection: sa.Connection) -> None:
+        assert len(states.claim(aged_store, one, "node-1", NOW, connection)) == 1
+        assert len(states.claim(aged_store, group, "node-1", NOW, connection)) == 39
+
+    captured = _capture_updates(aged_store, work)
+    assert len(captured) == 2
+    _assert_primary_key_plans(aged_store, captured)
+
+
+@pytest.mark.postgres
+def test_outcome_updates_are_planned_on_the_primary_key(aged_store: MessageStore) -> None:
+    messages = _backlog(aged_store, 40, offset=100)
+
+    def work(connection: sa.Connection) -> None:
+        claimed = states.claim(aged_store, messages, "node-1", NOW, connection)
+        # the engine's writer: the OK outcomes of a commit in one executemany, a retry alone with its changes
+        results = states.transition_many(
+            aged_store, [(m, MessageState.OK, NOW, {}) for m in claimed[1:]], connection
+        )
+        assert all(not isinstance(r, Exception) for r in results)
+        retry = {"failed_count": 1, "next_attempt_at": NOW, "last_error_code": "E", "last_error_text": "boom"}
+        states.transition(aged_store, claimed[0], MessageState.PARTLY_FAILED, NOW, retry, connection)
+
+    captured = [c for c in _capture_updates(aged_store, work) if "IN (SELECT" not in c[0]]
+    assert len(captured) == 2
+    _assert_primary_key_plans(aged_store, captured)
+
+
+def test_on_sqlite_every_hot_path_update_searches_the_primary_key(aged_sqlite: MessageStore) -> None:
+    """SQLite cannot use an index for a row-value IN alone: the grouped claim lists the ids as well."""
+    messages = _backlog(aged_sqlite, 40)
+
+    def work(connection: sa.Connection) -> None:
+        claimed = states.claim(aged_sqlite, messages[:1], "node-1", NOW, connection)
+        claimed += states.claim(aged_sqlite, messages[1:], "node-1", NOW, connection)
+        assert len(claimed) == 40
+        states.transition_many(aged_sqlite, [(m, MessageState.OK, NOW, {}) for m in claimed[1:]], connection)
+        states.transition(aged_sqlite, claimed[0], MessageState.PARTLY_FAILED, NOW, {"failed_count": 1}, connection)
+
+    captured = _capture_updates(aged_sqlite, work)
+    assert len(captured) == 4
+    for statement, parameters in captured:
+        with aged_sqlite.engine.connect() as connection:
+            cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            plan = [row[3] for row in cursor.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()]
+            cursor.close()
+        assert "SEARCH message USING INTEGER PRIMARY KEY (rowid=?)" in plan, (statement, plan)
+        assert not [step for step in plan if step.startswith("SCAN message")], (statement, plan)
