@@ -197,7 +197,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: --partitions must be >= 1, got {args.partitions}", file=sys.stderr)
         return 2
     try:
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None  # a session the caller started stays running
         spark = build_session(args.master, app_name=name, jdbc_path=args.jdbc_path, jvm_log=jvm_log)
+    except ImportError:
+        print(f"{name}: PySpark is not installed: pip install 'openroute[spark]'", file=sys.stderr)
+        return 2
     except SparkSetupError as problem:
         print(f"{name}: {problem}", file=sys.stderr)
         return 2
@@ -216,4 +222,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: failed: {first_line(error)} (details in {jvm_log})", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()

@@ -324,20 +324,26 @@ def read_job(out: str | Path) -> dict[str, Any]:
 
 
 class _Pacer:
-    """Keeps releases at or under ``rate`` messages per second (no limit when None)."""
+    """Keeps releases at or under ``rate`` messages per second (no limit when None).
+
+    The clock starts at the first release, so the time Spark spends reading the plan earns no burst.
+    """
 
     def __init__(self, rate: float | None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.rate, self.clock, self.sleep = rate, clock, sleep
-        self.started = clock()
+        self.started: float | None = None
         self.released = 0
 
     def released_now(self, count: int) -> None:
+        if not self.rate or not count:
+            return
+        if self.started is None:
+            self.started = self.clock()
         self.released += count
-        if self.rate:
-            ahead = self.released / self.rate - (self.clock() - self.started)
-            if ahead > 0:
-                self.sleep(ahead)
+        ahead = self.released / self.rate - (self.clock() - self.started)
+        if ahead > 0:
+            self.sleep(ahead)
 
 
 def _batches(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
