@@ -109,7 +109,7 @@ def test_bad_filters_and_options_are_refused_before_anything_runs(spark: Any, sq
     reprocess_store(sqlite_url)
     with pytest.raises(ValueError, match="not a time: 'yesterday'"):
         reprocess(spark, sqlite_url, since="yesterday", out=tmp_path / "a")
-    with pytest.raises(ValueError, match="since .* must be before until"):
+    with pytest.raises(ValueError, match=r"since .* must be before until"):
         reprocess(spark, sqlite_url, since="2024-06-02", until="2024-06-01", out=tmp_path / "a")
     with pytest.raises(ValueError, match="not a rate: 'fast'"):
         reprocess(spark, sqlite_url, rate="fast", out=tmp_path / "a")
