@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,12 @@ from openroute.persistence import ExternalCallStatus, MessageState, MessageStore
 from openroute.persistence.models import confirmation_table, message_transition_table
 
 from openroute.cli import main
-from openroute.spark import archive as archive_module
 from openroute.spark.archive import ArchiveResult, archive, parse_keep, read_archive
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
 S = MessageState
+# the module (openroute.spark.archive is the function of the package's API)
+archive_module = importlib.import_module("openroute.spark.archive")
 
 
 def _transition_count(store: MessageStore) -> int:
