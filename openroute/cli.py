@@ -4,6 +4,7 @@
 ``openroute run``         serve an application's routes (HTTP/SOAP, admin API, /metrics, /health)
 ``openroute db upgrade``  bring the database schema to the newest migration
 ``openroute messages``    list, show, restart and cancel messages (store or a server's admin API)
+``openroute spark``       bulk reprocessing, audits and archiving of the store on Spark
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` and ``run(args) -> int``; add one line to
 ``COMMANDS`` for a new one.
@@ -23,6 +24,7 @@ COMMANDS = [
     "openroute.commands.run",
     "openroute.commands.db",
     "openroute.console.cli",
+    "openroute.spark.cli",
 ]
 
 EXAMPLE = """examples:

@@ -1,0 +1,47 @@
+"""One real Spark session (``local[2]``) for the whole test run, shared by every Spark test.
+
+In CI (``CI=true``) a missing Java, PySpark or JDBC driver is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import require, spark_problem
+
+
+def spark_and_drivers_problem() -> str | None:
+    """What keeps the Spark tests from running here (None when Java, PySpark and both drivers are there)."""
+    problem = spark_problem()
+    if problem:
+        return problem
+    from openroute.spark.session import DRIVERS, find_driver_jar
+
+    missing = [d.package for d in DRIVERS.values() if find_driver_jar(d.backend) is None]
+    if missing:
+        return f"no JDBC driver jar: apt-get install -y {' '.join(missing)}"
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The test run's SparkSession (local[2], few shuffle partitions); stopped at the end of the run."""
+    require("Spark", spark_and_drivers_problem)
+    from openroute.spark.session import build_session
+
+    jvm_log = tmp_path_factory.mktemp("spark") / "jvm.log"
+    session = build_session("local[2]", app_name="openroute-tests", jvm_log=jvm_log,
+                            config={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
