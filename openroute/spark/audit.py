@@ -418,7 +418,7 @@ def audit(
     )
     violations["duplicate_ok_call"] = entity_dups.unionByName(message_dups).where(F.col("message_id").isNotNull())
 
-    history_start = transitions.agg(F.min("at").alias("start")).first()
+    history_start = transitions.agg(F.min("at").alias("start"), F.count("*").alias("rows")).first()
     broken = steps.where(
         F.col("prev_to").isNotNull() & ~F.col("from_state").eqNullSafe(F.col("prev_to"))
     ).select("message_id")
@@ -451,13 +451,15 @@ def audit(
 
     collected = {name: [_plain(row.asDict()) for row in frame.orderBy(*frame.columns[:3]).limit(50_000).collect()]
                  for name, frame in stats.items()}
-    state_totals = {r["state"]: r["count"] for r in messages.groupBy("state").count().collect()}
+    state_totals: dict[str, int] = {}
+    for row in collected["state_counts"]:
+        state_totals[row["state"]] = state_totals.get(row["state"], 0) + int(row["count"])
     totals = {
         "messages": sum(state_totals.values()),
         "by_state": dict(sorted(state_totals.items())),
-        "transitions": transitions.count(),
-        "confirmations": confirmations.count(),
-        "routes": messages.select("service", "operation").distinct().count(),
+        "transitions": int(history_start["rows"]) if history_start is not None else 0,
+        "confirmations": sum(int(r["count"]) for r in collected["confirmations"]),
+        "routes": len({(r["service"], r["operation"]) for r in collected["state_counts"]}),
     }
     details = dict(stats)
     details["violations"] = found
@@ -497,6 +499,8 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="folder for report.html, summary.json and Parquet tables")
     parser.add_argument("--master", default=None, help="Spark master (local[*] by default, spark://..., yarn)")
     parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
+    parser.add_argument("--now", default=None, type=_aware,
+                        help="the audit's clock, ISO-8601 with a zone (default: the current time)")
     parser.add_argument("--stuck-after", default="1h", help="non-final and idle longer than this is stuck (1h)")
     parser.add_argument("--heartbeat-timeout", default="5m", help="a node silent this long is dead (5m)")
     parser.add_argument("--grace", default="15m", help="time allowed for confirmations and parent outcomes (15m)")
@@ -512,6 +516,16 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _aware(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the zone too (e.g. {value}Z or {value}+00:00), got {value!r}")
+    return parsed
+
+
 def run_audit(args: argparse.Namespace) -> int:
     """Run the audit the parsed ``args`` describe, print one line per check; return the exit status 0, 1 or 2."""
     from openroute.spark.session import SparkSetupError, build_session
@@ -523,8 +537,9 @@ def run_audit(args: argparse.Namespace) -> int:
         spark = build_session(args.master, app_name="openroute-audit", jdbc_path=args.jdbc_path)
         try:
             result = audit(
-                spark, args.database_url, stuck_after=args.stuck_after, heartbeat_timeout=args.heartbeat_timeout,
-                grace=args.grace, confirmation_max_attempts=args.confirmation_max_attempts,
+                spark, args.database_url, now=args.now, stuck_after=args.stuck_after,
+                heartbeat_timeout=args.heartbeat_timeout, grace=args.grace,
+                confirmation_max_attempts=args.confirmation_max_attempts,
                 confirmed_systems=args.confirmed_systems, include_archive=args.include_archive,
                 partitions=args.partitions, id_cap=args.id_cap, jdbc_path=args.jdbc_path,
             )
