@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="apply all migrations")
     upgrade.add_argument("--database-url", default=None)
+    from openroute.spark.cli import add_parser as add_spark_parser  # openroute spark reprocess|archive|audit
+
+    add_spark_parser(commands)
     return parser
 
 
@@ -47,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from openroute.server import serve
 
         return serve(args.host, args.port, args.database_url, args.routes, args.auth_config)
+    if args.command == "spark":
+        from openroute.spark.cli import run as run_spark
+
+        return run_spark(args)
     if args.command == "db":
         import os
 

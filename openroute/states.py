@@ -21,7 +21,8 @@ from openroute.persistence.store import TRANSITION_COLUMNS
 S = MessageState
 
 #: trigger, sources, destination. Final states (OK, FAILED, SKIPPED, CANCEL) have no way out except an
-#: operator's ``restart`` of a FAILED or CANCEL message.
+#: operator's ``restart`` of a FAILED or CANCEL message, or a reprocessing job's ``skip_obsolete`` of a
+#: FAILED one.
 TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...] = (
     ("claim", (S.NEW, S.PARTLY_FAILED, S.POSTPONED), S.PROCESSING),
     ("succeed", (S.PROCESSING, S.WAITING_FOR_CHILDREN), S.OK),
@@ -33,6 +34,8 @@ TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...]
     ("wait_for_children", (S.PROCESSING,), S.WAITING_FOR_CHILDREN),
     ("cancel", (S.NEW, S.PARTLY_FAILED, S.POSTPONED, S.WAITING_FOR_CHILDREN), S.CANCEL),
     ("restart", (S.FAILED, S.CANCEL), S.PARTLY_FAILED),
+    # bulk reprocessing: a FAILED message made obsolete by a newer OK one of its entity is not restarted
+    ("skip_obsolete", (S.FAILED,), S.SKIPPED),
 )
 
 machine = Machine(

@@ -1,0 +1,226 @@
+"""``openroute spark ...``: the bulk jobs from the command line (reprocess, archive; audit by its own module).
+
+    openroute spark reprocess --service crm --since 7d                 # dry run: plan + summary
+    openroute spark reprocess --plan reprocess-rp-... --apply --rate 200/s
+    openroute spark archive --keep OK=30d,FAILED=180d --to /data/openroute-archive
+
+Exit status: 0 done, 2 a usage or setup problem (no Java, no JDBC driver, database unreachable, bad option),
+printed as one line on stderr; Spark's own log and any Java stack trace go to a file, never to the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("Spark and the store")
+    group.add_argument("--database-url", default=None,
+                       help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else sqlite:///openroute.db)")
+    group.add_argument("--master", default=None, help="Spark master (default local[*]; spark://..., k8s://..., yarn)")
+    group.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
+    group.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (default /usr/share/java)")
+    group.add_argument("--spark-log", default=None,
+                       help="file for Spark's own log and the JVM's stderr (default: a file in the temp folder)")
+    return common
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``openroute spark`` and its subcommands on the ``openroute`` parser's subcommands."""
+    spark = subparsers.add_parser("spark", help="bulk jobs on the store with PySpark: reprocess, archive, audit")
+    jobs = spark.add_subparsers(dest="spark_command", required=True)
+    common = _common()
+
+    rp = jobs.add_parser("reprocess", parents=[common], help="plan (dry run) and apply a bulk restart",
+                         description="Plan restarting stored messages; --apply applies the plan.")
+    pick = rp.add_argument_group("which messages")
+    pick.add_argument("--state", action="append", dest="states", default=None,
+                      help="state to select, repeatable (default FAILED)")
+    pick.add_argument("--service")
+    pick.add_argument("--operation")
+    pick.add_argument("--source-system")
+    pick.add_argument("--since", help="received at or after: ISO-8601 or an age like 7d, 12h")
+    pick.add_argument("--until", help="received before: ISO-8601 or an age")
+    pick.add_argument("--error-code", help="last error code")
+    pick.add_argument("--business-error-code", help="a business error code of the message")
+    pick.add_argument("--error-text", help="text in the last error (case-insensitive)")
+    pick.add_argument("--ids-file", help="file of message ids, one a line")
+    pick.add_argument("--object-ids-file", help="file of object ids, one a line")
+    job = rp.add_argument_group("the job")
+    job.add_argument("--out", default=None, help="plan folder (default reprocess-<job id>)")
+    job.add_argument("--job-id", default=None, help="job id (give an earlier one to re-plan and resume it)")
+    job.add_argument("--plan", default=None, help="apply this existing plan folder instead of planning again")
+    job.add_argument("--csv", action="store_true", help="also write the plan as CSV")
+    job.add_argument("--apply", action="store_true", help="apply the plan (default: dry run, nothing changes)")
+    job.add_argument("--rate", default=None, help="release at most this many messages: 200/s, 50/m, 1000/h")
+    job.add_argument("--batch-size", type=int, default=500, help="messages per transaction (default 500)")
+
+    ar = jobs.add_parser("archive", parents=[common], help="move old final messages to Parquet",
+                         description="Copy final messages older than their keep time to Parquet, verify, delete.")
+    ar.add_argument("--keep", required=True, help="keep time per final state: OK=30d,FAILED=180d,...")
+    ar.add_argument("--to", required=True, dest="to", help="archive folder (local path or a Spark URL)")
+    ar.add_argument("--batch-size", type=int, default=1000, help="messages deleted per transaction (default 1000)")
+
+
+def _url(args: argparse.Namespace) -> str:
+    from openroute.persistence import DEFAULT_DATABASE_URL
+
+    return str(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+
+
+class _Progress:
+    """Stages done / total of the running Spark jobs, on one terminal line (only when stderr is a terminal)."""
+
+    def __init__(self, spark: Any, enabled: bool) -> None:
+        self.spark, self.enabled = spark, enabled
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="openroute-spark-progress", daemon=True)
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.enabled:
+            self._stop.set()
+            self._thread.join()
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    def _run(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        while not self._stop.wait(0.5):
+            parts = []
+            for job_id in tracker.getActiveJobsIds():
+                job = tracker.getJobInfo(job_id)
+                if job is None:
+                    continue
+                done = sum(1 for s in job.stageIds if (info := tracker.getStageInfo(s)) is not None
+                           and info.numCompletedTasks == info.numTasks and info.numTasks > 0)
+                parts.append(f"job {job_id}: stages {done}/{len(job.stageIds)}")
+            if parts:
+                print("\r\033[K" + "; ".join(parts), end="", file=sys.stderr, flush=True)
+
+
+def _table(rows: list[tuple[str, str, int]], headers: tuple[str, str, str]) -> str:
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(3)]
+    lines = [f"{headers[0]:<{widths[0]}}  {headers[1]:<{widths[1]}}  {headers[2]:>{widths[2]}}"]
+    lines += [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def _run_reprocess(spark: Any, args: argparse.Namespace) -> int:
+    from openroute.spark.reprocess import apply_plan, read_job, reprocess
+
+    url = _url(args)
+    if args.plan is not None:
+        if not args.apply:
+            print(f"openroute spark reprocess: --plan {args.plan} applies a plan: add --apply", file=sys.stderr)
+            return 2
+        meta = read_job(args.plan)
+        print(f"job {meta['job_id']}: applying the plan in {args.plan}")
+        applied = apply_plan(spark, url, args.plan, rate=args.rate, batch_size=args.batch_size,
+                             progress=_apply_progress())
+        _print_applied(applied, args.plan)
+        return 0
+    result = reprocess(
+        spark, url, states=args.states or ["FAILED"], service=args.service, operation=args.operation,
+        source_system=args.source_system, since=args.since, until=args.until, error_code=args.error_code,
+        business_error_code=args.business_error_code, error_text=args.error_text, ids_file=args.ids_file,
+        object_ids_file=args.object_ids_file, out=args.out, job_id=args.job_id, apply=args.apply,
+        rate=args.rate, batch_size=args.batch_size, partitions=args.partitions, csv=args.csv,
+        jdbc_path=args.jdbc_path, progress=_apply_progress() if args.apply else None,
+    )
+    folder = result.plan_path.parent
+    print(f"job {result.job_id}: plan in {result.plan_path}")
+    print(_table(result.summary, ("route", "decision", "messages")) if result.summary else "no candidates")
+    if result.applied is None:
+        print(f"dry run: nothing changed. Apply it with: openroute spark reprocess --plan {folder} --apply")
+    else:
+        _print_applied(result.applied, folder)
+    return 0
+
+
+def _apply_progress() -> Callable[[Any], None] | None:
+    if not sys.stderr.isatty():
+        return None
+
+    def show(progress: Any) -> None:
+        print(f"\r\033[Kbatch {progress.batches}: restarted {progress.restarted}, skipped {progress.skipped}",
+              end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _print_applied(applied: Any, folder: str | Path) -> None:
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr)
+    print(f"applied: restarted {applied.restarted}, skipped as obsolete {applied.skipped}, "
+          f"already done by this job {applied.already_applied}, changed since the plan {len(applied.moved)}, "
+          f"no longer stored {len(applied.missing)} ({applied.batches} batches)")
+    if applied.moved or applied.missing:
+        report = Path(folder) / "left-alone.json"
+        import json
+
+        report.write_text(json.dumps({"moved": applied.moved, "missing": applied.missing}) + "\n")
+        shown = ", ".join(str(i) for i in applied.moved[:20])
+        print(f"left alone (changed since the plan): {shown}{' ...' if len(applied.moved) > 20 else ''}; "
+              f"all ids in {report}")
+
+
+def _run_archive(spark: Any, args: argparse.Namespace) -> int:
+    from openroute.spark.archive import archive
+
+    result = archive(spark, _url(args), keep=args.keep, to=args.to, batch_size=args.batch_size,
+                     partitions=args.partitions, jdbc_path=args.jdbc_path)
+    print(f"archived {result.messages} messages ({result.transitions} transitions, {result.external_calls} "
+          f"external calls, {result.confirmations} confirmations) to {result.path}; verified by reading back; "
+          f"deleted {result.deleted} from the store")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``openroute spark <job>``; returns the exit status (2 for a setup or usage problem)."""
+    from openroute.spark.session import SparkSetupError, build_session
+
+    name = f"openroute spark {args.spark_command}"
+    jvm_log = args.spark_log or str(Path(tempfile.gettempdir()) / f"openroute-spark-{os.getpid()}.log")
+    if args.partitions < 1:
+        print(f"{name}: --partitions must be >= 1, got {args.partitions}", file=sys.stderr)
+        return 2
+    try:
+        from pyspark.sql import SparkSession
+
+        owned = SparkSession.getActiveSession() is None  # a session the caller started stays running
+        spark = build_session(args.master, app_name=name, jdbc_path=args.jdbc_path, jvm_log=jvm_log)
+    except ImportError:
+        print(f"{name}: PySpark is not installed: pip install 'openroute[spark]'", file=sys.stderr)
+        return 2
+    except SparkSetupError as problem:
+        print(f"{name}: {problem}", file=sys.stderr)
+        return 2
+    jobs: dict[str, Callable[[Any, argparse.Namespace], int]] = {
+        "reprocess": _run_reprocess, "archive": _run_archive,
+    }
+    try:
+        with _Progress(spark, sys.stderr.isatty()):
+            return jobs[args.spark_command](spark, args)
+    except (SparkSetupError, ValueError) as problem:
+        print(f"{name}: {problem}", file=sys.stderr)
+        return 2
+    except Exception as error:  # a Java error mid-job: one line here, the stack trace in the Spark log
+        from openroute.spark.session import first_line
+
+        print(f"{name}: failed: {first_line(error)} (details in {jvm_log})", file=sys.stderr)
+        return 1
+    finally:
+        if owned:
+            spark.stop()

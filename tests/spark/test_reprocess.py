@@ -1,0 +1,248 @@
+"""Bulk reprocessing on real Spark and each real database: decisions, filters, apply exactly once, kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore
+from openroute.persistence.models import message_transition_table
+
+from openroute import states
+from openroute.cli import main
+from openroute.spark.reprocess import (
+    LEAVE,
+    RESTART,
+    SKIP_OBSOLETE,
+    ReprocessFilter,
+    apply_plan,
+    parse_rate,
+    parse_time,
+    plan_frame,
+    reprocess,
+)
+from tests.spark.stores import NOW, many_failed, reprocess_store
+
+S = MessageState
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _decisions(spark: Any, url: str, job: str = "t", **filters: Any) -> dict[int, tuple[str, str | None]]:
+    frame = plan_frame(spark, url, job, ReprocessFilter(**filters), partitions=2)
+    return {r["id"]: (r["decision"], r["reason"]) for r in frame.select("id", "decision", "reason").collect()}
+
+
+def _reprocess_rows(url: str, job_id: str) -> dict[int, int]:
+    """message id -> how many transition rows the job wrote for it."""
+    t = message_transition_table.c
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.select(t.message_id, sa.func.count()).where(t.cause == f"reprocess:{job_id}").group_by(t.message_id)
+        ).all()
+    engine.dispose()
+    return {int(m): int(n) for m, n in rows}
+
+
+def test_dry_run_plans_one_decision_per_candidate_and_changes_nothing(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    ids = reprocess_store(database_url)
+    store = MessageStore(database_url)
+    before = {m.id: m.version for m in store.find()}
+    result = reprocess(spark, database_url, out=tmp_path / "job", job_id="job-1", partitions=2, csv=True)
+    assert result.job_id == "job-1" and result.applied is None
+    plan = {r["id"]: r for r in spark.read.parquet(str(result.plan_path)).collect()}
+    expected = {
+        ids["f_obsolete"]: SKIP_OBSOLETE, ids["f_restart"]: RESTART, ids["f_plain"]: RESTART,
+        ids["f_business"]: RESTART, ids["parent"]: RESTART, ids["child"]: LEAVE, ids["f_old"]: RESTART,
+        ids["f_other_source"]: RESTART,
+    }
+    assert {i: r["decision"] for i, r in plan.items()} == expected
+    assert plan[ids["f_obsolete"]]["newer_ok_id"] == ids["ok_newer"]
+    assert plan[ids["f_obsolete"]]["reason"] == f"newer message #{ids['ok_newer']} of the same customer ended OK"
+    assert plan[ids["child"]]["reason"] == f"parent #{ids['parent']} is final (FAILED): restart the parent instead"
+    assert result.summary == [
+        ("billing/charge", RESTART, 1), ("crm/setCustomer", RESTART, 4), ("crm/setCustomer", SKIP_OBSOLETE, 1),
+        ("shop/createOrder", RESTART, 1), ("shop/createOrderLine", LEAVE, 1),
+    ]
+    assert result.counts() == {RESTART: 6, SKIP_OBSOLETE: 1, LEAVE: 1}
+    csv_rows = spark.read.option("header", True).csv(str(tmp_path / "job" / "plan_csv")).count()
+    assert csv_rows == 8
+    meta = json.loads((tmp_path / "job" / "job.json").read_text())
+    assert meta["job_id"] == "job-1" and meta["filters"]["states"] == ["FAILED"]
+    assert {m.id: m.version for m in store.find()} == before, "a dry run changes nothing"
+    store.dispose()
+
+
+def test_filters_select_the_candidates(spark: Any, database_url: str, tmp_path: Path) -> None:
+    ids = reprocess_store(database_url)
+    window = _decisions(spark, database_url, service="crm", source_system="CRM",
+                        since=parse_time("2024-06-10T06:00"), until=parse_time("2024-06-10T08:00:00+00:00"))
+    assert set(window) == {ids["f_obsolete"], ids["f_restart"], ids["f_plain"]}
+    errors = _decisions(spark, database_url, error_code="MNO_DOWN", error_text="connection REFUSED")
+    assert set(errors) == {ids["f_obsolete"], ids["f_restart"], ids["f_plain"], ids["f_old"]}
+    assert set(_decisions(spark, database_url, business_error_code="BLOCKED")) == {ids["f_business"]}
+    by_state = _decisions(spark, database_url, states=(S.CANCEL, S.PARTLY_FAILED), operation="setCustomer")
+    assert by_state == {ids["cancelled"]: (RESTART, None),
+                        ids["waiting"]: (LEAVE, "state PARTLY_FAILED cannot be restarted")}
+    id_file = tmp_path / "ids.txt"
+    id_file.write_text(f"{ids['f_plain']}\n\n {ids['f_old']} \n{ids['ok_newer']}\n")
+    object_file = tmp_path / "objects.txt"
+    object_file.write_text("C-1\nC-3\n")
+    assert set(_decisions(spark, database_url, ids_file=str(id_file))) == {ids["f_plain"], ids["f_old"]}
+    assert set(_decisions(spark, database_url, object_ids_file=str(object_file))) == {
+        ids["f_obsolete"], ids["f_restart"]
+    }
+
+
+def test_bad_filters_and_options_are_refused_before_anything_runs(spark: Any, sqlite_url: str,
+                                                                    tmp_path: Path) -> None:
+    reprocess_store(sqlite_url)
+    with pytest.raises(ValueError, match="not a time: 'yesterday'"):
+        reprocess(spark, sqlite_url, since="yesterday", out=tmp_path / "a")
+    with pytest.raises(ValueError, match=r"since .* must be before until"):
+        reprocess(spark, sqlite_url, since="2024-06-02", until="2024-06-01", out=tmp_path / "a")
+    with pytest.raises(ValueError, match="not a rate: 'fast'"):
+        reprocess(spark, sqlite_url, rate="fast", out=tmp_path / "a")
+    with pytest.raises(ValueError, match="'NOPE' is not a valid MessageState"):
+        reprocess(spark, sqlite_url, states=["NOPE"], out=tmp_path / "a")
+    with pytest.raises(ValueError, match="ids file: no such file"):
+        reprocess(spark, sqlite_url, ids_file=str(tmp_path / "missing.txt"), out=tmp_path / "a")
+    with pytest.raises(ValueError, match="job id must be"):
+        reprocess(spark, sqlite_url, job_id="a b", out=tmp_path / "a")
+    bad_ids = tmp_path / "bad.txt"
+    bad_ids.write_text("12\nC-1\n")
+    with pytest.raises(ValueError, match="not message ids: 'C-1'"):
+        reprocess(spark, sqlite_url, ids_file=str(bad_ids), out=tmp_path / "a")
+    with pytest.raises(ValueError, match="no reprocessing plan in"):
+        apply_plan(spark, sqlite_url, tmp_path / "nothing")
+    assert not (tmp_path / "a" / "job.json").exists()
+    assert parse_rate("50/m") == pytest.approx(50 / 60) and parse_rate("3") == 3.0 and parse_rate(None) is None
+    assert parse_time("7d", now=NOW) == NOW.replace(day=3)
+
+
+def test_apply_restarts_each_planned_message_once_and_leaves_moved_ones(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    ids = reprocess_store(database_url)
+    out = tmp_path / "job"
+    reprocess(spark, database_url, out=out, job_id="job-2", partitions=2)
+    store = MessageStore(database_url)
+    # an operator restarts one planned message between the plan and its application: its version moves
+    moved = store.get(ids["f_plain"])
+    states.transition(store, moved, S.PARTLY_FAILED, NOW, {"next_attempt_at": NOW}, cause="admin:ann")
+    applied = apply_plan(spark, database_url, out, batch_size=2)
+    assert (applied.restarted, applied.skipped, applied.already_applied) == (5, 1, 0)
+    assert applied.moved == [ids["f_plain"]] and applied.missing == [] and applied.batches == 4
+    for name in ("f_restart", "f_business", "parent", "f_old", "f_other_source"):
+        row = store.get(ids[name])
+        assert row.state is S.PARTLY_FAILED and row.failed_count == 0 and row.next_attempt_at is not None
+    skipped = store.get(ids["f_obsolete"])
+    assert skipped.state is S.SKIPPED and skipped.last_error_code == "OBSOLETE"
+    assert store.get(ids["child"]).state is S.FAILED
+    last = store.transitions_of(ids["f_obsolete"])[-1]
+    assert (last["from_state"], last["to_state"], last["cause"]) == (S.FAILED, S.SKIPPED, "reprocess:job-2")
+    again = apply_plan(spark, database_url, out)
+    assert (again.restarted, again.skipped, again.already_applied) == (0, 0, 6)
+    assert again.moved == [ids["f_plain"]]
+    assert _reprocess_rows(database_url, "job-2") == {
+        ids[n]: 1 for n in ("f_restart", "f_business", "parent", "f_old", "f_other_source", "f_obsolete")
+    }
+    # re-planning the same job: what it restarted is LEAVE even when it failed again
+    for name in ("f_restart", "f_old"):
+        message = store.get(ids[name])
+        message = states.claim(store, [message], "n1", NOW)[0]
+        states.transition(store, message, S.FAILED, NOW, {"last_error_code": "DOWN"})
+    replanned = _decisions(spark, database_url, job="job-2")
+    assert replanned[ids["f_restart"]] == (LEAVE, "already restarted by this job")
+    assert replanned[ids["f_old"]] == (LEAVE, "already restarted by this job")
+    store.dispose()
+
+
+def test_rate_limits_how_fast_messages_are_released(spark: Any, sqlite_url: str, tmp_path: Path) -> None:
+    many_failed(sqlite_url, 12)
+    out = tmp_path / "job"
+    reprocess(spark, sqlite_url, out=out, job_id="slow", partitions=2)
+    sleeps: list[float] = []
+    import openroute.spark.reprocess as module
+
+    real = module._Pacer
+
+    class Recording(real):  # type: ignore[misc, valid-type]
+        def __init__(self, rate: float | None) -> None:
+            super().__init__(rate, clock=lambda: 0.0, sleep=sleeps.append)
+
+    module._Pacer = Recording  # type: ignore[misc]
+    try:
+        applied = apply_plan(spark, sqlite_url, out, rate="4/s", batch_size=100)
+    finally:
+        module._Pacer = real  # type: ignore[misc]
+    assert applied.restarted == 12 and applied.batches == 3  # batches of at most one second's releases
+    assert sleeps == [1.0, 2.0, 3.0]  # with a frozen clock: the time 4, 8, 12 releases need at 4/s
+
+
+def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
+    spark: Any, sqlite_url: str, tmp_path: Path
+) -> None:
+    # one database: the marker and the batch transaction are the same code on both (apply_twice runs on both)
+    url = sqlite_url
+    planned = many_failed(url, 30)
+    out = tmp_path / "job"
+    reprocess(spark, url, out=out, job_id="killed", partitions=2)
+    command = [sys.executable, "-m", "openroute.cli", "spark", "reprocess", "--database-url", url,
+               "--master", "local[1]", "--plan", str(out), "--apply", "--rate", "2/s",
+               "--spark-log", str(tmp_path / "spark.log")]
+    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 240
+        while len(_reprocess_rows(url, "killed")) < 4:  # two committed batches of two
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the apply did not start within 240 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # kill -9 the CLI and its JVM
+        child.wait(30)
+    done = _reprocess_rows(url, "killed")
+    assert 4 <= len(done) < 30 and set(done.values()) == {1}
+    resumed = apply_plan(spark, url, out)
+    assert resumed.already_applied == len(done) and resumed.restarted == 30 - len(done) and resumed.moved == []
+    assert _reprocess_rows(url, "killed") == {i: 1 for i in planned}
+    store = MessageStore(url)
+    assert {m.state for m in store.find()} == {S.PARTLY_FAILED}
+    store.dispose()
+
+
+def test_cli_dry_run_then_apply_and_one_line_errors(
+    spark: Any, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = reprocess_store(sqlite_url)
+    out = tmp_path / "cli"
+    assert main(["spark", "reprocess", "--database-url", sqlite_url, "--service", "billing", "--out", str(out),
+                 "--job-id", "cli-1", "--partitions", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "job cli-1: plan in" in shown and "billing/charge  RESTART" in shown and "dry run: nothing changed" in shown
+    assert main(["spark", "reprocess", "--database-url", sqlite_url, "--plan", str(out), "--apply"]) == 0
+    assert "applied: restarted 1, skipped as obsolete 0" in capsys.readouterr().out
+    assert MessageStore(sqlite_url).get(ids["f_business"]).state is S.PARTLY_FAILED
+    for argv, says in [
+        (["--plan", str(out)], "applies a plan: add --apply"),
+        (["--since", "soon"], "not a time: 'soon'"),
+        (["--partitions", "0"], "--partitions must be >= 1, got 0"),
+        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read table message from "
+                                                                              "jdbc:postgresql://127.0.0.1:1/none"),
+        (["--database-url", f"sqlite:///{tmp_path}/none.db"], "no SQLite store at"),
+    ]:
+        full = ["spark", "reprocess", "--database-url", sqlite_url, "--out", str(tmp_path / "x"), *argv]
+        assert main(full) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "at org." not in err, err
