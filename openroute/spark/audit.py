@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -52,6 +53,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                      "created_at", "updated_at", "sent_at"),
     "node": ("id", "heartbeat_at", "stopped_at"),
 }
+
+#: the tables ``openroute spark archive`` moves to Parquet (entity calls and nodes stay in the store)
+ARCHIVED_TABLES = ("message", "message_transition", "external_call", "confirmation")
 
 #: what each consistency check finds (the keys are the check names of the report and summary.json)
 CHECKS: dict[str, str] = {
@@ -183,12 +187,20 @@ def _read(spark: SparkSession, url: str, table: str, partitions: int, jdbc_path:
 
     columns = COLUMNS[table]
     frame = read_table(spark, url, table, partitions, jdbc_path=jdbc_path, columns=list(columns))
-    if archive is not None and (archive / table).exists():
-        archived = spark.read.option("mergeSchema", "true").parquet(str(archive / table))
+    if archive is not None and table in ARCHIVED_TABLES:
+        from openroute.spark.archive import read_archive
+
+        try:
+            archived = read_archive(spark, archive, table)
+        except ValueError as nothing:
+            if table == "message":  # a folder without any finished run is no archive
+                raise AuditError(f"--include-archive {archive}: {nothing}") from None
+            return frame
         for name in columns:
             if name not in archived.columns:
                 archived = archived.withColumn(name, F.lit(None))
         archived = archived.select(*[F.col(name).cast(frame.schema[name].dataType) for name in columns])
+        # a run killed after its copy but before its delete leaves rows in both places: count them once
         frame = frame.unionByName(archived).dropDuplicates(["id"])
     return frame
 
@@ -263,7 +275,7 @@ def audit(
             raise AuditError(f"{name} must be an int >= 1, got {number!r}")
     archive = Path(include_archive) if include_archive is not None else None
     if archive is not None and not archive.is_dir():
-        raise AuditError(f"no archive folder at {archive}: give the --out folder of openroute spark archive")
+        raise AuditError(f"no archive folder at {archive}: give the --to folder of openroute spark archive")
 
     def read(table: str) -> DataFrame:
         return _read(spark, url, table, partitions, jdbc_path, archive)
@@ -449,8 +461,21 @@ def audit(
     checks = [CheckResult(name, description, counts.get(name, 0), sorted(first[name]))
               for name, description in CHECKS.items()]
 
-    collected = {name: [_plain(row.asDict()) for row in frame.orderBy(*frame.columns[:3]).limit(50_000).collect()]
-                 for name, frame in stats.items()}
+    # every statistic in one Spark job (their stages run side by side), as JSON rows
+    packed = None
+    for name, frame in stats.items():
+        part = frame.select(F.lit(name).alias("table"),
+                            F.to_json(F.struct(*frame.columns), {"ignoreNullFields": "false"}).alias("row"))
+        packed = part if packed is None else packed.unionByName(part)
+    assert packed is not None
+    lines: dict[str, list[str]] = {name: [] for name in stats}
+    for row in packed.collect():
+        lines[row["table"]].append(row["row"])
+    collected: dict[str, list[dict[str, Any]]] = {}
+    for name, frame in stats.items():
+        keys = frame.columns[:4]
+        collected[name] = sorted((json.loads(line) for line in lines[name]),
+                                 key=lambda r, keys=keys: tuple((r[k] is None, str(r[k])) for k in keys))
     state_totals: dict[str, int] = {}
     for row in collected["state_counts"]:
         state_totals[row["state"]] = state_totals.get(row["state"], 0) + int(row["count"])
@@ -461,7 +486,9 @@ def audit(
         "confirmations": sum(int(r["count"]) for r in collected["confirmations"]),
         "routes": len({(r["service"], r["operation"]) for r in collected["state_counts"]}),
     }
-    details = dict(stats)
+    # the detail tables are the collected aggregates again (writing them reads nothing from the store)
+    details = {name: spark.read.schema(frame.schema).json(spark.sparkContext.parallelize(lines[name] or [], 1))
+               for name, frame in stats.items()}
     details["violations"] = found
     settings = {
         "url": _without_password(url), "now": now.isoformat(), "stuck_after": str(stuck),
@@ -474,11 +501,6 @@ def audit(
                        [messages, transitions, confirmations, found])
 
 
-def _plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A collected row with dates and timestamps as ISO strings (JSON-ready)."""
-    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
-
-
 def _without_password(url: str) -> str:
     return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
@@ -486,19 +508,27 @@ def _without_password(url: str) -> str:
 # ---- command line (``openroute spark audit``) -------------------------------------------------------------
 
 
-def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``audit`` to ``subparsers`` (those of ``openroute spark``); the parsed args run with :func:`run_audit`."""
+def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+    """Add ``audit`` to ``subparsers`` (those of ``openroute spark``); :func:`run_audit_job` runs the parsed args.
+
+    ``parents`` carry the options every Spark job shares (``--database-url``, ``--master``, ``--partitions``,
+    ``--jdbc-path``); without them this parser adds its own.
+    """
     parser = subparsers.add_parser(
-        "audit", help="statistics and consistency checks of the message store (exit 1 when a check fails)",
+        "audit", parents=list(parents),
+        help="statistics and consistency checks of the message store (exit 1 when a check fails)",
         description="Audit the message store in Spark: per-route statistics and consistency checks. Writes "
                     "report.html, summary.json and Parquet detail tables to --out. Exit status: 0 every check "
                     "passes, 1 a check fails, 2 usage or connection error.",
     )
-    parser.add_argument("--database-url", "--url", dest="database_url", required=True,
-                        help="the store's SQLAlchemy URL (sqlite:///openroute.db, postgresql+psycopg://...)")
+    if not parents:
+        parser.add_argument("--database-url", default=None,
+                            help="the store's SQLAlchemy URL (default: $OPENROUTE_DATABASE_URL, else "
+                                 "sqlite:///openroute.db)")
+        parser.add_argument("--master", default=None, help="Spark master (local[*] by default, spark://..., yarn)")
+        parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
+        parser.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (before /usr/share/java)")
     parser.add_argument("--out", required=True, help="folder for report.html, summary.json and Parquet tables")
-    parser.add_argument("--master", default=None, help="Spark master (local[*] by default, spark://..., yarn)")
-    parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
     parser.add_argument("--now", default=None, type=_aware,
                         help="the audit's clock, ISO-8601 with a zone (default: the current time)")
     parser.add_argument("--stuck-after", default="1h", help="non-final and idle longer than this is stuck (1h)")
@@ -511,8 +541,6 @@ def add_audit_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--include-archive", default=None, metavar="PATH",
                         help="read the Parquet archive of openroute spark archive together with the live store")
     parser.add_argument("--id-cap", type=int, default=1000, help="ids listed per check in summary.json (1000)")
-    parser.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (before /usr/share/java)")
-    parser.set_defaults(run=run_audit)
     return parser
 
 
@@ -526,30 +554,22 @@ def _aware(value: str) -> datetime:
     return parsed
 
 
-def run_audit(args: argparse.Namespace) -> int:
-    """Run the audit the parsed ``args`` describe, print one line per check; return the exit status 0, 1 or 2."""
-    from openroute.spark.session import SparkSetupError, build_session
+def run_audit_job(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Audit with ``spark`` as the parsed ``args`` say, print one line per check; return 0 (all pass) or 1.
 
-    try:
-        from pyspark.sql import SparkSession
+    Raises :class:`AuditError` for a bad option and ``SparkSetupError`` when the store cannot be read.
+    """
+    from openroute.persistence import DEFAULT_DATABASE_URL
 
-        running = SparkSession.getActiveSession()
-        spark = build_session(args.master, app_name="openroute-audit", jdbc_path=args.jdbc_path)
-        try:
-            result = audit(
-                spark, args.database_url, now=args.now, stuck_after=args.stuck_after,
-                heartbeat_timeout=args.heartbeat_timeout, grace=args.grace,
-                confirmation_max_attempts=args.confirmation_max_attempts,
-                confirmed_systems=args.confirmed_systems, include_archive=args.include_archive,
-                partitions=args.partitions, id_cap=args.id_cap, jdbc_path=args.jdbc_path,
-            )
-            out = result.write(args.out)
-        finally:
-            if running is None:
-                spark.stop()
-    except (AuditError, SparkSetupError) as error:
-        print(f"openroute spark audit: {error}", file=sys.stderr)
-        return 2
+    url = str(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+    result = audit(
+        spark, url, now=args.now, stuck_after=args.stuck_after,
+        heartbeat_timeout=args.heartbeat_timeout, grace=args.grace,
+        confirmation_max_attempts=args.confirmation_max_attempts,
+        confirmed_systems=args.confirmed_systems, include_archive=args.include_archive,
+        partitions=args.partitions, id_cap=args.id_cap, jdbc_path=args.jdbc_path,
+    )
+    out = result.write(args.out)
     for check in result.checks:
         status = "ok  " if check.passed else "FAIL"
         shown = ", ".join(str(i) for i in check.ids[:10]) + (" ..." if check.count > 10 else "")
@@ -559,8 +579,23 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``openroute spark audit`` on its own: parse ``argv`` and run; the exit status (argparse exits 2 itself)."""
+    """``openroute spark audit`` on its own: parse ``argv``, run, return the exit status 0, 1 or 2 (one line on
+    stderr for a bad option or an unreadable store; argparse itself exits 2 on a usage error)."""
+    from openroute.spark.session import SparkSetupError, build_session
+
     parser = argparse.ArgumentParser(prog="openroute spark")
-    add_audit_parser(parser.add_subparsers(dest="command", required=True))
+    add_audit_parser(parser.add_subparsers(dest="spark_command", required=True))
     args = parser.parse_args(["audit", *(argv if argv is not None else sys.argv[1:])])
-    return int(args.run(args))
+    try:
+        from pyspark.sql import SparkSession
+
+        running = SparkSession.getActiveSession()
+        spark = build_session(args.master, app_name="openroute spark audit", jdbc_path=args.jdbc_path)
+        try:
+            return run_audit_job(spark, args)
+        finally:
+            if running is None:  # a session the caller started stays running
+                spark.stop()
+    except (AuditError, SparkSetupError) as error:
+        print(f"openroute spark audit: {error}", file=sys.stderr)
+        return 2

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from openroute.cli import main as openroute_main
 from openroute.spark.audit import main
 from tests.spark.test_audit import CRM, NOW, StoreBuilder, ago
 
@@ -35,11 +36,12 @@ def test_exit_0_when_every_check_passes(spark: Any, sqlite_url: str, tmp_path: P
     assert (out / "parquet" / "state_counts").is_dir()
 
 
-def test_exit_1_when_a_check_fails(spark: Any, sqlite_url: str, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_1_when_a_check_fails_through_openroute_spark_audit(spark: Any, sqlite_url: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     small_store(stuck=True).write(sqlite_url)
 
-    status = main(["--url", sqlite_url, "--out", str(tmp_path / "r"), "--now", NOW.isoformat(), "--stuck-after", "2h"])
+    status = openroute_main(["spark", "audit", "--database-url", sqlite_url, "--out", str(tmp_path / "r"),
+                             "--now", NOW.isoformat(), "--stuck-after", "2h", "--spark-log", str(tmp_path / "log")])
     assert status == 1
     assert "FAIL stuck: 1 (2)" in capsys.readouterr().out
 
@@ -47,9 +49,9 @@ def test_exit_1_when_a_check_fails(spark: Any, sqlite_url: str, tmp_path: Path,
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--url", "sqlite:////nonexistent/openroute.db"], "no SQLite store at /nonexistent/openroute.db"),
-        (["--url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read table message from"),
-        (["--url", "mysql://x/y"], "unsupported database 'mysql'"),
+        (["--database-url", "sqlite:////nonexistent/openroute.db"], "no SQLite store at /nonexistent/openroute.db"),
+        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read table message from"),
+        (["--database-url", "mysql://x/y"], "unsupported database 'mysql'"),
         (["--stuck-after", "soon"], "not a duration: 'soon'"),
         (["--partitions", "0"], "partitions must be an int >= 1, got 0"),
     ],
@@ -57,7 +59,7 @@ def test_exit_1_when_a_check_fails(spark: Any, sqlite_url: str, tmp_path: Path,
 def test_exit_2_with_one_line_on_stderr(spark: Any, sqlite_url: str, tmp_path: Path, argv: list[str], line: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     small_store(stuck=False).write(sqlite_url)
-    args = ["--url", sqlite_url, "--out", str(tmp_path / "r"), *argv]
+    args = ["--database-url", sqlite_url, "--out", str(tmp_path / "r"), *argv]
 
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -69,10 +71,10 @@ def test_exit_2_with_one_line_on_stderr(spark: Any, sqlite_url: str, tmp_path: P
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        ([], "the following arguments are required: --database-url/--url, --out"),
-        (["--url", "sqlite:///x.db", "--out", "o", "--now", "2026-11-20T12:00"], "give the zone too"),
-        (["--url", "sqlite:///x.db", "--out", "o", "--now", "yesterday"], "not an ISO-8601 time: 'yesterday'"),
-        (["--url", "sqlite:///x.db", "--out", "o", "--partitions", "many"], "invalid int value: 'many'"),
+        ([], "the following arguments are required: --out"),
+        (["--database-url", "sqlite:///x.db", "--out", "o", "--now", "2026-11-20T12:00"], "give the zone too"),
+        (["--database-url", "sqlite:///x.db", "--out", "o", "--now", "yesterday"], "not an ISO-8601 time: 'yesterday'"),
+        (["--database-url", "sqlite:///x.db", "--out", "o", "--partitions", "many"], "invalid int value: 'many'"),
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
