@@ -69,6 +69,10 @@ def add_parser(subparsers: Any) -> None:
     ar.add_argument("--to", required=True, dest="to", help="archive folder (local path or a Spark URL)")
     ar.add_argument("--batch-size", type=int, default=1000, help="messages deleted per transaction (default 1000)")
 
+    from openroute.spark.audit import add_audit_parser
+
+    add_audit_parser(jobs, parents=[common])
+
 
 def _url(args: argparse.Namespace) -> str:
     from openroute.persistence import DEFAULT_DATABASE_URL
@@ -207,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
     except SparkSetupError as problem:
         print(f"{name}: {problem}", file=sys.stderr)
         return 2
+    from openroute.spark.audit import run_audit_job
+
     jobs: dict[str, Callable[[Any, argparse.Namespace], int]] = {
-        "reprocess": _run_reprocess, "archive": _run_archive,
+        "reprocess": _run_reprocess, "archive": _run_archive, "audit": run_audit_job,
     }
     try:
         with _Progress(spark, sys.stderr.isatty()):
