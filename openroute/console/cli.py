@@ -4,7 +4,7 @@ With ``--database-url`` (default: ``OPENROUTE_DATABASE_URL``, else the SQLite fi
 through an :class:`~openroute.engine.Engine` that is not started (a restarted message is picked up by the next
 repoll of a running node); with ``--url`` it talks to a running server's admin API (``--user``, password from
 ``OPENROUTE_ADMIN_PASSWORD`` or a prompt). Output: aligned tables on a terminal, tab-separated lines in a pipe,
-JSON with ``--json``::
+JSON with ``--json``; for example::
 
     openroute messages list --state FAILED --service crm
     openroute messages show 42 --json
