@@ -1,8 +1,11 @@
 """``openroute spark ...``: the bulk jobs from the command line (reprocess, archive; audit by its own module).
 
+For example::
+
     openroute spark reprocess --service crm --since 7d                 # dry run: plan + summary
     openroute spark reprocess --plan reprocess-rp-... --apply --rate 200/s
     openroute spark archive --keep OK=30d,FAILED=180d --to /data/openroute-archive
+    openroute spark audit --out audit-report --stuck-after 2h                # exit 1 when a check fails
 
 Exit status: 0 done, 2 a usage or setup problem (no Java, no JDBC driver, database unreachable, bad option),
 printed as one line on stderr; Spark's own log and any Java stack trace go to a file, never to the terminal.
