@@ -67,9 +67,10 @@ class ConfirmationPolicy(RetryPolicy):
             shown = "cap" if cap is not None else "max_interval"
             raise InvalidConfirmationError(
                 f"{shown} ({values['max_interval']}) must not be shorter than interval ({values['interval']})")
-        for name, value in (("max_attempts", max_attempts), ("backoff", backoff), ("jitter", jitter),
-                            ("rng", rng if rng is not None else random.Random()), *values.items()):
-            object.__setattr__(self, name, value)
+        settings: dict[str, object] = {"max_attempts": max_attempts, "backoff": backoff, "jitter": jitter,
+                                       "rng": rng if rng is not None else random.Random(), **values}
+        for name, setting in settings.items():
+            object.__setattr__(self, name, setting)
         try:
             self.__post_init__()
         except ConfigurationError as error:

@@ -112,7 +112,7 @@ def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], 
         return lambda: datetime.now(UTC)
     now = getattr(clock, "now", None)
     if callable(now):
-        return now
+        return cast(Callable[[], datetime], now)
     if callable(clock):
         return clock
     raise InvalidConfirmationError(f"clock must have now() or be callable, got {clock!r}")

@@ -8,6 +8,7 @@ Everything listed in ``__all__`` is public (``tests/test_public_api.py`` pins th
 starts with ``_`` are internal. docs/architecture.md says where each concept lives.
 """
 
+from openroute.binding import ParsedPayload
 from openroute.clock import Clock, ManualClock, SystemClock
 from openroute.dsl import Application, RouteBuilder, RouteDefinition, Steps, parsed, route, steps
 from openroute.engine.core import Engine, EngineSettings
@@ -21,7 +22,6 @@ from openroute.errors import (
     TechnicalError,
     ValidationError,
 )
-from openroute.inbound.binding import ParsedPayload
 from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.message import InboundMessage
 from openroute.persistence import MessageState

@@ -30,13 +30,14 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Self
 
 from lxml import etree
 
+from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.engine.exchange import ChildMessage, Exchange
 from openroute.errors import ConfigurationError, DeploymentError
-from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
 from openroute.route import ExtCallScope, Route, RouteRegistry, Step
@@ -174,6 +175,7 @@ class RouteBuilder(Steps):
     operation: str = ""
     soap_element: str | None = None
     soap_action: str | None = None
+    soap_schema: str | Path | None = None
     accepts_json: bool = False
     namespaces: Mapping[str, str] = field(default_factory=dict)
     required_xml: tuple[str, ...] = ()
@@ -193,9 +195,10 @@ class RouteBuilder(Steps):
 
     # -- identify -----------------------------------------------------------------------------------
     def soap(self, element: str | QName | None = None, *, action: str | None = None,
-             namespaces: Mapping[str, str] | None = None) -> Self:
+             namespaces: Mapping[str, str] | None = None, schema: str | Path | None = None) -> Self:
         """Accept SOAP 1.1/1.2 requests whose Body element is ``element`` (``{uri}local``) and/or whose
-        SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use."""
+        SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use; ``schema`` an XSD
+        file declaring the element: requests are validated against it and the WSDL describes the element with it."""
         if element is None and action is None:
             element = self._default_element()
         if action is not None and (not isinstance(action, str) or not action.strip()):
@@ -211,7 +214,7 @@ class RouteBuilder(Steps):
         except (ValueError, TypeError) as error:
             raise DeploymentError(f"{self._what}: soap: invalid element {element!r}: {error}") from None
         merged = {**self.namespaces, **(namespaces or {})}
-        return dataclasses.replace(self, soap_element=qname, soap_action=action, namespaces=merged)
+        return dataclasses.replace(self, soap_element=qname, soap_action=action, namespaces=merged, soap_schema=schema)
 
     def json(self) -> Self:
         """Accept JSON objects at ``POST /api/<service>/<operation>``."""
@@ -363,8 +366,9 @@ class RouteBuilder(Steps):
             element = self.soap_element if self.soap_element or self.soap_action else self._default_element()
             result.append(InboundBinding(
                 self.service, self.operation, "xml", request_element=element, soap_action=self.soap_action,
-                required=self.required_xml, namespaces=self.namespaces, validators=self.validators,
-                **xml_extract,  # type: ignore[arg-type]
+                schema=self.soap_schema, required=self.required_xml, namespaces=self.namespaces,
+                validators=self.validators,
+                **xml_extract,
             ))
         if serve_json:
             result.append(InboundBinding(

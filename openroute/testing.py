@@ -35,10 +35,10 @@ from typing import Any, NamedTuple
 import httpx
 from lxml import etree
 
+from openroute.binding import InboundBinding
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import TechnicalError
-from openroute.inbound.binding import InboundBinding
 from openroute.interceptors import MessageInterceptor
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
@@ -436,7 +436,7 @@ async def _route_test_kit() -> AsyncIterator[Callable[..., Any]]:
 try:  # the kit itself works without pytest (the demo uses it); only the fixture needs it
     import pytest
 except ImportError:  # pragma: no cover - pytest is a dev dependency
-    route_test_kit = None
+    route_test_kit: Any = None
 else:
     try:  # pytest-asyncio runs the fixture in its strict mode too (no ``asyncio_mode = auto`` needed)
         import pytest_asyncio

@@ -129,10 +129,11 @@ def test_documented_tests_pass_in_a_project_without_pytest_configuration(name: s
     env = _project(tmp_path)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "my-routes"\nversion = "0.1"\n')  # no [tool.pytest]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", name],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT,
     )
     output = done.stdout + done.stderr
+    assert "asyncio: mode=Mode.STRICT" in output, output  # pytest-asyncio's default: nothing set by the project
     assert done.returncode == 0 and " passed" in output and "skipped" not in output, f"{name}:\n{output}"
 
 

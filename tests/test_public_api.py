@@ -63,3 +63,28 @@ def test_the_old_homes_still_import() -> None:
     assert Exchange is EngineExchange is openroute.Exchange
     assert ChildMessage is openroute.ChildMessage
     assert InboundMessage is openroute.InboundMessage
+
+
+def _imports(path: str) -> set[str]:
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(openroute.__file__).parent / path).read_text(encoding="utf-8"))
+    found: set[str] = set()
+    # module-level imports (TYPE_CHECKING blocks included); route.py's lazy __getattr__ for the old names is not
+    nodes = [node for top in tree.body for node in ([top] if not isinstance(top, ast.If) else ast.walk(top))]
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_definitions_do_not_import_the_runtime_or_the_endpoints() -> None:
+    # route.py is what a route is; dsl.py builds definitions; neither reaches into inbound/ (the endpoints)
+    for path, forbidden in (("route.py", ("openroute.engine", "openroute.inbound")),
+                            ("dsl.py", ("openroute.inbound",)),
+                            ("binding.py", ("openroute.inbound", "openroute.engine"))):
+        bad = {name for name in _imports(path) if name.startswith(forbidden)}
+        assert not bad, f"{path} imports {sorted(bad)}"

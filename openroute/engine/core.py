@@ -497,7 +497,7 @@ class Engine:
             custom_data=copy.deepcopy(claimed.custom_data),
             business_errors=list(claimed.business_errors),
             route=route,
-            _runtime=AttemptRuntime(
+            runtime=AttemptRuntime(
                 self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db, self.node_id
             ),
         )

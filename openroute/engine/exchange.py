@@ -80,7 +80,8 @@ class Exchange:
     #: ids of the child messages stored by :meth:`split` in this attempt
     children: list[int] = field(default_factory=list)
     route: Route | None = field(default=None, repr=False)
-    _runtime: AttemptRuntime | None = field(default=None, repr=False)
+    #: what the exchange may ask of the engine running it (set by the engine; None: not attached)
+    runtime: AttemptRuntime | None = field(default=None, repr=False, compare=False)
 
     def ext_call_result(self, key: str, kind: type[T]) -> T:
         """The result of this route's ``ext_call`` step ``key`` in this attempt, checked to be a ``kind``.
@@ -270,9 +271,9 @@ class Exchange:
         return ids
 
     def _require_runtime(self) -> AttemptRuntime:
-        if self._runtime is None:
+        if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
-        return self._runtime
+        return self.runtime
 
 
 @dataclass(frozen=True)
