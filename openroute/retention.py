@@ -12,8 +12,8 @@ node delete at a time (the others skip that run); SQLite's write lock serialises
     policy = RetentionPolicy(keep={"OK": timedelta(days=7), "FAILED": timedelta(days=30)})
     deleted = RetentionJob(store, policy).run_once()   # {MessageState.OK: 120, ...}
 
-States without a keep time are kept forever. ``openroute run`` runs the job every ``interval`` when a policy is
-given (``create_app(..., retention=policy)``); the deleted messages are counted in ``/metrics`` as
+States without a keep time are kept forever. An app built with ``create_app(..., retention=policy)`` runs the job
+every ``interval`` for as long as it lives; the deleted messages are counted in ``/metrics`` as
 ``openroute_retention_deleted_total{state=...}``.
 """
 

@@ -62,14 +62,6 @@ class World:
         self.store = engine.store
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
-
-
 async def populate(store: MessageStore) -> dict[str, int]:
     """Two FAILED (one XML), one OK, processed by a worker node that stopped; then two NEW and a child."""
     worker = Engine(store, registry(), EngineSettings(repoll_interval=None, node_id="worker"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -35,14 +35,6 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 
 ADMIN, WEB = basic("ops", "ops-secret"), basic("viewer", "viewer-secret")
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 @pytest.fixture
