@@ -231,7 +231,8 @@ class Engine:
         self._stopping = False
         now = self.clock.now()
         await self._run_db(lambda: self.store.register_node(self.node_id, now))
-        self.node_state = await self._run_db(lambda: self.store.node_state(self.node_id)) or NodeState.RUN
+        stored: NodeState | None = await self._run_db(lambda: self.store.node_state(self.node_id))
+        self.node_state = stored or NodeState.RUN
         self._running = True
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
