@@ -62,10 +62,10 @@ class _StageMethods(Generic[T]):
         """The stage graph, in order."""
         return self._stages
 
-    def _with(self, stage: st.Stage) -> Any:
+    def _with(self, stage: st.Stage) -> Self:
         return type(self)((*self._stages, stage))
 
-    def _add(self, kind: Callable[[Any], st.Stage], fn: Any, name: str = "fn") -> Any:
+    def _add(self, kind: Callable[[Any], st.Stage], fn: Any, name: str = "fn") -> Self:
         """A new builder ending in the stage ``kind(fn)``; TypeError when ``fn`` is None."""
         _require(fn, name)
         return self._with(kind(fn))

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, FILTER, MAP, Stop, plan
+from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
 from .protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Processor, Publisher, Subscriber, Subscription, add_demand
-from .sources import InnerSubscriber, bad_request_error, check_subscriber, none_element_error
+from .sources import InnerSubscriber, bad_request_error, check_subscriber
 
 
 class _Cancelled(Subscription):
