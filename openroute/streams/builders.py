@@ -62,36 +62,36 @@ class _StageMethods(Generic[T]):
         """The stage graph, in order."""
         return self._stages
 
-    def _with(self, stage: st.Stage) -> Any:
+    def _with(self, stage: st.Stage) -> Self:
         return type(self)((*self._stages, stage))
+
+    def _add(self, kind: Callable[[Any], st.Stage], fn: Any, name: str = "fn") -> Self:
+        """A new builder ending in the stage ``kind(fn)``; TypeError when ``fn`` is None."""
+        _require(fn, name)
+        return self._with(kind(fn))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(type(s).__name__ for s in self._stages)})"
 
     def map(self, fn: Callable[[T], U]) -> Any:
         """Emit ``fn(item)``; a ``None`` result fails the stream with TypeError."""
-        _require(fn, "fn")
-        return self._with(st.Map(fn))
+        return self._add(st.Map, fn)
 
     def filter(self, predicate: Callable[[T], bool]) -> Self:
         """Emit only the items for which ``predicate`` is true."""
-        _require(predicate, "predicate")
-        return self._with(st.Filter(predicate))
+        return self._add(st.Filter, predicate, "predicate")
 
     def flat_map(self, fn: Callable[[T], Any]) -> Any:
         """Emit the items of the publisher or builder ``fn(item)``; inner streams run one at a time, in order."""
-        _require(fn, "fn")
-        return self._with(st.FlatMap(fn))
+        return self._add(st.FlatMap, fn)
 
     def flat_map_async(self, fn: Callable[[T], Awaitable[U]]) -> Any:
         """Emit the result of awaiting ``fn(item)``, one item at a time, in order."""
-        _require(fn, "fn")
-        return self._with(st.FlatMapAsync(fn))
+        return self._add(st.FlatMapAsync, fn)
 
     def flat_map_iterable(self, fn: Callable[[T], Iterable[U]]) -> Any:
         """Emit the elements of the iterable ``fn(item)``."""
-        _require(fn, "fn")
-        return self._with(st.FlatMapIterable(fn))
+        return self._add(st.FlatMapIterable, fn)
 
     def limit(self, n: int) -> Self:
         """Emit at most ``n`` items, then complete and cancel upstream; ``n < 0`` raises ValueError."""
@@ -103,13 +103,11 @@ class _StageMethods(Generic[T]):
 
     def take_while(self, predicate: Callable[[T], bool]) -> Self:
         """Emit while ``predicate`` holds; the first item failing it completes the stream."""
-        _require(predicate, "predicate")
-        return self._with(st.TakeWhile(predicate))
+        return self._add(st.TakeWhile, predicate, "predicate")
 
     def drop_while(self, predicate: Callable[[T], bool]) -> Self:
         """Drop items while ``predicate`` holds, then emit everything."""
-        _require(predicate, "predicate")
-        return self._with(st.DropWhile(predicate))
+        return self._add(st.DropWhile, predicate, "predicate")
 
     def distinct(self) -> Self:
         """Drop items equal to one seen before (items must be hashable, else the stream fails with TypeError)."""
@@ -117,33 +115,27 @@ class _StageMethods(Generic[T]):
 
     def peek(self, fn: Callable[[T], Any]) -> Self:
         """Call ``fn(item)`` and emit the item unchanged."""
-        _require(fn, "fn")
-        return self._with(st.Peek(fn))
+        return self._add(st.Peek, fn)
 
     def on_error(self, fn: Callable[[BaseException], Any]) -> Self:
         """Call ``fn(error)`` when the stream fails, then pass the error on."""
-        _require(fn, "fn")
-        return self._with(st.OnError(fn))
+        return self._add(st.OnError, fn)
 
     def on_error_resume(self, fn: Callable[[BaseException], T]) -> Self:
         """On failure emit ``fn(error)`` and complete."""
-        _require(fn, "fn")
-        return self._with(st.OnErrorResume(fn))
+        return self._add(st.OnErrorResume, fn)
 
     def on_error_resume_with(self, fn: Callable[[BaseException], Any]) -> Self:
         """On failure continue with the publisher or builder ``fn(error)``."""
-        _require(fn, "fn")
-        return self._with(st.OnErrorResumeWith(fn))
+        return self._add(st.OnErrorResumeWith, fn)
 
     def on_complete(self, fn: Callable[[], Any]) -> Self:
         """Call ``fn()`` when the stream completes normally."""
-        _require(fn, "fn")
-        return self._with(st.OnComplete(fn))
+        return self._add(st.OnComplete, fn)
 
     def on_terminate(self, fn: Callable[[], Any]) -> Self:
         """Call ``fn()`` when the stream completes, fails or is cancelled."""
-        _require(fn, "fn")
-        return self._with(st.OnTerminate(fn))
+        return self._add(st.OnTerminate, fn)
 
     def via(self, processor: ProcessorBuilder[Any, Any] | Processor[Any, Any]) -> Any:
         """Pass the items through a processor builder (its stages are inlined) or a processor."""

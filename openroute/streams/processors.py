@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, FILTER, MAP, Stop, plan
+from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
 from .protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Processor, Publisher, Subscriber, Subscription, add_demand
-from .sources import InnerSubscriber, bad_request_error, check_subscriber, none_element_error
+from .sources import InnerSubscriber, bad_request_error, check_subscriber
 
 
 class _Cancelled(Subscription):
@@ -433,15 +433,57 @@ class OnErrorResumeProcessor(_Emitter):
         return False
 
 
-class OnErrorResumeWithProcessor(_Emitter):
-    """Passes items on; on error continues with the publisher ``fn(error)``."""
+class _InnerPublisherProcessor(_Emitter):
+    """Emits what an inner publisher emits, one inner publisher at a time (flat_map, on_error_resume_with).
 
-    def __init__(self, fn: Callable[[BaseException], Any], to_publisher: Callable[[Any], Publisher[Any]]) -> None:
+    Subclasses decide what an inner error or completion means (``_inner_error`` / ``_inner_complete``).
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], to_publisher: Callable[[Any], Publisher[Any]]) -> None:
         super().__init__()
         self._fn = fn
         self._to_publisher = to_publisher
         self._inner: InnerSubscriber | None = None
         self._inner_subscription: Subscription | None = None
+
+    def _switch_to(self, value: Any) -> None:
+        """Subscribe to the publisher (or builder) ``value``; its items go downstream."""
+        publisher = self._to_publisher(value)
+        self._inner = InnerSubscriber(self)
+        publisher.subscribe(self._inner)
+
+    def _inner_subscribe(self, inner: InnerSubscriber, subscription: Subscription) -> None:
+        if (inner is not self._inner or self._inner_subscription is not None or self._cancelled
+                or self._downstream is None):
+            subscription.cancel()
+            return
+        self._inner_subscription = subscription
+        if self._demand:
+            subscription.request(self._demand)
+
+    def _inner_next(self, inner: InnerSubscriber, item: Any) -> None:
+        if inner is self._inner:
+            self._push(item)
+
+    def _inner_error(self, inner: InnerSubscriber, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def _inner_complete(self, inner: InnerSubscriber) -> None:
+        raise NotImplementedError
+
+    def _cancel_inner(self) -> None:
+        subscription = self._inner_subscription
+        self._inner = None
+        self._inner_subscription = None
+        if subscription is not None:
+            subscription.cancel()
+
+    def _on_cancel(self) -> None:
+        self._cancel_inner()
+
+
+class OnErrorResumeWithProcessor(_InnerPublisherProcessor):
+    """Passes items on; on error continues with the publisher ``fn(error)``."""
 
     def _on_request(self, n: int) -> None:
         if self._inner is not None:
@@ -460,24 +502,9 @@ class OnErrorResumeWithProcessor(_Emitter):
         if self._terminated or self._cancelled or self._inner is not None:
             return
         try:
-            publisher = self._to_publisher(self._fn(error))
+            self._switch_to(self._fn(error))
         except Exception as resume_error:
             self._emit_error(resume_error)
-            return
-        self._inner = InnerSubscriber(self)
-        publisher.subscribe(self._inner)
-
-    def _inner_subscribe(self, inner: InnerSubscriber, subscription: Subscription) -> None:
-        if inner is not self._inner or self._inner_subscription is not None or self._cancelled:
-            subscription.cancel()
-            return
-        self._inner_subscription = subscription
-        if self._demand:
-            subscription.request(self._demand)
-
-    def _inner_next(self, inner: InnerSubscriber, item: Any) -> None:
-        if inner is self._inner:
-            self._push(item)
 
     def _inner_error(self, inner: InnerSubscriber, error: BaseException) -> None:
         if inner is self._inner:
@@ -487,22 +514,12 @@ class OnErrorResumeWithProcessor(_Emitter):
         if inner is self._inner:
             self._emit_complete()
 
-    def _on_cancel(self) -> None:
-        subscription = self._inner_subscription
-        self._inner_subscription = None
-        if subscription is not None:
-            subscription.cancel()
 
-
-class FlatMapProcessor(_Emitter):
+class FlatMapProcessor(_InnerPublisherProcessor):
     """Maps each item to a publisher and emits its items; one inner publisher at a time, in upstream order."""
 
     def __init__(self, fn: Callable[[Any], Any], to_publisher: Callable[[Any], Publisher[Any]]) -> None:
-        super().__init__()
-        self._fn = fn
-        self._to_publisher = to_publisher
-        self._inner: InnerSubscriber | None = None
-        self._inner_subscription: Subscription | None = None
+        super().__init__(fn, to_publisher)
         self._waiting = False  # one upstream item requested, not yet arrived
         self._upstream_done = False
 
@@ -531,12 +548,9 @@ class FlatMapProcessor(_Emitter):
             result = self._fn(item)
             if result is None:
                 raise none_element_error("flat_map returned None")
-            publisher = self._to_publisher(result)
+            self._switch_to(result)
         except Exception as error:
             self._fail(error)
-            return
-        self._inner = InnerSubscriber(self)
-        publisher.subscribe(self._inner)
 
     def on_error(self, error: BaseException) -> None:
         _rule_2_13(error, "on_error")
@@ -549,18 +563,6 @@ class FlatMapProcessor(_Emitter):
         self._upstream_done = True
         if self._inner is None:
             self._emit_complete()
-
-    def _inner_subscribe(self, inner: InnerSubscriber, subscription: Subscription) -> None:
-        if inner is not self._inner or self._inner_subscription is not None or self._downstream is None:
-            subscription.cancel()
-            return
-        self._inner_subscription = subscription
-        if self._demand:
-            subscription.request(self._demand)
-
-    def _inner_next(self, inner: InnerSubscriber, item: Any) -> None:
-        if inner is self._inner:
-            self._push(item)
 
     def _inner_error(self, inner: InnerSubscriber, error: BaseException) -> None:
         if inner is self._inner:
@@ -577,16 +579,6 @@ class FlatMapProcessor(_Emitter):
             self._emit_complete()
         else:
             self._pull()
-
-    def _cancel_inner(self) -> None:
-        subscription = self._inner_subscription
-        self._inner = None
-        self._inner_subscription = None
-        if subscription is not None:
-            subscription.cancel()
-
-    def _on_cancel(self) -> None:
-        self._cancel_inner()
 
     def _fail(self, error: BaseException) -> None:
         self._cancel_inner()

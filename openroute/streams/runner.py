@@ -66,7 +66,8 @@ def to_publisher(value: Any) -> Publisher[Any]:
     if stages is not None and hasattr(value, "build"):
         return build_publisher(stages)
     if callable(getattr(value, "subscribe", None)):
-        return value
+        publisher: Publisher[Any] = value
+        return publisher
     raise TypeError(f"expected a PublisherBuilder or a Publisher, got {type(value).__name__}")
 
 

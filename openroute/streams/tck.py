@@ -531,7 +531,9 @@ class PublisherVerification:
         probe = ProbeSubscriber(request_on_subscribe=n + 1)
         await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "3.16", "the stream to end")
-        for call in (lambda: probe.request(1), probe.cancel, lambda: probe.request(UNBOUNDED), probe.cancel):
+        calls: tuple[Callable[[], None], ...] = (
+            lambda: probe.request(1), probe.cancel, lambda: probe.request(UNBOUNDED), probe.cancel)
+        for call in calls:
             try:
                 call()
             except Exception as error:
