@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
 from jsonpath_ng.parser import parse as parse_json_path
@@ -22,7 +22,9 @@ from lxml import etree
 from lxml.etree import QName
 
 from openroute.errors import ConfigurationError, ValidationError
-from openroute.inbound.schema import RequestSchema, load_schema
+
+if TYPE_CHECKING:
+    from openroute.inbound.schema import RequestSchema
 
 __all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
@@ -199,6 +201,9 @@ class InboundBinding:
             raise ConfigurationError(f"{what}: a schema only applies to XML (SOAP) bindings")
         if self.request_element is None:
             raise ConfigurationError(f"{what}: a schema needs the request_element it declares")
+        # imported here: the endpoints' package imports this module (a definition) while it loads
+        from openroute.inbound.schema import load_schema
+
         try:
             schema = load_schema(self.schema)  # type: ignore[arg-type]
         except ConfigurationError as error:
