@@ -23,10 +23,10 @@ from lxml.etree import QName
 
 from openroute.errors import ConfigurationError, ValidationError
 
-__all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
-
-if TYPE_CHECKING:  # imported when used: openroute.inbound imports this module while it loads
+if TYPE_CHECKING:
     from openroute.inbound.schema import RequestSchema
+
+__all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,7 @@ class InboundBinding:
             raise ConfigurationError(f"{what}: a schema only applies to XML (SOAP) bindings")
         if self.request_element is None:
             raise ConfigurationError(f"{what}: a schema needs the request_element it declares")
+        # imported here: the endpoints' package imports this module (a definition) while it loads
         from openroute.inbound.schema import load_schema
 
         try:

@@ -7,7 +7,8 @@ parent), so the defaults (e.g. the entity type) are decided in one place.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from openroute.persistence import MessageFields, NewMessage
@@ -18,17 +19,24 @@ __all__ = ["InboundMessage"]
 @dataclass(frozen=True)
 class InboundMessage(MessageFields):
     """What an inbound endpoint (HTTP/SOAP) hands to :meth:`Engine.accept <openroute.engine.Engine.accept>`: the
-    message's fields (see :class:`~openroute.persistence.MessageFields`) and the sender's own timestamp."""
+    message's fields (see :class:`~openroute.persistence.MessageFields`) and what the binding extracted."""
 
+    process_id: str | None = None
     message_timestamp: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    object_id: str | None = None
+    #: with an object id, None means the operation (an entity is entity type + object id)
+    entity_type: str | None = None
+    funnel_value: str | None = None
 
     def to_new_message(self, receive_ts: datetime, parent_id: int | None = None) -> NewMessage:
         """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""
         shared = {name: getattr(self, name) for name in _SHARED}
-        shared["headers"] = dict(self.headers)
         # an entity is (entity type, object id); the entity type defaults to the operation
-        shared["entity_type"] = self.entity_type or (self.operation if self.object_id is not None else None)
-        return NewMessage(**shared, receive_ts=receive_ts, msg_ts=self.message_timestamp, parent_id=parent_id)
+        entity_type = self.entity_type or (self.operation if self.object_id is not None else None)
+        return NewMessage(**shared, receive_ts=receive_ts, process_id=self.process_id, msg_ts=self.message_timestamp,
+                          headers=dict(self.headers), object_id=self.object_id, entity_type=entity_type,
+                          funnel_value=self.funnel_value, parent_id=parent_id)
 
 
 _SHARED = tuple(f.name for f in fields(MessageFields))

@@ -60,10 +60,10 @@ class GroupConflict(Exception):
 
 @dataclass(frozen=True)
 class MessageFields:
-    """The fields a message has before it is stored: what its sender says and what its binding extracted.
+    """What every message has from the moment it arrives: its route key, its payload and the sender's trace.
 
     ``openroute.InboundMessage`` (what an endpoint accepts) and :class:`NewMessage` (what the store inserts)
-    are both these fields plus their own few.
+    are both these fields plus their own (the optional ones keep each class's positional order).
     """
 
     service: str
@@ -72,22 +72,20 @@ class MessageFields:
     content_type: str
     correlation_id: str
     source_system: str
-    process_id: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    object_id: str | None = None
-    #: with an object id, None means the operation (an entity is entity type + object id)
-    entity_type: str | None = None
-    funnel_value: str | None = None
 
 
 @dataclass(frozen=True)
 class NewMessage(MessageFields):
-    """What :meth:`MessageStore.insert_message` stores as a NEW message: the message's fields, when it was
-    received, the sender's own timestamp and the parent of a child message."""
+    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
 
-    receive_ts: datetime = field(kw_only=True)
-    msg_ts: datetime | None = field(default=None, kw_only=True)
-    parent_id: int | None = field(default=None, kw_only=True)
+    receive_ts: datetime
+    process_id: str | None = None
+    msg_ts: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    object_id: str | None = None
+    entity_type: str | None = None
+    funnel_value: str | None = None
+    parent_id: int | None = None
 
 
 @dataclass(frozen=True)
