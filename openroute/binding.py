@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
-if TYPE_CHECKING:  # imported when used: openroute.inbound imports this module while it loads
-    from openroute.inbound.schema import RequestSchema
-
 
 @dataclass(frozen=True)
 class ParsedPayload:

@@ -141,5 +141,5 @@ def test_obsolete_funnel_dropped_cancel_and_restart_decisions() -> None:
     assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {
         "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled"})
     assert outcome.cancelled("asked by crm").changes["last_error_text"] == "asked by crm"
-    assert outcome.restarted(NOW) == outcome.Decision(MessageState.PARTLY_FAILED,
-                                                      {"next_attempt_at": NOW, "failed_count": 0})
+    assert outcome.restarted(NOW) == outcome.Decision(  # a new attempt history: no business errors carried over
+        MessageState.PARTLY_FAILED, {"next_attempt_at": NOW, "failed_count": 0, "business_errors": []})
