@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from openroute.errors import ConfigurationError, OpenrouteError
+
 #: The outcome states a source system is told about (SKIPPED messages are never confirmed).
 CONFIRMED_STATES: frozenset[str] = frozenset({"OK", "FAILED", "CANCEL"})
 
 
-class ConfirmationError(Exception):
+class ConfirmationError(OpenrouteError):
     """Base class of every error raised by the confirmation layer."""
 
 
-class InvalidConfirmationError(ConfirmationError, ValueError):
+class InvalidConfirmationError(ConfirmationError, ConfigurationError):
     """A confirmation request, policy or configuration is malformed (bad input, never retried)."""
 
 

@@ -1,11 +1,15 @@
-"""When a failed confirmation is tried again, and when it is given up."""
+"""When a failed confirmation is tried again, and when it is given up: a :class:`RetryPolicy` for confirmations."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from datetime import timedelta
 
 from openroute.confirmation.model import InvalidConfirmationError
+
+from openroute.errors import ConfigurationError
+from openroute.retry import RetryPolicy
 
 
 def _seconds(value: object, name: str) -> timedelta:
@@ -18,48 +22,67 @@ def _seconds(value: object, name: str) -> timedelta:
     return result
 
 
-@dataclass(frozen=True)
-class ConfirmationPolicy:
-    """Retry policy of confirmations, independent of the messages' own retry policy.
+@dataclass(frozen=True, init=False)
+class ConfirmationPolicy(RetryPolicy):
+    """Retry policy of confirmations: the messages' :class:`~openroute.retry.RetryPolicy` (same fields, same
+    formula), with its own defaults and ``claim_timeout``.
 
-    After the n-th failed attempt (n = 1, 2, ...) the next one is due ``min(interval * backoff ** (n - 1), cap)``
-    later; after ``max_attempts`` failed attempts the confirmation is FAILED (kept, visible, never sent again unless
-    an operator retries it). ``claim_timeout`` is how long a node may hold a confirmation while sending it: if the
-    node dies, another one sends it after that time, so it must be longer than the transport timeout. Durations are
-    ``timedelta`` or seconds.
+    After the n-th failed attempt (n = 1, 2, ...) the next one is due ``min(interval * backoff ** (n - 1),
+    max_interval)`` later; after ``max_attempts`` failed attempts the confirmation is FAILED (kept, visible, never
+    sent again unless an operator retries it). ``claim_timeout`` is how long a node may hold a confirmation while
+    sending it: if the node dies, another one sends it after that time, so it must be longer than the transport
+    timeout. Durations are ``timedelta`` or seconds; ``cap`` is the former name of ``max_interval``. Bad values
+    raise :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
     """
 
-    max_attempts: int = 10
-    interval: timedelta = timedelta(seconds=30)
-    backoff: float = 2.0
-    cap: timedelta = timedelta(hours=1)
     claim_timeout: timedelta = timedelta(minutes=5)
 
-    def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise InvalidConfirmationError(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        for name in ("interval", "cap", "claim_timeout"):
-            value = _seconds(getattr(self, name), name)
+    def __init__(
+        self,
+        max_attempts: int = 10,
+        interval: timedelta | float = timedelta(seconds=30),
+        backoff: float = 2.0,
+        max_interval: timedelta | float | None = None,
+        jitter: float = 0.0,
+        claim_timeout: timedelta | float = timedelta(minutes=5),
+        *,
+        cap: timedelta | float | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if max_interval is not None and cap is not None:
+            raise InvalidConfirmationError("give max_interval or its former name cap, not both")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidConfirmationError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:
+            raise InvalidConfirmationError(f"backoff must be a number >= 1, got {backoff!r}")
+        limit = max_interval if max_interval is not None else cap if cap is not None else timedelta(hours=1)
+        durations = {"interval": interval, "max_interval": limit, "claim_timeout": claim_timeout}
+        values = {name: _seconds(value, "cap" if name == "max_interval" and cap is not None else name)
+                  for name, value in durations.items()}
+        for name, value in values.items():
+            shown = "cap" if name == "max_interval" and cap is not None else name
             if value < timedelta(0) or (name == "claim_timeout" and value == timedelta(0)):
-                raise InvalidConfirmationError(f"{name} must be {'positive' if name == 'claim_timeout' else '>= 0'}")
-            object.__setattr__(self, name, value)
-        if isinstance(self.backoff, bool) or not isinstance(self.backoff, int | float) or self.backoff < 1:
-            raise InvalidConfirmationError(f"backoff must be a number >= 1, got {self.backoff!r}")
-        if self.cap < self.interval:
-            raise InvalidConfirmationError(f"cap ({self.cap}) must not be shorter than interval ({self.interval})")
+                raise InvalidConfirmationError(f"{shown} must be {'positive' if name == 'claim_timeout' else '>= 0'}")
+        if values["max_interval"] < values["interval"]:
+            shown = "cap" if cap is not None else "max_interval"
+            raise InvalidConfirmationError(
+                f"{shown} ({values['max_interval']}) must not be shorter than interval ({values['interval']})")
+        settings: dict[str, object] = {"max_attempts": max_attempts, "backoff": backoff, "jitter": jitter,
+                                       "rng": rng if rng is not None else random.Random(), **values}
+        for name, setting in settings.items():
+            object.__setattr__(self, name, setting)
+        try:
+            self.__post_init__()
+        except ConfigurationError as error:
+            raise InvalidConfirmationError(str(error)) from None
+
+    @property
+    def cap(self) -> timedelta:
+        """The former name of ``max_interval``."""
+        return self.max_interval
 
     def delay_after(self, failed_attempts: int) -> timedelta:
-        """Delay before the next attempt once ``failed_attempts`` attempts have failed (1 = the first one)."""
+        """:meth:`delay` under its former name: the wait after ``failed_attempts`` (>= 1) failed attempts."""
         if failed_attempts < 1:
             raise InvalidConfirmationError(f"failed_attempts must be >= 1, got {failed_attempts!r}")
-        exponent = failed_attempts - 1
-        # compare in float seconds first so a large exponent cannot overflow timedelta
-        try:
-            seconds = self.interval.total_seconds() * float(self.backoff) ** exponent
-        except OverflowError:
-            return self.cap
-        return self.cap if seconds >= self.cap.total_seconds() else timedelta(seconds=seconds)
-
-    def exhausted(self, failed_attempts: int) -> bool:
-        """Whether no attempt is left after ``failed_attempts`` failures."""
-        return failed_attempts >= self.max_attempts
+        return self.delay(failed_attempts)

@@ -22,7 +22,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from enum import StrEnum
+from typing import Any, cast
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
@@ -37,6 +38,8 @@ from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
 from sqlalchemy.dialects import postgresql, sqlite
 
+from openroute.clock import Clock
+
 log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
@@ -44,10 +47,16 @@ _C = confirmation_table.c
 _M = message_table.c
 
 
-class Clock(Protocol):
-    """Anything with ``now() -> aware UTC datetime`` (tests inject one to move time without sleeping)."""
+class AttemptOutcome(StrEnum):
+    """What became of one claimed attempt to send a confirmation."""
 
-    def now(self) -> datetime: ...
+    SENT = "sent"
+    #: failed, due again per the policy
+    RETRY = "retry"
+    #: failed for the last time (the policy is exhausted)
+    FAILED = "failed"
+    #: the claim expired while sending: another node owns the confirmation now
+    LOST = "lost"
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], 
         return lambda: datetime.now(UTC)
     now = getattr(clock, "now", None)
     if callable(now):
-        return now
+        return cast(Callable[[], datetime], now)
     if callable(clock):
         return clock
     raise InvalidConfirmationError(f"clock must have now() or be callable, got {clock!r}")
@@ -367,27 +376,28 @@ class ConfirmationService:
                 result[row.message_id] = f"message {row.message_id} cannot be confirmed: {error}"
         return result
 
-    def _record(self, row_id: int, attempt: int, error: str | None) -> str:
-        """Write the outcome of a claimed attempt; return 'sent' | 'retry' | 'failed' | 'lost'."""
+    def _record(self, row_id: int, attempt: int, error: str | None) -> AttemptOutcome:
+        """Write the outcome of a claimed attempt and return it."""
         now = self.now()
         owned = sa.update(confirmation_table).where(
             _C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt
         )
         if error is None:
-            statement, outcome = owned.values(status=ConfirmationStatus.SENT, sent_at=now, updated_at=now), "sent"
+            statement = owned.values(status=ConfirmationStatus.SENT, sent_at=now, updated_at=now)
+            outcome = AttemptOutcome.SENT
         elif self.policy.exhausted(attempt):
             statement = owned.values(status=ConfirmationStatus.FAILED, last_error=error, updated_at=now)
-            outcome = "failed"
+            outcome = AttemptOutcome.FAILED
         else:
-            due = now + self.policy.delay_after(attempt)
+            due = now + self.policy.delay(attempt)
             statement = owned.values(next_attempt_at=due, last_error=error, updated_at=now)
-            outcome = "retry"
+            outcome = AttemptOutcome.RETRY
         with self.engine.begin() as connection:
             if connection.execute(statement).rowcount != 1:
-                return "lost"
+                return AttemptOutcome.LOST
         return outcome
 
-    async def _send(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> str:
+    async def _send(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> AttemptOutcome:
         error: str | None
         if isinstance(request, str):
             error = request
@@ -405,20 +415,20 @@ class ConfirmationService:
         if error is not None and len(error) > _MAX_ERROR:
             error = error[: _MAX_ERROR - 3] + "..."
         outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
-        if outcome == "lost":
+        if outcome is AttemptOutcome.LOST:
             log.warning("confirmation of message %s: claim expired while sending (attempt %d); another node "
                         "owns it now", row.message_id, attempt)
-        elif outcome == "failed":
+        elif outcome is AttemptOutcome.FAILED:
             log.error("confirmation of message %s failed for good after %d attempts: %s",
                       row.message_id, attempt, error)
-        elif outcome == "retry":
+        elif outcome is AttemptOutcome.RETRY:
             log.info("confirmation of message %s failed (attempt %d), retried later: %s",
                      row.message_id, attempt, error)
         return outcome
 
     async def _process(self, message_id: int | None) -> ProcessReport:
         now = self.now()
-        counts = {"sent": 0, "retry": 0, "failed": 0, "lost": 0}
+        counts = dict.fromkeys(AttemptOutcome, 0)
         limiter = asyncio.Semaphore(self._concurrency)
         lost_claims, after_id, errors = 0, 0, 0
 
@@ -445,10 +455,10 @@ class ConfirmationService:
             if len(claimed) + lost < self._batch_size:
                 break
         return ProcessReport(
-            sent=counts["sent"],
-            retry_scheduled=counts["retry"],
-            given_up=counts["failed"],
-            lost_claims=lost_claims + counts["lost"],
+            sent=counts[AttemptOutcome.SENT],
+            retry_scheduled=counts[AttemptOutcome.RETRY],
+            given_up=counts[AttemptOutcome.FAILED],
+            lost_claims=lost_claims + counts[AttemptOutcome.LOST],
             errors=errors,
         )
 

@@ -3,6 +3,7 @@
 ``openroute demo``        show messages going through every state on a temporary SQLite file
 ``openroute run``         serve the reference routes (HTTP/SOAP) on the SQLite file of the configuration
 ``openroute db upgrade``  bring the database schema to the newest migration
+``openroute messages``    list, show, restart and cancel messages (store or a server's admin API)
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands = db.add_subparsers(dest="db_command", required=True)
     upgrade = db_commands.add_parser("upgrade", help="apply all migrations")
     upgrade.add_argument("--database-url", default=None)
+    from openroute.console.cli import add_parser as add_messages_parser  # openroute messages list|show|...
     from openroute.spark.cli import add_parser as add_spark_parser  # openroute spark reprocess|archive|audit
 
+    add_messages_parser(commands)
     add_spark_parser(commands)
     return parser
 
@@ -50,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from openroute.server import serve
 
         return serve(args.host, args.port, args.database_url, args.routes, args.auth_config)
+    if args.command == "messages":
+        from openroute.console.cli import run as run_messages
+
+        return run_messages(args)
     if args.command == "spark":
         from openroute.spark.cli import run as run_spark
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from openroute.dsl import Application, route
+    from openroute import Application, route
 
     set_customer = (
         route("crm", "setCustomer")
@@ -30,15 +30,17 @@ import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Self
 
 from lxml import etree
 
+from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
+from openroute.engine.exchange import ChildMessage, Exchange
 from openroute.errors import ConfigurationError, DeploymentError
-from openroute.inbound.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
-from openroute.route import ChildMessage, Exchange, Route, RouteRegistry, Step
+from openroute.route import ExtCallScope, Route, RouteRegistry, Step
 
 __all__ = ["Application", "RouteBuilder", "RouteDefinition", "Steps", "route", "steps"]
 
@@ -63,11 +65,11 @@ class Steps:
         """How error messages name this definition."""
         return "sub-route"
 
-    def _with_step(self, step: Step, child: tuple[str, str] | None = None) -> Any:
+    def _with_step(self, step: Step, child: tuple[str, str] | None = None) -> Self:
         children = self.child_routes + ((child,) if child is not None and child not in self.child_routes else ())
         return dataclasses.replace(self, chain=(*self.chain, step), child_routes=children)
 
-    def process(self, function: Callable[[Exchange], Any], name: str | None = None) -> Any:
+    def process(self, function: Callable[[Exchange], Any], name: str | None = None) -> Self:
         """A step: ``function(exchange)``, plain or async; its return value becomes ``exchange.result``."""
         if not callable(function):
             raise DeploymentError(f"{self._what}: process: {function!r} is not callable")
@@ -85,8 +87,8 @@ class Steps:
         key: str,
         function: Callable[[Exchange], Any],
         *,
-        scope: Literal["message", "entity"] | None = None,
-    ) -> Any:
+        scope: ExtCallScope | Literal["message", "entity"] | None = None,
+    ) -> Self:
         """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
         succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps."""
         if not isinstance(key, str) or not key or len(key) > 255:
@@ -94,7 +96,7 @@ class Steps:
                                   f"characters: {key!r}")
         if not callable(function):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
-        if scope not in (None, "message", "entity"):
+        if scope is not None and scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
 
         async def step(exchange: Exchange) -> Any:
@@ -105,7 +107,7 @@ class Steps:
         return self._with_step(_named(step, f"ext_call:{key}"))
 
     def split(self, function: Callable[[Exchange], Iterable[ChildSpec]], *, into: str | tuple[str, str],
-              service: str | None = None) -> Any:
+              service: str | None = None) -> Self:
         """A step that splits the message into child messages of the route ``into`` (an operation of the same
         service, or (service, operation)). ``function(exchange)`` returns the children: :class:`ChildMessage`,
         a payload string, or a mapping (sent as JSON). The parent waits for them (see ``Exchange.split``)."""
@@ -133,7 +135,7 @@ class Steps:
 
         return self._with_step(_named(step, f"split:{operation}"), (target_service or "", operation))
 
-    def call(self, sub_route: Steps) -> Any:
+    def call(self, sub_route: Steps) -> Self:
         """Inline the steps of ``sub_route`` (built with :func:`steps`) here."""
         if not isinstance(sub_route, Steps) or isinstance(sub_route, RouteBuilder):
             raise DeploymentError(f"{self._what}: call: expected a sub-route made with steps(), got {sub_route!r}")
@@ -173,19 +175,19 @@ class RouteBuilder(Steps):
     operation: str = ""
     soap_element: str | None = None
     soap_action: str | None = None
+    soap_schema: str | Path | None = None
     accepts_json: bool = False
     namespaces: Mapping[str, str] = field(default_factory=dict)
     required_xml: tuple[str, ...] = ()
     required_json: tuple[str, ...] = ()
     validators: tuple[Validator, ...] = ()
     extractors: Mapping[str, tuple[Extractor | None, Extractor | None]] = field(default_factory=dict)
-    retry_policy: RetryPolicy | None = None
-    ordered: bool = False
-    obsolete: bool = False
-    continue_on_business_error: bool = False
-    business_exceptions: tuple[type[BaseException], ...] = ()
-    scope: Literal["message", "entity"] = "message"
-    route_interceptors: tuple[MessageInterceptor, ...] = ()
+    #: the options of the :class:`Route` it builds, under the Route's own field names (``retry_policy``,
+    #: ``obsolete_check``, ``guaranteed_order``, ``ext_call_scope``, ``interceptors``, ...)
+    route_fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def _with(self, **route_fields: Any) -> Self:
+        return dataclasses.replace(self, route_fields={**self.route_fields, **route_fields})
 
     @property
     def _what(self) -> str:
@@ -193,9 +195,10 @@ class RouteBuilder(Steps):
 
     # -- identify -----------------------------------------------------------------------------------
     def soap(self, element: str | QName | None = None, *, action: str | None = None,
-             namespaces: Mapping[str, str] | None = None) -> RouteBuilder:
+             namespaces: Mapping[str, str] | None = None, schema: str | Path | None = None) -> Self:
         """Accept SOAP 1.1/1.2 requests whose Body element is ``element`` (``{uri}local``) and/or whose
-        SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use."""
+        SOAPAction is ``action``; ``namespaces`` are the prefixes the XPaths of this route use; ``schema`` an XSD
+        file declaring the element: requests are validated against it and the WSDL describes the element with it."""
         if element is None and action is None:
             element = self._default_element()
         if action is not None and (not isinstance(action, str) or not action.strip()):
@@ -211,30 +214,30 @@ class RouteBuilder(Steps):
         except (ValueError, TypeError) as error:
             raise DeploymentError(f"{self._what}: soap: invalid element {element!r}: {error}") from None
         merged = {**self.namespaces, **(namespaces or {})}
-        return dataclasses.replace(self, soap_element=qname, soap_action=action, namespaces=merged)
+        return dataclasses.replace(self, soap_element=qname, soap_action=action, namespaces=merged, soap_schema=schema)
 
-    def json(self) -> RouteBuilder:
+    def json(self) -> Self:
         """Accept JSON objects at ``POST /api/<service>/<operation>``."""
         return dataclasses.replace(self, accepts_json=True)
 
     # -- validate -----------------------------------------------------------------------------------
-    def require(self, *xpaths: str, json: str | Sequence[str] = ()) -> RouteBuilder:
+    def require(self, *xpaths: str, json: str | Sequence[str] = ()) -> Self:
         """Paths that must match a non-empty value: XPaths (SOAP) and ``json=`` JSON paths (``$.a.b``)."""
         json_paths = (json,) if isinstance(json, str) else tuple(json)
         return dataclasses.replace(self, required_xml=(*self.required_xml, *xpaths),
                                    required_json=(*self.required_json, *json_paths))
 
-    def validate(self, validator: Validator) -> RouteBuilder:
+    def validate(self, validator: Validator) -> Self:
         """A custom check ``validator(parsed_payload)`` raising ``ValidationError`` (HTTP 400 / Fault)."""
         if not callable(validator):
             raise DeploymentError(f"{self._what}: validator {validator!r} is not callable")
         return dataclasses.replace(self, validators=(*self.validators, validator))
 
     # -- extract ------------------------------------------------------------------------------------
-    def _extract(self, name: str, xml: Extractor | None, json_path: Extractor | None) -> RouteBuilder:
+    def _extract(self, name: str, xml: Extractor | None, json_path: Extractor | None) -> Self:
         return dataclasses.replace(self, extractors={**self.extractors, name: (xml, json_path)})
 
-    def object_id(self, xpath: Extractor | None = None, *, json: Extractor | None = None) -> RouteBuilder:
+    def object_id(self, xpath: Extractor | None = None, *, json: Extractor | None = None) -> Self:
         """Where the object id is: an XPath (SOAP), ``json=`` a JSON path, or a callable of the parsed payload
         (for both endpoints)."""
         if xpath is None and json is None:
@@ -242,7 +245,7 @@ class RouteBuilder(Steps):
                                   "or a callable")
         return self._extract("object_id", xpath, json if json is not None else (xpath if callable(xpath) else None))
 
-    def entity_type(self, value: str | Extractor | None = None, *, json: Extractor | None = None) -> RouteBuilder:
+    def entity_type(self, value: str | Extractor | None = None, *, json: Extractor | None = None) -> Self:
         """The entity type (default: the operation). A plain word (letters, digits, ``_``, ``-``) is a constant
         for both endpoints; otherwise ``value`` is an XPath (SOAP) or a callable of the parsed payload, and
         ``json=`` a JSON path. Shared across operations, the entity type makes obsolete detection and
@@ -255,7 +258,7 @@ class RouteBuilder(Steps):
         return self._extract("entity_type", value, json if json is not None else (value if callable(value) else None))
 
     def funnel(self, xpath: Extractor | None = None, *, json: Extractor | None = None,
-               guaranteed_order: bool | None = None) -> RouteBuilder:
+               guaranteed_order: bool | None = None) -> Self:
         """Funnel by this value (at most one message per value PROCESSING); with ``guaranteed_order`` an older
         unfinished message also holds newer ones POSTPONED until it is final (None: as set by
         :meth:`guaranteed_order`, off by default)."""
@@ -264,10 +267,10 @@ class RouteBuilder(Steps):
                                   "or a callable")
         json_path = json if json is not None else (xpath if callable(xpath) else None)
         builder = self._extract("funnel_value", xpath, json_path)
-        return builder if guaranteed_order is None else dataclasses.replace(builder, ordered=guaranteed_order)
+        return builder if guaranteed_order is None else builder._with(guaranteed_order=guaranteed_order)
 
     # -- behaviour ----------------------------------------------------------------------------------
-    def retry(self, policy: RetryPolicy | None = None, **settings: Any) -> RouteBuilder:
+    def retry(self, policy: RetryPolicy | None = None, **settings: Any) -> Self:
         """The route's retry policy: a :class:`RetryPolicy` or its keyword arguments
         (``max_attempts``, ``interval``, ``backoff``, ``max_interval``, ``jitter``)."""
         if policy is not None and settings:
@@ -278,18 +281,18 @@ class RouteBuilder(Steps):
             raise DeploymentError(f"{self._what}: bad retry policy: {error}") from None
         if not isinstance(chosen, RetryPolicy):
             raise DeploymentError(f"{self._what}: retry needs a RetryPolicy")
-        return dataclasses.replace(self, retry_policy=chosen)
+        return self._with(retry_policy=chosen)
 
-    def guaranteed_order(self, enabled: bool = True) -> RouteBuilder:
+    def guaranteed_order(self, enabled: bool = True) -> Self:
         """Keep messages of one funnel value in receive order (see :meth:`funnel`)."""
-        return dataclasses.replace(self, ordered=enabled)
+        return self._with(guaranteed_order=enabled)
 
-    def obsolete_check(self, enabled: bool = True) -> RouteBuilder:
+    def obsolete_check(self, enabled: bool = True) -> Self:
         """Skip a message when a newer one for the same entity type + object id already ended OK."""
-        return dataclasses.replace(self, obsolete=enabled)
+        return self._with(obsolete_check=enabled)
 
     def on_business_error(self, action: Literal["continue", "fail"],
-                          *expected: type[BaseException]) -> RouteBuilder:
+                          *expected: type[BaseException]) -> Self:
         """What a business error does: ``"fail"`` ends the message FAILED at once, ``"continue"`` records it
         and goes on with the next step. ``expected`` exception types are business errors too."""
         if action not in ("continue", "fail"):
@@ -297,21 +300,22 @@ class RouteBuilder(Steps):
                                   f"got {action!r}")
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in expected):
             raise DeploymentError(f"{self._what}: on_business_error: expected must be exception classes")
-        return dataclasses.replace(self, continue_on_business_error=action == "continue",
-                                   business_exceptions=(*self.business_exceptions, *expected))
+        known = tuple(self.route_fields.get("business_exceptions", ()))
+        return self._with(continue_on_business_error=action == "continue", business_exceptions=(*known, *expected))
 
-    def ext_call_scope(self, scope: Literal["message", "entity"]) -> RouteBuilder:
+    def ext_call_scope(self, scope: ExtCallScope | Literal["message", "entity"]) -> Self:
         """Default scope of this route's external calls: once per message or once per entity."""
-        if scope not in ("message", "entity"):
+        if scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call_scope must be 'message' or 'entity', got {scope!r}")
-        return dataclasses.replace(self, scope=scope)
+        return self._with(ext_call_scope=ExtCallScope(scope))
 
-    def intercept(self, *interceptors: MessageInterceptor) -> RouteBuilder:
+    def intercept(self, *interceptors: MessageInterceptor) -> Self:
         """Interceptors around every delivery and step of this route (after the engine-wide ones)."""
         for interceptor in interceptors:
             if not isinstance(interceptor, MessageInterceptor):
                 raise DeploymentError(f"{self._what}: intercept: {interceptor!r} is not a MessageInterceptor")
-        return dataclasses.replace(self, route_interceptors=(*self.route_interceptors, *interceptors))
+        known = tuple(self.route_fields.get("interceptors", ()))
+        return self._with(interceptors=(*known, *interceptors))
 
     # -- build --------------------------------------------------------------------------------------
     def build(self) -> RouteDefinition:
@@ -321,13 +325,7 @@ class RouteBuilder(Steps):
             raise DeploymentError(f"{what} has no processing steps")
         children = tuple((s or self.service, o) for s, o in self.child_routes)
         try:
-            built = Route(
-                self.service, self.operation, self.chain, retry_policy=self.retry_policy,
-                obsolete_check=self.obsolete, guaranteed_order=self.ordered,
-                continue_on_business_error=self.continue_on_business_error,
-                business_exceptions=self.business_exceptions, ext_call_scope=self.scope,
-                interceptors=self.route_interceptors, child_routes=children,
-            )
+            built = Route(self.service, self.operation, self.chain, child_routes=children, **self.route_fields)
             bindings = self._bindings()
         except ConfigurationError as error:
             raise DeploymentError(f"{what}: {error}") from None
@@ -368,8 +366,9 @@ class RouteBuilder(Steps):
             element = self.soap_element if self.soap_element or self.soap_action else self._default_element()
             result.append(InboundBinding(
                 self.service, self.operation, "xml", request_element=element, soap_action=self.soap_action,
-                required=self.required_xml, namespaces=self.namespaces, validators=self.validators,
-                **xml_extract,  # type: ignore[arg-type]
+                schema=self.soap_schema, required=self.required_xml, namespaces=self.namespaces,
+                validators=self.validators,
+                **xml_extract,
             ))
         if serve_json:
             result.append(InboundBinding(
@@ -429,7 +428,7 @@ class Application:
                         problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
                     seen.setdefault((kind, key), owner)
         try:
-            self.routes.validate()
+            self.routes.check()
         except DeploymentError as error:
             problems.extend(error.problems)
         if problems:

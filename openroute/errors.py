@@ -1,13 +1,34 @@
-"""The typed errors of openroute's message lifecycle.
+"""The typed errors of openroute: one tree under :class:`OpenrouteError`.
 
-Everything a caller may need to tell apart has its own class under :class:`OpenrouteError`.
+Everything a caller may need to tell apart has its own class::
+
+    OpenrouteError
+    ├── ConfigurationError (ValueError)   a setting, retry policy or definition that cannot work
+    │   └── InvalidConfirmationError      (openroute.confirmation) a malformed confirmation request or policy
+    ├── DeploymentError                   the application cannot be assembled; lists every problem
+    │   ├── DefinitionError               (openroute.messaging) a function shape the messaging layer cannot use
+    │   └── ConfigError                   (openroute.messaging) an unreadable or malformed channel configuration
+    ├── ValidationError                   the inbound message is invalid; nothing stored
+    │   ├── PayloadTooLargeError
+    │   └── MalformedPayloadError, UnsupportedMediaTypeError, ...   (openroute.inbound)
+    ├── UnknownRouteError (LookupError)   no route for (service, operation)
+    ├── BusinessError                     a business rule refused the message (FAILED at once)
+    ├── TechnicalError                    a transient failure (retried)
+    ├── IllegalTransitionError            the state machine has no such transition
+    ├── StaleMessageError                 another writer changed the message first
+    ├── MessageDroppedByInterceptor       an interceptor dropped the message (SKIPPED)
+    ├── ConfirmationError                 (openroute.confirmation) the confirmation layer
+    └── EmitterOverflowError, MessageDroppedError, ChannelClosedError   (openroute.messaging, also RuntimeError)
+
+"Bad configuration" has two names only: :class:`ConfigurationError` for one value that cannot work,
+:class:`DeploymentError` (the MicroProfile name) for an application that cannot be assembled.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from openroute.messaging.errors import DeploymentError
+from openroute.messaging.errors import DeploymentError, OpenrouteError
 
 __all__ = [
     "BusinessError",
@@ -15,6 +36,7 @@ __all__ = [
     "DeploymentError",
     "IllegalTransitionError",
     "MessageDroppedByInterceptor",
+    "NodeNotAcceptingError",
     "OpenrouteError",
     "PayloadTooLargeError",
     "StaleMessageError",
@@ -22,10 +44,6 @@ __all__ = [
     "UnknownRouteError",
     "ValidationError",
 ]
-
-
-class OpenrouteError(Exception):
-    """Base class of every error openroute raises on purpose."""
 
 
 class ConfigurationError(OpenrouteError, ValueError):
@@ -108,3 +126,15 @@ class MessageDroppedByInterceptor(OpenrouteError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class NodeNotAcceptingError(OpenrouteError):
+    """An operator drained (HANDLES_EXISTING_MESSAGES) or stopped this node: it takes no new messages (HTTP 503,
+    send to another node); nothing was stored."""
+
+    code = "NODE_NOT_ACCEPTING"
+
+    def __init__(self, node_id: str, state: str) -> None:
+        super().__init__(f"node {node_id} is {state} and takes no new messages; nothing was stored")
+        self.node_id = node_id
+        self.state = state

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from openroute.errors import MessageDroppedByInterceptor
 
 if TYPE_CHECKING:
+    from openroute.engine.exchange import Exchange
     from openroute.persistence import StoredMessage
-    from openroute.route import Exchange, Route
+    from openroute.route import Route
 
 CallNext = Callable[[], Awaitable[Any]]
 

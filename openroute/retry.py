@@ -46,7 +46,10 @@ class RetryPolicy:
         """The wait before the next attempt of a message that has failed ``failed_count`` (>= 1) times."""
         if failed_count < 1:
             raise ValueError(f"failed_count must be >= 1, got {failed_count}")
-        seconds = self.interval.total_seconds() * self.backoff ** (failed_count - 1)
+        try:
+            seconds = self.interval.total_seconds() * float(self.backoff) ** (failed_count - 1)
+        except OverflowError:  # a huge exponent: the cap, not an error
+            seconds = self.max_interval.total_seconds()
         seconds = min(seconds, self.max_interval.total_seconds())
         if self.jitter:
             seconds *= self.rng.uniform(1.0 - self.jitter, 1.0 + self.jitter)

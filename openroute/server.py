@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from openroute.admin import AdminApi, Metrics, health_route
+from openroute.console import Console
 from openroute.engine import Engine
 from openroute.errors import ConfigurationError
 from openroute.inbound import (
@@ -25,6 +26,7 @@ from openroute.inbound import (
     SourceSystemAuth,
     bindings_for,
 )
+from openroute.retention import RetentionJob, RetentionPolicy
 from openroute.route import RouteRegistry
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ def create_app(
     confirmation: ConfirmationService | None = None,
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
+    retention: RetentionPolicy | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -56,12 +59,14 @@ def create_app(
     with no checks); given bindings are served as they are. With ``manage_engine`` the app's lifespan starts the
     engine and stops it on shutdown. ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference
     application's fakes). ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
+    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
     admin = AdminApi(engine, admin_auth)
     engine.final_state_hooks.append(metrics.on_final_state)
+    purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
     if confirmation is not None:
         engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
         engine.final_state_hooks.append(confirmation.on_final_state)
@@ -74,10 +79,13 @@ def create_app(
         loop_task = None
         if confirmation is not None:
             loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
+        purge_task = None if purge is None else asyncio.create_task(purge.run(stop), name="retention")
         try:
             yield
         finally:
             stop.set()
+            if purge_task is not None:
+                await purge_task
             if loop_task is not None:
                 try:
                     await asyncio.wait_for(loop_task, 30)
@@ -88,6 +96,7 @@ def create_app(
 
     app = Starlette(
         routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
+                Mount("/console", app=Console(engine, admin_auth).app()),
                 *(Mount(path, app=mounted) for path, mounted in _checked_mounts(mounts))],
         lifespan=lifespan,
     )
@@ -96,6 +105,7 @@ def create_app(
     app.state.admin = admin
     app.state.metrics = metrics
     app.state.confirmation = confirmation
+    app.state.retention = purge
     return app
 
 

@@ -35,14 +35,14 @@ from typing import Any, NamedTuple
 import httpx
 from lxml import etree
 
+from openroute.binding import InboundBinding
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import TechnicalError
-from openroute.inbound.binding import InboundBinding
 from openroute.interceptors import MessageInterceptor
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
-__all__ = ["CallRecorder", "ExternalCall", "RouteTestKit", "SendResult", "route_test_kit"]
+__all__ = ["CallRecorder", "ExternalCall", "RecordedCall", "RouteTestKit", "SendResult", "route_test_kit"]
 
 DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SOAP_11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -72,13 +72,20 @@ class SendResult:
         return self.message_id is not None and self.error_code is None
 
 
-class ExternalCall(NamedTuple):
+class RecordedCall(NamedTuple):
     """An external call recorded in the store: ``status`` (OK, FAILED, IN_PROGRESS), ``attempts``, ``result``
-    (the recorded JSON result of the success). Compares equal to a plain ``(status, attempts, result)`` tuple."""
+    (the recorded JSON result of the success). Compares equal to a plain ``(status, attempts, result)`` tuple.
+
+    (The store's own record is :class:`openroute.persistence.ExternalCall`; this is the kit's summary of it.)
+    """
 
     status: str
     attempts: int
     result: Any
+
+
+#: the former name of :class:`RecordedCall`
+ExternalCall = RecordedCall
 
 
 class RouteTestKit:
@@ -304,25 +311,25 @@ class RouteTestKit:
         """The child messages of a split, in order."""
         return self.store.children_of(message_id)
 
-    def external_calls(self, message_id: int) -> dict[str, ExternalCall]:
-        """The message-scoped external calls recorded for a message: key -> :class:`ExternalCall`
+    def external_calls(self, message_id: int) -> dict[str, RecordedCall]:
+        """The message-scoped external calls recorded for a message: key -> :class:`RecordedCall`
         (status, attempts, result)."""
         from openroute.persistence import external_call_table
 
         query = external_call_table.select().where(external_call_table.c.message_id == message_id)
         with self.store.engine.connect() as connection:
             rows = connection.execute(query).all()
-        return {r.call_key: ExternalCall(r.status.value, r.attempts, r.result) for r in rows}
+        return {r.call_key: RecordedCall(r.status.value, r.attempts, r.result) for r in rows}
 
-    def entity_calls(self, entity_type: str, object_id: str) -> dict[str, ExternalCall]:
+    def entity_calls(self, entity_type: str, object_id: str) -> dict[str, RecordedCall]:
         """The entity-scoped external calls (``scope="entity"``) recorded for one entity: key ->
-        :class:`ExternalCall`, whichever message made them."""
+        :class:`RecordedCall`, whichever message made them."""
         from openroute.persistence import entity_call_table as table
 
         query = table.select().where(table.c.entity_type == entity_type, table.c.object_id == object_id)
         with self.store.engine.connect() as connection:
             rows = connection.execute(query).all()
-        return {r.call_key: ExternalCall(r.status, r.attempts, r.result) for r in rows}
+        return {r.call_key: RecordedCall(r.status, r.attempts, r.result) for r in rows}
 
     def count_by_state(self) -> dict[str, int]:
         """How many messages are in each state (states with none left out)."""
@@ -429,6 +436,22 @@ async def _route_test_kit() -> AsyncIterator[Callable[..., Any]]:
 try:  # the kit itself works without pytest (the demo uses it); only the fixture needs it
     import pytest
 except ImportError:  # pragma: no cover - pytest is a dev dependency
-    route_test_kit = None
+    route_test_kit: Any = None
 else:
-    route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")
+    try:  # pytest-asyncio runs the fixture in its strict mode too (no ``asyncio_mode = auto`` needed)
+        import pytest_asyncio
+    except ImportError:  # pragma: no cover - pytest-asyncio is a dev dependency
+        route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")
+    else:
+        route_test_kit = pytest_asyncio.fixture(_route_test_kit, name="route_test_kit")
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_pycollect_makeitem(collector: Any, name: str, obj: object) -> Any:
+        """Mark ``async def`` tests that use ``route_test_kit`` with ``asyncio``, so pytest-asyncio runs them in
+        strict mode too. Trylast: this wrapper sees the collected items before pytest-asyncio's converts them."""
+        outcome = yield
+        items = outcome.get_result()
+        for item in items if isinstance(items, list) else [items]:
+            if (isinstance(item, pytest.Function) and "route_test_kit" in item.fixturenames
+                    and asyncio.iscoroutinefunction(item.obj) and item.get_closest_marker("asyncio") is None):
+                item.add_marker(pytest.mark.asyncio)

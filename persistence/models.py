@@ -48,6 +48,18 @@ class ConfirmationStatus(enum.StrEnum):
     FAILED = "FAILED"
 
 
+class NodeState(enum.StrEnum):
+    """What an operator lets a node do (the ``node.state`` column), as in OpenHub.
+
+    RUN: take new messages and process stored ones. HANDLES_EXISTING_MESSAGES (draining): refuse new messages,
+    keep processing the ones already stored. STOPPED: refuse new messages and pick up no work.
+    """
+
+    RUN = "RUN"
+    HANDLES_EXISTING_MESSAGES = "HANDLES_EXISTING_MESSAGES"
+    STOPPED = "STOPPED"
+
+
 class ExternalCallStatus(enum.StrEnum):
     """Outcome of an idempotent external call made on behalf of a message."""
 
@@ -255,7 +267,7 @@ class MessageTransitionRecord(Base):
 
 
 class NodeRecord(Base):
-    """A running (or once running) engine node, with its heartbeat."""
+    """A running (or once running) engine node, with its heartbeat and the state an operator gave it."""
 
     __tablename__ = "node"
 
@@ -265,6 +277,10 @@ class NodeRecord(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: set by an operator (console, admin API); kept when the node restarts
+    state: Mapped[NodeState] = mapped_column(
+        sa.Enum(NodeState, native_enum=False, length=32, name="node_state"), server_default=NodeState.RUN.value
+    )
 
 
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]

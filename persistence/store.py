@@ -24,6 +24,7 @@ from openroute.persistence.models import (
     FINAL_STATES,
     ExternalCallStatus,
     MessageState,
+    NodeState,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
@@ -58,8 +59,12 @@ class GroupConflict(Exception):
 
 
 @dataclass(frozen=True)
-class NewMessage:
-    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
+class MessageFields:
+    """What every message has from the moment it arrives: its route key, its payload and the sender's trace.
+
+    ``openroute.InboundMessage`` (what an endpoint accepts) and :class:`NewMessage` (what the store inserts)
+    are both these fields plus their own (the optional ones keep each class's positional order).
+    """
 
     service: str
     operation: str
@@ -67,6 +72,12 @@ class NewMessage:
     content_type: str
     correlation_id: str
     source_system: str
+
+
+@dataclass(frozen=True)
+class NewMessage(MessageFields):
+    """What :meth:`MessageStore.insert_message` stores as a NEW message."""
+
     receive_ts: datetime
     process_id: str | None = None
     msg_ts: datetime | None = None
@@ -869,10 +880,31 @@ class MessageStore:
         statement = statement.on_conflict_do_update(index_elements=["id"], set_={**values, "stopped_at": None})
         self.run(lambda conn: conn.execute(statement), connection)
 
-    def heartbeat(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
-        """Refresh the heartbeat of ``node_id``."""
+    def heartbeat(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> NodeState | None:
+        """Refresh the heartbeat of ``node_id``; returns the state an operator gave it (None: no such node)."""
         statement = sa.update(node_table).where(node_table.c.id == node_id).values(heartbeat_at=now)
-        self.run(lambda conn: conn.execute(statement), connection)
+
+        def work(conn: sa.Connection) -> NodeState | None:
+            conn.execute(statement)
+            return self.node_state(node_id, conn)
+
+        return self.run(work, connection)
+
+    def node_state(self, node_id: str, connection: sa.Connection | None = None) -> NodeState | None:
+        """The state of ``node_id`` (None: no such node)."""
+        query = sa.select(node_table.c.state).where(node_table.c.id == node_id)
+        state = self.run(lambda conn: conn.execute(query).scalar_one_or_none(), connection)
+        return None if state is None else NodeState(state)
+
+    def set_node_state(self, node_id: str, state: NodeState, connection: sa.Connection | None = None) -> bool:
+        """Give ``node_id`` the ``state`` (an operator's decision, kept across restarts); False: no such node."""
+        statement = sa.update(node_table).where(node_table.c.id == node_id).values(state=NodeState(state))
+        return bool(self.run(lambda conn: conn.execute(statement).rowcount, connection))
+
+    def nodes(self, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
+        """Every node ever registered (id, host, pid, started_at, heartbeat_at, stopped_at, state), by id."""
+        query = sa.select(node_table).order_by(node_table.c.id)
+        return self.run(lambda conn: [dict(row._mapping) for row in conn.execute(query)], connection)
 
     def node_stopped(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
         """Record an orderly stop of ``node_id``."""

@@ -16,11 +16,8 @@ from typing import Any
 
 from openroute_reference.payloads import fields
 
-from openroute.dsl import RouteBuilder, route
-from openroute.errors import ValidationError
-from openroute.inbound.binding import ParsedPayload
+from openroute import Exchange, ParsedPayload, RouteBuilder, ValidationError, route
 from openroute.outbound import SoapService
-from openroute.route import Exchange
 
 NAMESPACE = "http://openroute.dev/mvno"
 NS = {"m": NAMESPACE}

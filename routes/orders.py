@@ -8,10 +8,7 @@ from datetime import timedelta
 
 from openroute_reference.payloads import fields
 
-from openroute.dsl import RouteBuilder, route
-from openroute.errors import BusinessError, ValidationError
-from openroute.inbound.binding import ParsedPayload
-from openroute.route import ChildMessage, Exchange
+from openroute import BusinessError, ChildMessage, Exchange, ParsedPayload, RouteBuilder, ValidationError, route
 
 NAMESPACE = "http://openroute.dev/shop"
 NS = {"s": NAMESPACE}

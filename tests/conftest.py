@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageStore
 
 from tests.services import (
     POSTGRES_ADMIN_URL,
@@ -48,6 +49,27 @@ def database_url(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return request.getfixturevalue("sqlite_url")
     return request.getfixturevalue("postgres_url")
+
+
+def _fresh_store(url: str) -> Iterator[MessageStore]:
+    message_store = MessageStore(url)
+    message_store.create_schema()
+    try:
+        yield message_store
+    finally:
+        message_store.dispose()
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[MessageStore]:
+    """A store with its schema, once on a SQLite file and once on a fresh PostgreSQL database (disposed after)."""
+    yield from _fresh_store(database_url)
+
+
+@pytest.fixture
+def postgres_store(postgres_url: str) -> Iterator[MessageStore]:
+    """A store with its schema on a fresh PostgreSQL database (for row-lock races SQLite cannot show)."""
+    yield from _fresh_store(postgres_url)
 
 
 @pytest.fixture

@@ -1,14 +1,16 @@
-"""The admin API (JSON over HTTP, HTTP Basic with the admin role): search, detail, restart, cancel, counts.
+"""The admin API (JSON over HTTP, HTTP Basic): search, detail, restart, cancel, counts, nodes and their state.
 
-State changes go through :func:`openroute.states.transition` (legality, then an optimistic write); a cancel
-runs the engine's final-state hooks like any other final state, so the source system is told.
+Reading needs the ``web`` or the ``admin`` role, acting (restart, cancel, node state) the ``admin`` role.
+
+Every state change goes through the engine (:meth:`Engine.restart`, :meth:`Engine.cancel`), so its stats,
+transition listeners and final-state hooks hear of it like of any other change.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -17,13 +19,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute import states
+from openroute.admin.openapi import admin_openapi
 from openroute.engine import Engine
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError, ValidationError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
 from openroute.persistence import (
     MessageState,
+    MessageStore,
+    NodeState,
     StoredMessage,
     confirmation_table,
     external_call_table,
@@ -33,6 +37,8 @@ from openroute.persistence import (
 log = logging.getLogger("openroute.admin")
 T = TypeVar("T")
 
+#: the role that may read (search, detail, counts, nodes); the authenticator's role (``admin``) may read and act
+WEB_ROLE = "web"
 MAX_PAGE_SIZE = 500
 DEFAULT_PAGE_SIZE = 50
 _TEXT_FILTERS = ("service", "operation", "source_system", "correlation_id", "object_id", "process_id", "entity_type")
@@ -49,6 +55,28 @@ class MessageNotFoundError(OpenrouteError, LookupError):
     """No message with that id (HTTP 404)."""
 
     code = "NOT_FOUND"
+
+
+class NodeNotFoundError(OpenrouteError, LookupError):
+    """No node with that id (HTTP 404)."""
+
+    code = "NOT_FOUND"
+
+
+def node_summary(node: Mapping[str, Any], now: datetime, heartbeat_interval: timedelta) -> dict[str, Any]:
+    """The JSON form of a node row; ``alive`` when not stopped and heard from within three heartbeats."""
+    heartbeat = node["heartbeat_at"]
+    alive = node["stopped_at"] is None and heartbeat is not None and now - heartbeat <= 3 * heartbeat_interval
+    return {
+        "id": node["id"],
+        "host": node["host"],
+        "pid": node["pid"],
+        "state": str(node["state"]),
+        "alive": alive,
+        "startedAt": _iso(node["started_at"]),
+        "heartbeatAt": _iso(heartbeat),
+        "stoppedAt": _iso(node["stopped_at"]),
+    }
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -150,6 +178,62 @@ def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.
     return conditions
 
 
+def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:
+    """The JSON form of one message with its external calls, children, confirmation and state transitions
+    (oldest first); None when there is no such message. The admin API, the console and the CLI show this."""
+    with store.engine.connect() as connection:
+        message = store.get(message_id, connection)
+        if message is None:
+            return None
+        e = external_call_table.c
+        calls = connection.execute(
+            sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
+        ).all()
+        children = store.find(message_table.c.parent_id == message_id, connection=connection)
+        k = confirmation_table.c
+        confirmation = connection.execute(
+            sa.select(confirmation_table).where(k.message_id == message_id)
+        ).first()
+        transitions = store.transitions_of(message_id, connection)
+    body = message_detail(message)
+    body["externalCalls"] = [
+        {
+            "callKey": r.call_key,
+            "status": str(r.status),
+            "attempts": r.attempts,
+            "result": r.result,
+            "lastError": r.last_error,
+            "createdAt": _iso(r.created_at),
+            "updatedAt": _iso(r.updated_at),
+        }
+        for r in calls
+    ]
+    body["children"] = [message_summary(child) for child in children]
+    body["confirmation"] = None if confirmation is None else {
+        "status": str(confirmation.status),
+        "outcomeState": str(confirmation.outcome_state),
+        "attempts": confirmation.attempts,
+        "nextAttemptAt": _iso(confirmation.next_attempt_at),
+        "lastError": confirmation.last_error,
+        "createdAt": _iso(confirmation.created_at),
+        "sentAt": _iso(confirmation.sent_at),
+    }
+    body["transitions"] = [
+        {
+            "fromState": None if t["from_state"] is None else str(t["from_state"]),
+            "toState": str(t["to_state"]),
+            "at": _iso(t["at"]),
+            "nodeId": t["node_id"],
+            "attempt": t["attempt"],
+            "errorCode": t["error_code"],
+            "cause": t["cause"],
+        }
+        for t in transitions
+    ]
+    return body
+
+
+
 class AdminApi:
     """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
 
@@ -163,27 +247,36 @@ class AdminApi:
         self.prefix = prefix
 
     def routes(self) -> list[Route]:
-        """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``."""
+        """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``,
+        ``GET nodes``, ``POST nodes/{id}/state``, ``GET openapi.json``."""
         p = self.prefix
         return [
             Route(f"{p}/messages", self._guard(self.search), methods=["GET"]),
             Route(p + "/messages/{message_id}", self._guard(self.detail), methods=["GET"]),
-            Route(p + "/messages/{message_id}/restart", self._guard(self.restart), methods=["POST"]),
-            Route(p + "/messages/{message_id}/cancel", self._guard(self.cancel), methods=["POST"]),
+            Route(p + "/messages/{message_id}/restart", self._guard(self.restart, act=True), methods=["POST"]),
+            Route(p + "/messages/{message_id}/cancel", self._guard(self.cancel, act=True), methods=["POST"]),
             Route(f"{p}/counts", self._guard(self.counts), methods=["GET"]),
+            Route(f"{p}/nodes", self._guard(self.nodes), methods=["GET"]),
+            Route(p + "/nodes/{node_id}/state", self._guard(self.node_state, act=True), methods=["POST"]),
+            Route(f"{p}/openapi.json", self.openapi, methods=["GET"]),
         ]
 
-    def _guard(self, handler: Callable[[Request, str], Any]) -> Callable[[Request], Any]:
+    async def openapi(self, _request: Request) -> Response:
+        """The OpenAPI description of these routes (no credentials needed: it holds no data)."""
+        return JSONResponse(admin_openapi(self.prefix))
+
+    def _guard(self, handler: Callable[[Request, str], Any], act: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             try:
                 if self.auth is None:
                     raise AuthenticationError("the admin API has no users configured")
-                user = self.auth.authorize(request.headers)
+                roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
+                user = self.auth.authorize(request.headers, roles)
                 return await handler(request, user)
             except Exception as error:
                 if isinstance(error, IllegalTransitionError | StaleMessageError):
                     status, code = 409, type(error).__name__.removesuffix("Error").upper()
-                elif isinstance(error, MessageNotFoundError):
+                elif isinstance(error, MessageNotFoundError | NodeNotFoundError):
                     status, code = 404, error.code
                 else:
                     status, code = status_and_code(error)
@@ -243,59 +336,7 @@ class AdminApi:
         """One message with its external calls, children, confirmation and state transitions (oldest first)."""
         message_id = self._message_id(request)
 
-        def work() -> dict[str, Any] | None:
-            with self.store.engine.connect() as connection:
-                message = self.store.get(message_id, connection)
-                if message is None:
-                    return None
-                e = external_call_table.c
-                calls = connection.execute(
-                    sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
-                ).all()
-                children = self.store.find(message_table.c.parent_id == message_id, connection=connection)
-                k = confirmation_table.c
-                confirmation = connection.execute(
-                    sa.select(confirmation_table).where(k.message_id == message_id)
-                ).first()
-                transitions = self.store.transitions_of(message_id, connection)
-            body = message_detail(message)
-            body["externalCalls"] = [
-                {
-                    "callKey": r.call_key,
-                    "status": str(r.status),
-                    "attempts": r.attempts,
-                    "result": r.result,
-                    "lastError": r.last_error,
-                    "createdAt": _iso(r.created_at),
-                    "updatedAt": _iso(r.updated_at),
-                }
-                for r in calls
-            ]
-            body["children"] = [message_summary(child) for child in children]
-            body["confirmation"] = None if confirmation is None else {
-                "status": str(confirmation.status),
-                "outcomeState": str(confirmation.outcome_state),
-                "attempts": confirmation.attempts,
-                "nextAttemptAt": _iso(confirmation.next_attempt_at),
-                "lastError": confirmation.last_error,
-                "createdAt": _iso(confirmation.created_at),
-                "sentAt": _iso(confirmation.sent_at),
-            }
-            body["transitions"] = [
-                {
-                    "fromState": None if t["from_state"] is None else str(t["from_state"]),
-                    "toState": str(t["to_state"]),
-                    "at": _iso(t["at"]),
-                    "nodeId": t["node_id"],
-                    "attempt": t["attempt"],
-                    "errorCode": t["error_code"],
-                    "cause": t["cause"],
-                }
-                for t in transitions
-            ]
-            return body
-
-        body = await self._db(work)
+        body = await self._db(lambda: load_message_detail(self.store, message_id))
         if body is None:
             raise MessageNotFoundError(f"no message {message_id}")
         return JSONResponse(body)
@@ -315,29 +356,10 @@ class AdminApi:
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def cancel(self, request: Request, user: str) -> Response:
-        """Cancel a message that is not final (and not PROCESSING); the source system is told like any outcome."""
+        """Cancel a message that is not final (and not PROCESSING) through :meth:`Engine.cancel`: stats,
+        transition listeners and final-state hooks hear of it, so the source system is told like any outcome."""
         message = await self._load(self._message_id(request))
-        now = self.engine.clock.now()
-        changes = {
-            "next_attempt_at": None,
-            "last_error_code": "CANCELLED",
-            "last_error_text": f"cancelled by operator {user}",
-        }
-
-        def work() -> StoredMessage:
-            with self.store.begin() as connection:
-                updated = states.transition(self.store, message, MessageState.CANCEL, now, changes, connection,
-                                            node_id=self.engine.node_id, cause=f"admin:{user}")
-                for hook in self.engine.final_state_tx_hooks:
-                    hook(updated, connection)
-                return updated
-
-        updated = await self._db(work)
-        for hook in self.engine.final_state_hooks:
-            try:
-                await hook(updated)
-            except Exception:
-                log.exception("final-state hook %r failed for cancelled message %s", hook, updated.id)
+        updated = await self.engine.cancel(message.id, f"admin:{user}", reason=f"cancelled by operator {user}")
         log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
@@ -346,3 +368,36 @@ class AdminApi:
         counts = await self._db(self.store.count_by_state)
         body = {state.value: counts.get(state, 0) for state in MessageState}
         return JSONResponse({"states": body, "total": sum(body.values())})
+
+    async def nodes(self, _request: Request, _user: str) -> Response:
+        """Every node with its heartbeat, whether it is alive and its state (RUN, HANDLES_EXISTING_MESSAGES,
+        STOPPED)."""
+        rows = await self._db(self.store.nodes)
+        now, interval = self.engine.clock.now(), self.engine.settings.heartbeat_interval
+        return JSONResponse({"nodes": [node_summary(row, now, interval) for row in rows]})
+
+    async def node_state(self, request: Request, user: str) -> Response:
+        """Set a node's state from the JSON body ``{"state": "HANDLES_EXISTING_MESSAGES"}`` (drain), ``STOPPED``
+        or ``RUN``, through :meth:`Engine.set_node_state`."""
+        node_id = request.path_params["node_id"]
+        try:
+            body = await request.json()
+        except ValueError:
+            raise InvalidQueryError("the body must be JSON like {\"state\": \"HANDLES_EXISTING_MESSAGES\"}") from None
+        state = parse_node_state(body.get("state") if isinstance(body, dict) else None)
+        try:
+            await self.engine.set_node_state(node_id, state)
+        except LookupError:
+            raise NodeNotFoundError(f"no node {node_id[:100]!r}") from None
+        log.info("node %s set to %s by %s", node_id, state.value, user)
+        return JSONResponse({"id": node_id, "state": state.value})
+
+
+def parse_node_state(value: Any) -> NodeState:
+    """The :class:`NodeState` named by ``value``; InvalidQueryError for anything else."""
+    try:
+        return NodeState(str(value).upper()) if isinstance(value, str) else NodeState(value)
+    except ValueError:
+        raise InvalidQueryError(
+            f"state must be one of {[s.value for s in NodeState]}, got {str(value)[:60]!r}"
+        ) from None

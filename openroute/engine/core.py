@@ -12,7 +12,6 @@ import contextlib
 import copy
 import dataclasses
 import inspect
-import json
 import logging
 import os
 import socket
@@ -27,23 +26,26 @@ import sqlalchemy as sa
 
 from openroute import states
 from openroute.clock import Clock, SystemClock
+from openroute.engine import outcome as outcomes
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.engine.exchange import AttemptRuntime, Exchange
 from openroute.errors import (
     BusinessError,
     ConfigurationError,
     IllegalTransitionError,
     MessageDroppedByInterceptor,
+    NodeNotAcceptingError,
     PayloadTooLargeError,
     StaleMessageError,
-    TechnicalError,
     UnknownRouteError,
     ValidationError,
 )
 from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
+from openroute.message import InboundMessage
 from openroute.messaging import Emitter, MessagingApp, OnOverflow
-from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, StoredMessage
+from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.route import Route, RouteRegistry
 
 log = logging.getLogger("openroute.engine")
 
@@ -53,28 +55,8 @@ FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
 #: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 
-_MAX_ERROR_TEXT = 4000
 #: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
 PROCESSING_CHANNEL = "processing"
-
-
-@dataclass(frozen=True)
-class InboundMessage:
-    """What an inbound endpoint (HTTP/SOAP) hands to :meth:`Engine.accept`."""
-
-    service: str
-    operation: str
-    payload: str
-    content_type: str
-    correlation_id: str
-    source_system: str
-    process_id: str | None = None
-    message_timestamp: datetime | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    object_id: str | None = None
-    #: with an object id, None means the operation (an entity is entity type + object id)
-    entity_type: str | None = None
-    funnel_value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +158,7 @@ class Engine:
     ) -> None:
         if not isinstance(routes, RouteRegistry):
             raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
-        routes.validate()
+        routes.check()
         #: engine-wide interceptors, run around every delivery and step before the route's own
         self.interceptors: tuple[MessageInterceptor, ...] = check_interceptors(interceptors, "engine")
         settings = settings or EngineSettings()
@@ -193,6 +175,8 @@ class Engine:
         #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
         self.transition_listeners: list[TransitionListener] = []
         self.stats = EngineStats()
+        #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
+        self.node_state = NodeState.RUN
         # parent messages a child's final transition completed, by child id (set in the writer thread)
         self._completed_parents: dict[int, StoredMessage] = {}
         self._writer = GroupCommitWriter(
@@ -247,6 +231,7 @@ class Engine:
         self._stopping = False
         now = self.clock.now()
         await self._run_db(lambda: self.store.register_node(self.node_id, now))
+        self.node_state = await self._run_db(lambda: self.store.node_state(self.node_id)) or NodeState.RUN
         self._running = True
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
@@ -319,8 +304,11 @@ class Engine:
         await asyncio.wait_for(self._idle.wait(), timeout)
 
     # -- accept ---------------------------------------------------------------------------------
-    def validate(self, inbound: InboundMessage) -> Route:
-        """The checks of :meth:`accept` without storing anything; returns the route."""
+    def check_inbound(self, inbound: InboundMessage) -> Route:
+        """The checks of :meth:`accept` without storing anything; returns the route.
+
+        Raises :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError`.
+        """
         if not isinstance(inbound, InboundMessage):
             raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
         for name, limit in (("service", 100), ("operation", 100)):
@@ -351,31 +339,22 @@ class Engine:
             route.validator(inbound)
         return route
 
+    #: the former name of :meth:`check_inbound`
+    validate = check_inbound
+
     async def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 
         Returns after the commit. A repeated (source system, correlation id) is answered with
         ``duplicate=True`` and the existing message; nothing is stored twice. Raises
-        :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored).
+        :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
+        :class:`NodeNotAcceptingError` when an operator drained or stopped this node.
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
-        self.validate(inbound)
-        new = NewMessage(
-            service=inbound.service,
-            operation=inbound.operation,
-            payload=inbound.payload,
-            content_type=inbound.content_type,
-            correlation_id=inbound.correlation_id,
-            source_system=inbound.source_system,
-            receive_ts=self.clock.now(),
-            process_id=inbound.process_id,
-            msg_ts=inbound.message_timestamp,
-            headers=dict(inbound.headers),
-            object_id=inbound.object_id,
-            # an entity is (entity type, object id); the entity type defaults to the operation
-            entity_type=inbound.entity_type or (inbound.operation if inbound.object_id is not None else None),
-            funnel_value=inbound.funnel_value,
-        )
+        if self.node_state is not NodeState.RUN:
+            raise NodeNotAcceptingError(self.node_id, self.node_state.value)
+        self.check_inbound(inbound)
+        new = inbound.to_new_message(self.clock.now())
         outcome = await self._writer.submit_grouped(self._insert_group, new)
         message = outcome.message
         if outcome.duplicate:
@@ -387,10 +366,12 @@ class Engine:
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
     # -- operator actions -----------------------------------------------------------------------
-    async def cancel(self, message_id: int, cause: str = "engine") -> StoredMessage:
+    async def cancel(self, message_id: int, cause: str = "engine", *, reason: str | None = None) -> StoredMessage:
         """Cancel a message that is NEW, PARTLY_FAILED, POSTPONED or waiting for children (-> CANCEL).
 
-        ``cause`` is recorded with the transition (e.g. ``admin:<user>``).
+        ``cause`` says who asked (e.g. ``admin:<user>``); the message keeps error code ``CANCELLED`` and
+        ``reason`` (default "cancelled") as its last error text. Stats, transition listeners and the
+        final-state hooks hear of it as of any other outcome.
 
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
@@ -399,9 +380,7 @@ class Engine:
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._transition(
-            message, MessageState.CANCEL, self.clock.now(), {"next_attempt_at": None}, cause
-        )
+        updated = await self._apply(message, outcomes.cancelled(reason), self.clock.now(), cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
@@ -420,13 +399,25 @@ class Engine:
             raise LookupError(f"no message {message_id}")
         states.check_transition(message.state, MessageState.PARTLY_FAILED)
         now = self.clock.now()
-        updated = await self._transition(
-            message, MessageState.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}, cause
-        )
+        updated = await self._apply(message, outcomes.restarted(now), now, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         await self._emit(updated, wait=False)
         return updated
+
+    async def set_node_state(self, node_id: str, state: NodeState) -> None:
+        """Give ``node_id`` (this node or another) the ``state``: HANDLES_EXISTING_MESSAGES drains it (new
+        messages refused, stored ones still processed), STOPPED also stops it picking up work, RUN resumes.
+
+        This node obeys at once; another node at its next heartbeat. Raises :class:`LookupError` for an unknown
+        node, :class:`ValueError` for an unknown state.
+        """
+        state = NodeState(state)
+        if not await self._run_db(lambda: self.store.set_node_state(node_id, state)):
+            raise LookupError(f"no node {node_id!r}")
+        if node_id == self.node_id:
+            self.node_state = state
+        log.info("node %s is now %s", node_id, state.value)
 
     # -- the processing channel -----------------------------------------------------------------
     async def _emit(self, message: StoredMessage, wait: bool) -> bool:
@@ -434,7 +425,7 @@ class Engine:
         False) no room. With ``wait`` the caller waits for room: queued + in flight never exceed
         ``queue_size + concurrency``.
         """
-        if not self._running or self._stopping or message.id in self._queued:
+        if not self._running or self._stopping or message.id in self._queued or self.node_state is NodeState.STOPPED:
             return False
         permits = self._permits
         assert permits is not None and self._idle is not None
@@ -506,7 +497,9 @@ class Engine:
             custom_data=copy.deepcopy(claimed.custom_data),
             business_errors=list(claimed.business_errors),
             route=route,
-            _engine=self,
+            runtime=AttemptRuntime(
+                self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db, self.node_id
+            ),
         )
         error: BaseException | None = None
         if route is None:
@@ -518,10 +511,9 @@ class Engine:
             try:
                 await self._deliver(route, exchange)
             except MessageDroppedByInterceptor as dropped:
-                return await self._transition(claimed, MessageState.SKIPPED, self.clock.now(), {
-                    "next_attempt_at": None, "custom_data": _jsonable(exchange.custom_data, claimed.custom_data),
-                    "last_error_code": "DROPPED", "last_error_text": _clip(dropped.reason),
-                })
+                return await self._apply(
+                    claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
+                )
             except Exception as caught:
                 error = caught
         finished = await self._finish(claimed, route, exchange, error)
@@ -534,10 +526,7 @@ class Engine:
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
                 and await self._run_db(lambda: self.store.newer_ok_exists(message))):
-            return await self._transition(message, MessageState.SKIPPED, now, {
-                "next_attempt_at": None, "last_error_code": "OBSOLETE",
-                "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
-            })
+            return await self._apply(message, outcomes.obsolete(message), now)
         funnel = message.funnel_value
         if funnel is None:
             return None
@@ -548,10 +537,8 @@ class Engine:
             blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
         if blocker is None:
             return None
-        held = await self._transition(message, MessageState.POSTPONED, now, {
-            "next_attempt_at": now + self.settings.postpone_interval, "last_error_code": "FUNNEL",
-            "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
-        })
+        decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
+        held = await self._apply(message, decision, now)
         return held if held is not None else message
 
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
@@ -607,22 +594,11 @@ class Engine:
         parent = self.store.lock_message(parent_id, connection)
         if parent is None or parent.state is not MessageState.WAITING_FOR_CHILDREN:
             return None
-        children = self.store.children_of(parent_id, connection)
-        failed = [c for c in children if c.state in (MessageState.FAILED, MessageState.CANCEL)]
-        if failed:
-            errors = list(parent.business_errors)
-            for child in failed:
-                errors.extend(child.business_errors)
-            changes: dict[str, Any] = {
-                "next_attempt_at": None, "business_errors": errors, "last_error_code": "CHILD_FAILED",
-                "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
-            }
-            target = MessageState.FAILED
-        elif all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
-            target, changes = MessageState.OK, {"next_attempt_at": None}
-        else:
+        decision = outcomes.parent_outcome(parent, self.store.children_of(parent_id, connection))
+        if decision is None:
             return None
-        updated = states.transition(self.store, parent, target, now, changes, connection, node_id=self.node_id)
+        updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection,
+                                    node_id=self.node_id)
         for hook in self.final_state_tx_hooks:
             hook(updated, connection)
         return updated
@@ -636,49 +612,19 @@ class Engine:
         self, message: StoredMessage, route: Route | None, exchange: Exchange, error: BaseException | None
     ) -> StoredMessage | None:
         now = self.clock.now()
-        custom_data = exchange.custom_data
-        try:
-            json.dumps(custom_data)
-            json.dumps(exchange.business_errors)
-        except (TypeError, ValueError) as bad:
-            custom_data = message.custom_data
-            error = ValidationError(f"custom data or business errors are not JSON: {bad}")
-        changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(exchange.business_errors)}
-        if error is None:
-            if exchange.postponed_for is not None:
-                delay = exchange.postponed_for
-                if delay < timedelta(0):
-                    delay = self.settings.postpone_interval
-                target = MessageState.POSTPONED
-                changes["next_attempt_at"] = now + delay
-            elif exchange.children:
-                target = MessageState.WAITING_FOR_CHILDREN
-                changes["next_attempt_at"] = None
-            else:
-                target = MessageState.OK
-                changes["next_attempt_at"] = None
-        elif isinstance(error, BusinessError):
-            target = MessageState.FAILED
-            changes["business_errors"].append(error.to_dict())
-            changes.update(last_error_code=error.code, last_error_text=_clip(error.text), next_attempt_at=None)
-        elif isinstance(error, ValidationError):
-            target = MessageState.FAILED
-            changes.update(last_error_code="VALIDATION_ERROR", last_error_text=_clip(str(error)), next_attempt_at=None)
-        else:
-            policy = self._policy(route)
-            code = error.code if isinstance(error, TechnicalError) else type(error).__name__
-            changes.update(last_error_code=code[:100], last_error_text=_clip(f"{type(error).__name__}: {error}"))
-            if exchange.no_effect:
-                # the route declared this attempt did nothing: retry, but it does not count
-                target = MessageState.PARTLY_FAILED
-                changes["next_attempt_at"] = now + policy.delay(max(message.failed_count, 1))
-            else:
-                failed = message.failed_count + 1
-                changes["failed_count"] = failed
-                due = policy.next_attempt(failed, now)
-                target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
-                changes["next_attempt_at"] = due
-        return await self._transition(message, target, now, changes)
+        decision = outcomes.after_attempt(
+            message, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
+            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
+            policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
+        )
+        return await self._apply(message, decision, now)
+
+    async def _apply(
+        self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
+    ) -> StoredMessage | None:
+        """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``; None if
+        another writer changed the message first."""
+        return await self._transition(message, decision.target, now, dict(decision.changes), cause)
 
     async def _transition(
         self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
@@ -785,17 +731,8 @@ class Engine:
                 route: Route | None = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
                 route = None
-            failed = message.failed_count + 1
-            due = self._policy(route).next_attempt(failed, now)
-            target = MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED
-            reason = f"node {message.node_id} did not finish processing (started {message.start_process_ts})"
-            changes = {
-                "failed_count": failed,
-                "next_attempt_at": now if due is not None else None,
-                "last_error_code": "PROCESSING_ABANDONED",
-                "last_error_text": reason,
-            }
-            if await self._transition(message, target, now, changes, "repair") is not None:
+            decision = outcomes.abandoned(message, self._policy(route), now)
+            if await self._apply(message, decision, now, "repair") is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:
@@ -806,7 +743,10 @@ class Engine:
 
     async def _heartbeat_job(self) -> None:
         try:
-            await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+            state = await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+            if state is not None and state is not self.node_state:
+                log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
+                self.node_state = state
         except Exception:
             log.exception("heartbeat failed")
 
@@ -833,14 +773,3 @@ def _as_business_error(error: BaseException, route: Route) -> BusinessError | No
         return BusinessError(type(error).__name__, str(error))
     return None
 
-
-def _jsonable(value: Any, fallback: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return fallback
-    return value
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_ERROR_TEXT else text[: _MAX_ERROR_TEXT - 3] + "..."

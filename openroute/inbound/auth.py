@@ -159,8 +159,9 @@ class AdminAuth:
             self._users[user.username] = AdminUser(user.username, user.password, frozenset(user.roles))
         self.role = role
 
-    def authorize(self, headers: Mapping[str, str]) -> str:
-        """The user name; AuthenticationError without valid credentials, ForbiddenError without the role."""
+    def authorize(self, headers: Mapping[str, str], roles: Iterable[str] | None = None) -> str:
+        """The user name; AuthenticationError without valid credentials, ForbiddenError without one of ``roles``
+        (default: the authenticator's ``role``)."""
         basic = _basic(headers.get("authorization"))
         if basic is None:
             raise AuthenticationError("admin credentials required (HTTP Basic)")
@@ -168,8 +169,10 @@ class AdminAuth:
         user = self._users.get(name)
         if user is None or not _equal(password, user.password):
             raise AuthenticationError("invalid credentials")
-        if self.role not in user.roles:
-            raise ForbiddenError(f"user {name!r} does not have the {self.role!r} role")
+        wanted = [self.role] if roles is None else list(roles)
+        if not user.roles & set(wanted):
+            needed = " or ".join(repr(role) for role in wanted)
+            raise ForbiddenError(f"user {name!r} does not have the {needed} role")
         return name
 
 

@@ -6,7 +6,13 @@ Fault); authentication problems are rejected before the body is read.
 
 from __future__ import annotations
 
-from openroute.errors import OpenrouteError, PayloadTooLargeError, UnknownRouteError, ValidationError
+from openroute.errors import (
+    NodeNotAcceptingError,
+    OpenrouteError,
+    PayloadTooLargeError,
+    UnknownRouteError,
+    ValidationError,
+)
 
 
 class MalformedPayloadError(ValidationError):
@@ -90,4 +96,6 @@ def status_and_code(error: BaseException) -> tuple[int, str]:
         return 415, error.code
     if isinstance(error, ValidationError):
         return 400, getattr(error, "code", "VALIDATION_ERROR")
+    if isinstance(error, NodeNotAcceptingError):
+        return 503, error.code
     return 500, "INTERNAL_ERROR"

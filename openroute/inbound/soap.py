@@ -11,6 +11,7 @@ from lxml import etree
 
 from openroute.inbound.binding import InboundBinding
 from openroute.inbound.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
+from openroute.inbound.schema import RequestSchema
 
 SOAP11_NS = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"
@@ -166,23 +167,37 @@ def fault_status(version: SoapVersion, sender: bool, http_status: int) -> int:
 def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str) -> bytes:
     """A WSDL 1.1 describing the XML ``bindings`` of ``service`` with a SOAP 1.1 and a SOAP 1.2 binding.
 
-    Request elements are declared open (``xsd:anyType``): the content is checked by the binding's rules, not by
-    a schema. Every operation answers ``acceptResponse`` and takes the optional ``traceHeader`` header.
+    A binding with a ``schema`` has its XSD inlined in ``wsdl:types`` (the request element as the schema declares
+    it); the request elements of the others are declared open (``xsd:anyType``): their content is checked by the
+    binding's rules only. Every operation answers ``acceptResponse`` and takes the optional ``traceHeader`` header.
     """
     tns = f"urn:openroute:wsdl:{service}"
     schemas: dict[str, list[str]] = {}
+    documents: dict[str, list[RequestSchema]] = {}
     for binding in bindings:
         if binding.request_element is not None:
             qname = etree.QName(binding.request_element)
-            schemas.setdefault(qname.namespace or "", []).append(qname.localname)
+            request_schema = binding.request_schema
+            if request_schema is None:
+                schemas.setdefault(qname.namespace or "", []).append(qname.localname)
+            else:
+                schemas.setdefault(qname.namespace or "", [])
+                known = documents.setdefault(qname.namespace or "", [])
+                if all(document is not request_schema for document in known):
+                    known.append(request_schema)
     prefixes = {ns: f"req{i}" for i, ns in enumerate(schemas)}
     ns_decls = "".join(f" xmlns:{p}={quoteattr(ns)}" for ns, p in prefixes.items())
-    schema_xml = "".join(
-        f'<xsd:schema targetNamespace={quoteattr(ns)} elementFormDefault="qualified">'
-        + "".join(f'<xsd:element name="{_text(n)}" type="xsd:anyType"/>' for n in sorted(set(names)))
-        + "</xsd:schema>"
-        for ns, names in schemas.items()
-    )
+    schema_xml = ""
+    for ns, names in schemas.items():
+        inlined = documents.get(ns, [])
+        schema_xml += "".join(etree.tostring(document.root, encoding="unicode") for document in inlined)
+        open_names = sorted({n for n in names if not any(d.declares(etree.QName(ns or None, n)) for d in inlined)})
+        if open_names:
+            schema_xml += (
+                f'<xsd:schema targetNamespace={quoteattr(ns)} elementFormDefault="qualified">'
+                + "".join(f'<xsd:element name="{_text(n)}" type="xsd:anyType"/>' for n in open_names)
+                + "</xsd:schema>"
+            )
     schema_xml += (
         f'<xsd:schema targetNamespace="{INBOUND_NS}" elementFormDefault="qualified">'
         '<xsd:element name="acceptResponse"><xsd:complexType><xsd:sequence>'

@@ -132,17 +132,25 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         self._terminate(None)
 
 
+#: messages a consumer requests beyond its free call slots (kept queued), as a reactive consumer's prefetch:
+#: the LATEST overflow strategy keeps every message within this demand, plus the latest (the spec's TCK).
+DEFAULT_PREFETCH = 16
+
+
 class ConsumerSubscriber(Subscriber[Message[Any]]):
-    """Calls a handler for every message, at most ``concurrency`` at a time; demand follows free slots.
+    """Calls a handler for every message, at most ``concurrency`` at a time, with ``prefetch`` more requested
+    ahead and queued; each finished call requests one more.
 
     ``completion`` resolves (with ``None``) once the upstream completed and every call has finished, or
     after ``cancel()``; it fails with the upstream's error (also kept in ``failure`` and logged).
     """
 
-    def __init__(self, channel: str, handler: Handler, concurrency: int = 1) -> None:
+    def __init__(self, channel: str, handler: Handler, concurrency: int = 1,
+                 prefetch: int = DEFAULT_PREFETCH) -> None:
         self.channel = channel
         self._handler = handler
         self._concurrency = concurrency
+        self._prefetch = prefetch
         self._up: Subscription | None = None
         self._queue: deque[Message[Any]] = deque()
         self._inflight = 0
@@ -160,7 +168,7 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
             subscription.cancel()
             return
         self._up = subscription
-        subscription.request(self._concurrency)
+        subscription.request(self._concurrency + self._prefetch)
 
     def on_next(self, item: Message[Any]) -> None:
         if item is None:
@@ -168,8 +176,8 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
         if self._cancelled:
             item.nack(ChannelClosedError(f"channel '{self.channel}' consumer was stopped"))
             return
-        if self._inflight >= self._concurrency:
-            # only reachable with an upstream that ignores demand (emitter overflow NONE)
+        if self._inflight >= self._concurrency or self._queue:
+            # prefetched (or pushed by an upstream that ignores demand: emitter overflow NONE)
             self._queue.append(item)
             return
         self._start(item)
@@ -199,9 +207,9 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
             return
         if self._queue:
             self._start(self._queue.popleft())
-        elif not self._upstream_done and self._up is not None:
+        if not self._upstream_done and self._up is not None:
             self._up.request(1)
-        else:
+        elif not self._queue:
             self._check_done()
 
     def _check_done(self) -> None:
@@ -425,6 +433,46 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         if want > 0 and self._demand > 0 and self._up is not None:
             self._outstanding += want
             self._up.request(want)
+
+
+class PostAckSubscriber(Subscriber[Message[Any]]):
+    """Passes each message (or its payload, through ``unwrap``) to a user subscriber, then acks it.
+
+    The POST_PROCESSING strategy of a consumer returning a subscriber: the message is acked once the
+    subscriber's ``on_next`` has returned; an ``on_next`` that raises (a rule 2.13 violation) nacks it.
+    """
+
+    def __init__(self, inner: Subscriber[Any], unwrap: Callable[[Message[Any]], Any] | None) -> None:
+        self._inner = inner
+        self._unwrap = unwrap
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._inner.on_subscribe(subscription)
+
+    def on_next(self, item: Message[Any]) -> None:
+        if item is None:
+            raise TypeError("on_next(None) (rule 2.13)")
+        try:
+            self._inner.on_next(item if self._unwrap is None else self._unwrap(item))
+        except Exception as error:
+            self._keep(item.nack(error))
+            raise
+        self._keep(item.ack())
+
+    def _keep(self, outcome: Any) -> None:
+        if outcome is None or isinstance(outcome, Done):
+            return
+        task = asyncio.ensure_future(outcome)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        task.add_done_callback(_retrieve)
+
+    def on_error(self, error: BaseException) -> None:
+        self._inner.on_error(error)
+
+    def on_complete(self) -> None:
+        self._inner.on_complete()
 
 
 class WatchedSubscriber(Subscriber[Any]):

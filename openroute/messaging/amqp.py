@@ -125,6 +125,7 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
         self._cancelled = False
         self._draining = False
         self._missed = False
+        self._refused: tuple[Subscriber[Message[Any]], BaseException] | None = None
 
     @staticmethod
     def _failure_strategy(config: ChannelConfig) -> bool:
@@ -158,7 +159,12 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
             subscriber = self._subscriber
             self.cancel()
             if subscriber is not None:
-                subscriber.on_error(ValueError(f"request({n}): demand must be positive (rule 3.9)"))
+                error = ValueError(f"request({n}): demand must be positive (rule 3.9)")
+                if self._draining:
+                    # from inside on_next: the drain loop signals it once on_next has returned (rule 1.3)
+                    self._refused = (subscriber, error)
+                else:
+                    subscriber.on_error(error)
             return
         self._demand = add_demand(self._demand, n)
         self._drain()
@@ -195,7 +201,9 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
                 wanted = self._wanted_prefetch()
                 if wanted > self._prefetch or self._consumer_tag is None:
                     wanted = max(wanted, self._prefetch)
-                    await self._channel.set_qos(prefetch_count=wanted)
+                    # channel-wide (one channel per source): RabbitMQ applies a per-consumer prefetch only to
+                    # consumers started later, so raising it for demand would not reach the running consumer
+                    await self._channel.set_qos(prefetch_count=wanted, global_=True)
                     self._prefetch = wanted
                     if self._consumer_tag is None:
                         self._consumer_tag = await self._queue.consume(self._on_delivery)
@@ -292,6 +300,9 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
                     break
         finally:
             self._draining = False
+        refused, self._refused = self._refused, None
+        if refused is not None:
+            refused[0].on_error(refused[1])
 
     def close_task(self) -> asyncio.Task[None] | None:
         """The control task (awaited on close)."""

@@ -10,7 +10,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import openroute.streams as rs
-from openroute.messaging._stages import ChannelTap, ConsumerSubscriber, ProcessorStage, WatchedSubscriber
+from openroute.messaging._stages import (
+    DEFAULT_PREFETCH,
+    ChannelTap,
+    ConsumerSubscriber,
+    PostAckSubscriber,
+    ProcessorStage,
+    WatchedSubscriber,
+)
 from openroute.messaging.config import ChannelConfig, ConfigError, MessagingConfig
 from openroute.messaging.connector import ConnectorFactory, IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.emitter import DEFAULT_BUFFER_SIZE, Emitter, OnOverflow
@@ -92,6 +99,11 @@ class ChannelPublisher(Publisher[Any]):
         return self.builder().__aiter__()
 
 
+def _factory_problem(direction: str, channel: str, config: ChannelConfig, what: str, error: Exception) -> str:
+    return (f"{direction} channel '{channel}': connector '{config.connector}' failed to create its {what}: "
+            f"{type(error).__name__}: {error}")
+
+
 def _ack_payload(message: Message[Any]) -> Any:
     message.ack()
     return message.payload
@@ -129,6 +141,7 @@ class MessagingApp:
         self._taps: dict[str, ChannelTap] = {}
         self._terminals: list[ConsumerSubscriber | WatchedSubscriber] = []
         self._stoppable: list[ChannelTap] = []
+        self._connector_fed: set[str] = set()
         self._used_connectors: list[ConnectorFactory] = []
         self._state = "new"
 
@@ -240,7 +253,7 @@ class MessagingApp:
         return names | self.config.names("incoming") | self.config.names("outgoing")
 
     def _connector_config(self, direction: str, channel: str, problems: list[str]) -> ChannelConfig | None:
-        config = self.config.channel(direction, channel)
+        config = self.config.channel(direction, channel, self._connectors)
         if config.connector is None:
             return None
         factory = self._connectors.get(config.connector)
@@ -360,10 +373,12 @@ class MessagingApp:
         sources: dict[str, Publisher[Any]] = {}
         sinks: list[tuple[str, Subscriber[Any]]] = []
         problems: list[str] = []
+        causes: list[Exception] = []  # connector factories' own exceptions, chained to the DeploymentError
         for channel, emitters in self._emitters.items():
             sources[channel] = emitters[0]
         for channel, handles in self._injected.items():
             handles[0]._tap = taps[channel]
+        self._connector_fed = set(incoming)
         for channel, config in incoming.items():
             factory = self._connectors[config.connector]  # type: ignore[index]
             self._use(factory)
@@ -371,6 +386,10 @@ class MessagingApp:
                 created = await factory.create_publisher(config)  # type: ignore[union-attr]
             except DeploymentError as error:
                 problems.extend(error.problems)
+                continue
+            except Exception as error:
+                problems.append(_factory_problem("incoming", channel, config, "publisher", error))
+                causes.append(error)
                 continue
             sources[channel] = created.build() if isinstance(created, rs.PublisherBuilder) else created
             self._stoppable.append(taps[channel])
@@ -381,6 +400,10 @@ class MessagingApp:
                 sink = await factory.create_subscriber(config)  # type: ignore[union-attr]
             except DeploymentError as error:
                 problems.extend(error.problems)
+                continue
+            except Exception as error:
+                problems.append(_factory_problem("outgoing", channel, config, "subscriber", error))
+                causes.append(error)
                 continue
             built = sink.build() if isinstance(sink, rs.SubscriberBuilder) else sink
             watched = WatchedSubscriber(built)
@@ -395,7 +418,7 @@ class MessagingApp:
                 problems.extend(error.problems if isinstance(error, DeploymentError) else
                                 [f"function '{spec.name}': {error}"])
         if problems:
-            raise (DefinitionError if definition else DeploymentError)(problems)
+            raise (DefinitionError if definition else DeploymentError)(problems) from (causes[0] if causes else None)
         # downstream first, so that every source finds its subscriber chain in place
         for channel, sink in sinks:
             taps[channel].subscribe(sink)
@@ -412,7 +435,10 @@ class MessagingApp:
         tap_in = self._taps.get(spec.incoming or "")
         if shape is Shape.CONSUMER:
             assert spec.incoming is not None
-            consumer = ConsumerSubscriber(spec.incoming, consumer_handler(spec, analysis), self._concurrency(spec))
+            # a connector-fed channel keeps the connector's own prefetch (AMQP: the broker's, following demand)
+            prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH
+            consumer = ConsumerSubscriber(spec.incoming, consumer_handler(spec, analysis), self._concurrency(spec),
+                                          prefetch)
             self._terminals.append(consumer)
             sinks.append((spec.incoming, consumer))
             return
@@ -420,8 +446,12 @@ class MessagingApp:
             assert spec.incoming is not None
             target = subscriber_of(spec.fn(), what)
             unwrap = unwrap_function(analysis)
-            chain = rs.builder() if unwrap is None else rs.builder().map(unwrap)
-            built = chain.to(target).build()
+            if analysis.acknowledgment is Acknowledgment.POST_PROCESSING:
+                inner = target.build() if isinstance(target, rs.SubscriberBuilder) else target
+                built = rs.builder().to(PostAckSubscriber(inner, unwrap)).build()
+            else:
+                chain = rs.builder() if unwrap is None else rs.builder().map(unwrap)
+                built = chain.to(target).build()
             watched = WatchedSubscriber(built)
             self._terminals.append(watched)
             sinks.append((spec.incoming, watched))

@@ -182,13 +182,18 @@ class MessagingConfig:
         for file in files:
             merged.update(read_file(file))
         self._environ = {k: v for k, v in (environ or {}).items() if k.startswith(ENV_PREFIXES)}
-        self._file_entries, self._file_globals = self._parse(merged)
-        self._dict_entries, self._dict_globals = self._parse(dict(values or {}))
+        self._file_entries, self._file_globals, self._file_connectors = self._parse(merged)
+        self._dict_entries, self._dict_globals, self._dict_connectors = self._parse(dict(values or {}))
 
     @staticmethod
-    def _parse(values: Mapping[str, Any]) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any]]:
+    def _parse(
+        values: Mapping[str, Any],
+    ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, Any], dict[str, Any]]:
         entries: dict[tuple[str, str], dict[str, Any]] = {}
         globals_: dict[str, Any] = {}
+        # unquoted connector keys as written after "connector.": the name/attribute split needs the registered
+        # connector names (a name may contain dots), so it is made when a channel's configuration is resolved
+        connectors: dict[str, Any] = {}
         for key, value in values.items():
             if not isinstance(key, str):
                 raise ConfigError(f"configuration keys must be strings, got {key!r}")
@@ -204,7 +209,9 @@ class MessagingConfig:
                 continue
             kind, name, attr = split
             entries.setdefault((kind, name), {})[attr] = value
-        return entries, globals_
+            if kind == "connector" and not rest[len("connector."):].startswith('"'):
+                connectors[rest[len("connector."):]] = value
+        return entries, globals_, connectors
 
     def _env_entries(self, kind: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = {}
@@ -220,16 +227,47 @@ class MessagingConfig:
         return {**self._file_entries.get((kind, name), {}), **self._env_entries(kind, name),
                 **self._dict_entries.get((kind, name), {})}
 
+    def connector_section(self, name: str, known: Iterable[str] = ()) -> dict[str, Any]:
+        """The attributes of connector ``name``; a key belongs to the longest of ``known`` names it starts with.
+
+        ``connector.acme.kafka.bootstrap.servers`` is attribute ``bootstrap.servers`` of connector ``acme.kafka``
+        when ``acme.kafka`` is registered (and attribute ``kafka.bootstrap.servers`` of ``acme`` otherwise).
+        """
+        names = sorted({*known, name}, key=len, reverse=True)
+
+        def owned(raw: Mapping[str, Any], quoted: Mapping[str, Any]) -> dict[str, Any]:
+            found = dict(quoted)
+            for tail, value in raw.items():
+                owner = next((n for n in names if tail.startswith(n + ".") and len(tail) > len(n) + 1), None)
+                if owner is None:
+                    continue
+                attr = normalize_attribute(tail[len(owner) + 1:])
+                if owner == name:
+                    found[attr] = value
+                elif tail.startswith(name + "."):
+                    # the first-dot split filed it under the shorter name: it belongs to the longer one
+                    found.pop(normalize_attribute(tail[len(name) + 1:]), None)
+            return found
+
+        longer = [env_name(n) for n in names if n != name and n.startswith(name + ".")]
+        env = {attr: value for attr, value in self._env_entries("connector", name).items()
+               if not any(env_name(attr).startswith(n[len(env_name(name)) + 1:] + "_") for n in longer)}
+        return {**owned(self._file_connectors, self._file_entries.get(("connector", name), {})), **env,
+                **owned(self._dict_connectors, self._dict_entries.get(("connector", name), {}))}
+
     def names(self, kind: str) -> set[str]:
         """Channel (or connector) names configured in the files or the dict for ``kind``."""
         return {n for (k, n) in (*self._file_entries, *self._dict_entries) if k == kind}
 
-    def channel(self, direction: str, channel: str) -> ChannelConfig:
-        """The resolved configuration of a channel: its attributes over its connector's attributes."""
+    def channel(self, direction: str, channel: str, connectors: Iterable[str] = ()) -> ChannelConfig:
+        """The resolved configuration of a channel: its attributes over its connector's attributes.
+
+        ``connectors``: the registered connector names, so that dotted names are matched longest first.
+        """
         own = self.section(direction, channel)
         connector = own.get("connector")
         connector_name = str(connector) if connector not in (None, "") else None
-        base = self.section("connector", connector_name) if connector_name else {}
+        base = self.connector_section(connector_name, connectors) if connector_name else {}
         return ChannelConfig(direction, channel, connector_name, {**base, **own, "channel-name": channel})
 
     def get_global(self, name: str, default: Any = None) -> Any:

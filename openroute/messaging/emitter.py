@@ -223,13 +223,18 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
         self._schedule()
 
     def is_cancelled(self) -> bool:
-        """True once the downstream cancelled."""
-        return self._cancelled
+        """True once the downstream cancelled, or once the emitter completed or failed (nothing more can be sent)."""
+        with self._lock:
+            return self._closed()
 
     def has_requests(self) -> bool:
-        """True when the downstream has requested more messages than are buffered."""
+        """True when the downstream has requested more messages than are buffered; always False once closed."""
         with self._lock:
-            return self._demand > len(self._buffer)
+            return not self._closed() and self._demand > len(self._buffer)
+
+    def _closed(self) -> bool:
+        # the spec's Emitter: isCancelled() is true and hasRequests() false after complete() or error()
+        return self._cancelled or self._completed or self._failure is not None
 
     @property
     def buffered(self) -> int:

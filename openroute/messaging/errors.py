@@ -1,11 +1,19 @@
-"""Errors raised by the messaging layer."""
+"""Errors raised by the messaging layer, and :class:`OpenrouteError`, the root of every openroute error.
+
+The root is defined here, in the lowest layer that raises openroute's own errors, so that every layer above
+can build on it; import it from :mod:`openroute.errors`, which draws the whole tree.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 
-class DeploymentError(Exception):
+class OpenrouteError(Exception):
+    """Base class of every error openroute raises on purpose."""
+
+
+class DeploymentError(OpenrouteError):
     """The application cannot be assembled: lists every problem found (each naming its channel)."""
 
     def __init__(self, problems: str | Iterable[str]) -> None:
@@ -18,13 +26,13 @@ class DefinitionError(DeploymentError):
     """A decorated function has a shape the messaging layer cannot use (e.g. a sync consumer of ``Message``)."""
 
 
-class EmitterOverflowError(RuntimeError):
+class EmitterOverflowError(OpenrouteError, RuntimeError):
     """An emitter could not accept a message under its overflow strategy (raised synchronously by ``send``)."""
 
 
-class MessageDroppedError(RuntimeError):
+class MessageDroppedError(OpenrouteError, RuntimeError):
     """Reason for the nack of a message an emitter dropped (``DROP`` / ``LATEST`` overflow strategies)."""
 
 
-class ChannelClosedError(RuntimeError):
+class ChannelClosedError(OpenrouteError, RuntimeError):
     """The channel was cancelled, completed or stopped before the message could be delivered."""

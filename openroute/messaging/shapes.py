@@ -44,8 +44,8 @@ class Shape(enum.Enum):
 _ACKS: dict[tuple[Shape, bool], tuple[Acknowledgment, frozenset[Acknowledgment]]] = {
     (Shape.CONSUMER, False): (A.POST_PROCESSING, frozenset({A.NONE, A.PRE_PROCESSING, A.POST_PROCESSING})),
     (Shape.CONSUMER, True): (A.MANUAL, frozenset(A)),
-    (Shape.CONSUMER_SUBSCRIBER, False): (A.PRE_PROCESSING, frozenset({A.NONE, A.PRE_PROCESSING})),
-    (Shape.CONSUMER_SUBSCRIBER, True): (A.MANUAL, frozenset({A.NONE, A.PRE_PROCESSING, A.MANUAL})),
+    (Shape.CONSUMER_SUBSCRIBER, False): (A.POST_PROCESSING, frozenset({A.NONE, A.PRE_PROCESSING, A.POST_PROCESSING})),
+    (Shape.CONSUMER_SUBSCRIBER, True): (A.MANUAL, frozenset(A)),
     (Shape.PROCESSOR_VALUE, False): (A.POST_PROCESSING, frozenset({A.NONE, A.PRE_PROCESSING, A.POST_PROCESSING})),
     (Shape.PROCESSOR_VALUE, True): (A.MANUAL, frozenset({A.NONE, A.PRE_PROCESSING, A.MANUAL})),
     (Shape.PROCESSOR_FLATTEN, False): (A.PRE_PROCESSING, frozenset({A.NONE, A.PRE_PROCESSING})),

@@ -4,15 +4,19 @@
 """
 
 from .builders import (
+    Collector,
     CompletionRunner,
     ProcessorBuilder,
     PublisherBuilder,
     SubscriberBuilder,
     builder,
     concat,
+    coupled,
     empty,
     failed,
     from_async_iterable,
+    from_completion_stage,
+    from_completion_stage_nullable,
     from_iterable,
     from_processor,
     from_publisher,
@@ -20,12 +24,14 @@ from .builders import (
     generate,
     iterate,
     of,
+    of_nullable,
 )
 from .protocol import UNBOUNDED, Processor, Publisher, StreamCancelledError, Subscriber, Subscription
 from .subscribers import CompletionSubscriber
 
 __all__ = [
     "UNBOUNDED",
+    "Collector",
     "CompletionRunner",
     "CompletionSubscriber",
     "Processor",
@@ -38,9 +44,12 @@ __all__ = [
     "Subscription",
     "builder",
     "concat",
+    "coupled",
     "empty",
     "failed",
     "from_async_iterable",
+    "from_completion_stage",
+    "from_completion_stage_nullable",
     "from_iterable",
     "from_processor",
     "from_publisher",
@@ -48,4 +57,5 @@ __all__ = [
     "generate",
     "iterate",
     "of",
+    "of_nullable",
 ]

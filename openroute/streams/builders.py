@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from . import engine
+from . import runner
 from . import stages as st
 from .protocol import Processor, Publisher, Subscriber, Subscription
 from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
@@ -167,21 +168,30 @@ class _StageMethods(Generic[T]):
     def _terminal_graph(self, stages: tuple[st.Stage, ...]) -> Any:
         raise NotImplementedError
 
-    def collect(self, initial_factory: Callable[[], R], accumulator: Callable[[R, Any], Any]) -> Any:
-        """Result: ``initial_factory()`` after ``accumulator(container, item)`` for every item."""
+    def collect(self, initial_factory: Callable[[], R] | Collector[Any, Any, Any],
+                accumulator: Callable[[R, Any], Any] | None = None) -> Any:
+        """Result: ``initial_factory()`` after ``accumulator(container, item)`` for every item; or, given one
+        :class:`Collector`, its ``finisher`` applied to the container it filled."""
         _require(initial_factory, "initial_factory")
+        if isinstance(initial_factory, Collector):
+            if accumulator is not None:
+                raise TypeError("collect(): give a Collector or a factory and an accumulator, not both")
+            collector = initial_factory
+            return self._terminal(st.Collect(collector.supplier, collector.accumulator, collector.finisher))
         _require(accumulator, "accumulator")
-        return self._terminal(st.Collect(initial_factory, accumulator))
+        return self._terminal(st.Collect(initial_factory, accumulator))  # type: ignore[arg-type]
 
     def to_list(self) -> Any:
         """Result: the list of all items."""
         return self._terminal(st.ToList())
 
     def reduce(self, fn: Callable[[Any, Any], Any], identity: Any = _MISSING) -> Any:
-        """Result: the items folded with ``fn``, starting from ``identity`` if given (else None when empty)."""
+        """Result: the items folded with ``fn``, starting from ``identity`` if given (else None when empty).
+
+        ``identity=None`` is allowed, as the spec's ``reduce(identity, accumulator)`` allows a null identity:
+        the first call is ``fn(None, first_item)`` and an empty stream gives None.
+        """
         _require(fn, "fn")
-        if identity is None:
-            raise TypeError("identity must not be None")
         has_identity = identity is not _MISSING
         return self._terminal(st.Reduce(fn, identity if has_identity else None, has_identity))
 
@@ -203,6 +213,23 @@ class _StageMethods(Generic[T]):
         return self._terminal(st.Cancel())
 
 
+@dataclass(frozen=True, slots=True)
+class Collector(Generic[T, A, R]):
+    """What ``collect`` needs, as the spec's ``java.util.stream.Collector``: a fresh container from
+    ``supplier()``, ``accumulator(container, item)`` for every item, the result ``finisher(container)``."""
+
+    supplier: Callable[[], A]
+    accumulator: Callable[[A, T], Any]
+    finisher: Callable[[A], R] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("supplier", "accumulator"):
+            if not callable(getattr(self, name)):
+                raise TypeError(f"Collector: {name} must be callable, got {getattr(self, name)!r}")
+        if self.finisher is not None and not callable(self.finisher):
+            raise TypeError(f"Collector: finisher must be callable or None, got {self.finisher!r}")
+
+
 class PublisherBuilder(_StageMethods[T]):
     """A publisher graph: a source stage followed by processing stages."""
 
@@ -217,7 +244,9 @@ class PublisherBuilder(_StageMethods[T]):
         def via(self, processor: ProcessorBuilder[T, U] | Processor[T, U]) -> PublisherBuilder[U]: ...
         def to(self, subscriber: SubscriberBuilder[T, U] | Subscriber[T]) -> CompletionRunner[Any]: ...
         def collect(
-            self, initial_factory: Callable[[], A], accumulator: Callable[[A, T], Any]
+            self,
+            initial_factory: Callable[[], A] | Collector[T, Any, A],
+            accumulator: Callable[[A, T], Any] | None = ...,
         ) -> CompletionRunner[A]: ...
         def to_list(self) -> CompletionRunner[list[T]]: ...
         def reduce(self, fn: Callable[[T, T], T], identity: T = ...) -> CompletionRunner[T | None]: ...
@@ -234,7 +263,7 @@ class PublisherBuilder(_StageMethods[T]):
 
     def build(self) -> Publisher[T]:
         """A cold publisher: each subscriber gets its own run of the graph."""
-        return engine.build_publisher(self._stages)
+        return runner.build_publisher(self._stages)
 
     def __aiter__(self) -> AsyncIterator[T]:
         """Iterate the items with ``async for`` (demand in batches of 16; leaving the loop cancels)."""
@@ -255,7 +284,9 @@ class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
         def via(self, processor: ProcessorBuilder[R, U] | Processor[R, U]) -> ProcessorBuilder[T, U]: ...
         def to(self, subscriber: SubscriberBuilder[R, U] | Subscriber[R]) -> SubscriberBuilder[T, Any]: ...
         def collect(
-            self, initial_factory: Callable[[], A], accumulator: Callable[[A, R], Any]
+            self,
+            initial_factory: Callable[[], A] | Collector[R, Any, A],
+            accumulator: Callable[[A, R], Any] | None = ...,
         ) -> SubscriberBuilder[T, A]: ...
         def to_list(self) -> SubscriberBuilder[T, list[R]]: ...
         def reduce(self, fn: Callable[[R, R], R], identity: R = ...) -> SubscriberBuilder[T, R | None]: ...
@@ -272,7 +303,7 @@ class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
 
     def build(self) -> Processor[T, R]:
         """A processor running the graph (single use: one upstream, one downstream)."""
-        return engine.build_processor(self._stages)
+        return runner.build_processor(self._stages)
 
 
 class SubscriberBuilder(Generic[T, R]):
@@ -293,7 +324,7 @@ class SubscriberBuilder(Generic[T, R]):
 
     def build(self) -> CompletionSubscriber[R]:
         """A subscriber whose ``completion`` future carries the result."""
-        return engine.build_subscriber(self._stages)
+        return runner.build_subscriber(self._stages)
 
 
 class CompletionRunner(Generic[R]):
@@ -320,8 +351,8 @@ class CompletionRunner(Generic[R]):
         """
         loop = asyncio.get_running_loop()
         try:
-            publisher = engine.build_publisher(self._publisher_stages)
-            subscriber = engine.build_subscriber(self._subscriber_stages)
+            publisher = runner.build_publisher(self._publisher_stages)
+            subscriber = runner.build_subscriber(self._subscriber_stages)
         except Exception as error:
             failed: asyncio.Future[R] = loop.create_future()
             failed.set_exception(error)
@@ -440,6 +471,51 @@ def from_async_iterable(iterable: AsyncIterable[T]) -> PublisherBuilder[T]:
     if not hasattr(iterable, "__aiter__"):
         raise TypeError(f"from_async_iterable needs an async iterable, got {type(iterable).__name__}")
     return PublisherBuilder((st.FromAsyncIterable(iterable),))
+
+
+def of_nullable(item: T | None) -> PublisherBuilder[T]:
+    """A publisher of ``item``, or an empty one when ``item`` is None (the spec's ``ofNullable``)."""
+    return empty() if item is None else of(item)
+
+
+def _check_awaitable(value: object, name: str) -> None:
+    _require(value, name)
+    if not hasattr(value, "__await__"):
+        raise TypeError(f"{name}() needs an asyncio future or an awaitable, got {type(value).__name__}")
+
+
+def from_completion_stage(awaitable: Awaitable[T]) -> PublisherBuilder[T]:
+    """A publisher of the result of ``awaitable`` (an asyncio future, task or coroutine), awaited on demand.
+
+    A result of None fails the stream with TypeError; a failure fails it with the same exception; a cancelled
+    future fails it with StreamCancelledError. A coroutine can be awaited once: later subscribers get its
+    RuntimeError (a future serves every subscriber).
+    """
+    _check_awaitable(awaitable, "from_completion_stage")
+    return PublisherBuilder((st.FromAwaitable(awaitable, False),))
+
+
+def from_completion_stage_nullable(awaitable: Awaitable[T | None]) -> PublisherBuilder[T]:
+    """Like :func:`from_completion_stage`, but a result of None gives an empty stream."""
+    _check_awaitable(awaitable, "from_completion_stage_nullable")
+    return PublisherBuilder((st.FromAwaitable(awaitable, True),))
+
+
+def coupled(
+    subscriber: SubscriberBuilder[T, Any] | Subscriber[T], publisher: PublisherBuilder[R] | Publisher[R]
+) -> ProcessorBuilder[T, R]:
+    """A processor whose input goes to ``subscriber`` and whose output comes from ``publisher``.
+
+    Termination and cancellation are coupled both ways: when the upstream ends or the subscriber cancels, the
+    publisher is cancelled and the downstream ends the same way; when the publisher ends or the downstream
+    cancels, the upstream is cancelled and the subscriber ends the same way. The builder is reusable (each
+    build makes fresh stages; a ready-made Subscriber or Publisher given here is used by one build only).
+    """
+    _require(subscriber, "subscriber")
+    _require(publisher, "publisher")
+    subscriber_stages = (subscriber.stages if isinstance(subscriber, SubscriberBuilder)
+                         else from_subscriber(subscriber).stages)
+    return ProcessorBuilder((st.Coupled(subscriber_stages, from_publisher(publisher).stages),))
 
 
 def from_publisher(publisher: Publisher[T] | PublisherBuilder[T]) -> PublisherBuilder[T]:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from . import stages as st
 from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
-from .protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from .protocol import (
+    NOOP_SUBSCRIPTION,
+    UNBOUNDED,
+    Publisher,
+    StreamCancelledError,
+    Subscriber,
+    Subscription,
+    add_demand,
+)
 
 
 def bad_request_error(n: int) -> ValueError:
@@ -43,25 +51,24 @@ class IterablePublisher(Publisher[Any]):
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)
             subscriber.on_error(error)
             return
-        if self._fused:
-            subscription: _IteratorSubscription = _FusedIteratorSubscription(iterator, subscriber, plan(self._fused))
-        else:
-            subscription = _IteratorSubscription(iterator, subscriber)
-        subscriber.on_subscribe(subscription)
+        subscriber.on_subscribe(_IteratorSubscription(iterator, subscriber, plan(self._fused) if self._fused else ()))
 
 
 class _IteratorSubscription(Subscription):
-    """Drains a synchronous iterator under demand.
+    """Drains a synchronous iterator under demand, through a fused ``plan`` of synchronous stages (may be empty).
 
     ``request`` re-entered from ``on_next`` only adds demand; the outermost call keeps emitting, so the stack
     stays flat however the subscriber requests (rule 3.3).
     """
 
-    __slots__ = ("_demand", "_emitting", "_error", "_iterator", "_subscriber")
+    __slots__ = ("_demand", "_emitting", "_error", "_iterator", "_plan", "_subscriber")
 
-    def __init__(self, iterator: Iterator[Any], subscriber: Subscriber[Any]) -> None:
+    def __init__(
+        self, iterator: Iterator[Any], subscriber: Subscriber[Any], fused_plan: tuple[tuple[int, Any], ...] = ()
+    ) -> None:
         self._iterator: Iterator[Any] | None = iterator
         self._subscriber: Subscriber[Any] | None = subscriber
+        self._plan = fused_plan
         self._demand = 0
         self._emitting = False
         self._error: BaseException | None = None
@@ -92,6 +99,7 @@ class _IteratorSubscription(Subscription):
         iterator = self._iterator
         assert iterator is not None
         on_next = subscriber.on_next
+        fused_plan = self._plan
         while True:
             demand = self._demand
             if demand == 0:
@@ -108,10 +116,21 @@ class _IteratorSubscription(Subscription):
                     self._stop()
                     subscriber.on_error(error)
                     return
-                if item is None:
+                try:
+                    if item is None:
+                        raise none_element_error("source iterable")
+                    if fused_plan:
+                        item = _apply(fused_plan, item)
+                except Stop:
                     self._stop()
-                    subscriber.on_error(none_element_error("source iterable"))
+                    subscriber.on_complete()
                     return
+                except Exception as error:
+                    self._stop()
+                    subscriber.on_error(error)
+                    return
+                if item is DROP:
+                    continue
                 on_next(item)
                 if self._subscriber is None:
                     pending = self._error
@@ -137,74 +156,21 @@ class _IteratorSubscription(Subscription):
             self._stop()
 
 
-class _FusedIteratorSubscription(_IteratorSubscription):
-    """An iterator drained through a fused plan of synchronous stages."""
-
-    __slots__ = ("_plan",)
-
-    def __init__(
-        self, iterator: Iterator[Any], subscriber: Subscriber[Any], fused_plan: tuple[tuple[int, Any], ...]
-    ) -> None:
-        super().__init__(iterator, subscriber)
-        self._plan = fused_plan
-
-    def _drain(self, subscriber: Subscriber[Any]) -> None:
-        iterator = self._iterator
-        assert iterator is not None
-        on_next = subscriber.on_next
-        fused_plan = self._plan
-        while True:
-            demand = self._demand
-            if demand == 0:
-                return
-            emitted = 0
-            while emitted != demand:
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    self._stop()
-                    subscriber.on_complete()
-                    return
-                except Exception as error:
-                    self._stop()
-                    subscriber.on_error(error)
-                    return
-                try:
-                    if item is None:
-                        raise none_element_error("source iterable")
-                    for kind, fn in fused_plan:
-                        if kind == MAP:
-                            item = fn(item)
-                            if item is None:
-                                raise none_element_error("map returned None")
-                        elif kind == FILTER:
-                            if not fn(item):
-                                item = DROP
-                                break
-                        else:
-                            item = fn(item)
-                            if item is DROP:
-                                break
-                except Stop:
-                    self._stop()
-                    subscriber.on_complete()
-                    return
-                except Exception as error:
-                    self._stop()
-                    subscriber.on_error(error)
-                    return
-                if item is DROP:
-                    continue
-                on_next(item)
-                if self._subscriber is None:
-                    pending = self._error
-                    if pending is not None:
-                        self._error = None
-                        subscriber.on_error(pending)
-                    return
-                emitted += 1
-            if demand != UNBOUNDED:
-                self._demand -= emitted
+def _apply(fused_plan: tuple[tuple[int, Any], ...], item: Any) -> Any:
+    """``item`` through the fused stages: the result, DROP when filtered out; raises Stop to complete."""
+    for kind, fn in fused_plan:
+        if kind == MAP:
+            item = fn(item)
+            if item is None:
+                raise none_element_error("map returned None")
+        elif kind == FILTER:
+            if not fn(item):
+                return DROP
+        else:
+            item = fn(item)
+            if item is DROP:
+                return DROP
+    return item
 
 
 # Strong references to the aclose() tasks of never-started async iterators, so they are not collected mid-run.
@@ -231,10 +197,11 @@ class AsyncIterablePublisher(Publisher[Any]):
 
 
 class _AsyncIteratorSubscription(Subscription):
-    __slots__ = ("_demand", "_iterator", "_subscriber", "_task", "_wakeup")
+    __slots__ = ("_demand", "_iterator", "_pumping", "_subscriber", "_task", "_wakeup")
 
     def __init__(self, iterator: AsyncIterator[Any], subscriber: Subscriber[Any]) -> None:
         self._iterator = iterator
+        self._pumping = False
         self._subscriber: Subscriber[Any] | None = subscriber
         self._demand = 0
         self._task: asyncio.Task[None] | None = None
@@ -276,11 +243,13 @@ class _AsyncIteratorSubscription(Subscription):
 
     def _close(self) -> None:
         task = self._task
-        if task is not None:
+        if task is not None and self._pumping:
             if task is not asyncio.current_task():
                 task.cancel()
             # else: the pump sees _subscriber is None after on_next returns and closes the iterator itself.
         else:
+            if task is not None:
+                task.cancel()  # cancelled before its first step: its finally block will not run, close here
             aclose = getattr(self._iterator, "aclose", None)
             if aclose is not None:
                 try:
@@ -292,6 +261,7 @@ class _AsyncIteratorSubscription(Subscription):
                 task.add_done_callback(_closing.discard)
 
     async def _pump(self) -> None:
+        self._pumping = True
         iterator = self._iterator
         try:
             while True:
@@ -347,6 +317,70 @@ class _AsyncIteratorSubscription(Subscription):
                     await aclose()
                 except Exception:
                     pass
+
+
+class AwaitedValue:
+    """An async iterable of one value: the result of awaiting ``awaitable`` (a future can be awaited by every
+    subscriber; a coroutine only by the first, later ones get its RuntimeError)."""
+
+    __slots__ = ("_awaitable", "_nullable", "_what")
+
+    def __init__(self, awaitable: Awaitable[Any], nullable: bool, what: str = "from_completion_stage") -> None:
+        self._awaitable = awaitable
+        self._nullable = nullable
+        self._what = what
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return _AwaitedIterator(self)
+
+    async def value(self) -> Any:
+        """The awaited result; None only when nullable. Raises what the awaitable raises, TypeError for a
+        non-nullable None, StreamCancelledError when the future itself was cancelled."""
+        awaitable = self._awaitable
+        if isinstance(awaitable, asyncio.Future) and awaitable.done() and awaitable.cancelled():
+            raise StreamCancelledError(f"{self._what}: the future was cancelled")
+        try:
+            value = await awaitable
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            cancelled_here = task is not None and task.cancelling() > 0  # our task cancelled, not the future
+            if not cancelled_here and isinstance(awaitable, asyncio.Future) and awaitable.cancelled():
+                raise StreamCancelledError(f"{self._what}: the future was cancelled") from None
+            raise
+        if value is None and not self._nullable:
+            raise none_element_error(f"{self._what}: the awaitable's result was None")
+        return value
+
+    def discard(self) -> None:
+        """Close a coroutine that will never be awaited (its subscriber cancelled first)."""
+        close = getattr(self._awaitable, "close", None)
+        if close is not None and not isinstance(self._awaitable, asyncio.Future):
+            close()
+
+
+class _AwaitedIterator:
+    __slots__ = ("_owner", "_started")
+
+    def __init__(self, owner: AwaitedValue) -> None:
+        self._owner = owner
+        self._started = False
+
+    def __aiter__(self) -> _AwaitedIterator:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._started:
+            raise StopAsyncIteration
+        self._started = True
+        value = await self._owner.value()
+        if value is None:
+            raise StopAsyncIteration
+        return value
+
+    async def aclose(self) -> None:
+        if not self._started:
+            self._started = True
+            self._owner.discard()
 
 
 class EmptyPublisher(Publisher[Any]):

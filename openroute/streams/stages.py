@@ -1,4 +1,4 @@
-"""The stage graph: small immutable records that builders collect and an engine turns into protocol objects.
+"""The stage graph: small immutable records that builders collect and the runner turns into protocol objects.
 
 A builder's ``.stages`` is a tuple of these. Sources come first in a publisher graph, a terminal stage last
 in a subscriber graph. Nested graphs (``Concat``) hold the stage tuples of their parts.
@@ -6,7 +6,7 @@ in a subscriber graph. Nested graphs (``Concat``) hold the stage tuples of their
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,17 @@ class Iterate(Stage):
 
 
 @dataclass(frozen=True, slots=True)
+class FromAwaitable(Stage):
+    """Emits the result of awaiting an asyncio future or awaitable (the spec's ``fromCompletionStage``).
+
+    A result of ``None`` completes the stream empty when ``nullable``, else fails it with TypeError.
+    """
+
+    awaitable: Awaitable[Any]
+    nullable: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Concat(Stage):
     """Emits the first graph, then subscribes to the second."""
 
@@ -83,7 +94,9 @@ class Concat(Stage):
     second: tuple[Stage, ...]
 
 
-SOURCE_STAGES = (Of, FromIterable, FromAsyncIterable, FromPublisher, Empty, Failed, Generate, Iterate, Concat)
+SOURCE_STAGES = (
+    Of, FromIterable, FromAsyncIterable, FromAwaitable, FromPublisher, Empty, Failed, Generate, Iterate, Concat,
+)
 
 # --- processing stages --------------------------------------------------------------------------------------
 
@@ -205,15 +218,26 @@ class ProcessorStage(Stage):
     processor: Processor[Any, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Coupled(Stage):
+    """A processor made of a subscriber graph (takes the input) and a publisher graph (gives the output),
+    whose cancellation and termination are coupled both ways (the spec's ``coupled``)."""
+
+    subscriber: tuple[Stage, ...]
+    publisher: tuple[Stage, ...]
+
+
 # --- terminal stages ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Collect(Stage):
-    """Folds items into ``initial_factory()`` with ``accumulator(container, item)``; the result is the container."""
+    """Folds items into ``initial_factory()`` with ``accumulator(container, item)``; the result is the container,
+    or ``finisher(container)`` when a finisher is given (the spec's ``Collector``)."""
 
     initial_factory: Callable[[], Any]
     accumulator: Callable[[Any, Any], Any]
+    finisher: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,11 +154,14 @@ class ToListSubscriber(CompletionSubscriber[list[Any]]):
 
 
 class CollectSubscriber(CompletionSubscriber[Any]):
-    """Resolves with ``initial_factory()`` after ``accumulator(container, item)`` for every item."""
+    """Resolves with ``initial_factory()`` after ``accumulator(container, item)`` for every item (then passed
+    through ``finisher`` when given)."""
 
-    def __init__(self, initial_factory: Callable[[], Any], accumulator: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, initial_factory: Callable[[], Any], accumulator: Callable[[Any, Any], Any],
+                 finisher: Callable[[Any], Any] | None = None) -> None:
         super().__init__()
         self._accumulator = accumulator
+        self._finisher = finisher
         self._container: Any = None
         self._factory: Callable[[], Any] | None = initial_factory
 
@@ -186,7 +189,18 @@ class CollectSubscriber(CompletionSubscriber[Any]):
             self._reject(error)
 
     def on_complete(self) -> None:
-        self._resolve(self._container)
+        if self._finished:
+            return
+        container, self._container = self._container, None
+        if self._finisher is None:
+            self._resolve(container)
+            return
+        try:
+            result = self._finisher(container)
+        except Exception as error:
+            self._reject(error)
+            return
+        self._resolve(result)
 
 
 class ReduceSubscriber(CompletionSubscriber[Any]):

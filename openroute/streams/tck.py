@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
@@ -220,33 +221,49 @@ class PublisherVerification:
     """The publisher-side rules (1.x and the subscription rules 3.x) for publishers from ``make_publisher``.
 
     ``max_elements`` is the largest stream the factory can make (None: any size). ``make_failed_publisher``,
-    when given, makes a publisher that fails after ``on_subscribe`` (rule 1.4).
+    when given, makes a publisher that fails after ``on_subscribe`` (rule 1.4). ``make_publisher`` may return
+    an awaitable of the publisher (for sources set up with I/O). ``completes=False``: an endless source that
+    emits ``n`` elements and then nothing (the rules watching for ``on_complete`` are not applicable).
     """
 
     def __init__(
         self,
-        make_publisher: Callable[[int], Publisher[Any]],
+        make_publisher: Callable[[int], Publisher[Any] | Awaitable[Publisher[Any]]],
         *,
         max_elements: int | None = None,
         make_failed_publisher: Callable[[], Publisher[Any]] | None = None,
+        completes: bool = True,
         timeout: float = 5.0,
         quiet_timeout: float = 0.05,
     ) -> None:
         self.make_publisher = make_publisher
         self.max_elements = max_elements
+        self.completes = completes
         self.make_failed_publisher = make_failed_publisher
         self.timeout = timeout
         self.quiet_timeout = quiet_timeout
 
-    def _size(self, wanted: int, at_least: int = 1, rule: str = "") -> int:
+    def _size(self, wanted: int, at_least: int = 1, rule: str = "", completes: bool = False) -> int:
+        if completes and not self.completes:
+            raise RuleNotApplicable(
+                f"rule {rule} does not apply: it watches for on_complete, and this publisher never completes "
+                "(an endless source; the spec TCK skips it the same way, publisherUnableToSignalOnComplete)")
         if self.max_elements is None:
             return wanted
         if self.max_elements < at_least:
-            raise RuleNotApplicable(f"rule {rule} needs a publisher of at least {at_least} elements")
+            raise RuleNotApplicable(
+                f"rule {rule} does not apply: it needs a publisher of at least {at_least} elements and this one "
+                f"emits at most {self.max_elements} (the spec TCK skips it the same way, maxElementsFromPublisher)")
         return min(wanted, self.max_elements)
 
-    def _subscribe(self, n: int, probe: ProbeSubscriber) -> Publisher[Any]:
+    async def _make(self, n: int) -> Publisher[Any]:
         publisher = self.make_publisher(n)
+        if inspect.isawaitable(publisher):  # a source that needs I/O to set up (a broker queue, filled with n)
+            publisher = await publisher
+        return publisher
+
+    async def _subscribe(self, n: int, probe: ProbeSubscriber) -> Publisher[Any]:
+        publisher = await self._make(n)
         publisher.subscribe(probe)
         return publisher
 
@@ -259,7 +276,7 @@ class PublisherVerification:
         """1.1: the number of on_next signals never exceeds the total requested."""
         n = self._size(10, at_least=4, rule="1.1")
         probe = ProbeSubscriber()
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
         probe.request(3)
         await probe.wait_until(lambda: len(probe.items) >= 3 or probe.terminated, self.timeout, "1.1", "3 elements")
@@ -273,9 +290,9 @@ class PublisherVerification:
 
     async def rule_1_2_may_signal_fewer_than_requested_then_complete(self) -> None:
         """1.2: a publisher with fewer elements than requested emits them and terminates."""
-        n = self._size(3, rule="1.2")
+        n = self._size(3, at_least=0, rule="1.2", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=n + 10)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.2", "on_complete")
         if probe.error is not None or len(probe.items) != n:
             raise _violation("1.2", f"expected {n} elements then on_complete, got {probe.describe()}")
@@ -283,9 +300,9 @@ class PublisherVerification:
 
     async def rule_1_3_signals_are_serial(self) -> None:
         """1.3: signals never overlap, even when the subscriber requests from inside on_next."""
-        n = self._size(50, rule="1.3")
+        n = self._size(50, at_least=0, rule="1.3", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.3", "on_complete")
         if probe.max_depth > 1:
             raise _violation("1.3", "a signal started while another was running")
@@ -294,7 +311,9 @@ class PublisherVerification:
     async def rule_1_4_failure_is_signalled_by_on_error(self) -> None:
         """1.4: a failing publisher signals on_error (after on_subscribe)."""
         if self.make_failed_publisher is None:
-            raise RuleNotApplicable("rule 1.4 needs make_failed_publisher")
+            raise RuleNotApplicable("rule 1.4 does not apply: this publisher cannot fail after on_subscribe "
+                                    "(no make_failed_publisher; the spec TCK skips it when createFailedPublisher "
+                                    "returns null)")
         probe = ProbeSubscriber(request_on_subscribe=UNBOUNDED)
         self.make_failed_publisher().subscribe(probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.4", "on_error")
@@ -304,9 +323,9 @@ class PublisherVerification:
 
     async def rule_1_5_completes_after_the_last_element(self) -> None:
         """1.5: a finite stream signals on_complete after its last element (the TCK asks for one more to see it)."""
-        n = self._size(5, rule="1.5")
+        n = self._size(5, at_least=0, rule="1.5", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.5", "on_complete")
         if not probe.completed or len(probe.items) != n:
             raise _violation("1.5", f"expected {n} elements then on_complete, got {probe.describe()}")
@@ -315,7 +334,7 @@ class PublisherVerification:
     async def rule_1_5_empty_stream_completes(self) -> None:
         """1.5 / 2.9: an empty stream signals on_complete (the TCK asks for one element to see it)."""
         probe = ProbeSubscriber(request_on_subscribe=1)
-        self._subscribe(0, probe)
+        await self._subscribe(self._size(0, at_least=0, rule="1.5", completes=True), probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.5", "on_complete")
         if not probe.completed or probe.items:
             raise _violation("1.5", f"expected on_complete only, got {probe.describe()}")
@@ -323,9 +342,9 @@ class PublisherVerification:
 
     async def rule_1_6_terminal_signal_ends_the_subscription(self) -> None:
         """1.6 / 1.7: after on_complete the subscription is over; further requests signal nothing."""
-        n = self._size(2, rule="1.6")
+        n = self._size(2, at_least=0, rule="1.6", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.6", "on_complete")
         before = probe.signals
         probe.request(5)
@@ -336,7 +355,8 @@ class PublisherVerification:
     async def rule_1_7_no_signals_after_on_error(self) -> None:
         """1.7: nothing follows on_error, whatever the subscriber requests afterwards."""
         if self.make_failed_publisher is None:
-            raise RuleNotApplicable("rule 1.7 (after on_error) needs make_failed_publisher")
+            raise RuleNotApplicable("rule 1.7 (after on_error) does not apply: this publisher cannot fail after "
+                                    "on_subscribe (no make_failed_publisher; the spec TCK skips it the same way)")
         probe = ProbeSubscriber(request_on_subscribe=10)
         self.make_failed_publisher().subscribe(probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.7", "on_error")
@@ -348,9 +368,9 @@ class PublisherVerification:
 
     async def rule_1_9_on_subscribe_comes_first(self) -> None:
         """1.9: on_subscribe is the first signal, exactly once."""
-        n = self._size(3, at_least=0, rule="1.9")
+        n = self._size(3, at_least=0, rule="1.9", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.9", "the stream to end")
         if probe.on_subscribe_calls != 1:
             raise _violation("1.9", f"on_subscribe called {probe.on_subscribe_calls} times")
@@ -358,7 +378,7 @@ class PublisherVerification:
 
     async def rule_1_9_subscribe_none_raises_type_error(self) -> None:
         """1.9: subscribe(None) raises TypeError (Java: NullPointerException)."""
-        publisher = self.make_publisher(self._size(1, at_least=0, rule="1.9"))
+        publisher = await self._make(self._size(1, at_least=0, rule="1.9"))
         try:
             publisher.subscribe(None)  # type: ignore[arg-type]
         except TypeError:
@@ -367,8 +387,8 @@ class PublisherVerification:
 
     async def rule_1_11_each_subscriber_gets_on_subscribe(self) -> None:
         """1.11: with two subscribers, each gets on_subscribe and a well-formed stream (unicast: an error)."""
-        n = self._size(3, rule="1.11")
-        publisher = self.make_publisher(n)
+        n = self._size(3, at_least=0, rule="1.11", completes=True)
+        publisher = await self._make(n)
         first, second = ProbeSubscriber(request_on_subscribe=n + 1), ProbeSubscriber(request_on_subscribe=n + 1)
         publisher.subscribe(first)
         publisher.subscribe(second)
@@ -380,9 +400,9 @@ class PublisherVerification:
 
     async def rule_3_2_request_from_on_next_is_allowed(self) -> None:
         """3.2: request may be called synchronously from on_next."""
-        n = self._size(10, rule="3.2")
+        n = self._size(10, rule="3.2", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "3.2", "on_complete")
         if not probe.completed or len(probe.items) != n:
             raise _violation("3.2", f"expected {n} elements then on_complete, got {probe.describe()}")
@@ -390,10 +410,10 @@ class PublisherVerification:
 
     async def rule_3_3_recursion_between_request_and_on_next_is_bounded(self) -> None:
         """3.3: requesting one element at a time from on_next does not nest on_next calls."""
-        n = self._size(2000, rule="3.3")
+        n = self._size(2000, rule="3.3", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1)
         try:
-            self._subscribe(n, probe)
+            await self._subscribe(n, probe)
         except RecursionError as error:
             raise _violation("3.3", "the stack overflowed") from error
         await probe.wait_until(lambda: probe.terminated or probe.max_depth > 1, self.timeout, "3.3", "on_complete")
@@ -405,9 +425,9 @@ class PublisherVerification:
 
     async def rule_3_6_request_after_cancel_is_a_no_op(self) -> None:
         """3.6: after cancel, request signals nothing."""
-        n = self._size(10, rule="3.6")
+        n = self._size(10, at_least=0, rule="3.6")
         probe = ProbeSubscriber()
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
         before = probe.signals
         probe.cancel()
@@ -418,9 +438,9 @@ class PublisherVerification:
 
     async def rule_3_7_cancel_is_idempotent(self) -> None:
         """3.5 / 3.7: cancel may be called repeatedly; later calls do nothing."""
-        n = self._size(10, rule="3.7")
+        n = self._size(10, at_least=2, rule="3.7")
         probe = ProbeSubscriber(request_on_subscribe=2)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: len(probe.items) >= 2, self.timeout, "3.7", "2 elements")
         before = probe.signals
         for _ in range(3):
@@ -433,7 +453,7 @@ class PublisherVerification:
         """3.8: separate requests add up; the publisher delivers their sum."""
         n = self._size(10, at_least=6, rule="3.8")
         probe = ProbeSubscriber()
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
         probe.request(2)
         probe.request(3)
@@ -447,7 +467,7 @@ class PublisherVerification:
         n = self._size(10, rule="3.9")
         for bad in (0, -1):
             probe = ProbeSubscriber()
-            self._subscribe(n, probe)
+            await self._subscribe(n, probe)
             await probe.wait_until(_subscribed(probe), self.timeout, "1.9", "on_subscribe")
             probe.request(bad)
             await probe.wait_until(_terminated(probe), self.timeout, "3.9", f"on_error after request({bad})")
@@ -459,7 +479,7 @@ class PublisherVerification:
         """3.9 with 1.3: request(0) from inside on_next still gives a serial on_error(ValueError)."""
         n = self._size(10, at_least=2, rule="3.9")
         probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=0)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "3.9", "on_error after request(0)")
         if not isinstance(probe.error, ValueError):
             raise _violation("3.9", f"request(0) in on_next gave {probe.describe()}")
@@ -470,7 +490,7 @@ class PublisherVerification:
         """3.12: after cancel from on_next the publisher eventually stops signalling."""
         n = self._size(1000, at_least=3, rule="3.12")
         probe = ProbeSubscriber(request_on_subscribe=UNBOUNDED, cancel_after=2)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: len(probe.items) >= 2, self.timeout, "3.12", "2 elements")
         await probe.quiet(self.quiet_timeout)
         if probe.terminated or len(probe.items) >= n:
@@ -497,7 +517,7 @@ class PublisherVerification:
         self, n: int
     ) -> tuple[Publisher[Any], Subscription, weakref.ReferenceType[ProbeSubscriber]]:
         probe = ProbeSubscriber(request_on_subscribe=1)
-        publisher = self._subscribe(n, probe)
+        publisher = await self._subscribe(n, probe)
         await probe.wait_until(lambda: len(probe.items) >= 1, self.timeout, "3.13", "1 element")
         subscription = probe.subscription
         assert subscription is not None
@@ -507,9 +527,9 @@ class PublisherVerification:
 
     async def rule_3_15_and_3_16_cancel_and_request_return_normally(self) -> None:
         """3.15 / 3.16: cancel and request return normally, whatever the state of the subscription."""
-        n = self._size(3, rule="3.15")
+        n = self._size(3, at_least=0, rule="3.15", completes=True)
         probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "3.16", "the stream to end")
         for call in (lambda: probe.request(1), probe.cancel, lambda: probe.request(UNBOUNDED), probe.cancel):
             try:
@@ -520,9 +540,9 @@ class PublisherVerification:
 
     async def rule_3_17_demand_is_capped_at_unbounded(self) -> None:
         """3.17: demand summing past 2**63-1 is treated as unbounded, not as an error."""
-        n = self._size(20, rule="3.17")
+        n = self._size(20, at_least=0, rule="3.17", completes=True)
         probe = ProbeSubscriber()
-        self._subscribe(n, probe)
+        await self._subscribe(n, probe)
         await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
         probe.request(UNBOUNDED - 1)
         probe.request(UNBOUNDED)
@@ -553,7 +573,7 @@ class SubscriberVerification:
     async def rule_2_1_requests_before_receiving(self) -> None:
         """2.1: the subscriber signals demand before it expects elements."""
         if not self.requests_on_subscribe:
-            raise RuleNotApplicable("this subscriber requests only when told to")
+            raise RuleNotApplicable("rule 2.1 does not apply: this subscriber requests only when told to")
         subscriber = self.make_subscriber()
         probe = _ProbeSubscription()
         subscriber.on_subscribe(probe)
@@ -781,16 +801,18 @@ async def _run_all(verification: object) -> list[str]:
 
 
 async def verify_publisher(
-    make_publisher: Callable[[int], Publisher[Any]],
+    make_publisher: Callable[[int], Publisher[Any] | Awaitable[Publisher[Any]]],
     *,
     max_elements: int | None = None,
     make_failed_publisher: Callable[[], Publisher[Any]] | None = None,
+    completes: bool = True,
     timeout: float = 5.0,
 ) -> list[str]:
     """Check every publisher rule; returns the rules that did not apply, raises AssertionError on a violation."""
     return await _run_all(
         PublisherVerification(
-            make_publisher, max_elements=max_elements, make_failed_publisher=make_failed_publisher, timeout=timeout
+            make_publisher, max_elements=max_elements, make_failed_publisher=make_failed_publisher,
+            completes=completes, timeout=timeout,
         )
     )
 

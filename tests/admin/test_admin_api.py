@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,14 +47,6 @@ def auth_header(user: str, password: str) -> dict[str, str]:
 
 
 ADMIN = auth_header("ops", "ops-secret")
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 class World:
@@ -233,6 +225,26 @@ async def test_cancel_non_final_message_runs_final_hooks(
         (MessageState.CANCEL, MessageState.PARTLY_FAILED, "admin:ops"),
     ]
     assert (await client.post("/admin/messages/424242/cancel", headers=ADMIN)).status_code == 404
+
+
+async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
+    """Stats and transition listeners of the engine hear of an operator's cancel and restart (#13 item 3)."""
+    heard: list[tuple[MessageState | None, MessageState, int]] = []
+    world.engine.transition_listeners.append(lambda previous, message: heard.append((previous, message.state,
+                                                                                     message.id)))
+    message_id = world.ids["new2"]
+    before = world.engine.stats.outcomes[MessageState.CANCEL]
+    response = await client.post(f"/admin/messages/{message_id}/cancel", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    assert world.engine.stats.outcomes[MessageState.CANCEL] == before + 1
+    assert heard == [(MessageState.NEW, MessageState.CANCEL, message_id)]
+    assert [m.id for m in world.finals] == [message_id]
+    restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    assert restart.status_code == 200
+    assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
+    rows = world.engine.store.transitions_of(message_id)
+    assert [(str(r["to_state"]), r["cause"]) for r in rows[-2:]] == [("CANCEL", "admin:ops"),
+                                                                      ("PARTLY_FAILED", "admin:ops")]
 
 
 async def test_counts_per_state(client: httpx.AsyncClient) -> None:

@@ -7,6 +7,9 @@ from datetime import timedelta
 import pytest
 from openroute.confirmation import ConfirmationPolicy, InvalidConfirmationError
 
+from openroute.errors import ConfigurationError
+from openroute.retry import RetryPolicy
+
 
 def test_delays_grow_by_backoff_up_to_the_cap() -> None:
     policy = ConfirmationPolicy(max_attempts=6, interval=10, backoff=3, cap=timedelta(minutes=2))
@@ -48,3 +51,21 @@ def test_bad_policy_is_rejected(kwargs: dict[str, object], match: str) -> None:
 def test_delay_after_needs_a_failed_attempt() -> None:
     with pytest.raises(InvalidConfirmationError, match="failed_attempts"):
         ConfirmationPolicy().delay_after(0)
+
+
+def test_a_confirmation_policy_is_a_retry_policy_with_the_same_formula_and_names() -> None:
+    policy = ConfirmationPolicy(max_attempts=4, interval=10, backoff=3, max_interval=timedelta(minutes=2))
+    same = RetryPolicy(max_attempts=4, interval=timedelta(seconds=10), backoff=3, max_interval=timedelta(minutes=2))
+    assert isinstance(policy, RetryPolicy)
+    assert [policy.delay(n) for n in range(1, 6)] == [same.delay(n) for n in range(1, 6)]
+    assert [policy.exhausted(n) for n in range(1, 6)] == [same.exhausted(n) for n in range(1, 6)]
+    assert policy.cap == policy.max_interval == timedelta(minutes=2)
+    assert ConfirmationPolicy(cap=60) == ConfirmationPolicy(max_interval=60)
+
+
+def test_max_interval_and_its_former_name_cap_are_not_both_given() -> None:
+    with pytest.raises(InvalidConfirmationError, match="max_interval or its former name cap"):
+        ConfirmationPolicy(cap=60, max_interval=60)
+    with pytest.raises(InvalidConfirmationError, match="jitter"):
+        ConfirmationPolicy(jitter=1.5)
+    assert issubclass(InvalidConfirmationError, ConfigurationError)

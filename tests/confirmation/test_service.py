@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -39,16 +39,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.current += timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(database_url)
-    store.create_schema()
-    try:
-        yield store
-    finally:
-        store.dispose()
 
 
 @pytest.fixture

@@ -9,12 +9,9 @@ import pytest
 from lxml import etree
 from openroute.persistence import MessageState
 
-from openroute.dsl import Application, RouteBuilder, route, steps
-from openroute.errors import DeploymentError, ValidationError
-from openroute.inbound.binding import ParsedPayload
+from openroute import Application, DeploymentError, Exchange, RetryPolicy, RouteBuilder, ValidationError, route, steps
+from openroute.binding import ParsedPayload
 from openroute.interceptors import MessageInterceptor
-from openroute.retry import RetryPolicy
-from openroute.route import Exchange
 from openroute.testing import CallRecorder, RouteTestKit
 
 NS = "http://openroute.dev/test"
@@ -278,3 +275,32 @@ async def test_the_kit_fails_a_test_when_a_state_is_not_reached() -> None:
         duplicate = await kit.send_json("crm", "x", {"a": 1}, correlation_id=kit.message(sent.message_id)
                                         .correlation_id)
         assert duplicate.duplicate and duplicate.message_id == sent.message_id
+
+
+def test_the_builder_names_its_options_like_the_route_fields_it_fills() -> None:
+    import dataclasses
+
+    from openroute import ExtCallScope, Route
+
+    builder = (route("crm", "setCustomer").obsolete_check().guaranteed_order().ext_call_scope("entity")
+               .retry(max_attempts=2).on_business_error("continue", KeyError).process(lambda exchange: None))
+    assert set(builder.route_fields) <= {f.name for f in dataclasses.fields(Route)}
+    built = builder.build().route
+    for name, value in builder.route_fields.items():
+        assert getattr(built, name) == value, name
+    assert built.ext_call_scope is ExtCallScope.ENTITY
+
+
+def test_every_clause_returns_the_builders_own_type() -> None:
+    import dataclasses
+    from typing import Self
+
+    @dataclasses.dataclass(frozen=True)
+    class AuditedBuilder(RouteBuilder):
+        def audited(self) -> Self:
+            return self.process(lambda exchange: None, name="audit")
+
+    start = AuditedBuilder(service="crm", operation="setCustomer")
+    chained = start.json().retry(max_attempts=2).obsolete_check().audited().ext_call("billing", lambda e: None)
+    assert type(chained) is AuditedBuilder
+    assert [getattr(step, "__name__", "") for step in chained.chain] == ["audit", "ext_call:billing"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -65,15 +65,6 @@ BINDINGS = [
 def routes() -> RouteRegistry:
     return RouteRegistry([Route("orders", "create", [lambda exchange: None]),
                           Route("orders", "cancel", [lambda exchange: None])])
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    """A migrated store, once on a SQLite file and once on a fresh PostgreSQL database."""
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 @pytest.fixture

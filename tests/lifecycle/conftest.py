@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,15 +14,6 @@ from openroute.engine import Engine, EngineSettings, InboundMessage
 from openroute.route import Route, RouteRegistry
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    """A migrated store, once on a SQLite file and once on a fresh PostgreSQL database."""
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
 
 
 @pytest.fixture

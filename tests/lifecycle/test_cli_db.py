@@ -19,7 +19,7 @@ def test_db_upgrade_creates_the_schema(database_url: str, capsys: pytest.Capture
     assert main(["db", "upgrade", "--database-url", database_url]) == 0
     assert f"at revision {MessageStore.head_revision()}" in capsys.readouterr().out
     store = MessageStore(database_url)
-    assert store.current_revision() == MessageStore.head_revision() == "0003"
+    assert store.current_revision() == MessageStore.head_revision()
     assert "message" in sa.inspect(store.engine).get_table_names()
     assert main(["db", "upgrade", "--database-url", database_url]) == 0  # again: nothing to do
     store.dispose()

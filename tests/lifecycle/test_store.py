@@ -26,7 +26,7 @@ def _new(key: str = "c-1", source: str = "crm", **extra: object) -> NewMessage:
 
 
 def test_migrations_build_exactly_the_models(store: MessageStore) -> None:
-    assert store.current_revision() == MessageStore.head_revision() == "0003"
+    assert store.current_revision() == MessageStore.head_revision()
     with store.engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     # SQLite cannot tell a timezone-aware timestamp from a naive one; nothing else may differ
@@ -38,7 +38,7 @@ def test_migrations_build_exactly_the_models(store: MessageStore) -> None:
 
 def test_upgrade_is_idempotent(store: MessageStore) -> None:
     store.upgrade()
-    assert store.current_revision() == MessageStore.head_revision() == "0003"
+    assert store.current_revision() == MessageStore.head_revision()
 
 
 def test_message_indexes_cover_the_engine_queries(store: MessageStore) -> None:

@@ -114,7 +114,7 @@ async def test_postponed_then_cancelled_by_an_operator(store: MessageStore, make
         (None, S.NEW, 1, None, "engine", "node-1"),
         (S.NEW, S.PROCESSING, 1, None, "engine", "node-1"),
         (S.PROCESSING, S.POSTPONED, 1, None, "engine", "node-1"),
-        (S.POSTPONED, S.CANCEL, 1, None, "admin:bob", "node-1"),
+        (S.POSTPONED, S.CANCEL, 1, "CANCELLED", "admin:bob", "node-1"),
     ]
 
 
@@ -123,7 +123,7 @@ async def test_repair_of_a_dead_node_is_recorded_as_repair(
 ) -> None:
     engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
     message = store.insert_message(
-        NewMessage("orders", "create", "{}", "application/json", "c-dead", "crm", START), node_id="dead-node"
+        NewMessage("orders", "create", "{}", "application/json", "c-dead", "crm", receive_ts=START), node_id="dead-node"
     ).message
     states.claim(store, [message], "dead-node", clock.now())
     await engine.start()
@@ -141,7 +141,7 @@ async def test_repair_of_a_dead_node_is_recorded_as_repair(
 
 async def test_lost_or_illegal_transition_writes_no_row(store: MessageStore, clock: ManualClock) -> None:
     message = store.insert_message(
-        NewMessage("orders", "create", "{}", "application/json", "c-1", "crm", START)
+        NewMessage("orders", "create", "{}", "application/json", "c-1", "crm", receive_ts=START)
     ).message
     [claimed] = states.claim(store, [message], "n1", clock.now())
     assert states.claim(store, [message], "n2", clock.now()) == []  # lost the race: nothing recorded

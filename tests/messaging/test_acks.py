@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from openroute.messaging import Acknowledgment, DefinitionError, Message, MessagingApp
+from openroute.streams import Subscriber
 
 IN = {"openroute.messaging.incoming.in.connector": "memory"}
 OUT_MANUAL = {"openroute.messaging.outgoing.out.connector": "memory",
@@ -248,3 +249,83 @@ async def test_unsupported_strategy_is_a_definition_error(strategy: Acknowledgme
             return value
     with pytest.raises(DefinitionError, match=strategy.name):
         await app.start()
+
+
+class _SeeingSubscriber(Subscriber[Any]):
+    """A plain subscriber that records, for each element, whether its message was already acked."""
+
+    def __init__(self, futures: list[Any], key: Any = lambda item: item) -> None:
+        self.futures, self.key = futures, key
+        self.seen: list[tuple[Any, bool]] = []
+
+    def on_subscribe(self, subscription: Any) -> None:
+        subscription.request(100)
+
+    def on_next(self, item: Any) -> None:
+        index = self.key(item)
+        self.seen.append((index, self.futures[index].done()))
+
+    def on_error(self, error: BaseException) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        pass
+
+
+async def test_acknowledgment_5_2_subscriber_builder_of_payloads_is_post_processing_by_default() -> None:
+    from openroute import streams as rs
+
+    app = make_app()
+    futures: list[Any] = []
+    seeing = _SeeingSubscriber(futures)
+
+    @app.incoming("in")
+    def consume() -> rs.SubscriberBuilder[int, None]:
+        return rs.builder().to(seeing)
+
+    async with app:
+        source = app.connector("memory").source("in")
+        futures.extend(source.send(i) for i in range(3))
+        assert await settle_all(futures) == [None, None, None]
+    assert seeing.seen == [(0, False), (1, False), (2, False)]
+    assert source.acked == [0, 1, 2]
+
+
+@pytest.mark.parametrize("strategy", [Acknowledgment.POST_PROCESSING, Acknowledgment.PRE_PROCESSING])
+async def test_acknowledgment_5_2_subscriber_of_messages_allows_post_processing(strategy: Acknowledgment) -> None:
+    from openroute import streams as rs
+
+    app = make_app()
+    futures: list[Any] = []
+    seeing = _SeeingSubscriber(futures, key=lambda message: message.payload)
+
+    @app.incoming("in", acknowledgment=strategy)
+    def consume() -> rs.Subscriber[Message[int]]:
+        return seeing
+
+    async with app:
+        source = app.connector("memory").source("in")
+        futures.extend(source.send(i) for i in range(2))
+        assert await settle_all(futures) == [None, None]
+    acked_before = strategy is Acknowledgment.PRE_PROCESSING
+    assert seeing.seen == [(0, acked_before), (1, acked_before)]
+
+
+async def test_acknowledgment_5_2_post_processing_nacks_when_on_next_raises() -> None:
+    from openroute import streams as rs
+
+    app = make_app()
+    error = ValueError("subscriber broke")
+
+    class Raising(_SeeingSubscriber):
+        def on_next(self, item: Any) -> None:
+            raise error
+
+    @app.incoming("in", acknowledgment=Acknowledgment.POST_PROCESSING)
+    def consume() -> rs.SubscriberBuilder[int, None]:
+        return rs.builder().to(Raising([]))
+
+    async with app:
+        source = app.connector("memory").source("in")
+        [result] = await settle_all([source.send(7)])
+    assert result is error and source.nacked == [(7, error)]

@@ -332,3 +332,30 @@ async def test_undecodable_body_is_rejected_without_requeue(broker: Broker) -> N
         await asyncio.wait_for(done.wait(), 5)
         assert (await broker.get(dead)).body == b"{not json"
     assert seen == ["fine"]
+
+
+async def test_amqp_source_passes_the_publisher_rules(broker: Broker) -> None:
+    """The connector's publisher through the rule-test helper, on real queues filled with n messages each."""
+    from itertools import count
+
+    from openroute.messaging import MessagingConfig
+    from openroute.messaging.amqp import AmqpConnector
+    from openroute.streams.tck import verify_publisher
+
+    connector = AmqpConnector()
+    numbers = count()
+
+    async def make(n: int) -> Any:
+        queue = await broker.queue(f"tck-{next(numbers)}")
+        await broker.publish(queue, *range(1, n + 1))
+        config = MessagingConfig(amqp_in(broker, "tck", queue), environ={}).channel("incoming", "tck", ["amqp"])
+        return await connector.create_publisher(config)
+
+    try:
+        # a queue consumer never completes: the rules watching for on_complete do not apply (see the skip reasons)
+        skipped = await verify_publisher(make, max_elements=20, completes=False)
+    finally:
+        await connector.close()
+    assert "rule_1_1_on_next_not_more_than_requested" not in skipped
+    assert "rule_3_9_non_positive_request_from_on_next" not in skipped
+    assert "rule_3_13_cancel_drops_the_subscriber" not in skipped

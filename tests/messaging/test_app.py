@@ -229,8 +229,18 @@ async def test_emitter_overflow_through_the_app() -> None:
     async with app:
         emitter.send(0)
         await gate.until_running(1)
-        emitter.send(1)
-        emitter.send(2)
+        from openroute.messaging._stages import DEFAULT_PREFETCH
+
+        for i in range(DEFAULT_PREFETCH):  # requested ahead by the consumer (its prefetch), queued there
+            emitter.send(1 + i)
+
+        async def handed_over() -> None:  # the emitter delivers on a later loop turn
+            while emitter.buffered:
+                await asyncio.sleep(0)
+
+        await asyncio.wait_for(handed_over(), 2)
+        emitter.send(100)
+        emitter.send(101)
         from openroute.messaging import EmitterOverflowError
 
         with pytest.raises(EmitterOverflowError):

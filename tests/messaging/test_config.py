@@ -100,3 +100,18 @@ def test_bad_sources_are_config_errors(tmp_path: Path) -> None:
         MessagingConfig(files=[bad_toml])
     with pytest.raises(ConfigError, match="malformed"):
         MessagingConfig({"openroute.messaging.incoming.orders": "x"})
+
+
+def test_connector_5_x_dotted_connector_name_matches_the_longest_registered_name() -> None:
+    config = MessagingConfig({
+        "openroute.messaging.incoming.orders.connector": "acme.kafka",
+        "openroute.messaging.connector.acme.kafka.bootstrap.servers": "broker:9092",
+        "openroute.messaging.connector.acme.region": "eu",
+    }, environ={"OPENROUTE_MESSAGING_CONNECTOR_ACME_KAFKA_CLIENT_ID": "me"})
+    channel = config.channel("incoming", "orders", connectors=["acme", "acme.kafka", "memory"])
+    assert channel.connector == "acme.kafka"
+    assert channel.get("bootstrap.servers") == "broker:9092"
+    assert channel.get("client-id") == "me"
+    assert channel.get("region") is None
+    acme = config.connector_section("acme", ["acme", "acme.kafka"])
+    assert acme == {"region": "eu"}

@@ -237,3 +237,54 @@ async def test_second_subscriber_gets_an_error() -> None:
     second = Collector()
     emitter.subscribe(second)
     assert isinstance(second.error, RuntimeError)
+
+
+async def test_emitter_3_x_is_cancelled_after_complete() -> None:
+    emitter: Emitter[int] = Emitter("c")
+    collector = Collector(initial=5)
+    emitter.subscribe(collector)
+    assert emitter.has_requests() and not emitter.is_cancelled()
+    emitter.complete()
+    assert emitter.is_cancelled() and not emitter.has_requests()
+    await collector.wait_terminated()
+    assert collector.completed
+
+
+async def test_emitter_3_x_is_cancelled_after_error() -> None:
+    emitter: Emitter[int] = Emitter("c")
+    collector = Collector(initial=5)
+    emitter.subscribe(collector)
+    failure = RuntimeError("boom")
+    emitter.error(failure)
+    assert emitter.is_cancelled() and not emitter.has_requests()
+    await collector.wait_terminated()
+    assert collector.error is failure
+
+
+async def test_latest_overflow_strategy_test_normal() -> None:
+    """The TCK's LatestOverflowStrategyTest: 1, 2, 3 through a stream processor reach a consumer in full."""
+    from openroute.messaging import MessagingApp
+    from openroute.streams import PublisherBuilder
+
+    app = MessagingApp({}, environ={})
+    emitter = app.emitter("hello", OnOverflow.LATEST)
+    output: list[str] = []
+    done = asyncio.Event()
+
+    @app.incoming("hello")
+    @app.outgoing("out")
+    def consume(values: PublisherBuilder[str]) -> PublisherBuilder[str]:
+        return values
+
+    @app.incoming("out")
+    def out(value: str) -> None:
+        output.append(value)
+        if len(output) == 3:
+            done.set()
+
+    async with app:
+        for value in ("1", "2", "3"):
+            emitter.send(value)
+        emitter.complete()
+        await asyncio.wait_for(done.wait(), 5)
+    assert output == ["1", "2", "3"]

@@ -166,7 +166,7 @@ async def test_consumer_returning_a_subscriber_builder() -> None:
 
     async with app:
         source = app.connector("memory").source("in")
-        await asyncio.wait_for(asyncio.gather(*(source.send(i) for i in range(3))), 2)  # acked on entry
+        await asyncio.wait_for(asyncio.gather(*(source.send(i) for i in range(3))), 2)  # acked after on_next
     assert collected == [[0, 10, 20]]
 
 

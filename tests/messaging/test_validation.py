@@ -291,3 +291,41 @@ async def test_function_returning_the_wrong_kind_at_assembly() -> None:
 
     with pytest.raises(DefinitionError, match="not a Subscriber or SubscriberBuilder"):
         await app.start()
+
+
+class _BrokenFactory(IncomingConnectorFactory):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def create_publisher(self, config: ChannelConfig) -> Publisher[Message[Any]]:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ValueError("bad port"), KeyError("bootstrap.servers")])
+async def test_connector_5_x_factory_exception_is_a_deployment_error_naming_channel_and_connector(
+        error: Exception) -> None:
+    app = new_app({"openroute.messaging.incoming.orders.connector": "broken"},
+                  connectors={"broken": _BrokenFactory(error)})
+
+    @app.incoming("orders")
+    def consume(payload: Any) -> None: ...
+
+    with pytest.raises(DeploymentError) as raised:
+        await app.start()
+    [problem] = raised.value.problems
+    assert "incoming channel 'orders'" in problem and "connector 'broken'" in problem
+    assert type(error).__name__ in problem and raised.value.__cause__ is error
+
+
+async def test_connector_5_x_outgoing_factory_exception_is_a_deployment_error() -> None:
+    from openroute.messaging import OutgoingConnectorFactory
+    from openroute.streams.protocol import Subscriber
+
+    class Broken(OutgoingConnectorFactory):
+        async def create_subscriber(self, config: ChannelConfig) -> Subscriber[Message[Any]]:
+            raise KeyError("topic")
+
+    app = new_app({"openroute.messaging.outgoing.prices.connector": "broken"}, connectors={"broken": Broken()})
+    app.emitter("prices")
+    [problem] = await problems_of(app)
+    assert "outgoing channel 'prices'" in problem and "connector 'broken'" in problem and "KeyError" in problem

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 from openroute.persistence import MessageState, MessageStore
 
+from openroute import Exchange, Route, RouteRegistry
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
-from openroute.route import Exchange, Route, RouteRegistry
 
 
 async def test_two_nodes_keep_one_funnel_value_single_file(postgres_url: str) -> None:

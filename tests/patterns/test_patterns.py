@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageState
 
-from openroute.dsl import Application, route
-from openroute.errors import BusinessError, TechnicalError
+from openroute import Application, BusinessError, ChildMessage, Exchange, TechnicalError, route
 from openroute.interceptors import InterceptionContext, MessageInterceptor
-from openroute.route import ChildMessage, Exchange
 from openroute.testing import CallRecorder, RouteTestKit
 
 S = MessageState

@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageState, MessageStore
 
+from openroute import ChildMessage, ConfigurationError, Exchange, RetryPolicy, Route, RouteRegistry
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings, InboundMessage
-from openroute.errors import ConfigurationError
-from openroute.retry import RetryPolicy
-from openroute.route import ChildMessage, Exchange, Route, RouteRegistry
 
 S = MessageState
 WAIT = 10.0

@@ -7,39 +7,22 @@ blocks on a row lock or finishes, and only then commits the first.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 
-import pytest
 import sqlalchemy as sa
-from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import MessageState, MessageStore
 
-from openroute import states
+from openroute import Route, RouteRegistry, states
 from openroute.engine import Engine, EngineSettings
-from openroute.route import Route, RouteRegistry
+from tests.patterns.messages import insert_message, set_state
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(postgres_url)
-    store.create_schema()
-    yield store
-    store.dispose()
-
-
 def _insert(store: MessageStore, key: str, operation: str = "update", **extra: object) -> int:
     extra.setdefault("funnel_value", "F")
-    new = NewMessage(service="crm", operation=operation, payload="{}", content_type="application/json",
-                     correlation_id=key, source_system="crm", receive_ts=NOW, **extra)  # type: ignore[arg-type]
-    return store.insert_message(new).message.id
-
-
-def _set_state(store: MessageStore, message_id: int, state: MessageState) -> None:
-    with store.begin() as connection:
-        connection.execute(sa.update(message_table).where(message_table.c.id == message_id).values(state=state))
+    return insert_message(store, key, operation=operation, at=NOW, **extra)
 
 
 def _waiting_on_a_lock(store: MessageStore) -> bool:
@@ -56,25 +39,25 @@ def _wait_until_blocked_or_done(store: MessageStore, future: Future[object]) -> 
         time.sleep(0.01)
 
 
-def test_a_holder_taken_again_waits_for_a_concurrent_takeover(pg_store: MessageStore) -> None:
-    store = pg_store
+def test_a_holder_taken_again_waits_for_a_concurrent_takeover(postgres_store: MessageStore) -> None:
+    store = postgres_store
     holder, taker = _insert(store, "H"), _insert(store, "A")
-    _set_state(store, holder, MessageState.PROCESSING)
+    set_state(store, holder, MessageState.PROCESSING)
     assert store.acquire_funnel("F", holder, NOW) is None
-    _set_state(store, holder, MessageState.PARTLY_FAILED)  # its attempt ended: the funnel may be taken over
-    _set_state(store, taker, MessageState.PROCESSING)
+    set_state(store, holder, MessageState.PARTLY_FAILED)  # its attempt ended: the funnel may be taken over
+    set_state(store, taker, MessageState.PROCESSING)
     with ThreadPoolExecutor(1) as pool, store.engine.connect() as taking:
         with taking.begin():
             assert store.acquire_funnel("F", taker, NOW, taking) is None  # taken over, not committed yet
-            _set_state(store, holder, MessageState.PROCESSING)  # meanwhile another node claims the old holder
+            set_state(store, holder, MessageState.PROCESSING)  # meanwhile another node claims the old holder
             again = pool.submit(store.acquire_funnel, "F", holder, NOW)
             _wait_until_blocked_or_done(store, again)
             assert not again.done(), "the old holder ran on while another message was taking its funnel over"
         assert again.result(timeout=10) == taker  # after the takeover committed: held by the taker
 
 
-def test_two_children_finishing_at_once_end_the_parent_exactly_once(pg_store: MessageStore) -> None:
-    store = pg_store
+def test_two_children_finishing_at_once_end_the_parent_exactly_once(postgres_store: MessageStore) -> None:
+    store = postgres_store
     routes = RouteRegistry([
         Route("crm", "order", [lambda exchange: None], child_routes=(("crm", "line"),)),
         Route("crm", "line", [lambda exchange: None]),
@@ -84,9 +67,9 @@ def test_two_children_finishing_at_once_end_the_parent_exactly_once(pg_store: Me
     engine.final_state_tx_hooks.append(lambda message, connection: tx_hook_calls.append((message.id, message.state)))
     parent = _insert(store, "P", "order", funnel_value=None)
     children = [_insert(store, f"P:{n}", "line", funnel_value=None, parent_id=parent) for n in (1, 2)]
-    _set_state(store, parent, MessageState.WAITING_FOR_CHILDREN)
+    set_state(store, parent, MessageState.WAITING_FOR_CHILDREN)
     for child in children:
-        _set_state(store, child, MessageState.PROCESSING)
+        set_state(store, child, MessageState.PROCESSING)
 
     def finish(child: int, connection: sa.Connection) -> object:
         snapshot = store.get(child, connection)

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
-import sqlalchemy as sa
-from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import MessageState, MessageStore
+
+from tests.patterns.messages import insert_message, set_state
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(minutes=5)
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(database_url)
-    message_store.create_schema()
-    yield message_store
-    message_store.dispose()
-
-
 def _insert(store: MessageStore, key: str, at: datetime = T0, **extra: object) -> int:
-    new = NewMessage(service="crm", operation="setCustomer", payload="{}", content_type="application/json",
-                     correlation_id=key, source_system="crm", receive_ts=at, **extra)  # type: ignore[arg-type]
-    return store.insert_message(new).message.id
-
-
-def _set_state(store: MessageStore, message_id: int, state: MessageState) -> None:
-    with store.begin() as connection:
-        connection.execute(sa.update(message_table).where(message_table.c.id == message_id).values(state=state))
+    return insert_message(store, key, at=at, **extra)
 
 
 def test_an_entity_call_is_held_taken_over_when_stale_and_then_reused(store: MessageStore) -> None:
@@ -59,12 +43,12 @@ def test_newer_ok_is_found_across_operations_only_for_the_same_entity(store: Mes
     other_type = _insert(store, "other", T0 + timedelta(seconds=2), object_id="C-1", entity_type="contract")
     no_type = _insert(store, "no-type", object_id="C-1")
     for message_id in (newer, other_type, no_type):
-        _set_state(store, message_id, MessageState.OK)
+        set_state(store, message_id, MessageState.OK)
     get = store.get
     assert store.newer_ok_exists(get(old))  # type: ignore[arg-type]
     assert not store.newer_ok_exists(get(newer))  # type: ignore[arg-type]  # only an older one and another type
     assert not store.newer_ok_exists(get(no_type))  # type: ignore[arg-type]  # no entity type: never obsolete
-    _set_state(store, newer, MessageState.FAILED)
+    set_state(store, newer, MessageState.FAILED)
     assert not store.newer_ok_exists(get(old))  # type: ignore[arg-type]  # a newer one that did not end OK
 
 
@@ -76,7 +60,7 @@ def test_the_oldest_unfinished_message_of_a_funnel_holds_the_newer_ones(store: M
     get = store.get
     assert store.older_unfinished_in_funnel(get(first)) is None  # type: ignore[arg-type]
     assert store.older_unfinished_in_funnel(get(third)) == first  # type: ignore[arg-type]
-    _set_state(store, first, MessageState.OK)
+    set_state(store, first, MessageState.OK)
     assert store.older_unfinished_in_funnel(get(third)) == second  # type: ignore[arg-type]
-    _set_state(store, second, MessageState.CANCEL)
+    set_state(store, second, MessageState.CANCEL)
     assert store.older_unfinished_in_funnel(get(third)) is None  # type: ignore[arg-type]

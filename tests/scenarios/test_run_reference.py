@@ -44,7 +44,7 @@ def test_bare_run_serves_the_reference_routes_and_stops_on_a_signal(tmp_path: Pa
     try:
         while "Uvicorn running" not in "".join(output):
             output.append(lines.get(timeout=60))
-        assert "serving 5 routes of routes:registry" in "".join(output)
+        assert "serving 5 routes of openroute_reference:registry" in "".join(output)
         assert "OPENROUTE_BILLING_URL is not set: the routes call the in-process fake billing, mounted at " \
                "/fakes/billing" in "".join(output)
         base = f"http://127.0.0.1:{port}"

@@ -97,15 +97,36 @@ STAGES: dict[str, Callable[[Any], Any]] = {
 RECOVERING = {"on_error_resume", "on_error_resume_with"}
 
 
-def _stage_case(name: str, stage: Callable[[Any], Any]) -> PublisherCase:
-    def failed() -> Publisher[Any]:
-        return stage(rs.concat(rs.of(1), rs.failed(RuntimeError("upstream failure")))).build()
+def _reraise(error: BaseException) -> Any:
+    raise error
 
-    return PublisherCase(
-        f"stage:{name}",
-        lambda n: stage(_span(n)).build(),
-        None if name in RECOVERING else failed,
-    )
+
+# The recovering stages fail only when the recovery itself fails: their failing case for rules 1.4 / 1.7.
+FAILING_RECOVERY: dict[str, Callable[[Any], Any]] = {
+    "on_error_resume": lambda b: b.on_error_resume(_reraise),
+    "on_error_resume_with": lambda b: b.on_error_resume_with(lambda e: rs.failed(e)),
+}
+
+
+def _stage_case(name: str, stage: Callable[[Any], Any]) -> PublisherCase:
+    failing_stage = FAILING_RECOVERY.get(name, stage)
+
+    def failed() -> Publisher[Any]:
+        return failing_stage(rs.concat(rs.of(1), rs.failed(RuntimeError("upstream failure")))).build()
+
+    return PublisherCase(f"stage:{name}", lambda n: stage(_span(n)).build(), failed)
+
+
+def _completed_future(value: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _failed_future() -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(RuntimeError("future failure"))
+    return future
 
 
 PUBLISHERS: list[PublisherCase] = [
@@ -122,6 +143,26 @@ PUBLISHERS: list[PublisherCase] = [
         lambda: rs.from_publisher(rs.failed(RuntimeError("x")).build()).build(),
     ),
     PublisherCase("empty", lambda n: rs.empty().build(), max_elements=0),
+    PublisherCase(
+        "of_nullable",
+        lambda n: rs.of_nullable(1 if n else None).build(),
+        lambda: rs.of_nullable(1).map(lambda x: 1 // 0).build(),
+        max_elements=1,
+    ),
+    PublisherCase(
+        "from_completion_stage",
+        # a non-nullable stage cannot be empty: n == 0 uses the same publisher in its nullable form
+        lambda n: (rs.from_completion_stage(_completed_future(1)) if n
+                   else rs.from_completion_stage_nullable(_completed_future(None))).build(),
+        lambda: rs.from_completion_stage(_failed_future()).build(),
+        max_elements=1,
+    ),
+    PublisherCase(
+        "from_completion_stage_nullable",
+        lambda n: rs.from_completion_stage_nullable(_completed_future(1 if n else None)).build(),
+        lambda: rs.from_completion_stage_nullable(_failed_future()).build(),
+        max_elements=1,
+    ),
     PublisherCase(
         "generate",
         lambda n: rs.generate(_counter()).limit(n).build(),
@@ -163,4 +204,6 @@ SUBSCRIBERS: dict[str, Callable[[], Subscriber[Any]]] = {
     "cancel": lambda: rs.builder().cancel().build(),
     "with_stages": lambda: rs.builder().map(lambda x: x).flat_map(lambda x: rs.of(x)).to_list().build(),
     "from_subscriber": lambda: rs.from_subscriber(ProbeSubscriber(request_on_subscribe=10)).build(),
+    "collect_collector": lambda: rs.builder().collect(rs.Collector(list, list.append, tuple)).build(),
+    "reduce_none_identity": lambda: rs.builder().reduce(lambda a, b: b, None).build(),
 }

@@ -494,7 +494,6 @@ def test_none_and_bad_arguments_raise_at_once() -> None:
         lambda: rs.of(1).filter(None),  # type: ignore[arg-type]
         lambda: rs.of(1).to(None),  # type: ignore[arg-type]
         lambda: rs.of(1).via(None),  # type: ignore[arg-type]
-        lambda: rs.of(1).reduce(lambda a, b: a, None),
         lambda: rs.of(1).limit("2"),  # type: ignore[arg-type]
         lambda: rs.from_subscriber(None),  # type: ignore[arg-type]
         lambda: rs.of(1).build().subscribe(None),  # type: ignore[arg-type]

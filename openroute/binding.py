@@ -1,5 +1,8 @@
 """The inbound binding: how one (service, operation) is recognised, validated and indexed at accept time.
 
+A definition, like :class:`~openroute.route.Route` (the DSL builds both); the endpoints of ``openroute.inbound``
+serve it. ``openroute.inbound.binding`` is the former path of this module and still imports.
+
 An :class:`InboundBinding` is plain data (the route DSL produces it from its identify / validate / extract
 clauses); expressions are compiled once, when the binding is created, so a bad XPath or JSON path is a
 :class:`~openroute.errors.ConfigurationError` at start-up, never a surprise on the first request.
@@ -7,16 +10,21 @@ clauses); expressions are compiled once, when the binding is created, so a bad X
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from jsonpath_ng import parse as parse_json_path
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from jsonpath_ng.parser import parse as parse_json_path
 from lxml import etree
 from lxml.etree import QName
 
 from openroute.errors import ConfigurationError, ValidationError
+
+if TYPE_CHECKING:
+    from openroute.inbound.schema import RequestSchema
 
 __all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
@@ -109,6 +117,8 @@ class InboundBinding:
     * ``required``: XPaths (with ``namespaces``) or JSON paths (``$.a.b[0]``) that must match a non-empty value.
     * ``validators``: called with the :class:`ParsedPayload`; raise :class:`~openroute.errors.ValidationError`.
     * ``object_id`` / ``entity_type`` / ``funnel_value``: extractors; ``entity_type`` defaults to the operation.
+    * ``schema``: the path of an XSD file declaring ``request_element`` (XML only): every request is validated
+      against it before the other checks, and the served WSDL describes the element with it.
     """
 
     service: str
@@ -122,6 +132,8 @@ class InboundBinding:
     object_id: Extractor | None = None
     entity_type: Extractor | None = None
     funnel_value: Extractor | None = None
+    schema: str | Path | None = None
+    _schema: RequestSchema | None = field(init=False, repr=False, compare=False, default=None)
     _required: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = field(
         init=False, repr=False, compare=False, default=()
     )
@@ -155,6 +167,8 @@ class InboundBinding:
             raise ConfigurationError(f"{what}: request_element / soap_action only apply to XML bindings")
         if self.soap_action is not None and not isinstance(self.soap_action, str):
             raise ConfigurationError(f"{what}: soap_action must be a string")
+        if self.schema is not None:
+            object.__setattr__(self, "_schema", self._load_schema(what))
         if isinstance(self.required, str) or not isinstance(self.required, Sequence):
             raise ConfigurationError(f"{what}: required must be a sequence of expressions")
         object.__setattr__(self, "required", tuple(self.required))
@@ -182,6 +196,29 @@ class InboundBinding:
                 )
         object.__setattr__(self, "_extractors", extractors)
 
+    def _load_schema(self, what: str) -> RequestSchema:
+        if self.content_type != "xml":
+            raise ConfigurationError(f"{what}: a schema only applies to XML (SOAP) bindings")
+        if self.request_element is None:
+            raise ConfigurationError(f"{what}: a schema needs the request_element it declares")
+        # imported here: the endpoints' package imports this module (a definition) while it loads
+        from openroute.inbound.schema import load_schema
+
+        try:
+            schema = load_schema(self.schema)  # type: ignore[arg-type]
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{what}: {error}") from None
+        element = QName(self.request_element)
+        if not schema.declares(element):
+            raise ConfigurationError(f"{what}: schema {schema.path} declares no global element {element.text} "
+                                     f"(its targetNamespace is {schema.target_namespace!r})")
+        return schema
+
+    @property
+    def request_schema(self) -> RequestSchema | None:
+        """The loaded XSD of this binding (``schema``), or None."""
+        return self._schema
+
     def _expression_extractor(self, evaluate: Callable[[Any], list[Any]]) -> Callable[[ParsedPayload], str | None]:
         def extract(payload: ParsedPayload) -> str | None:
             matches = evaluate(payload.xml if self.content_type == "xml" else payload.json)
@@ -197,6 +234,8 @@ class InboundBinding:
     def check(self, payload: ParsedPayload) -> Extracted:
         """Check ``required`` and run ``validators``, then extract; raises ValidationError with a precise reason."""
         document = payload.xml if self.content_type == "xml" else payload.json
+        if self._schema is not None and payload.xml is not None:
+            self._schema.validate(payload.xml)
         for expression, evaluate in self._required:
             matches = evaluate(document)
             if not matches or all(_missing(m) for m in matches):
@@ -240,3 +279,7 @@ def default_bindings(service: str, operation: str, namespace: str | None = None)
                        soap_action=f"{service}/{operation}"),
         InboundBinding(service, operation, "json"),
     )
+
+
+# the former path of this module: openroute/__init__ imports this module before anything imports openroute.inbound
+sys.modules.setdefault("openroute.inbound.binding", sys.modules[__name__])

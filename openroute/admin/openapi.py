@@ -1,0 +1,162 @@
+"""The OpenAPI 3.1 description of the admin API, served at ``/admin/openapi.json``.
+
+Kept by hand next to the routes it describes; ``tests/console/test_openapi.py`` checks that every admin route is
+described and nothing else is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openroute.persistence import MessageState, NodeState
+
+TEXT_FILTERS = ("service", "operation", "source_system", "correlation_id", "object_id", "process_id", "entity_type")
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _json(schema_ref: str, description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}}}
+
+
+_SECURED = {"401": _error("no or wrong credentials"), "403": _error("the user lacks the role")}
+_MESSAGE_ID = {"name": "message_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
+_TIME = {"type": "string", "format": "date-time"}
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+
+
+def _action(summary: str, description: str) -> dict[str, Any]:
+    return {"post": {
+        "summary": summary, "description": description, "security": [{"basic": []}],
+        "x-required-role": "admin", "parameters": [_MESSAGE_ID],
+        "responses": {"200": _json("ActionResult", "the new state"), "400": _error("bad message id"),
+                      "404": _error("no such message"),
+                      "409": _error("not allowed from the current state, or changed meanwhile"), **_SECURED},
+    }}
+
+
+def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
+    """The OpenAPI document of the admin API mounted at ``prefix``."""
+    search_parameters: list[dict[str, Any]] = [
+        {"name": "state", "in": "query", "style": "form", "explode": True, "description": "repeat for several",
+         "schema": {"type": "array", "items": {"$ref": "#/components/schemas/MessageState"}}},
+        *({"name": name, "in": "query", "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+          for name in TEXT_FILTERS),
+        {"name": "received_from", "in": "query", "description": "inclusive, ISO 8601 with a time zone",
+         "schema": _TIME},
+        {"name": "received_to", "in": "query", "description": "exclusive, ISO 8601 with a time zone",
+         "schema": _TIME},
+        {"name": "cursor", "in": "query", "description": "nextCursor of the previous page",
+         "schema": {"type": "string"}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}},
+        {"name": "page_size", "in": "query", "deprecated": True, "description": "the old name of limit",
+         "schema": {"type": "integer", "minimum": 1, "maximum": 500}},
+    ]
+    summary_properties = {
+        "id": {"type": "integer"}, "state": {"$ref": "#/components/schemas/MessageState"},
+        **{name: {"type": ["string", "null"]} for name in (
+            "service", "operation", "sourceSystem", "correlationId", "processId", "objectId", "entityType",
+            "funnelValue", "lastErrorCode")},
+        "failedCount": {"type": "integer"}, "receivedAt": _TIME, "lastUpdateAt": _TIME,
+        "nextAttemptAt": _NULLABLE_TIME, "parentId": {"type": ["integer", "null"]},
+    }
+    p = prefix
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "openroute admin API", "version": "1",
+                 "description": "Search, inspect, restart and cancel messages; nodes and their state. HTTP Basic: "
+                                "the web role reads, the admin role acts."},
+        "paths": {
+            f"{p}/messages": {"get": {
+                "summary": "Search messages, newest first, in keyset pages",
+                "security": [{"basic": []}], "x-required-role": "web", "parameters": search_parameters,
+                "responses": {"200": _json("SearchPage", "one page"),
+                              "400": _error("unknown or malformed parameter, or a bad cursor"), **_SECURED},
+            }},
+            f"{p}/messages/{{message_id}}": {"get": {
+                "summary": "One message with its calls, children, confirmation and state transitions",
+                "security": [{"basic": []}], "x-required-role": "web", "parameters": [_MESSAGE_ID],
+                "responses": {"200": _json("MessageDetail", "the message"), "400": _error("bad message id"),
+                              "404": _error("no such message"), **_SECURED},
+            }},
+            f"{p}/messages/{{message_id}}/restart": _action(
+                "Restart a FAILED or CANCEL message", "PARTLY_FAILED, failed count 0, due now (Engine.restart)."),
+            f"{p}/messages/{{message_id}}/cancel": _action(
+                "Cancel a message that is not final",
+                "CANCEL with error code CANCELLED; the source system is told (Engine.cancel)."),
+            f"{p}/counts": {"get": {
+                "summary": "How many messages are in each state", "security": [{"basic": []}],
+                "x-required-role": "web",
+                "responses": {"200": _json("Counts", "every state, zeros included"), **_SECURED},
+            }},
+            f"{p}/nodes": {"get": {
+                "summary": "Every node with its heartbeat and state", "security": [{"basic": []}],
+                "x-required-role": "web",
+                "responses": {"200": _json("Nodes", "the nodes"), **_SECURED},
+            }},
+            f"{p}/nodes/{{node_id}}/state": {"post": {
+                "summary": "Set a node's state (HANDLES_EXISTING_MESSAGES drains it)",
+                "security": [{"basic": []}], "x-required-role": "admin",
+                "parameters": [{"name": "node_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["state"],
+                    "properties": {"state": {"$ref": "#/components/schemas/NodeState"}}}}}},
+                "responses": {"200": _json("NodeStateResult", "the node's new state"),
+                              "400": _error("not JSON, or an unknown state"), "404": _error("no such node"),
+                              **_SECURED},
+            }},
+            f"{p}/openapi.json": {"get": {
+                "summary": "This description", "security": [],
+                "responses": {"200": {"description": "the OpenAPI document",
+                                      "content": {"application/json": {"schema": {"type": "object"}}}}},
+            }},
+        },
+        "components": {
+            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "schemas": {
+                "MessageState": {"type": "string", "enum": [s.value for s in MessageState]},
+                "NodeState": {"type": "string", "enum": [s.value for s in NodeState]},
+                "Error": {"type": "object", "required": ["error", "reason"],
+                          "properties": {"error": {"type": "string", "description": "a code, e.g. INVALID_QUERY"},
+                                         "reason": {"type": "string"}}},
+                "MessageSummary": {"type": "object", "properties": summary_properties},
+                "SearchPage": {"type": "object", "required": ["items", "total"], "properties": {
+                    "items": {"type": "array", "items": {"$ref": "#/components/schemas/MessageSummary"}},
+                    "total": {"type": "integer"}, "countEstimated": {"type": "boolean"},
+                    "limit": {"type": "integer"},
+                    "nextCursor": {"type": "string", "description": "absent on the last page"}}},
+                "MessageDetail": {"type": "object", "properties": {
+                    **summary_properties, "payload": {"type": "string"}, "contentType": {"type": "string"},
+                    "headers": {"type": "object"}, "customData": {"type": "object"},
+                    "businessErrors": {"type": "array", "items": {"type": "object"}},
+                    "lastErrorText": {"type": ["string", "null"]}, "nodeId": {"type": ["string", "null"]},
+                    "version": {"type": "integer"},
+                    "externalCalls": {"type": "array", "items": {"type": "object"}},
+                    "children": {"type": "array", "items": {"$ref": "#/components/schemas/MessageSummary"}},
+                    "confirmation": {"type": ["object", "null"]},
+                    "transitions": {"type": "array", "items": {"type": "object", "properties": {
+                        "fromState": {"type": ["string", "null"]}, "toState": {"type": "string"}, "at": _TIME,
+                        "nodeId": {"type": ["string", "null"]}, "attempt": {"type": "integer"},
+                        "errorCode": {"type": ["string", "null"]}, "cause": {"type": "string"}}}}}},
+                "ActionResult": {"type": "object", "properties": {
+                    "id": {"type": "integer"}, "previousState": {"$ref": "#/components/schemas/MessageState"},
+                    "state": {"$ref": "#/components/schemas/MessageState"}}},
+                "Counts": {"type": "object", "properties": {
+                    "states": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "total": {"type": "integer"}}},
+                "Node": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "host": {"type": ["string", "null"]},
+                    "pid": {"type": ["integer", "null"]}, "state": {"$ref": "#/components/schemas/NodeState"},
+                    "alive": {"type": "boolean"}, "startedAt": _TIME, "heartbeatAt": _TIME,
+                    "stoppedAt": _NULLABLE_TIME}},
+                "Nodes": {"type": "object", "properties": {
+                    "nodes": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}}}},
+                "NodeStateResult": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "state": {"$ref": "#/components/schemas/NodeState"}}},
+            },
+        },
+    }

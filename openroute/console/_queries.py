@@ -1,0 +1,172 @@
+"""The reads behind the console's dashboard and error catalogue (the message search is the admin API's)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from openroute import errors as core_errors
+from openroute.engine.outcome import ErrorCode as EngineErrorCode
+from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, message_table
+from openroute.persistence.store import MessageStore
+
+#: the dashboard's throughput window and its buckets
+THROUGHPUT_WINDOW = timedelta(hours=1)
+THROUGHPUT_BUCKETS = 12
+#: how far back the dashboard looks for failing routes
+FAILING_WINDOW = timedelta(hours=24)
+
+_NOT_FINAL = [s for s in MessageState if s not in FINAL_STATES]
+
+
+@dataclass
+class Dashboard:
+    """Everything the dashboard shows, read in one transaction."""
+
+    now: datetime
+    by_state: dict[MessageState, int]
+    #: (service, operation) -> state -> count
+    by_route: dict[tuple[str, str], dict[MessageState, int]]
+    #: messages that reached a final state in the last hour, per state
+    finished_last_hour: dict[MessageState, int]
+    #: messages finished per bucket of the last hour, oldest bucket first
+    throughput: list[int]
+    oldest_open: StoredMessage | None
+    #: routes with FAILED or PARTLY_FAILED messages changed in the last 24 hours, worst first
+    failing_routes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
+
+    @property
+    def per_minute(self) -> float:
+        return sum(self.finished_last_hour.values()) / (THROUGHPUT_WINDOW.total_seconds() / 60)
+
+
+def dashboard(store: MessageStore, now: datetime) -> Dashboard:
+    """Counts per state and route, the last hour's throughput, the oldest open message and failing routes."""
+    c = message_table.c
+    start = now - THROUGHPUT_WINDOW
+    step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
+    bucket = sa.case(
+        *[(c.last_update_ts < start + step * (i + 1), i) for i in range(THROUGHPUT_BUCKETS - 1)],
+        else_=THROUGHPUT_BUCKETS - 1,
+    ).label("bucket")
+    recent_final = sa.and_(c.state.in_(FINAL_STATES), c.last_update_ts >= start, c.last_update_ts <= now)
+    with store.engine.connect() as connection:
+        by_state = store.count_by_state(connection)
+        by_route: dict[tuple[str, str], dict[MessageState, int]] = {}
+        for service, operation, state, count in connection.execute(
+            sa.select(c.service, c.operation, c.state, sa.func.count()).group_by(c.service, c.operation, c.state)
+            .order_by(c.service, c.operation)
+        ):
+            by_route.setdefault((service, operation), {})[MessageState(state)] = int(count)
+        finished = {
+            MessageState(state): int(count)
+            for state, count in connection.execute(
+                sa.select(c.state, sa.func.count()).where(recent_final).group_by(c.state)
+            )
+        }
+        throughput = [0] * THROUGHPUT_BUCKETS
+        for index, count in connection.execute(
+            sa.select(bucket, sa.func.count()).where(recent_final).group_by(bucket)
+        ):
+            throughput[int(index)] = int(count)
+        oldest = _oldest_open(store, connection)
+        failing: dict[tuple[str, str], dict[str, Any]] = {}
+        for service, operation, state, count, last in connection.execute(
+            sa.select(c.service, c.operation, c.state, sa.func.count(), sa.func.max(c.last_update_ts))
+            .where(c.state.in_([MessageState.FAILED, MessageState.PARTLY_FAILED]),
+                   c.last_update_ts >= now - FAILING_WINDOW)
+            .group_by(c.service, c.operation, c.state)
+        ):
+            entry = failing.setdefault((service, operation), {"service": service, "operation": operation,
+                                                              "FAILED": 0, "PARTLY_FAILED": 0, "last": last})
+            entry[str(state)] = int(count)
+            entry["last"] = max(entry["last"], last)
+        for entry in failing.values():
+            entry["lastErrorCode"] = connection.execute(
+                sa.select(c.last_error_code).where(
+                    c.service == entry["service"], c.operation == entry["operation"],
+                    c.state.in_([MessageState.FAILED, MessageState.PARTLY_FAILED]),
+                ).order_by(c.last_update_ts.desc()).limit(1)
+            ).scalar_one_or_none()
+    worst = sorted(failing.values(), key=lambda e: (-e["FAILED"], -e["PARTLY_FAILED"], e["service"]))
+    return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst)
+
+
+def _oldest_open(store: MessageStore, connection: sa.Connection) -> StoredMessage | None:
+    c = message_table.c
+    oldest_id = connection.execute(
+        sa.select(c.id).where(c.state.in_(_NOT_FINAL)).order_by(c.receive_ts, c.id).limit(1)
+    ).scalar_one_or_none()
+    return None if oldest_id is None else store.get(oldest_id, connection)
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """One entry of the error code catalogue."""
+
+    code: str
+    name: str
+    meaning: str
+    #: how many messages have it as their last error code
+    messages: int = 0
+
+
+#: what the codes the engine writes itself (:class:`~openroute.engine.outcome.ErrorCode`) mean
+ENGINE_CODE_MEANINGS = {
+    "CANCELLED": "an operator cancelled the message (console, admin API or CLI)",
+    "CHILD_FAILED": "a child message of a split ended FAILED, so its parent did too",
+    "DROPPED": "an interceptor dropped the message",
+    "EXT_CALL_IN_PROGRESS": "another message of the same entity was making the same external call",
+    "FUNNEL": "another message with the same funnel value was processing (or older, with guaranteed order)",
+    "OBSOLETE": "a newer message of the same entity had already ended OK (SKIPPED)",
+    "PROCESSING_ABANDONED": "the node processing the message died; repoll gave it back to the queue",
+    "TECHNICAL_ERROR": "a step raised a TechnicalError without a code; retried per the route's retry policy",
+    "VALIDATION_ERROR": "the message was invalid when processed (FAILED at once)",
+}
+
+
+def _error_classes() -> Iterator[type[BaseException]]:
+    seen: set[type[BaseException]] = set()
+    pending: list[type[BaseException]] = [core_errors.OpenrouteError]
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        yield cls
+        pending.extend(cls.__subclasses__())
+
+
+def error_catalogue(store: MessageStore) -> list[ErrorCode]:
+    """The error codes openroute defines (error classes with a ``code``, the engine's own codes) and every other
+    code found as a message's last error (business error codes of the routes), with how many messages have it."""
+    import openroute.admin.api  # load the error classes the catalogue lists
+    import openroute.inbound.errors  # noqa: F401
+
+    c = message_table.c
+    with store.engine.connect() as connection:
+        seen = {code: int(count) for code, count in connection.execute(
+            sa.select(c.last_error_code, sa.func.count()).where(c.last_error_code.is_not(None))
+            .group_by(c.last_error_code)
+        )}
+    entries: dict[str, ErrorCode] = {}
+    for cls in _error_classes():
+        code = cls.__dict__.get("code")
+        if isinstance(code, str) and code not in entries:
+            doc = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
+            entries[code] = ErrorCode(code, cls.__name__, doc, seen.get(code, 0))
+    for code in [*(c.value for c in EngineErrorCode), "TECHNICAL_ERROR"]:
+        meaning = ENGINE_CODE_MEANINGS.get(code, "written by the engine")
+        entries.setdefault(code, ErrorCode(code, "engine", meaning, seen.get(code, 0)))
+    for code, count in seen.items():
+        entries.setdefault(code, ErrorCode(code, "route", "set by a route (business or technical error code)", count))
+    return sorted(entries.values(), key=lambda e: e.code)

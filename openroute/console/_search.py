@@ -1,0 +1,97 @@
+"""The console's message search: the admin API's filters and its search, one keyset page at a time."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from openroute.admin.api import InvalidQueryError, search_conditions
+from openroute.persistence import MessageStore, StoredMessage, message_table
+
+#: the search form's text fields (name, label), in the order shown; ``state`` is a set of checkboxes
+SEARCH_FIELDS = (
+    ("service", "Service"),
+    ("operation", "Operation"),
+    ("source_system", "Source system"),
+    ("correlation_id", "Correlation id"),
+    ("object_id", "Object id"),
+    ("process_id", "Process id"),
+    ("entity_type", "Entity type"),
+    ("received_from", "Received from"),
+    ("received_to", "Received before"),
+)
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of search results, newest first."""
+
+    items: list[StoredMessage]
+    next_cursor: str | None
+    total: int
+    total_estimated: bool
+
+
+def _decode(cursor: str) -> int:
+    try:
+        value = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
+        if value < 1:
+            raise ValueError
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidQueryError(f"cursor {cursor[:60]!r} is not one this search returned") from None
+    return value
+
+
+def _encode(message_id: int) -> str:
+    return base64.urlsafe_b64encode(str(message_id).encode()).decode().rstrip("=")
+
+
+def search_page(store: MessageStore, params: Any) -> Page:
+    """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
+    strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``. Empty values are ignored
+    (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
+    flat: dict[str, Any] = {}
+    states: list[str] = []
+    items = params.multi_items() if hasattr(params, "multi_items") else _pairs(params)
+    for key, value in items:
+        if key == "state":
+            states.append(value)
+        elif value != "":
+            flat[key] = value
+    cursor = flat.pop("cursor", None)
+    raw_limit = flat.pop("limit", None)
+    try:
+        limit = DEFAULT_LIMIT if raw_limit is None else int(raw_limit)
+    except ValueError:
+        raise InvalidQueryError(f"limit must be an integer, got {str(raw_limit)[:40]!r}") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
+    conditions = search_conditions(flat, states)
+    c = message_table.c
+    page_conditions = list(conditions)
+    if cursor is not None:
+        page_conditions.append(c.id < _decode(cursor))
+    with store.engine.connect() as connection:
+        total = int(connection.execute(
+            sa.select(sa.func.count()).select_from(message_table).where(*conditions)).scalar_one())
+        rows = connection.execute(
+            sa.select(c.id).where(*page_conditions).order_by(c.id.desc()).limit(limit + 1)).scalars().all()
+        found = store.find(c.id.in_(rows[:limit]), connection=connection) if rows else []
+    found.sort(key=lambda m: m.id, reverse=True)
+    next_cursor = _encode(found[-1].id) if len(rows) > limit and found else None
+    return Page(found, next_cursor, total, False)
+
+
+def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for key, value in params.items():
+        for item in value if isinstance(value, list | tuple) else [value]:
+            pairs.append((key, str(item)))
+    return pairs

@@ -1,0 +1,401 @@
+"""``openroute messages list|show|restart|cancel``: the operator's command line over the store or a server.
+
+With ``--database-url`` (default: ``OPENROUTE_DATABASE_URL``, else the SQLite file) it reads the store and acts
+through an :class:`~openroute.engine.Engine` that is not started (a restarted message is picked up by the next
+repoll of a running node); with ``--url`` it talks to a running server's admin API (``--user``, password from
+``OPENROUTE_ADMIN_PASSWORD`` or a prompt). Output: aligned tables on a terminal, tab-separated lines in a pipe,
+JSON with ``--json``::
+
+    openroute messages list --state FAILED --service crm
+    openroute messages show 42 --json
+    openroute messages restart 42 43
+    openroute messages restart --state FAILED --operation setCustomer --dry-run
+    openroute messages cancel --state PARTLY_FAILED --source-system ERP --yes
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+#: (option, admin search parameter)
+FILTERS = (
+    ("--service", "service"),
+    ("--operation", "operation"),
+    ("--source-system", "source_system"),
+    ("--correlation-id", "correlation_id"),
+    ("--object-id", "object_id"),
+    ("--process-id", "process_id"),
+    ("--entity-type", "entity_type"),
+    ("--received-from", "received_from"),
+    ("--received-to", "received_to"),
+)
+LIST_COLUMNS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "failedCount",
+                "lastErrorCode", "receivedAt")
+#: messages acted on by one bulk command at most
+BULK_LIMIT = 100_000
+
+
+class CliError(Exception):
+    """A problem the command reports on stderr with exit code 2 (bad input, nothing done)."""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``messages`` and its subcommands on the ``openroute`` parser."""
+    messages = subparsers.add_parser("messages", help="search, show, restart and cancel messages")
+    commands = messages.add_subparsers(dest="messages_command", required=True)
+
+    def common(parser: argparse.ArgumentParser) -> None:
+        where = parser.add_mutually_exclusive_group()
+        where.add_argument("--database-url", default=None, help="SQLAlchemy URL of the store")
+        where.add_argument("--url", default=None, help="base URL of a running server (its admin API)")
+        parser.add_argument("--user", default=os.environ.get("OPENROUTE_ADMIN_USER"),
+                            help="admin API user with --url (password: OPENROUTE_ADMIN_PASSWORD or a prompt)")
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    def filters(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--state", action="append", default=[], help="a state (repeat for several)")
+        for option, _ in FILTERS:
+            parser.add_argument(option, default=None)
+
+    listing = commands.add_parser("list", help="messages matching the filters, newest first")
+    common(listing)
+    filters(listing)
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (1-500, default 50)")
+    listing.add_argument("--cursor", default=None, help="continue after the page that printed this cursor")
+
+    show = commands.add_parser("show", help="one message with its history, calls, children and confirmation")
+    common(show)
+    show.add_argument("id", type=int)
+
+    for name, what in (("restart", "restart FAILED / CANCEL messages"), ("cancel", "cancel messages not final")):
+        action = commands.add_parser(name, help=f"{what}: the given ids, or every message matching the filters")
+        common(action)
+        filters(action)
+        action.add_argument("ids", type=int, nargs="*", help="message ids (or give filters instead)")
+        action.add_argument("--dry-run", action="store_true", help="only count the messages the filters match")
+        action.add_argument("--yes", action="store_true", help="do not ask for confirmation (scripts)")
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
+        stdin: TextIO | None = None) -> int:
+    """Run ``openroute messages ...``; returns the exit code (0 done, 1 some action refused, 2 bad input)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    stdin = stdin or sys.stdin
+    try:
+        backend = _backend(args, stdin)
+        try:
+            return _dispatch(args, backend, out, err, stdin)
+        finally:
+            backend.close()
+    except CliError as error:
+        print(f"openroute messages: {error}", file=err)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    command = args.messages_command
+    if command == "list":
+        items, cursor, total, estimated = backend.search(_filter_params(args), args.cursor, args.limit)
+        if args.json:
+            body: dict[str, Any] = {"total": total, "countEstimated": estimated, "items": items}
+            if cursor is not None:
+                body["nextCursor"] = cursor
+            print(json.dumps(body, indent=2), file=out)
+        else:
+            _table(items, LIST_COLUMNS, out)
+            more = f"; next page: --cursor {cursor}" if cursor is not None else ""
+            print(f"{len(items)} of {total}{'+' if estimated else ''} matching{more}", file=err)
+        return 0
+    if command == "show":
+        detail = backend.detail(args.id)
+        if args.json:
+            print(json.dumps(detail, indent=2), file=out)
+        else:
+            _show(detail, out)
+        return 0
+    return _act(args, backend, out, err, stdin)
+
+
+def _act(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin: TextIO) -> int:
+    action = args.messages_command
+    params = _filter_params(args)
+    if args.ids and params:
+        raise CliError("give message ids or filters, not both")
+    if not args.ids and not params:
+        raise CliError(f"give message ids or filters (e.g. --state FAILED --service crm) to {action}")
+    if args.ids:
+        ids = list(dict.fromkeys(args.ids))
+    else:
+        if action == "restart" and not params.get("state"):
+            params["state"] = ["FAILED"]  # only FAILED and CANCEL can be restarted; FAILED is what one means
+        ids = list(backend.matching_ids(params))
+    if args.dry_run:
+        print(json.dumps({"action": action, "matching": len(ids)}) if args.json
+              else f"{action}: {len(ids)} messages match (dry run, nothing done)", file=out)
+        return 0
+    if not ids:
+        print(f"{action}: no message matches", file=err)
+        return 0
+    if not args.yes:
+        if not stdin.isatty():
+            raise CliError(f"{action} of {len(ids)} messages needs --yes when not run on a terminal")
+        print(f"{action.capitalize()} {len(ids)} messages? [y/N] ", end="", file=err, flush=True)
+        if stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing done", file=err)
+            return 1
+    results = backend.act(action, ids)
+    refused = [r for r in results if not r["ok"]]
+    if args.json:
+        print(json.dumps({"action": action, "done": len(results) - len(refused), "results": results}, indent=2),
+              file=out)
+    else:
+        for result in results:
+            print(f"{result['id']}\t{'done' if result['ok'] else 'refused'}\t{result['detail']}", file=out)
+        print(f"{action}: {len(results) - len(refused)} done, {len(refused)} refused", file=err)
+    return 1 if refused else 0
+
+
+def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if getattr(args, "state", None):
+        params["state"] = list(args.state)
+    for option, name in FILTERS:
+        value = getattr(args, option.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            params[name] = value
+    return params
+
+
+# -- output -----------------------------------------------------------------------------------------
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = str(value)
+    return text.replace("T", " ")[:23] if isinstance(value, str) and len(text) > 19 and text[10:11] == "T" else text
+
+
+def _table(items: list[dict[str, Any]], columns: Sequence[str], out: TextIO) -> None:
+    rows = [[_cell(item.get(column)) for column in columns] for item in items]
+    if not out.isatty():
+        for row in rows:
+            print("\t".join(row), file=out)
+        return
+    widths = [max([len(column)] + [len(row[i]) for row in rows]) for i, column in enumerate(columns)]
+    print("  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True)).rstrip(), file=out)
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+def _show(detail: dict[str, Any], out: TextIO) -> None:
+    from openroute.console.app import pretty_payload
+
+    keys = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "processId", "entityType",
+            "objectId", "funnelValue", "failedCount", "receivedAt", "startedAt", "lastUpdateAt", "nextAttemptAt",
+            "nodeId", "parentId", "lastErrorCode", "lastErrorText")
+    width = max(len(k) for k in keys)
+    for key in keys:
+        print(f"{key.ljust(width)}  {_cell(detail.get(key))}", file=out)
+    for error in detail.get("businessErrors") or []:
+        print(f"{'businessError'.ljust(width)}  {error.get('code')}: {error.get('text')}", file=out)
+    if detail.get("confirmation"):
+        c = detail["confirmation"]
+        print(f"{'confirmation'.ljust(width)}  {c['status']} ({c['outcomeState']}, {c['attempts']} attempts)"
+              f"{' ' + c['lastError'] if c.get('lastError') else ''}", file=out)
+    sections = (
+        ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
+                                                         "nodeId", "cause")),
+        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "result",
+                                                               "lastError")),
+        ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
+    )
+    for title, items, columns in sections:
+        if items:
+            print(f"\n{title}:", file=out)
+            _table([{k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in i.items()} for i in items],
+                   columns, out)
+    print(f"\npayload ({detail.get('contentType')}):", file=out)
+    print(pretty_payload(detail.get("payload") or "", detail.get("contentType") or ""), file=out)
+
+
+# -- backends ---------------------------------------------------------------------------------------
+def _backend(args: argparse.Namespace, stdin: TextIO) -> Any:
+    if args.url:
+        if not args.user:
+            raise CliError("--url needs --user (or OPENROUTE_ADMIN_USER)")
+        password = os.environ.get("OPENROUTE_ADMIN_PASSWORD")
+        if password is None:
+            if not stdin.isatty():
+                raise CliError("set OPENROUTE_ADMIN_PASSWORD (no terminal to ask for the password)")
+            password = getpass.getpass(f"password of {args.user}: ")
+        return ServerBackend(args.url, args.user, password)
+    from openroute.persistence import DEFAULT_DATABASE_URL
+
+    return StoreBackend(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+
+
+class StoreBackend:
+    """Reads the store directly; acts through a (not started) engine, cause ``cli:<os user>``."""
+
+    def __init__(self, url: str) -> None:
+        from openroute.persistence import MessageStore
+
+        try:
+            self.store = MessageStore(url)
+            revision = self.store.current_revision()
+        except Exception as error:  # a bad URL or driver: say which
+            raise CliError(f"cannot open the store {url}: {error}") from None
+        if revision is None:
+            self.store.dispose()
+            raise CliError(f"{url} has no openroute schema (run: openroute db upgrade --database-url ...)")
+        self.cause = f"cli:{getpass.getuser()}"
+
+    def close(self) -> None:
+        self.store.dispose()
+
+    def _page(self, params: dict[str, Any], cursor: str | None, limit: int) -> Any:
+        from openroute.console._search import search_page
+
+        try:
+            return search_page(self.store, {**params, "limit": str(limit), **({"cursor": cursor} if cursor else {})})
+        except Exception as error:
+            if type(error).__name__ == "InvalidQueryError":
+                raise CliError(str(error)) from None
+            raise
+
+    def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
+                                                                                      str | None, int, bool]:
+        from openroute.admin.api import message_summary
+
+        page = self._page(params, cursor, limit)
+        return [message_summary(m) for m in page.items], page.next_cursor, page.total, page.total_estimated
+
+    def matching_ids(self, params: dict[str, Any]) -> Iterator[int]:
+        cursor, count = None, 0
+        while True:
+            page = self._page(params, cursor, 500)
+            for message in page.items:
+                count += 1
+                if count > BULK_LIMIT:
+                    raise CliError(f"more than {BULK_LIMIT} messages match: narrow the filters")
+                yield message.id
+            cursor = page.next_cursor
+            if cursor is None:
+                return
+
+    def detail(self, message_id: int) -> dict[str, Any]:
+        from openroute.admin.api import load_message_detail
+
+        detail = load_message_detail(self.store, message_id)
+        if detail is None:
+            raise CliError(f"no message {message_id}")
+        return detail
+
+    def act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        return asyncio.run(self._act(action, ids))
+
+    async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        from openroute.engine import Engine, EngineSettings
+        from openroute.errors import IllegalTransitionError, StaleMessageError
+        from openroute.route import RouteRegistry
+
+        engine = Engine(self.store, RouteRegistry(), EngineSettings(repoll_interval=None, db_threads=1,
+                                                                    node_id=f"cli-{os.getpid()}"))
+        results = []
+        try:
+            for message_id in ids:
+                try:
+                    if action == "restart":
+                        updated = await engine.restart(message_id, self.cause)
+                    else:
+                        updated = await engine.cancel(message_id, self.cause,
+                                                      reason=f"cancelled by operator {getpass.getuser()} (CLI)")
+                    results.append({"id": message_id, "ok": True, "detail": updated.state.value})
+                except (LookupError, IllegalTransitionError, StaleMessageError) as error:
+                    results.append({"id": message_id, "ok": False, "detail": str(error)})
+        finally:
+            await engine.stop()
+        return results
+
+
+class ServerBackend:
+    """Talks to the admin API of a running server (HTTP Basic)."""
+
+    def __init__(self, url: str, user: str, password: str) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=url.rstrip("/"), auth=(user, password), timeout=30)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _get(self, path: str, params: Any = None) -> Any:
+        import httpx
+
+        try:
+            response = self.http.get(path, params=params)
+        except httpx.HTTPError as error:
+            raise CliError(f"cannot reach {self.http.base_url}: {error}") from None
+        return self._answer(response)
+
+    @staticmethod
+    def _answer(response: Any) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"reason": response.text[:200]}
+        if response.status_code >= 400:
+            raise CliError(f"HTTP {response.status_code}: {body.get('reason', body)}")
+        return body
+
+    def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
+                                                                                      str | None, int, bool]:
+        query = {**params, "page_size": str(limit)}
+        if cursor is not None:
+            query["cursor"] = cursor
+        body = self._get("/admin/messages", query)
+        return body["items"], body.get("nextCursor"), body["total"], bool(body.get("countEstimated"))
+
+    def matching_ids(self, params: dict[str, Any]) -> Iterator[int]:
+        cursor, page, count = None, 1, 0
+        while True:
+            query = {**params, "page_size": "500"}
+            if cursor is not None:
+                query["cursor"] = cursor
+            elif page > 1:
+                query["page"] = str(page)  # a server without keyset pages
+            body = self._get("/admin/messages", query)
+            for item in body["items"]:
+                count += 1
+                if count > BULK_LIMIT:
+                    raise CliError(f"more than {BULK_LIMIT} messages match: narrow the filters")
+                yield int(item["id"])
+            cursor = body.get("nextCursor")
+            if cursor is None and ("page" not in body or page * 500 >= body["total"]):
+                return
+            page += 1
+
+    def detail(self, message_id: int) -> dict[str, Any]:
+        return dict(self._get(f"/admin/messages/{message_id}"))
+
+    def act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        import httpx
+
+        results = []
+        for message_id in ids:
+            try:
+                response = self.http.post(f"/admin/messages/{message_id}/{action}")
+            except httpx.HTTPError as error:
+                raise CliError(f"cannot reach {self.http.base_url}: {error}") from None
+            if response.status_code in (404, 409):
+                results.append({"id": message_id, "ok": False, "detail": response.json().get("reason")})
+            else:
+                results.append({"id": message_id, "ok": True, "detail": self._answer(response)["state"]})
+        return results

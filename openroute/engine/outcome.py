@@ -1,0 +1,201 @@
+"""Outcome rules: which state a message goes to next, and what changes with it (pure functions, no store).
+
+This is the one place that answers "when is a message FAILED?". A message ends FAILED when
+
+- a step raises a :class:`~openroute.errors.BusinessError` (or one of the route's business exceptions,
+  unless the route continues on business errors) or a :class:`~openroute.errors.ValidationError`
+  (its route is gone, or its custom data is not JSON), at once, without retries;
+- a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
+  count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
+  policy's delay (an attempt that declared no effect retries without counting);
+- one of its child messages ends FAILED or CANCEL (the parent of a split).
+
+The engine asks these functions for a :class:`Decision` and applies it through the state machine
+(:mod:`openroute.states`); nothing here touches the database, so every rule is tested without one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from openroute.errors import BusinessError, TechnicalError, ValidationError
+from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
+from openroute.retry import RetryPolicy
+
+__all__ = [
+    "MAX_ERROR_TEXT",
+    "Decision",
+    "ErrorCode",
+    "abandoned",
+    "after_attempt",
+    "cancelled",
+    "clip",
+    "dropped",
+    "held_by_funnel",
+    "obsolete",
+    "parent_outcome",
+    "restarted",
+]
+
+#: longest ``last_error_text`` stored (longer texts are clipped with "...")
+MAX_ERROR_TEXT = 4000
+
+
+class ErrorCode(StrEnum):
+    """The ``last_error_code`` values the engine itself writes (a step's errors bring their own codes)."""
+
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    PROCESSING_ABANDONED = "PROCESSING_ABANDONED"
+    CHILD_FAILED = "CHILD_FAILED"
+    OBSOLETE = "OBSOLETE"
+    FUNNEL = "FUNNEL"
+    DROPPED = "DROPPED"
+    CANCELLED = "CANCELLED"
+    EXT_CALL_IN_PROGRESS = "EXT_CALL_IN_PROGRESS"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next state of a message and the columns that change with it (for ``states.transition``)."""
+
+    target: MessageState
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> bool:
+        """True for OK, FAILED, SKIPPED and CANCEL."""
+        return self.target in FINAL_STATES
+
+
+def clip(text: str) -> str:
+    """``text`` cut to :data:`MAX_ERROR_TEXT` characters (the end replaced by "...")."""
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 3] + "..."
+
+
+def after_attempt(
+    message: StoredMessage,
+    error: BaseException | None,
+    *,
+    custom_data: Any,
+    business_errors: Sequence[Mapping[str, Any]],
+    no_effect: bool,
+    postponed_for: timedelta | None,
+    has_children: bool,
+    policy: RetryPolicy,
+    postpone_interval: timedelta,
+    now: datetime,
+) -> Decision:
+    """The outcome of one processing attempt of ``message`` that ended with ``error`` (None: the steps ran).
+
+    Success: POSTPONED when the route postponed it (``postponed_for`` negative: ``postpone_interval``),
+    WAITING_FOR_CHILDREN when it split, else OK. A business or validation error: FAILED at once. Any other
+    error is technical: PARTLY_FAILED with the failed count + 1 (unchanged when ``no_effect``) and due per
+    ``policy``, or FAILED when that count exhausts the policy. Custom data or business errors that are not
+    JSON turn the attempt into a validation error (the message keeps its previous custom data).
+    """
+    try:
+        json.dumps(custom_data)
+        json.dumps(list(business_errors))
+    except (TypeError, ValueError) as bad:
+        custom_data = message.custom_data
+        error = ValidationError(f"custom data or business errors are not JSON: {bad}")
+    changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors)}
+    if error is None:
+        if postponed_for is not None:
+            delay = postponed_for if postponed_for >= timedelta(0) else postpone_interval
+            return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
+        target = MessageState.WAITING_FOR_CHILDREN if has_children else MessageState.OK
+        return Decision(target, {**changes, "next_attempt_at": None})
+    if isinstance(error, BusinessError):
+        changes["business_errors"].append(error.to_dict())
+        changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None)
+        return Decision(MessageState.FAILED, changes)
+    if isinstance(error, ValidationError):
+        changes.update(last_error_code=ErrorCode.VALIDATION_ERROR.value, last_error_text=clip(str(error)),
+                       next_attempt_at=None)
+        return Decision(MessageState.FAILED, changes)
+    code = error.code if isinstance(error, TechnicalError) else type(error).__name__
+    changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"))
+    if no_effect:
+        # the route declared this attempt did nothing: retry, but it does not count
+        changes["next_attempt_at"] = now + policy.delay(max(message.failed_count, 1))
+        return Decision(MessageState.PARTLY_FAILED, changes)
+    failed = message.failed_count + 1
+    due = policy.next_attempt(failed, now)
+    changes.update(failed_count=failed, next_attempt_at=due)
+    return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, changes)
+
+
+def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Decision:
+    """A PROCESSING message whose node died (or ran past the lease): a technical failure, due now if retried."""
+    failed = message.failed_count + 1
+    due = policy.next_attempt(failed, now)
+    return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, {
+        "failed_count": failed,
+        "next_attempt_at": now if due is not None else None,
+        "last_error_code": ErrorCode.PROCESSING_ABANDONED.value,
+        "last_error_text": f"node {message.node_id} did not finish processing (started {message.start_process_ts})",
+    })
+
+
+def parent_outcome(parent: StoredMessage, children: Sequence[StoredMessage]) -> Decision | None:
+    """A parent WAITING_FOR_CHILDREN: FAILED as soon as a child is FAILED or CANCEL (their business errors
+    join the parent's), OK when every child is OK or SKIPPED, None while some child is not final."""
+    failed = [c for c in children if c.state in (MessageState.FAILED, MessageState.CANCEL)]
+    if failed:
+        errors = list(parent.business_errors)
+        for child in failed:
+            errors.extend(child.business_errors)
+        return Decision(MessageState.FAILED, {
+            "next_attempt_at": None, "business_errors": errors, "last_error_code": ErrorCode.CHILD_FAILED.value,
+            "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
+        })
+    if all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
+        return Decision(MessageState.OK, {"next_attempt_at": None})
+    return None
+
+
+def obsolete(message: StoredMessage) -> Decision:
+    """A newer message of the same entity already ended OK: this one ends SKIPPED without running."""
+    return Decision(MessageState.SKIPPED, {
+        "next_attempt_at": None, "last_error_code": ErrorCode.OBSOLETE.value,
+        "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
+    })
+
+
+def held_by_funnel(funnel: str, blocker: int, now: datetime, postpone_interval: timedelta) -> Decision:
+    """Message ``blocker`` holds the funnel value: POSTPONED, due again after ``postpone_interval``."""
+    return Decision(MessageState.POSTPONED, {
+        "next_attempt_at": now + postpone_interval, "last_error_code": ErrorCode.FUNNEL.value,
+        "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
+    })
+
+
+def dropped(message: StoredMessage, reason: str, custom_data: Any) -> Decision:
+    """An interceptor dropped the message: SKIPPED, the reason recorded (custom data kept if it is JSON)."""
+    try:
+        json.dumps(custom_data)
+    except (TypeError, ValueError):
+        custom_data = message.custom_data
+    return Decision(MessageState.SKIPPED, {
+        "next_attempt_at": None, "custom_data": custom_data,
+        "last_error_code": ErrorCode.DROPPED.value, "last_error_text": clip(reason),
+    })
+
+
+def cancelled(reason: str | None = None) -> Decision:
+    """An operator cancelled the message: CANCEL (final), nothing due, error code CANCELLED with ``reason``."""
+    return Decision(MessageState.CANCEL, {
+        "next_attempt_at": None, "last_error_code": ErrorCode.CANCELLED.value,
+        "last_error_text": clip(reason or "cancelled"),
+    })
+
+
+def restarted(now: datetime) -> Decision:
+    """An operator restarted a FAILED or CANCEL message: PARTLY_FAILED, due now, failed count back to 0."""
+    return Decision(MessageState.PARTLY_FAILED, {"next_attempt_at": now, "failed_count": 0})

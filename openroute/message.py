@@ -1,0 +1,42 @@
+"""The inbound message: what an endpoint (HTTP, SOAP, a split step) hands to the engine to be stored NEW.
+
+It is the one description of a message before it has an id; :meth:`InboundMessage.to_new_message` turns it
+into the store's :class:`~openroute.persistence.NewMessage` (the same fields plus the receive time and the
+parent), so the defaults (e.g. the entity type) are decided in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+
+from openroute.persistence import MessageFields, NewMessage
+
+__all__ = ["InboundMessage"]
+
+
+@dataclass(frozen=True)
+class InboundMessage(MessageFields):
+    """What an inbound endpoint (HTTP/SOAP) hands to :meth:`Engine.accept <openroute.engine.Engine.accept>`: the
+    message's fields (see :class:`~openroute.persistence.MessageFields`) and what the binding extracted."""
+
+    process_id: str | None = None
+    message_timestamp: datetime | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    object_id: str | None = None
+    #: with an object id, None means the operation (an entity is entity type + object id)
+    entity_type: str | None = None
+    funnel_value: str | None = None
+
+    def to_new_message(self, receive_ts: datetime, parent_id: int | None = None) -> NewMessage:
+        """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""
+        shared = {name: getattr(self, name) for name in _SHARED}
+        # an entity is (entity type, object id); the entity type defaults to the operation
+        entity_type = self.entity_type or (self.operation if self.object_id is not None else None)
+        return NewMessage(**shared, receive_ts=receive_ts, process_id=self.process_id, msg_ts=self.message_timestamp,
+                          headers=dict(self.headers), object_id=self.object_id, entity_type=entity_type,
+                          funnel_value=self.funnel_value, parent_id=parent_id)
+
+
+_SHARED = tuple(f.name for f in fields(MessageFields))

@@ -1,0 +1,28 @@
+"""the state an operator gives a node: RUN, HANDLES_EXISTING_MESSAGES (draining), STOPPED
+
+Revision ID: 0005
+Revises: 0003
+Create Date: 2026-11-23 10:30:00
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+_STATES = ("RUN", "HANDLES_EXISTING_MESSAGES", "STOPPED")
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("node", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("state", sa.Enum(*_STATES, name="node_state", native_enum=False, length=32),
+                                      nullable=False, server_default="RUN"))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("node", schema=None) as batch_op:
+        batch_op.drop_column("state")

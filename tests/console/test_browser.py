@@ -1,0 +1,217 @@
+"""The console in a real browser: headless Chromium from the distribution's packages, driven by Selenium.
+
+Search, open a detail, restart a FAILED message and see it end OK, cancel, drain a node. With
+``OPENROUTE_SCREENSHOTS=docs`` the screenshots of the main pages are written to docs/img/console-*.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
+
+from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.errors import BusinessError, TechnicalError
+from openroute.route import Exchange, Route, RouteRegistry
+from openroute.server import create_app
+from tests.console.conftest import auth, serving
+from tests.services import require
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+WAIT = 20
+#: the "CRM" the orders route calls: down until the test repairs it
+CRM = {"down": True}
+
+
+def chromium_problem() -> str | None:
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
+    if missing:
+        return f"{' and '.join(missing)} missing (apt-get install -y chromium chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[dev]')"
+    return None
+
+
+def _orders(exchange: Exchange) -> None:
+    if "fail" in exchange.payload and CRM["down"]:
+        raise BusinessError("CRM_REFUSED", "the CRM refused the customer")
+
+
+def _billing(exchange: Exchange) -> None:
+    raise TechnicalError("billing did not answer", code="BILLING_TIMEOUT")
+
+
+def registry() -> RouteRegistry:
+    return RouteRegistry([Route("orders", "create", [_orders]), Route("billing", "charge", [_billing])])
+
+
+def inbound(correlation_id: str, payload: str, service: str = "orders", operation: str = "create") -> InboundMessage:
+    return InboundMessage(service=service, operation=operation, payload=payload, content_type="application/json",
+                          correlation_id=correlation_id, source_system="CRM", object_id=correlation_id)
+
+
+class Served:
+    def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event]) -> None:
+        self.url, self.engine, self.ids, self.finals = url, engine, ids, finals
+        self.store = engine.store
+
+
+async def _populate(store: MessageStore) -> dict[str, int]:
+    worker = Engine(store, registry(), EngineSettings(repoll_interval=None, node_id="worker-1"))
+    await worker.start()
+    ids: dict[str, int] = {}
+    for name, correlation, payload in (("failed", "order-17", '{"order": 17, "fail": true, "lines": [1, 2]}'),
+                                       ("ok1", "order-18", '{"order": 18}'), ("ok2", "order-19", '{"order": 19}')):
+        ids[name] = (await worker.accept(inbound(correlation, payload))).message_id
+    ids["retrying"] = (await worker.accept(inbound("charge-5", '{"amount": 5}', "billing", "charge"))).message_id
+    await worker.wait_idle(WAIT)
+    await worker.stop()
+    return ids
+
+
+@pytest.fixture
+def served(sqlite_url: str) -> Iterator[Served]:
+    require("Chromium", chromium_problem)
+    CRM["down"] = True
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    ids = asyncio.run(_populate(store))
+    engine = Engine(store, registry(), EngineSettings(repoll_interval=None, node_id="console-node"))
+    finals: dict[int, threading.Event] = {}
+
+    async def on_final(message: StoredMessage) -> None:
+        finals.setdefault(message.id, threading.Event()).set()
+
+    engine.final_state_hooks.append(on_final)
+    with serving(create_app(engine, admin_auth=auth())) as url:
+        yield Served(url, engine, ids, finals)
+    store.dispose()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync", "--no-first-run",
+                     "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,900"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(WAIT)
+    credentials = base64.b64encode(b"ops:ops-secret").decode()
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {credentials}"}})
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver: Any, name: str, tmp_path: Path) -> None:
+    """Full-page screenshot; copied to docs/img/ when OPENROUTE_SCREENSHOTS=docs."""
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1280, min(max(int(height) + 40, 600), 2000))
+    target = tmp_path / f"console-{name}.png"
+    assert driver.save_screenshot(str(target))
+    driver.set_window_size(1280, 900)
+    if os.environ.get("OPENROUTE_SCREENSHOTS") == "docs":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(target, DOCS_IMG / target.name)
+
+
+def text(driver: Any, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.ID, element_id).text)
+
+
+def click(driver: Any, element_id: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.ID, element_id).click()
+    WebDriverWait(driver, WAIT).until(expected_conditions.staleness_of(old))  # the next page has loaded
+
+
+def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    ids, console = served.ids, f"{served.url}/console"
+    browser.get(f"{console}/")
+    assert text(browser, "count-FAILED") == "1" and text(browser, "count-OK") == "2"
+    assert text(browser, "count-PARTLY_FAILED") == "1"
+    assert "orders/create" in text(browser, "failing-routes")
+    shot(browser, "dashboard", tmp_path)
+
+    # search: FAILED messages of the orders service
+    click(browser, "nav-messages")
+    browser.find_element(By.CSS_SELECTOR, "input[name=state][value=FAILED]").click()
+    browser.find_element(By.ID, "f-service").send_keys("orders")
+    click(browser, "search")
+    listed = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "a[id^=open-]")]
+    assert listed == [str(ids["failed"])]
+    assert "state=FAILED" in browser.current_url and "service=orders" in browser.current_url
+    browser.get(f"{console}/messages")
+    shot(browser, "messages", tmp_path)
+
+    # open the detail of the FAILED message
+    browser.get(f"{console}/messages?state=FAILED")
+    click(browser, f"open-{ids['failed']}")
+    assert text(browser, "state") == "FAILED"
+    assert "CRM_REFUSED" in text(browser, "last-error")
+    assert '"lines": [\n    1,\n    2\n  ]' in text(browser, "payload")
+    assert "NEW PROCESSING" in " ".join(text(browser, "transitions").split())
+    shot(browser, "message", tmp_path)
+
+    # the CRM is repaired; restart the message and see it end OK
+    CRM["down"] = False
+    finished = served.finals.setdefault(ids["failed"], threading.Event())
+    finished.clear()
+    click(browser, "restart")
+    assert text(browser, "notice") == "Restarted."
+    assert finished.wait(WAIT), "the restarted message did not reach a final state"
+    browser.refresh()
+    assert text(browser, "state") == "OK"
+    assert "console:ops" in text(browser, "transitions")
+    assert served.store.get(ids["failed"]).state is MessageState.OK
+
+    # cancel the message waiting for its next attempt
+    browser.get(f"{console}/messages/{ids['retrying']}")
+    assert text(browser, "state") == "PARTLY_FAILED"
+    click(browser, "cancel")
+    assert text(browser, "state") == "CANCEL" and text(browser, "notice") == "Cancelled."
+    assert served.store.get(ids["retrying"]).state is MessageState.CANCEL
+
+    # drain this node: it refuses new messages from then on
+    click(browser, "nav-nodes")
+    assert text(browser, "state-console-node") == "RUN"
+    click(browser, "HANDLES_EXISTING_MESSAGES-console-node")
+    assert text(browser, "state-console-node") == "HANDLES_EXISTING_MESSAGES"
+    assert served.store.node_state("console-node") is NodeState.HANDLES_EXISTING_MESSAGES
+    shot(browser, "nodes", tmp_path)
+    refused = httpx.post(f"{served.url}/api/orders/create", json={"order": 20},
+                         headers={"X-Correlation-Id": "order-20", "X-Source-System": "CRM"}, timeout=WAIT)
+    assert refused.status_code == 503 and refused.json()["error"] == "NODE_NOT_ACCEPTING"
+
+    click(browser, "nav-errors")
+    assert "CRM_REFUSED" in text(browser, "error-codes")
+    shot(browser, "errors", tmp_path)

@@ -1,0 +1,145 @@
+"""The outcome rules (openroute/engine/outcome.py): when a message is FAILED, without a database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from openroute.persistence import MessageState, StoredMessage
+
+from openroute.engine import outcome
+from openroute.engine.outcome import ErrorCode
+from openroute.errors import BusinessError, TechnicalError, ValidationError
+from openroute.retry import RetryPolicy
+
+NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
+POLICY = RetryPolicy(max_attempts=3, interval=timedelta(seconds=10), backoff=2.0)
+POSTPONE = timedelta(seconds=30)
+
+
+def message(**changes: Any) -> StoredMessage:
+    values: dict[str, Any] = dict(
+        id=7, correlation_id="c-1", source_system="crm", process_id=None, service="crm", operation="setCustomer",
+        object_id="42", entity_type="customer", funnel_value=None, payload="{}", content_type="application/json",
+        headers={}, state=MessageState.PROCESSING, failed_count=0, receive_ts=NOW, msg_ts=None,
+        start_process_ts=NOW, last_update_ts=NOW, next_attempt_at=None, node_id="node-a",
+        custom_data={"seen": 1}, business_errors=[], last_error_code=None, last_error_text=None,
+        parent_id=None, version=2,
+    )
+    values.update(changes)
+    return StoredMessage(**values)
+
+
+def attempt(error: BaseException | None, msg: StoredMessage | None = None, **options: Any) -> outcome.Decision:
+    settings: dict[str, Any] = dict(custom_data={"seen": 2}, business_errors=[], no_effect=False, postponed_for=None,
+                                    has_children=False, policy=POLICY, postpone_interval=POSTPONE, now=NOW)
+    settings.update(options)
+    return outcome.after_attempt(msg or message(), error, **settings)
+
+
+def test_steps_that_run_through_end_ok_with_their_custom_data() -> None:
+    decision = attempt(None)
+    assert decision.target is MessageState.OK and decision.final
+    assert decision.changes == {"custom_data": {"seen": 2}, "business_errors": [], "next_attempt_at": None}
+
+
+def test_a_split_waits_for_its_children_and_a_postponed_attempt_is_due_after_its_delay() -> None:
+    assert attempt(None, has_children=True).target is MessageState.WAITING_FOR_CHILDREN
+    later = attempt(None, postponed_for=timedelta(seconds=5))
+    assert later.target is MessageState.POSTPONED and later.changes["next_attempt_at"] == NOW + timedelta(seconds=5)
+    default = attempt(None, postponed_for=timedelta(-1))  # the exchange's "engine default" marker
+    assert default.changes["next_attempt_at"] == NOW + POSTPONE
+    assert not default.final
+
+
+def test_a_business_error_fails_at_once_and_is_kept_with_the_message() -> None:
+    error = BusinessError("NO_CREDIT", "customer has no credit")
+    decision = attempt(error, business_errors=[{"code": "A", "text": "a"}])
+    assert decision.target is MessageState.FAILED
+    assert decision.changes["business_errors"] == [{"code": "A", "text": "a"},
+                                                   {"code": "NO_CREDIT", "text": "customer has no credit"}]
+    assert decision.changes["last_error_code"] == "NO_CREDIT" and "failed_count" not in decision.changes
+
+
+def test_a_validation_error_fails_at_once_without_counting() -> None:
+    decision = attempt(ValidationError("bad customer id"))
+    assert decision.target is MessageState.FAILED
+    assert decision.changes["last_error_code"] == ErrorCode.VALIDATION_ERROR == "VALIDATION_ERROR"
+    assert decision.changes["next_attempt_at"] is None and "failed_count" not in decision.changes
+
+
+def test_custom_data_that_is_not_json_is_a_validation_error_keeping_the_old_data() -> None:
+    decision = attempt(None, custom_data={"when": object()})
+    assert decision.target is MessageState.FAILED
+    assert decision.changes["custom_data"] == {"seen": 1}
+    assert "not JSON" in decision.changes["last_error_text"]
+
+
+def test_a_technical_error_counts_and_is_retried_until_the_policy_is_exhausted() -> None:
+    first = attempt(TechnicalError("billing down", "BILLING_DOWN"))
+    assert first.target is MessageState.PARTLY_FAILED
+    assert first.changes["failed_count"] == 1
+    assert first.changes["next_attempt_at"] == NOW + timedelta(seconds=10)
+    assert first.changes["last_error_code"] == "BILLING_DOWN"
+    second = attempt(ConnectionError("refused"), message(failed_count=1))
+    assert second.changes["next_attempt_at"] == NOW + timedelta(seconds=20)
+    assert second.changes["last_error_code"] == "ConnectionError"
+    last = attempt(ConnectionError("refused"), message(failed_count=2))
+    assert last.target is MessageState.FAILED and last.final
+    assert last.changes["failed_count"] == 3 and last.changes["next_attempt_at"] is None
+
+
+def test_an_attempt_without_effect_retries_without_counting() -> None:
+    decision = attempt(ConnectionError("refused"), message(failed_count=2), no_effect=True)
+    assert decision.target is MessageState.PARTLY_FAILED
+    assert "failed_count" not in decision.changes
+    assert decision.changes["next_attempt_at"] == NOW + timedelta(seconds=20)
+
+
+def test_long_error_texts_are_clipped() -> None:
+    decision = attempt(TechnicalError("x" * 10_000))
+    assert len(decision.changes["last_error_text"]) == outcome.MAX_ERROR_TEXT
+    assert decision.changes["last_error_text"].endswith("...")
+
+
+@pytest.mark.parametrize(("failed_count", "target"), [(0, MessageState.PARTLY_FAILED), (2, MessageState.FAILED)])
+def test_an_abandoned_message_is_a_technical_failure_due_now(failed_count: int, target: MessageState) -> None:
+    decision = outcome.abandoned(message(failed_count=failed_count), POLICY, NOW)
+    assert decision.target is target
+    assert decision.changes["failed_count"] == failed_count + 1
+    assert decision.changes["next_attempt_at"] == (NOW if target is MessageState.PARTLY_FAILED else None)
+    assert decision.changes["last_error_code"] == "PROCESSING_ABANDONED"
+    assert "node-a" in decision.changes["last_error_text"]
+
+
+def test_a_parent_fails_with_its_failed_childrens_errors_and_ends_ok_when_all_are_done() -> None:
+    parent = message(state=MessageState.WAITING_FOR_CHILDREN, business_errors=[{"code": "P", "text": "p"}])
+    ok = message(id=8, state=MessageState.OK)
+    skipped = message(id=9, state=MessageState.SKIPPED)
+    failed = message(id=10, state=MessageState.FAILED, business_errors=[{"code": "C", "text": "c"}])
+    running = message(id=11, state=MessageState.PROCESSING)
+    assert outcome.parent_outcome(parent, [ok, running]) is None
+    assert outcome.parent_outcome(parent, [ok, skipped]) == outcome.Decision(MessageState.OK, {"next_attempt_at": None})
+    decision = outcome.parent_outcome(parent, [ok, failed, running])
+    assert decision is not None and decision.target is MessageState.FAILED
+    assert decision.changes["business_errors"] == [{"code": "P", "text": "p"}, {"code": "C", "text": "c"}]
+    assert decision.changes["last_error_code"] == "CHILD_FAILED" and "10" in decision.changes["last_error_text"]
+    cancelled = outcome.parent_outcome(parent, [message(id=12, state=MessageState.CANCEL)])
+    assert cancelled is not None and cancelled.target is MessageState.FAILED
+
+
+def test_obsolete_funnel_dropped_cancel_and_restart_decisions() -> None:
+    assert outcome.obsolete(message()).target is MessageState.SKIPPED
+    assert outcome.obsolete(message()).changes["last_error_code"] == "OBSOLETE"
+    held = outcome.held_by_funnel("customer-42", 3, NOW, POSTPONE)
+    assert held.target is MessageState.POSTPONED and held.changes["next_attempt_at"] == NOW + POSTPONE
+    assert "message 3" in held.changes["last_error_text"]
+    dropped = outcome.dropped(message(), "spam", {"bad": object()})
+    assert dropped.target is MessageState.SKIPPED and dropped.changes["custom_data"] == {"seen": 1}
+    assert dropped.changes["last_error_code"] == "DROPPED" and dropped.changes["last_error_text"] == "spam"
+    assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {
+        "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled"})
+    assert outcome.cancelled("asked by crm").changes["last_error_text"] == "asked by crm"
+    assert outcome.restarted(NOW) == outcome.Decision(MessageState.PARTLY_FAILED,
+                                                      {"next_attempt_at": NOW, "failed_count": 0})

@@ -1,0 +1,177 @@
+"""Archiving on real Spark and each real database: what moves, the copy read back, interruptions, bad input."""
+
+from __future__ import annotations
+
+import importlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import ExternalCallStatus, MessageState, MessageStore
+from openroute.persistence.models import confirmation_table, message_transition_table
+
+from openroute.cli import main
+from openroute.spark.archive import ArchiveResult, archive, parse_keep, read_archive
+from tests.spark.stores import NOW, many_failed, reprocess_store
+
+S = MessageState
+# the module (openroute.spark.archive is the function of the package's API)
+archive_module = importlib.import_module("openroute.spark.archive")
+
+
+def _transition_count(store: MessageStore) -> int:
+    with store.engine.connect() as connection:
+        return connection.execute(sa.select(sa.func.count()).select_from(message_transition_table)).scalar_one()
+
+
+def test_archive_moves_old_final_messages_with_their_rows_per_keep_time(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    ids = reprocess_store(database_url)
+    store = MessageStore(database_url)
+    store.record_external_call(ids["ok_newer"], "billing", ExternalCallStatus.OK, NOW, result={"invoice": 1})
+    with store.begin() as connection:
+        connection.execute(sa.insert(confirmation_table).values(
+            message_id=ids["ok_newer"], source_system="CRM", outcome_state=S.OK, status="SENT", attempts=1,
+            created_at=NOW, updated_at=NOW, sent_at=NOW))
+    transitions_before = _transition_count(store)
+    to = tmp_path / "archive"
+
+    first = archive(spark, database_url, keep="OK=1h", to=to, now=NOW, partitions=2)
+    assert (first.messages, first.external_calls, first.confirmations, first.deleted) == (2, 1, 1, 2)
+    assert store.get(ids["ok_newer"]) is None and store.get(ids["ok_older"]) is None
+    assert store.get(ids["f_plain"]) is not None, "FAILED has no keep time here: it stays"
+
+    second = archive(spark, database_url, keep={"FAILED": "1h", "CANCEL": timedelta(hours=1)}, to=to, now=NOW,
+                     batch_size=3, partitions=2)
+    assert second.messages == 9 and second.deleted == 9 and second.kept == 0
+    assert [m.id for m in store.find()] == [ids["waiting"]], "only the non-final message is left"
+    remaining = len(store.transitions_of(ids["waiting"]))
+    assert first.transitions + second.transitions + remaining == transitions_before
+
+    archived = read_archive(spark, to)
+    assert sorted(r.id for r in archived.select("id").collect()) == sorted(i for n, i in ids.items() if n != "waiting")
+    row = archived.where(archived.id == ids["parent"]).first()
+    assert (row.route, str(row.receive_date), row.state) == ("shop/createOrder", "2024-06-10", "FAILED")
+    calls = read_archive(spark, to, "external_call").collect()
+    assert [(c.message_id, c.call_key, c.route) for c in calls] == [(ids["ok_newer"], "billing", "crm/setCustomer")]
+    assert read_archive(spark, to, "confirmation").count() == 1
+    assert read_archive(spark, to, "message_transition").count() == first.transitions + second.transitions
+    assert (to / "message" / f"run={first.run_id}" / "receive_date=2024-06-10").is_dir()
+    assert archive(spark, database_url, keep="OK=1h,FAILED=1h", to=to, now=NOW) == ArchiveResult(None, to)
+    store.dispose()
+
+
+class Killed(BaseException):
+    """Stands for kill -9 at a point of the job (nothing after it runs)."""
+
+
+def _kill_at(monkeypatch: pytest.MonkeyPatch, phase: str, after: int = 1) -> None:
+    seen = {"n": 0}
+
+    def reached(name: str) -> None:
+        if name == phase:
+            seen["n"] += 1
+            if seen["n"] >= after:
+                raise Killed(phase)
+
+    monkeypatch.setattr(archive_module, "_reached", reached)
+
+
+def _nothing_lost(spark: Any, store: MessageStore, to: Path, all_ids: list[int]) -> list[int]:
+    live = {m.id for m in store.find()}
+    try:
+        archived = [r.id for r in read_archive(spark, to).select("id").collect()]
+    except ValueError:
+        archived = []
+    assert live | set(archived) == set(all_ids), "a message is neither in the store nor in a verified archive"
+    return archived
+
+
+def test_interrupted_at_any_point_loses_nothing_and_a_rerun_finishes(
+    spark: Any, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    all_ids = many_failed(sqlite_url, 10)
+    store = MessageStore(sqlite_url)
+    to = tmp_path / "archive"
+    keep = "FAILED=1h"
+
+    _kill_at(monkeypatch, "written")  # copy written, not yet verified
+    with pytest.raises(Killed):
+        archive(spark, sqlite_url, keep=keep, to=to, now=NOW + timedelta(hours=2), partitions=2)
+    assert len(store.find()) == 10 and _nothing_lost(spark, store, to, all_ids) == []
+
+    _kill_at(monkeypatch, "deleted-batch", after=2)  # verified, two batches of three deleted
+    with pytest.raises(Killed):
+        archive(spark, sqlite_url, keep=keep, to=to, now=NOW + timedelta(hours=2), batch_size=3, partitions=2)
+    assert len(store.find()) == 4
+    assert sorted(_nothing_lost(spark, store, to, all_ids)) == all_ids  # the unverified first copy is gone
+
+    monkeypatch.setattr(archive_module, "_reached", lambda name: None)
+    finished = archive(spark, sqlite_url, keep=keep, to=to, now=NOW + timedelta(hours=2), partitions=2)
+    assert len(finished.resumed) == 1 and len(finished.discarded) == 0 and finished.run_id is None
+    assert finished.deleted == 4 and store.find() == []
+    assert sorted(_nothing_lost(spark, store, to, all_ids)) == all_ids, "each message archived exactly once"
+    store.dispose()
+
+
+def test_a_message_changed_after_the_copy_stays_in_the_store(
+    spark: Any, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openroute import states
+
+    [first, *_rest] = many_failed(sqlite_url, 3)
+    store = MessageStore(sqlite_url)
+
+    def restart_first(name: str) -> None:
+        if name == "verified":  # an operator restarts it between the verified copy and the delete
+            states.transition(store, store.get(first), S.PARTLY_FAILED, NOW, {"failed_count": 0})
+
+    monkeypatch.setattr(archive_module, "_reached", restart_first)
+    result = archive(spark, sqlite_url, keep="FAILED=1h", to=tmp_path / "a", now=NOW + timedelta(hours=2),
+                     partitions=2)
+    assert (result.messages, result.deleted, result.kept) == (3, 2, 1)
+    assert [m.state for m in store.find()] == [S.PARTLY_FAILED]
+    store.dispose()
+
+
+@pytest.mark.parametrize(
+    ("keep", "says"),
+    [
+        ("OK", "'OK' is not STATE=AGE"),
+        ("NEW=1d", "NEW is not a final state"),
+        ("OK=soon", "OK='soon' is not an age"),
+        ("DONE=1d", "unknown state 'DONE'"),
+        (" , ", "give at least one STATE=AGE"),
+    ],
+)
+def test_bad_keep_times_are_refused(keep: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse_keep(keep)
+
+
+def test_parse_keep_reads_every_unit() -> None:
+    assert parse_keep("ok=90s,FAILED=2w,SKIPPED=12h,CANCEL=30m") == {
+        S.OK: timedelta(seconds=90), S.FAILED: timedelta(weeks=2), S.SKIPPED: timedelta(hours=12),
+        S.CANCEL: timedelta(minutes=30),
+    }
+
+
+def test_cli_archive_and_its_one_line_errors(
+    spark: Any, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    many_failed(sqlite_url, 2)
+    assert main(["spark", "archive", "--database-url", sqlite_url, "--keep", "FAILED=1s", "--to",
+                 str(tmp_path / "a"), "--partitions", "2"]) == 0
+    assert "archived 2 messages" in capsys.readouterr().out
+    for argv, says in [
+        (["--keep", "NEW=1d"], "NEW is not a final state"),
+        (["--batch-size", "0"], "batch size must be >= 1, got 0"),
+        (["--to", "s3://bucket/archive"], "archive to a local or mounted folder"),
+    ]:
+        full = ["spark", "archive", "--database-url", sqlite_url, "--keep", "FAILED=1d", "--to", str(tmp_path), *argv]
+        assert main(full) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err

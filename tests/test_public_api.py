@@ -1,0 +1,104 @@
+"""The public import surface of openroute: route authors need one import line, and the list is pinned."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import openroute
+
+PUBLIC = [
+    "Application", "BusinessError", "ChildMessage", "Clock", "ConfigurationError", "DeploymentError", "Engine",
+    "EngineSettings", "Exchange", "ExtCallScope", "InboundMessage", "InterceptionContext", "ManualClock",
+    "MessageDroppedByInterceptor", "MessageInterceptor", "MessageState", "OpenrouteError", "ParsedPayload",
+    "RetryPolicy", "Route", "RouteBuilder", "RouteDefinition", "RouteRegistry", "Step", "Steps", "SystemClock",
+    "TechnicalError", "ValidationError", "__version__", "parsed", "route", "steps",
+]
+
+
+def test_the_public_names_are_pinned() -> None:
+    assert sorted(openroute.__all__) == sorted(PUBLIC)
+    for name in openroute.__all__:
+        assert getattr(openroute, name) is not None, name
+
+
+def test_public_names_are_the_objects_of_their_home_modules() -> None:
+    for name in PUBLIC:
+        value = getattr(openroute, name)
+        home = getattr(value, "__module__", None)
+        if home is not None and home.startswith("openroute"):
+            assert getattr(importlib.import_module(home), name) is value, name
+
+
+def test_route_is_the_dsl_function_even_after_the_definitions_module_is_imported() -> None:
+    # openroute.route is also a module name: the package attribute must stay the DSL's route()
+    import openroute.route as definitions  # noqa: F401
+    from openroute import route
+
+    assert callable(route) and route.__module__ == "openroute.dsl"
+    assert route("crm", "setCustomer").service == "crm"
+
+
+def test_one_import_line_is_enough_to_write_and_run_a_route() -> None:
+    code = (
+        "from openroute import Application, BusinessError, Exchange, RetryPolicy, route, steps\n"
+        "def charge(exchange: Exchange) -> None:\n"
+        "    raise BusinessError('NO_CREDIT', 'no credit')\n"
+        "enrich = steps().process(lambda exchange: None)\n"
+        "app = Application(route('crm', 'charge').json().retry(RetryPolicy(max_attempts=2)).call(enrich)"
+        ".process(charge))\n"
+        "print(sorted(r.operation for r in app.routes))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['charge']"
+
+
+def test_the_old_homes_still_import() -> None:
+    from openroute.engine import Exchange as EngineExchange
+    from openroute.engine import InboundMessage
+    from openroute.route import ChildMessage, Exchange
+
+    assert Exchange is EngineExchange is openroute.Exchange
+    assert ChildMessage is openroute.ChildMessage
+    assert InboundMessage is openroute.InboundMessage
+
+
+def _imports(path: str) -> set[str]:
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(openroute.__file__).parent / path).read_text(encoding="utf-8"))
+    found: set[str] = set()
+    # module-level imports (TYPE_CHECKING blocks included); route.py's lazy __getattr__ for the old names is not
+    nodes = [node for top in tree.body for node in ([top] if not isinstance(top, ast.If) else ast.walk(top))]
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_definitions_do_not_import_the_runtime_or_the_endpoints() -> None:
+    # route.py is what a route is; dsl.py builds definitions; neither reaches into inbound/ (the endpoints)
+    for path, forbidden in (("route.py", ("openroute.engine", "openroute.inbound")),
+                            ("dsl.py", ("openroute.inbound",)),
+                            ("binding.py", ("openroute.engine",))):
+        bad = {name for name in _imports(path) if name.startswith(forbidden)}
+        assert not bad, f"{path} imports {sorted(bad)}"
+
+
+def test_inbound_and_new_messages_are_one_concept_and_keep_their_positional_order() -> None:
+    from datetime import UTC, datetime
+
+    from openroute.persistence import MessageFields, NewMessage
+
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    inbound = openroute.InboundMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", "p-1", at,
+                                       object_id="42")
+    new = inbound.to_new_message(at, parent_id=7)
+    assert isinstance(inbound, MessageFields) and isinstance(new, MessageFields)
+    assert new == NewMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", at, "p-1", at,
+                             object_id="42", entity_type="setCustomer", parent_id=7)
