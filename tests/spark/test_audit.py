@@ -305,3 +305,33 @@ def test_parse_duration() -> None:
     assert parse_duration("2h") == timedelta(hours=2)
     assert parse_duration(" 7d ") == timedelta(days=7)
     assert parse_duration("1w") == timedelta(weeks=1)
+
+
+def test_include_archive_reads_archived_messages_with_the_live_store(spark: Any, sqlite_url: str,
+                                                                     tmp_path: Path) -> None:
+    from openroute.spark.archive import archive
+
+    clean_store().write(sqlite_url)
+    moved = archive(spark, sqlite_url, keep="OK=1h,FAILED=1h", to=tmp_path / "archive", now=NOW, partitions=2)
+    engine = sa.create_engine(sqlite_url)
+    with engine.connect() as connection:
+        live = connection.execute(sa.text("SELECT count(*) FROM message")).scalar()
+    engine.dispose()
+    assert moved.deleted > 0 and live == 14 - moved.deleted
+
+    result = audit(spark, sqlite_url, now=NOW, partitions=2, include_archive=tmp_path / "archive")
+
+    # the same figures as before archiving, and archived confirmations and transitions still match their messages
+    assert result.passed, [(c.name, c.ids) for c in result.checks if not c.passed]
+    assert result.totals["messages"] == 14
+    assert result.totals["by_state"]["OK"] == 8
+    crm1 = one(result, "latency", service="crm", day=DAY1.date().isoformat())
+    assert (crm1["finished"], crm1["p50_s"], crm1["max_s"]) == (4, 20, 140)
+    result.release()
+
+
+def test_include_archive_without_a_finished_run_is_refused(spark: Any, sqlite_url: str, tmp_path: Path) -> None:
+    clean_store().write(sqlite_url)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AuditError, match=r"--include-archive .*empty: no finished archive run"):
+        audit(spark, sqlite_url, include_archive=tmp_path / "empty")
