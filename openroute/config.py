@@ -317,6 +317,35 @@ class ConfirmationsConfig(_Section):
         return DelegateConfirmationCallback(transports)
 
 
+class RetentionConfig(_Section):
+    """How long final messages are kept (``[retention]``; see :class:`openroute.retention.RetentionPolicy`).
+
+    ``keep`` maps a final state to its keep time, e.g. ``keep = { OK = "30d", FAILED = "180d" }``; with no
+    ``keep`` nothing is deleted and no job runs.
+    """
+
+    keep: dict[str, Duration] = {}
+    batch_size: int = Field(1000, ge=1)
+    interval: Duration = timedelta(hours=1)
+    max_batches: int = Field(100, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> RetentionConfig:
+        self.policy()  # the policy's own checks: final states only, non-negative keep times
+        return self
+
+    def policy(self) -> Any:
+        """The :class:`~openroute.retention.RetentionPolicy` (None when ``keep`` is empty)."""
+        if not self.keep:
+            return None
+        from openroute.retention import RetentionPolicy
+
+        try:
+            return RetentionPolicy(dict(self.keep), self.batch_size, self.interval, self.max_batches)
+        except ConfigurationError as error:
+            raise ValueError(str(error).removeprefix("retention: ")) from None
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -350,6 +379,7 @@ class ServerConfig(BaseSettings):
     inbound: InboundConfig = InboundConfig()
     auth: AuthConfig = AuthConfig()
     confirmations: ConfirmationsConfig = ConfirmationsConfig()
+    retention: RetentionConfig = RetentionConfig()
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
     openroute: dict[str, Any] = {}
     #: the same keys in the MicroProfile spelling ``mp.messaging.*``

@@ -325,3 +325,30 @@ def test_the_documented_example_loads(tmp_path: Path, monkeypatch: pytest.Monkey
 
     assert make_url(config.resolved_database_url()).password == "db secret"  # the URL round-trips the secret
     assert config.messaging_config() == {"openroute.messaging.incoming.orders.connector": "memory"}
+
+
+def test_retention_section_builds_the_policy_of_the_scheduled_job(tmp_path: Path) -> None:
+    from openroute.persistence import MessageState
+
+    assert ServerConfig().retention.policy() is None  # no keep times: nothing is deleted, no job runs
+    config = load_config(write(tmp_path, """
+[retention]
+keep = { OK = "30d", failed = "180d" }
+batch_size = 500
+interval = "10m"
+"""))
+    policy = config.retention.policy()
+    assert policy.keep == {MessageState.OK: timedelta(days=30), MessageState.FAILED: timedelta(days=180)}
+    assert (policy.batch_size, policy.interval, policy.max_batches) == (500, timedelta(minutes=10), 100)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('keep = { NEW = "1d" }', "NEW is not final"),
+    ('keep = { DONE = "1d" }', "unknown state 'DONE'"),
+    ('keep = { OK = "soon" }', "retention.keep.OK"),
+    ('keep = { OK = "1d" }\nbatch_size = 0', "retention.batch_size"),
+    ('keep = { OK = "1d" }\nsize = 3', "retention.size"),
+])
+def test_bad_retention_settings_are_refused_at_start(tmp_path: Path, text: str, expected: str) -> None:
+    found = problems(write(tmp_path, f"[retention]\n{text}\n"))
+    assert any(expected in line for line in found), found

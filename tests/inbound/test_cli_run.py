@@ -9,6 +9,7 @@ import queue
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -200,6 +201,30 @@ def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -
     failure = next(r for r in records if r["logger"] == "openroute.failures")
     assert failure["level"] == "WARNING" and failure["error"] == "ConnectionError: billing is down"
     assert 'raise ConnectionError("billing is down")' in failure["traceback"]
+
+
+def test_the_retention_section_runs_the_deletion_job(tmp_path: Path, serve) -> None:
+    """[retention] keep times reach the server: a FAILED message kept for 0 s is deleted and counted in /metrics."""
+    (tmp_path / "shopapp.py").write_text(USER_APP, encoding="utf-8")
+    (tmp_path / "openroute.toml").write_text(textwrap.dedent('''
+        database_url = "sqlite:///retention.db"
+        routes = "shopapp:app"
+        [retention]
+        keep = { FAILED = "0s" }
+        interval = "0.2s"
+    '''), encoding="utf-8")
+    server = serve(["--config", "openroute.toml"], cwd=tmp_path)
+    server.wait_for("serving 2 routes of shopapp:app")
+    headers = {"X-Source-System": "SHOP", "X-Correlation-Id": "c-gone"}
+    assert httpx.post(f"{server.base}/api/shop/pay", json={"n": 1}, headers=headers).status_code == 202
+    server.wait_for("PROCESSING -> FAILED")
+    deadline = time.monotonic() + 30
+    while 'openroute_retention_deleted_total{state="FAILED"} 1.0' not in httpx.get(f"{server.base}/metrics").text:
+        assert time.monotonic() < deadline, "the retention job did not delete the FAILED message within 30 s"
+        time.sleep(0.1)
+    assert server.stop() == 0
+    with sqlite3.connect(tmp_path / "retention.db") as connection:
+        assert connection.execute("select count(*) from message").fetchone() == (0,)
 
 
 def test_a_clean_stop_leaves_a_complete_sqlite_file(tmp_path: Path, serve) -> None:
