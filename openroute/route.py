@@ -41,7 +41,7 @@ class Route:
     ``validator`` runs at accept time and raises :class:`~openroute.errors.ValidationError` to refuse
     a message before it is stored.
 
-    The processing patterns (docs: "Processing patterns" in the README):
+    The processing patterns (docs/patterns.md):
 
     - ``obsolete_check``: before the steps run, a message for which a *newer* message (receive time) of the
       same entity type + object id already ended OK ends SKIPPED (never when it has no object id);

@@ -2,7 +2,7 @@
 
 Database work runs off the event loop: writes of the hot path (insert, claim, outcome) through a
 :class:`~openroute.engine._writer.GroupCommitWriter` (one thread, many operations per commit), reads and
-the exchange's external-call bookkeeping on a small thread pool. See "The message lifecycle" in the README.
+the exchange's external-call bookkeeping on a small thread pool. See docs/lifecycle.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reactive Messaging: channels, incoming/outgoing functions, messages and acks, emitters, connectors.
 
 ``from openroute.messaging import MessagingApp, Message, Emitter, OnOverflow, Acknowledgment``; see
-the "Reactive Messaging" section of the README.
+docs/messaging.md.
 """
 
 from openroute.messaging.app import ChannelPublisher, MessagingApp
