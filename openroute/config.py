@@ -95,6 +95,7 @@ class _Section(BaseModel):
 
 def _secret(owner: _Section, name: str) -> str | None:
     """The secret ``name`` of ``owner`` from exactly one of ``name``, ``name_file``, ``name_env`` (None if none)."""
+    inline: str | None
     inline, file, env = (getattr(owner, name), getattr(owner, f"{name}_file"), getattr(owner, f"{name}_env"))
     given = [key for key, value in ((name, inline), (f"{name}_file", file), (f"{name}_env", env)) if value is not None]
     if len(given) > 1:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from transitions import Machine
@@ -55,7 +55,7 @@ def _legal_pairs() -> dict[tuple[MessageState, MessageState], tuple[str, ...]]:
     for name, event in machine.events.items():
         for source, transitions in event.transitions.items():
             for item in transitions:
-                pairs.setdefault((MessageState(source), MessageState(item.dest)), []).append(name)
+                pairs.setdefault((MessageState(source), MessageState(cast(str, item.dest))), []).append(name)
     return {pair: tuple(names) for pair, names in pairs.items()}
 
 
@@ -166,7 +166,7 @@ def transition_many(
         [(r[0].id, r[0].version, r[0].state, MessageState(r[1]), r[2], _changed(r[0], r[3])) for r in chosen],
         connection,
         node_id=node_id,
-        cause=[r[4] if len(r) > 4 else "engine" for r in chosen],  # type: ignore[misc]
+        cause=[r[4] if len(r) > 4 else "engine" for r in chosen],
     )
     for index, written in zip(legal, flags, strict=True):
         message, target, now, changes = requests[index][:4]

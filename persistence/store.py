@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from openroute.persistence.models import (
@@ -159,7 +159,7 @@ class ExternalCall:
 
 
 def _insert_values(new: NewMessage) -> dict[str, Any]:
-    values = {
+    values: dict[str, Any] = {
         "correlation_id": new.correlation_id,
         "source_system": new.source_system,
         "process_id": new.process_id,
@@ -411,9 +411,9 @@ class MessageStore:
             dialect = conn.dialect
             names = list(rows[0])
             compiled = self._insert_message.compile(dialect=dialect, column_keys=names)
-            processors = {name: message_table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+            bind = {name: message_table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
                           for name in names}
-            self._insert_many = (compiled.string, [(n, p) for n, p in processors.items() if p is not None])
+            self._insert_many = (compiled.string, [(n, p) for n, p in bind.items() if p is not None])
         sql, processors = self._insert_many
         params = []
         for row in rows:
@@ -423,7 +423,7 @@ class MessageStore:
             params.append(row)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
-            cursor.executemany(sql, params, returning=True)
+            cursor.executemany(sql, params, returning=True)  # type: ignore[call-arg]  # psycopg 3 cursor, not the DB-API protocol
             ids: list[int | None] = []
             while True:
                 found = cursor.fetchone()
@@ -928,13 +928,13 @@ class MessageStore:
                 return None
             state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
             if state == MessageState.PROCESSING:
-                return int(holder)
+                return int(cast(int, holder))
             taken = conn.execute(
                 sa.update(funnel_lock_table)
                 .where(f.funnel_value == funnel_value, f.message_id == holder)
                 .values(message_id=message_id, acquired_at=now)
             ).rowcount
-            return None if taken == 1 else int(holder)
+            return None if taken == 1 else int(cast(int, holder))
 
         return self.run(work, connection)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 import sqlalchemy as sa
@@ -255,7 +255,7 @@ class AdminApi:
                     raise AuthenticationError("the admin API has no users configured")
                 roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
                 user = self.auth.authorize(request.headers, roles)
-                return await handler(request, user)
+                return cast(Response, await handler(request, user))
             except Exception as error:
                 if isinstance(error, IllegalTransitionError | StaleMessageError):
                     status, code = 409, type(error).__name__.removesuffix("Error").upper()

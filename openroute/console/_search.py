@@ -10,7 +10,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.admin.api import InvalidQueryError, search_conditions
+from openroute.admin.api import search_conditions
+from openroute.admin.search import InvalidQueryError
 from openroute.persistence import MessageStore, StoredMessage, message_table
 
 #: the search form's text fields (name, label), in the order shown; ``state`` is a set of checkboxes

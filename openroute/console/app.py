@@ -22,7 +22,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, urlencode
 
 import anyio.to_thread
@@ -36,7 +36,6 @@ from starlette.templating import Jinja2Templates
 
 from openroute.admin.api import (
     WEB_ROLE,
-    InvalidQueryError,
     MessageNotFoundError,
     NodeNotFoundError,
     load_message_detail,
@@ -44,6 +43,7 @@ from openroute.admin.api import (
     node_summary,
     parse_node_state,
 )
+from openroute.admin.search import InvalidQueryError
 from openroute.console import _queries
 from openroute.console._search import SEARCH_FIELDS, search_page
 from openroute.engine import Engine
@@ -274,7 +274,7 @@ class Console:
     async def node_state(self, request: Request, user: str, form: dict[str, list[str]]) -> Response:
         """Set a node's state (drain = HANDLES_EXISTING_MESSAGES)."""
         node_id = request.path_params["node_id"]
-        state = parse_node_state((form.get("state") or [None])[0])
+        state = parse_node_state((form.get("state") or [None])[0])  # type: ignore[list-item]  # a missing field reaches parse_node_state, which rejects it
         try:
             await self.engine.set_node_state(node_id, state)
         except LookupError:
@@ -313,5 +313,5 @@ def pretty_payload(payload: str, content_type: str = "") -> str:
             root = etree.fromstring(text.encode("utf-8"), parser)
         except (etree.XMLSyntaxError, ValueError):
             return payload
-        return etree.tostring(root, pretty_print=True, encoding="unicode")
+        return cast(str, etree.tostring(root, pretty_print=True, encoding="unicode"))
     return payload

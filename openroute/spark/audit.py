@@ -474,11 +474,14 @@ def audit(
     collected: dict[str, list[dict[str, Any]]] = {}
     for name, frame in stats.items():
         keys = frame.columns[:4]
-        collected[name] = sorted((json.loads(line) for line in lines[name]),
-                                 key=lambda r, keys=keys: tuple((r[k] is None, str(r[k])) for k in keys))
+
+        def order(r: dict[str, Any], keys: list[str] = keys) -> tuple[tuple[bool, str], ...]:
+            return tuple((r[k] is None, str(r[k])) for k in keys)
+
+        collected[name] = sorted((json.loads(line) for line in lines[name]), key=order)
     state_totals: dict[str, int] = {}
-    for row in collected["state_counts"]:
-        state_totals[row["state"]] = state_totals.get(row["state"], 0) + int(row["count"])
+    for entry in collected["state_counts"]:
+        state_totals[entry["state"]] = state_totals.get(entry["state"], 0) + int(entry["count"])
     totals = {
         "messages": sum(state_totals.values()),
         "by_state": dict(sorted(state_totals.items())),
@@ -514,7 +517,7 @@ def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
     ``parents`` carry the options every Spark job shares (``--database-url``, ``--master``, ``--partitions``,
     ``--jdbc-path``); without them this parser adds its own.
     """
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "audit", parents=list(parents),
         help="statistics and consistency checks of the message store (exit 1 when a check fails)",
         description="Audit the message store in Spark: per-route statistics and consistency checks. Writes "

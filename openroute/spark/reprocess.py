@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 
@@ -39,7 +39,7 @@ from openroute.persistence.models import message_table, message_transition_table
 from openroute.spark.session import read_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 S = MessageState
 
@@ -219,7 +219,7 @@ def plan_frame(
         c = c.where(F.lower(F.col("last_error_text")).contains(filters.error_text.lower()))
     if filters.business_error_code is not None:
         errors = F.from_json(F.col("business_errors"), "array<struct<code:string,text:string>>")
-        c = c.where(F.exists(errors, lambda e: e["code"] == filters.business_error_code))
+        c = c.where(F.exists(errors, lambda e: cast("Column", e["code"] == filters.business_error_code)))
     if filters.ids_file is not None:
         c = c.join(_ids_frame(spark, filters.ids_file, "id", numeric=True), "id", "left_semi")
     if filters.object_ids_file is not None:

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 
@@ -320,7 +320,7 @@ def read_query(spark: SparkSession, url: str, query: str, jdbc_path: str | os.Pa
     bounds and counts). Raises :class:`SparkSetupError` when the database does not answer."""
     source = jdbc_source(url, jdbc_path)
     try:
-        return _reader(spark, source).option("query", query).load()
+        return cast("DataFrame", _reader(spark, source).option("query", query).load())
     except Exception as error:
         raise SparkSetupError(f"cannot read {source.describe()}: {first_line(error)}") from None
 
@@ -373,7 +373,7 @@ def read_table(
             .option("numPartitions", str(max(1, min(partitions, hi - lo + 1))))
         )
     try:
-        frame = reader.load()
+        frame = cast("DataFrame", reader.load())
     except Exception as error:
         raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
     if source.backend == "sqlite":

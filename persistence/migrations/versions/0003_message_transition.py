@@ -6,6 +6,8 @@ Create Date: 2026-11-23 10:00:00
 """
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -19,7 +21,7 @@ _STATES = ("NEW", "PROCESSING", "PARTLY_FAILED", "POSTPONED", "WAITING_FOR_CHILD
            "CANCEL")
 
 
-def _state(column: str, nullable: bool) -> sa.Column:
+def _state(column: str, nullable: bool) -> sa.Column[Any]:
     return sa.Column(column, sa.Enum(*_STATES, name="message_state", native_enum=False, length=32),
                      nullable=nullable)
 
