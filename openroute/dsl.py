@@ -387,14 +387,22 @@ def route(service: str, operation: str) -> RouteBuilder:
 
 
 class Application:
-    """The routes of one application: what ``openroute run --routes module:attr`` serves.
+    """The one application container: what ``openroute run --routes module:attr`` serves.
 
-    ``routes`` is the engine's :class:`RouteRegistry`, ``bindings`` the inbound bindings. Raises one
-    :class:`DeploymentError` listing every problem: duplicate routes, two routes on one SOAP element or
-    SOAPAction, splits into unregistered routes, unfinished or broken definitions.
+    ``routes`` is the engine's :class:`RouteRegistry`, ``bindings`` the inbound bindings (None only for an
+    application made by :meth:`of` from a bare registry: the default bindings). The keyword-only ``mounts``
+    (``(path, ASGI app)`` pairs added to the server's app) and ``notes`` (strings printed at start) are kept as
+    tuples. Raises one :class:`DeploymentError` listing every problem: duplicate routes, two routes on one SOAP
+    element or SOAPAction, splits into unregistered routes, unfinished or broken definitions; a malformed mount
+    or note is a :class:`ConfigurationError`.
     """
 
-    def __init__(self, *definitions: RouteBuilder | RouteDefinition) -> None:
+    routes: RouteRegistry
+    bindings: list[InboundBinding] | None
+
+    def __init__(self, *definitions: RouteBuilder | RouteDefinition,
+                 mounts: Iterable[tuple[str, Any]] = (), notes: Iterable[str] = ()) -> None:
+        self._mounts, self._notes = checked_mounts(mounts), checked_notes(notes)
         problems: list[str] = []
         built: list[RouteDefinition] = []
         for definition in definitions:
@@ -433,10 +441,55 @@ class Application:
             problems.extend(error.problems)
         if problems:
             raise DeploymentError(problems)
-        self.bindings: list[InboundBinding] = [b for d in built for b in d.bindings]
+        self.bindings = [b for d in built for b in d.bindings]
+
+    @classmethod
+    def of(cls, routes: RouteRegistry, bindings: Iterable[InboundBinding] | None = None, *,
+           mounts: Iterable[tuple[str, Any]] = (), notes: Iterable[str] = ()) -> Application:
+        """An application of an already built ``routes`` registry and its ``bindings`` (None: the defaults)."""
+        if not isinstance(routes, RouteRegistry):
+            raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
+        bound = None if bindings is None else list(bindings)
+        if bound is not None and not all(isinstance(b, InboundBinding) for b in bound):
+            raise ConfigurationError("bindings must be InboundBinding objects")
+        application = cls.__new__(cls)
+        application._mounts, application._notes = checked_mounts(mounts), checked_notes(notes)
+        application.routes, application.bindings = routes, bound
+        return application
+
+    @property
+    def mounts(self) -> tuple[tuple[str, Any], ...]:
+        """``(path, ASGI app)`` pairs added to the server's app (paths without a trailing ``/``)."""
+        return self._mounts
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Strings ``openroute run`` prints at start."""
+        return self._notes
 
     def __repr__(self) -> str:
         return f"Application({', '.join(f'{r.service}/{r.operation}' for r in self.routes)})"
+
+
+def checked_mounts(mounts: Iterable[Any]) -> tuple[tuple[str, Any], ...]:
+    """``(path, ASGI app)`` pairs with the path's trailing ``/`` removed; raises ConfigurationError for others."""
+    checked = []
+    for item in mounts:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and item[0].startswith("/") and item[0] != "/" and callable(item[1])):
+            raise ConfigurationError(f"a mount must be a ('/path', ASGI app) pair, got {item!r}")
+        checked.append((item[0].rstrip("/"), item[1]))
+    return tuple(checked)
+
+
+def checked_notes(notes: Iterable[str]) -> tuple[str, ...]:
+    """``notes`` as a tuple; raises ConfigurationError unless they are strings (one string is not a list)."""
+    if isinstance(notes, str):
+        raise ConfigurationError("notes must be a list of strings")
+    checked = tuple(notes)
+    if not all(isinstance(note, str) for note in checked):
+        raise ConfigurationError("notes must be a list of strings")
+    return checked
 
 
 def parsed(payload: ParsedPayload) -> Any:

@@ -11,33 +11,23 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from openroute.dsl import Application, checked_mounts
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.inbound import InboundBinding
 from openroute.route import RouteRegistry
 
-__all__ = ["DEFAULT_ROUTES", "LoadedApplication", "load_application", "load_routes", "routes_and_bindings"]
+__all__ = ["DEFAULT_ROUTES", "checked_mounts", "load_application", "load_routes", "routes_and_bindings"]
 
 #: what ``openroute run`` serves without ``--routes``: the reference application
 DEFAULT_ROUTES = "openroute_reference:registry"
 
 
-@dataclass(frozen=True)
-class LoadedApplication:
-    """What ``openroute run`` serves from ``module:attr``: routes, bindings (None: the defaults), extra ASGI
-    ``mounts`` and start-up ``notes`` (both optional attributes of the loaded object)."""
-
-    routes: RouteRegistry
-    bindings: list[InboundBinding] | None
-    mounts: tuple[tuple[str, Any], ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-def load_application(spec: str) -> LoadedApplication:
-    """Import ``module:attr`` and read what it serves (see :func:`routes_and_bindings`).
+def load_application(spec: str) -> Application:
+    """Import ``module:attr`` and return what it serves as an :class:`~openroute.dsl.Application`: an Application
+    as it is; a RouteRegistry, an object with ``routes`` and ``bindings`` (and optional ``mounts`` and ``notes``),
+    or a callable returning one of these, wrapped with :meth:`Application.of <openroute.dsl.Application.of>`.
 
     The current directory is searched first, as uvicorn does, so ``openroute run --routes myapp:app`` finds
     ``./myapp.py``. Raises ConfigurationError (one line: the module, the attribute, or what went wrong while
@@ -58,12 +48,14 @@ def load_application(spec: str) -> LoadedApplication:
             raise
         except Exception as error:
             raise ConfigurationError(f"{spec}() failed{_where(error)}: {type(error).__name__}: {error}") from None
+    if isinstance(target, Application):
+        return target
     registry, bindings = routes_and_bindings(target, spec)
-    mounts = tuple(checked_mounts(getattr(target, "mounts", None) or ()))
+    mounts = checked_mounts(getattr(target, "mounts", None) or ())
     notes = getattr(target, "notes", None) or ()
     if isinstance(notes, str) or not all(isinstance(note, str) for note in notes):
         raise ConfigurationError(f"{spec}: notes must be a list of strings")
-    return LoadedApplication(registry, bindings, mounts, tuple(notes))
+    return Application.of(registry, bindings, mounts=mounts, notes=notes)
 
 
 def _import(module_name: str) -> Any:
@@ -113,14 +105,3 @@ def routes_and_bindings(target: Any, what: str) -> tuple[RouteRegistry, list[Inb
             raise ConfigurationError(f"{what}: bindings must be InboundBinding objects")
         return routes, None if bindings is None else list(bindings)
     raise ConfigurationError(f"{what} is neither a RouteRegistry nor an object with routes and bindings")
-
-
-def checked_mounts(mounts: Iterable[Any]) -> list[tuple[str, Any]]:
-    """``(path, ASGI app)`` pairs with the path's trailing ``/`` removed; raises ConfigurationError for others."""
-    checked = []
-    for item in mounts:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
-                and item[0].startswith("/") and item[0] != "/" and callable(item[1])):
-            raise ConfigurationError(f"a mount must be a ('/path', ASGI app) pair, got {item!r}")
-        checked.append((item[0].rstrip("/"), item[1]))
-    return checked

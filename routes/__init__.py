@@ -13,18 +13,15 @@ it on its own app under ``/fakes/<name>`` so it can be inspected and told to fai
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from openroute_reference.fakes import FakeSoapSystem, fake_billing, fake_mno
 from openroute_reference.mvno import change_tariff_route, customer_route
 from openroute_reference.orders import order_routes
 
-from openroute.dsl import Application
-from openroute.inbound import InboundBinding
+from openroute.dsl import Application, RouteBuilder
 from openroute.outbound import SoapService
-from openroute.route import RouteRegistry
 
 WSDL = Path(__file__).resolve().parent / "wsdl"
 
@@ -53,10 +50,8 @@ def external_systems(billing_url: str | None = None, mno_url: str | None = None)
     return ReferenceSystems(billing, mno, billing_fake, mno_fake)
 
 
-def build_application(systems: ReferenceSystems | None = None) -> Application:
-    """The reference application on ``systems`` (default: :func:`external_systems`)."""
-    systems = systems or external_systems()
-    return Application(
+def _definitions(systems: ReferenceSystems) -> tuple[RouteBuilder, ...]:
+    return (
         customer_route("setCustomer", systems.billing, systems.mno),
         customer_route("createCustomerExtAll", systems.billing, systems.mno),
         change_tariff_route(systems.billing),
@@ -64,29 +59,28 @@ def build_application(systems: ReferenceSystems | None = None) -> Application:
     )
 
 
-@dataclass
-class ReferenceApplication:
-    """What ``openroute run`` serves: ``routes`` and ``bindings`` (as an :class:`~openroute.dsl.Application`),
-    ``mounts`` (``(path, ASGI app)`` pairs added to the server's app: the fakes in use) and ``notes`` (printed at
-    start)."""
+def build_application(systems: ReferenceSystems | None = None) -> Application:
+    """The reference application on ``systems`` (default: :func:`external_systems`)."""
+    return Application(*_definitions(systems or external_systems()))
 
-    routes: RouteRegistry
-    bindings: list[InboundBinding]
-    systems: ReferenceSystems
-    mounts: list[tuple[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+
+class ReferenceApplication(Application):
+    """What ``openroute run`` serves: an :class:`~openroute.dsl.Application` whose ``mounts`` are the fakes in
+    use (with a note for each, printed at start), and the ``systems`` its routes call."""
+
+    def __init__(self, systems: ReferenceSystems) -> None:
+        mounts, notes = [], []
+        for fake in (systems.billing_fake, systems.mno_fake):
+            if fake is not None:
+                variable = f"OPENROUTE_{fake.name.upper()}_URL"
+                mounts.append((f"/fakes/{fake.name}", fake.app()))
+                notes.append(f"{variable} is not set: the routes call the in-process fake {fake.name}, mounted "
+                             f"at /fakes/{fake.name} (GET /fakes/{fake.name}/calls, "
+                             f"POST /fakes/{fake.name}/fail?count=1&kind=transport|fault)")
+        super().__init__(*_definitions(systems), mounts=mounts, notes=notes)
+        self.systems = systems
 
 
 def registry() -> ReferenceApplication:
     """What ``openroute run`` loads (a callable, so importing this package stays cheap)."""
-    systems = external_systems()
-    application = build_application(systems)
-    result = ReferenceApplication(application.routes, list(application.bindings), systems)
-    for fake in (systems.billing_fake, systems.mno_fake):
-        if fake is not None:
-            variable = f"OPENROUTE_{fake.name.upper()}_URL"
-            result.mounts.append((f"/fakes/{fake.name}", fake.app()))
-            result.notes.append(f"{variable} is not set: the routes call the in-process fake {fake.name}, mounted "
-                                f"at /fakes/{fake.name} (GET /fakes/{fake.name}/calls, "
-                                f"POST /fakes/{fake.name}/fail?count=1&kind=transport|fault)")
-    return result
+    return ReferenceApplication(external_systems())

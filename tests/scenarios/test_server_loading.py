@@ -11,6 +11,7 @@ import pytest
 from openroute.persistence import MessageStore
 from starlette.responses import PlainTextResponse
 
+from openroute.dsl import Application, route
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import ConfigurationError
 from openroute.loading import load_application, load_routes
@@ -63,6 +64,48 @@ def test_bad_notes_are_a_configuration_error(module: types.ModuleType, notes: An
     module.app = _App(notes=notes)  # type: ignore[attr-defined]
     with pytest.raises(ConfigurationError, match="notes must be a list of strings"):
         load_application("loading_example:app")
+
+
+def _dsl_app(**extra: Any) -> Application:
+    return Application(route("shop", "order").json().process(lambda exchange: None), **extra)
+
+
+@pytest.mark.parametrize("shape", ["registry", "application", "object", "callable registry", "callable application",
+                                   "callable object"])
+def test_load_application_returns_an_application_for_every_shape(module: types.ModuleType, shape: str) -> None:
+    targets: dict[str, Any] = {"registry": _registry(), "application": _dsl_app(notes=["n"]),
+                               "object": _App([("/x", _hello)], ["n"])}
+    base = shape.removeprefix("callable ")
+    module.app = (lambda: targets[base]) if shape.startswith("callable") else targets[base]  # type: ignore[attr-defined]
+    loaded = load_application("loading_example:app")
+    assert isinstance(loaded, Application) and len(loaded.routes) == 1
+    if base == "application":
+        assert loaded is targets[base] and loaded.notes == ("n",) and loaded.bindings
+    else:
+        assert loaded.bindings is None
+        assert loaded.notes == (() if base == "registry" else ("n",))
+
+
+def test_an_application_keeps_mounts_and_notes_as_tuples() -> None:
+    app = _dsl_app(mounts=[("/fakes/x/", _hello)], notes=["fake x in use"])
+    assert app.mounts == (("/fakes/x", _hello),) and app.notes == ("fake x in use",)
+    assert (_dsl_app().mounts, _dsl_app().notes) == ((), ())
+    with pytest.raises(AttributeError):
+        app.notes = ("other",)  # type: ignore[misc]
+    with pytest.raises(ConfigurationError, match="a mount must be a"):
+        _dsl_app(mounts=[("/", _hello)])
+    with pytest.raises(ConfigurationError, match="notes must be a list of strings"):
+        _dsl_app(notes="one string")
+    wrapped = Application.of(_registry(), None, notes=["n"])
+    assert wrapped.bindings is None and wrapped.notes == ("n",) and len(wrapped.routes) == 1
+
+
+def test_the_reference_application_is_an_application() -> None:
+    from openroute_reference import registry
+
+    loaded = load_application("openroute_reference:registry")
+    assert isinstance(loaded, Application) and isinstance(registry(), Application)
+    assert len(loaded.routes) == 5 and loaded.bindings
 
 
 async def test_create_app_serves_the_mounts_next_to_the_endpoints(sqlite_url: str) -> None:
