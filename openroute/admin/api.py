@@ -29,6 +29,7 @@ from openroute.admin.search import (
     Page,
     decode_cursor,
     parse_filters,
+    parse_message_id,
     search_messages,
 )
 from openroute.engine import Engine
@@ -282,14 +283,7 @@ class AdminApi:
 
     @staticmethod
     def _message_id(request: Request) -> int:
-        raw = request.path_params["message_id"]
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidQueryError(f"a message id is an integer, got {raw[:40]!r}") from None
-        if value < 1:
-            raise InvalidQueryError(f"a message id is positive, got {value}")
-        return value
+        return parse_message_id(request.path_params["message_id"])
 
     async def search(self, request: Request, _user: str) -> Response:
         """Messages matching the filters, newest first, in keyset pages (``limit`` up to 500, ``cursor``).

@@ -85,6 +85,17 @@ class Page:
     total_estimated: bool
 
 
+def parse_message_id(raw: str) -> int:
+    """A message id from a URL or form value; :class:`InvalidQueryError` (answered 400) unless a positive integer."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidQueryError(f"a message id is an integer, got {raw[:40]!r}") from None
+    if value < 1:
+        raise InvalidQueryError(f"a message id is positive, got {value}")
+    return value
+
+
 def _parse_time(name: str, value: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)

@@ -43,7 +43,7 @@ from openroute.admin.api import (
     node_summary,
     parse_node_state,
 )
-from openroute.admin.search import InvalidQueryError
+from openroute.admin.search import InvalidQueryError, parse_message_id
 from openroute.console import _queries
 from openroute.console._search import SEARCH_FIELDS, search_page
 from openroute.engine import Engine
@@ -178,13 +178,7 @@ class Console:
 
     @staticmethod
     def _message_id(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise InvalidQueryError(f"a message id is an integer, got {raw[:40]!r}") from None
-        if value < 1:
-            raise InvalidQueryError(f"a message id is positive, got {value}")
-        return value
+        return parse_message_id(raw)
 
     # -- pages --------------------------------------------------------------------------------
     async def dashboard(self, request: Request, user: str) -> Response:
