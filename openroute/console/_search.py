@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from openroute.admin.api import search_conditions
-from openroute.admin.search import InvalidQueryError
-from openroute.persistence import MessageStore, StoredMessage, message_table
+from openroute.admin.search import DEFAULT_LIMIT, MAX_LIMIT, InvalidQueryError, Page
+from openroute.persistence import MessageStore, message_table
 
 #: the search form's text fields (name, label), in the order shown; ``state`` is a set of checkboxes
 SEARCH_FIELDS = (
@@ -26,19 +25,6 @@ SEARCH_FIELDS = (
     ("received_from", "Received from"),
     ("received_to", "Received before"),
 )
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of search results, newest first."""
-
-    items: list[StoredMessage]
-    next_cursor: str | None
-    total: int
-    total_estimated: bool
-
 
 def _decode(cursor: str) -> int:
     try:
