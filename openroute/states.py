@@ -70,6 +70,10 @@ CLAIMABLE_STATES: frozenset[MessageState] = frozenset(
 
 def is_legal(from_state: MessageState, to_state: MessageState) -> bool:
     """Whether the state machine allows ``from_state -> to_state``."""
+    # a StrEnum member hashes and compares like its value, so the lookup needs no conversion; converting the
+    # pair when it is not found keeps the ValueError for a name that is no state (the writer's hot path)
+    if (from_state, to_state) in LEGAL_TRANSITIONS:
+        return True
     return (MessageState(from_state), MessageState(to_state)) in LEGAL_TRANSITIONS
 
 
@@ -81,7 +85,7 @@ def check_transition(from_state: MessageState, to_state: MessageState) -> None:
 
 def is_final(state: MessageState) -> bool:
     """Whether ``state`` is final (OK, FAILED, SKIPPED, CANCEL)."""
-    return MessageState(state) in FINAL_STATES
+    return state in FINAL_STATES or MessageState(state) in FINAL_STATES
 
 
 def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
+from openroute.persistence._hot_path import HotPath, TransitionRow
 from openroute.persistence.models import (
     FINAL_STATES,
     ExternalCallStatus,
     MessageState,
     NodeState,
-    UTCDateTime,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
@@ -125,6 +125,14 @@ class StoredMessage:
     parent_id: int | None
     version: int
 
+    @classmethod
+    def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:
+        """The snapshot of a row just inserted with ``values`` (every column but id), without __init__'s cost."""
+        snapshot = object.__new__(cls)
+        snapshot.__dict__["id"] = message_id
+        snapshot.__dict__.update(values)
+        return snapshot
+
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
         unknown = changes.keys() - self.__dataclass_fields__.keys()
@@ -197,10 +205,9 @@ def _transition_row(
     node_id: str | None,
     error_code: str | None,
     cause: str,
-) -> dict[str, Any]:
-    """The parameters of one ``message_transition`` row (attempt is read from the message row)."""
-    return {"r_id": message_id, "r_from": from_state, "r_to": to_state, "r_at": at, "r_node": node_id,
-            "r_error": error_code, "r_cause": cause}
+) -> TransitionRow:
+    """One ``message_transition`` row (its attempt is read from the message row when it is written)."""
+    return (message_id, from_state, to_state, at, node_id, error_code, cause)
 
 
 def row_to_message(row: sa.Row[Any]) -> StoredMessage:
@@ -263,29 +270,9 @@ class MessageStore:
         self.engine = create_store_engine(self.url, pool_size=pool_size, echo=echo)
         self.dialect = self.engine.dialect.name
         self._insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        # statements are built once: building and cache-keying a statement per call costs more than running it
-        self._insert_message = (
-            self._insert(message_table)
-            .on_conflict_do_nothing(index_elements=["source_system", "correlation_id"])
-            .returning(message_table.c.id)
-        )
-        self._transition_statements: dict[frozenset[str], sa.Update] = {}
-        m, t = message_table.c, message_transition_table.c
-        # attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
-        self._record_transition = sa.insert(message_transition_table).values(
-            message_id=sa.bindparam("r_id"),
-            from_state=sa.bindparam("r_from", type_=t.from_state.type),
-            to_state=sa.bindparam("r_to", type_=t.to_state.type),
-            at=sa.bindparam("r_at", type_=t.at.type),
-            node_id=sa.bindparam("r_node", type_=t.node_id.type),
-            attempt=sa.select(m.failed_count + 1).where(m.id == sa.bindparam("r_id")).scalar_subquery(),
-            error_code=sa.bindparam("r_error", type_=t.error_code.type),
-            cause=sa.bindparam("r_cause", type_=t.cause.type),
-        )
-        self._claim_single: sa.Update | None = None
-        self._claim_group_postgresql: sa.TextClause | None = None
-        self._claim_group_sqlite: sa.Update | None = None
-        self._insert_many: tuple[str, list[tuple[str, Callable[[Any], Any]]]] | None = None
+        # the per-message statements (insert, claim, outcome, transition row) run as SQL text on the driver's cursor
+        self._hot = HotPath(self.engine.dialect)
+        self._checked_columns: set[tuple[str, ...]] = set()  # column sets a transition was allowed to write
 
     # -- schema ---------------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:
@@ -345,22 +332,7 @@ class MessageStore:
         Uses ``INSERT ... ON CONFLICT DO NOTHING`` so a duplicate is an answer, not a failed transaction.
         A stored message gets its first ``message_transition`` row (from None to NEW, by ``node_id``).
         """
-        values = _insert_values(new)
-        def work(conn: sa.Connection) -> InsertOutcome:
-            new_id = conn.execute(self._insert_message, values).scalar()
-            if new_id is not None:
-                self._record_transitions(conn, [_transition_row(new_id, None, MessageState.NEW, new.receive_ts,
-                                                                node_id, None, cause)])
-                return InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False)
-            existing = conn.execute(
-                sa.select(message_table).where(
-                    message_table.c.source_system == new.source_system,
-                    message_table.c.correlation_id == new.correlation_id,
-                )
-            ).one()
-            return InsertOutcome(_row_to_message(existing), duplicate=True)
-
-        return self.run(work, connection)
+        return self.insert_messages([new], connection, node_id=node_id, cause=cause)[0]
 
     def insert_messages(
         self, batch: Sequence[NewMessage], connection: sa.Connection | None = None, *, node_id: str | None = None,
@@ -371,18 +343,9 @@ class MessageStore:
             return []
         rows = [_insert_values(new) for new in batch]
         c = message_table.c
-        statement = (
-            self._insert(message_table)
-            .on_conflict_do_nothing(index_elements=["source_system", "correlation_id"])
-            .returning(c.id, c.source_system, c.correlation_id)
-        )
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
-            if self.dialect == "postgresql":
-                ids = self._insert_many_postgresql(conn, rows)
-            else:
-                created = {(r.source_system, r.correlation_id): r.id for r in conn.execute(statement, rows)}
-                ids = [created.pop((new.source_system, new.correlation_id), None) for new in batch]
+            ids = self._hot.insert_messages(conn, rows)
             self._record_transitions(conn, [
                 _transition_row(new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause)
                 for new, new_id in zip(batch, ids, strict=True) if new_id is not None
@@ -391,7 +354,7 @@ class MessageStore:
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 key = (new.source_system, new.correlation_id)
                 if new_id is not None:
-                    outcomes.append(InsertOutcome(StoredMessage(id=new_id, **values), duplicate=False))
+                    outcomes.append(InsertOutcome(StoredMessage.from_values(new_id, values), duplicate=False))
                     continue
                 existing = conn.execute(
                     sa.select(message_table).where(c.source_system == key[0], c.correlation_id == key[1])
@@ -400,39 +363,6 @@ class MessageStore:
             return outcomes
 
         return self.run(work, connection)
-
-    def _insert_many_postgresql(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int | None]:
-        """The new id of each row (None for a duplicate): one INSERT text, executemany in psycopg's pipeline.
-
-        A multi-row VALUES statement changes its text with the batch size and is longer than psycopg's query
-        cache takes, so it would be parsed on every call; one text runs as a prepared statement.
-        """
-        if self._insert_many is None:
-            dialect = conn.dialect
-            names = list(rows[0])
-            compiled = self._insert_message.compile(dialect=dialect, column_keys=names)
-            bind = {name: message_table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-                          for name in names}
-            self._insert_many = (compiled.string, [(n, p) for n, p in bind.items() if p is not None])
-        sql, processors = self._insert_many
-        params = []
-        for row in rows:
-            row = dict(row)
-            for name, process in processors:
-                row[name] = process(row[name])
-            params.append(row)
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.executemany(sql, params, returning=True)  # type: ignore[call-arg]  # psycopg 3 cursor, not the DB-API protocol
-            ids: list[int | None] = []
-            while True:
-                found = cursor.fetchone()
-                ids.append(None if found is None else int(found[0]))
-                if not cursor.nextset():
-                    break
-        finally:
-            cursor.close()
-        return ids
 
     def get(self, message_id: int, connection: sa.Connection | None = None) -> StoredMessage | None:
         """The current row of ``message_id``, or None."""
@@ -474,23 +404,9 @@ class MessageStore:
         is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
         The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
-        changes = dict(changes or {})
-        keys = frozenset(changes)
-        statement = self._transition_statements.get(keys)
-        if statement is None:
-            statement = self._transition_statement(keys)
-        params = {f"v_{name}": value for name, value in changes.items()}
-        params.update(t_id=message_id, t_version=version, t_to=to_state,
-                      t_new_version=version + 1, t_now=now)
-        record = _transition_row(message_id, from_state, to_state, now, node_id, changes.get("last_error_code"), cause)
-
-        def work(conn: sa.Connection) -> bool:
-            if conn.execute(statement, params).rowcount != 1:
-                return False
-            self._record_transitions(conn, [record])
-            return True
-
-        return self.run(work, connection)
+        return self.apply_transition_many(
+            [(message_id, version, from_state, to_state, now, changes or {})], connection, node_id=node_id, cause=cause
+        )[0]
 
     def apply_transition_many(
         self,
@@ -510,31 +426,29 @@ class MessageStore:
         causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
         if len(causes) != len(batch):
             raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
-        groups: dict[frozenset[str], list[int]] = {}
+        groups: dict[tuple[str, ...], list[int]] = {}
         for index, item in enumerate(batch):
-            groups.setdefault(frozenset(item[5]), []).append(index)
+            columns = tuple(sorted(item[5]))
+            if columns not in self._checked_columns:
+                unknown = set(columns) - TRANSITION_COLUMNS
+                if unknown:
+                    raise ValueError(f"a transition cannot write {sorted(unknown)}")
+                self._checked_columns.add(columns)
+            groups.setdefault(columns, []).append(index)
 
         def work(conn: sa.Connection) -> list[bool]:
             flags = [False] * len(batch)
-            for keys, indexes in groups.items():
-                statement = self._transition_statements.get(keys)
-                if statement is None:
-                    statement = self._transition_statement(keys)
-                params = []
-                for index in indexes:
-                    message_id, version, _old, new, now, changes = batch[index]
-                    row = {f"v_{name}": value for name, value in changes.items()}
-                    row.update(t_id=message_id, t_version=version, t_to=new, t_new_version=version + 1,
-                               t_now=now)
-                    params.append(row)
-                if len(params) > 1 and conn.dialect.supports_sane_multi_rowcount:
-                    if conn.execute(statement, params).rowcount != len(params):
-                        raise GroupConflict(f"{len(params)} transitions in one statement, some lost")
+            for columns, indexes in groups.items():
+                items = [(batch[i][0], batch[i][1], batch[i][3], batch[i][4], [batch[i][5][name] for name in columns])
+                         for i in indexes]
+                if len(items) > 1 and conn.dialect.supports_sane_multi_rowcount:
+                    if self._hot.apply_outcomes(conn, columns, items) != [len(items)]:
+                        raise GroupConflict(f"{len(items)} transitions in one statement, some lost")
                     for index in indexes:
                         flags[index] = True
                     continue
-                for index, row in zip(indexes, params, strict=True):
-                    flags[index] = conn.execute(statement, row).rowcount == 1
+                for index, item in zip(indexes, items, strict=True):
+                    flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == [1]
             self._record_transitions(conn, [
                 _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why)
                 for item, why, written in zip(batch, causes, flags, strict=True)
@@ -543,22 +457,6 @@ class MessageStore:
             return flags
 
         return self.run(work, connection)
-
-    def _transition_statement(self, keys: frozenset[str]) -> sa.Update:
-        unknown = keys - TRANSITION_COLUMNS
-        if unknown:
-            raise ValueError(f"a transition cannot write {sorted(unknown)}")
-        c = message_table.c
-        values: dict[str, Any] = {name: sa.bindparam(f"v_{name}", type_=c[name].type) for name in keys}
-        statement = (
-            sa.update(message_table)
-            # by primary key and version only (see the module docstring): no state predicate for the planner
-            .where(c.id == sa.bindparam("t_id"), c.version == sa.bindparam("t_version"))
-            .values(state=sa.bindparam("t_to", type_=c.state.type), version=sa.bindparam("t_new_version"),
-                    last_update_ts=sa.bindparam("t_now", type_=c.last_update_ts.type), **values)
-        )
-        self._transition_statements[keys] = statement
-        return statement
 
     def apply_transitions(
         self,
@@ -611,46 +509,11 @@ class MessageStore:
             )
             return won
 
-        if len(pairs) == 1:
-            (message_id, version), = pairs
-            statement = self._claim_statement()
-            params = {"c_id": message_id, "c_version": version, "c_to": to_state,
-                      "c_new_version": version + 1, "c_node": node_id, "c_now": now}
-            return self.run(
-                lambda conn: recorded({message_id} if conn.execute(statement, params).rowcount == 1 else set(), conn),
-                connection,
-            )
-        if self.dialect == "postgresql":
-            params = {"ids": [p[0] for p in pairs], "versions": [p[1] for p in pairs], "c_to": to_state.value,
-                      "c_node": node_id, "c_now": now}
-            grouped = self._claim_group_statement()
-            return self.run(lambda conn: recorded(set(conn.execute(grouped, params).scalars().all()), conn),
-                            connection)
-        params = {"ids": [p[0] for p in pairs], "pairs": pairs, "c_to": to_state, "c_node": node_id, "c_now": now}
-        grouped_sqlite = self._claim_group_sqlite_statement()
-        return self.run(lambda conn: recorded(set(conn.execute(grouped_sqlite, params).scalars().all()), conn),
-                        connection)
+        return self.run(lambda conn: recorded(self._hot.claim(conn, pairs, to_state, node_id, now), conn), connection)
 
-    def _claim_group_sqlite_statement(self) -> sa.Update:
-        """SQLite's grouped claim, built once (expanding lists). The plain id list lets SQLite probe the primary
-        key; a row-value IN alone scans the table."""
-        if self._claim_group_sqlite is None:
-            c = message_table.c
-            now = sa.bindparam("c_now", type_=c.last_update_ts.type)
-            self._claim_group_sqlite = (
-                sa.update(message_table)
-                .where(c.id.in_(sa.bindparam("ids", expanding=True)),
-                       sa.tuple_(c.id, c.version).in_(sa.bindparam("pairs", expanding=True)))
-                .values(state=sa.bindparam("c_to", type_=c.state.type), version=c.version + 1,
-                        node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
-                .returning(c.id)
-            )
-        return self._claim_group_sqlite
-
-    def _record_transitions(self, conn: sa.Connection, rows: list[dict[str, Any]]) -> None:
+    def _record_transitions(self, conn: sa.Connection, rows: list[TransitionRow]) -> None:
         """Write ``message_transition`` rows (see :func:`_transition_row`) with one executemany INSERT."""
-        if rows:
-            conn.execute(self._record_transition, rows)
+        self._hot.record_transitions(conn, rows)
 
     def transitions_of(self, message_id: int, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
         """The recorded state changes of ``message_id``, oldest first (from_state None for the insert)."""
@@ -661,39 +524,6 @@ class MessageStore:
             .order_by(t.id)
         )
         return [dict(r._mapping) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
-
-    def _claim_group_statement(self) -> sa.TextClause:
-        """PostgreSQL's grouped claim: one text for any group size (arrays), so it is parsed and planned once."""
-        if self._claim_group_postgresql is None:
-            self._claim_group_postgresql = sa.text(
-                "UPDATE message SET state = :c_to, version = message.version + 1, node_id = :c_node, "
-                "start_process_ts = :c_now, last_update_ts = :c_now "
-                "WHERE message.id IN (SELECT m.id FROM message AS m "
-                "JOIN unnest(:ids, :versions) AS c(id, version) ON m.id = c.id AND m.version = c.version "
-                "FOR UPDATE OF m SKIP LOCKED) RETURNING message.id"
-            ).bindparams(
-                sa.bindparam("ids", type_=postgresql.ARRAY(sa.BigInteger())),
-                sa.bindparam("versions", type_=postgresql.ARRAY(sa.Integer())),
-                sa.bindparam("c_now", type_=UTCDateTime()),
-            )
-        return self._claim_group_postgresql
-
-    def _claim_statement(self) -> sa.Update:
-        if self._claim_single is not None:
-            return self._claim_single
-        c = message_table.c
-        single: sa.ColumnElement[bool] = sa.and_(c.id == sa.bindparam("c_id"), c.version == sa.bindparam("c_version"))
-        if self.dialect == "postgresql":
-            locked = sa.select(c.id).where(single).with_for_update(skip_locked=True).scalar_subquery()
-            single = c.id.in_(locked)
-        now = sa.bindparam("c_now", type_=c.last_update_ts.type)
-        self._claim_single = (
-            sa.update(message_table)
-            .where(single)
-            .values(state=sa.bindparam("c_to", type_=c.state.type), version=sa.bindparam("c_new_version"),
-                    node_id=sa.bindparam("c_node"), start_process_ts=now, last_update_ts=now)
-        )
-        return self._claim_single
 
     def due(
         self, states: Iterable[MessageState], now: datetime, limit: int, connection: sa.Connection | None = None

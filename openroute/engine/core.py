@@ -189,6 +189,10 @@ class Engine:
         self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
         self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
         self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
+        # what every exchange may ask of this engine: the same for all of them, so built once
+        self._runtime = AttemptRuntime(
+            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id
+        )
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
@@ -497,12 +501,10 @@ class Engine:
             message=claimed,
             payload=claimed.payload,
             headers=dict(claimed.headers),
-            custom_data=copy.deepcopy(claimed.custom_data),
+            custom_data=copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
             business_errors=list(claimed.business_errors),
             route=route,
-            runtime=AttemptRuntime(
-                self.store, self.clock, self.routes, self.settings.processing_lease, self._run_db, self.node_id
-            ),
+            runtime=self._runtime,
         )
         error: BaseException | None = None
         if route is None:

@@ -1,0 +1,270 @@
+"""The statements every message runs through, as SQL text on the driver's cursor.
+
+Each message costs the store four kinds of statement: the INSERT of its row, the claim UPDATE (to
+PROCESSING), the outcome UPDATE and a ``message_transition`` INSERT per state change. Through SQLAlchemy Core
+every execution builds an execution context and runs each parameter of each row through the type's bind
+processor inside SQLAlchemy's own loops; issue #10 measured two thirds of the writer thread there, three times
+the cost of the statements themselves. Here the SQL is written once per dialect, the parameters are converted
+by the columns' own bind processors (so a row is stored exactly as SQLAlchemy would store it) and the text runs
+on the DB-API cursor of the caller's connection, inside its transaction.
+
+SQLAlchemy's ``before_cursor_execute`` / ``after_cursor_execute`` listeners still hear every statement (tracing
+and test instrumentation keep working); ``echo`` logging does not show them.
+
+The statements are keyed the way ``openroute.persistence.store`` explains: by primary key and version, never
+by state, so PostgreSQL plans them on the primary key at any table size and with any statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from openroute.persistence.models import MessageState, UTCDateTime, message_table, message_transition_table
+
+#: the columns of a new ``message`` row, in the order of the INSERT's values
+INSERT_COLUMNS: tuple[str, ...] = (
+    "correlation_id", "source_system", "process_id", "service", "operation", "object_id", "entity_type",
+    "funnel_value", "payload", "content_type", "headers", "state", "failed_count", "receive_ts", "msg_ts",
+    "start_process_ts", "last_update_ts", "next_attempt_at", "node_id", "custom_data", "business_errors",
+    "last_error_code", "last_error_text", "parent_id", "version",
+)
+
+#: a ``message_transition`` row: (message id, from state, to state, at, node id, error code, cause)
+TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str]
+
+# SQLite allows 32,766 parameters per statement: 25 columns x 500 rows stays well inside it
+_SQLITE_INSERT_ROWS = 500
+
+Processor = Callable[[Any], Any]
+
+
+def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
+    """The error SQLAlchemy raises for a value its bind processor refuses (a naive datetime, an unknown state)."""
+    return sa.exc.StatementError(f"({type(error).__name__}) {error}", sql, None, error)
+
+
+def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
+    processor: Processor | None = column.type.dialect_impl(dialect).bind_processor(dialect)
+    if processor is None:
+        return None
+    if isinstance(column.type, UTCDateTime) and dialect.name == "sqlite":
+        return _sqlite_timestamp
+    if isinstance(column.type, sa.Enum) and column.type.enum_class is MessageState:
+        general = processor
+
+        def state(value: Any) -> Any:
+            return value._value_ if value.__class__ is MessageState else general(value)
+
+        return state
+    return processor
+
+
+def _sqlite_timestamp(value: datetime | None) -> str | None:
+    """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
+    stores (naive UTC, microseconds always written), a third of the calls. tests/lifecycle pins the equality."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    text = value.replace(tzinfo=None).isoformat(" ")
+    return text if value.microsecond else text + ".000000"  # isoformat leaves out zero microseconds
+
+
+class HotPath:
+    """The hot statements of one dialect (``sqlite`` or ``postgresql``), ready to run on a connection."""
+
+    def __init__(self, dialect: sa.Dialect) -> None:
+        self.postgres = dialect.name == "postgresql"
+        mark = "%s" if self.postgres else "?"
+        self._mark = mark
+        m, t = message_table.c, message_transition_table.c
+        self._insert_processors = [
+            (index, processor)
+            for index, name in enumerate(INSERT_COLUMNS)
+            if (processor := _processor(m[name], dialect)) is not None
+        ]
+        self._message_processors = {column.key: _processor(column, dialect) for column in m}
+        self._timestamp = _processor(m.last_update_ts, dialect) or (lambda value: value)
+        self._state = _processor(m.state, dialect) or (lambda value: value)
+        self._optional_state = _processor(t.from_state, dialect) or (lambda value: value)
+        columns = ", ".join(INSERT_COLUMNS)
+        row = "(" + ", ".join(mark for _ in INSERT_COLUMNS) + ")"
+        if self.postgres:
+            # one text for any batch: psycopg prepares it once and pipelines the executemany
+            self._insert_one = (f"INSERT INTO message ({columns}) VALUES {row} "
+                                "ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id")
+        self._insert_head = f"INSERT INTO message ({columns}) VALUES "
+        self._insert_row = row
+        self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
+                            "RETURNING id, source_system, correlation_id"
+        # the attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
+        self._transition = (
+            "INSERT INTO message_transition "
+            "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
+            f"({mark}, {mark}, {mark}, {mark}, {mark}, "
+            f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {mark}, {mark})"
+        )
+        self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None]]] = {}
+
+    # -- running statements -----------------------------------------------------------------------
+    @staticmethod
+    def _cursor(connection: sa.Connection) -> Any:
+        return connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+
+    @staticmethod
+    def _run(
+        connection: sa.Connection, cursor: Any, sql: str, parameters: Any, many: bool, returning: bool = False
+    ) -> None:
+        """Execute on the DB-API cursor, telling SQLAlchemy's cursor listeners (they see what they would see).
+
+        ``returning`` asks psycopg to keep each parameter set's result of an executemany (``nextset()``)."""
+        dispatch = connection.dispatch
+        if dispatch.before_cursor_execute:
+            for listener in dispatch.before_cursor_execute:
+                listener(connection, cursor, sql, parameters, None, many)
+        if many and returning:
+            cursor.executemany(sql, parameters, returning=True)  # psycopg 3's cursor, not the DB-API protocol
+        elif many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, parameters)
+        if dispatch.after_cursor_execute:
+            for listener in dispatch.after_cursor_execute:
+                listener(connection, cursor, sql, parameters, None, many)
+
+    # -- the statements ---------------------------------------------------------------------------
+    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
+        """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
+        (source system, correlation id), in order."""
+        if not rows:
+            return []
+        processors = self._insert_processors
+        parameters: list[list[Any]] = []
+        try:
+            for values in rows:
+                converted = [values[name] for name in INSERT_COLUMNS]
+                for index, process in processors:
+                    converted[index] = process(converted[index])
+                parameters.append(converted)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(self._insert_head, error) from error
+        cursor = self._cursor(connection)
+        try:
+            if self.postgres:
+                self._run(connection, cursor, self._insert_one, parameters, True, returning=True)
+                ids: list[int | None] = []
+                while True:
+                    found = cursor.fetchone()
+                    ids.append(None if found is None else int(found[0]))
+                    if not cursor.nextset():
+                        break
+                return ids
+            created: dict[tuple[str, str], int] = {}
+            for first in range(0, len(parameters), _SQLITE_INSERT_ROWS):
+                chunk = parameters[first:first + _SQLITE_INSERT_ROWS]
+                sql = self._insert_head + ", ".join([self._insert_row] * len(chunk)) + self._insert_tail
+                self._run(connection, cursor, sql, [value for row in chunk for value in row], False)
+                created.update({(source, correlation): new_id for new_id, source, correlation in cursor.fetchall()})
+            return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
+        finally:
+            cursor.close()
+
+    def claim(
+        self, connection: sa.Connection, pairs: Sequence[tuple[int, int]], to_state: MessageState, node_id: str,
+        now: datetime,
+    ) -> set[int]:
+        """Move the rows still at their (id, version) to ``to_state`` for ``node_id``; the ids that moved.
+
+        PostgreSQL skips rows a concurrent claim holds (``FOR UPDATE SKIP LOCKED``) instead of waiting; SQLite's
+        write lock serialises claims. SQLite lists the ids as well as the pairs: it cannot search the primary key
+        for a row-value IN alone.
+        """
+        mark = self._mark
+        try:
+            at, state = self._timestamp(now), self._state(to_state)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter("UPDATE message", error) from error
+        if self.postgres:
+            sql = ("UPDATE message SET state = %s, version = message.version + 1, node_id = %s, "
+                   "start_process_ts = %s, last_update_ts = %s "
+                   "WHERE message.id IN (SELECT m.id FROM message AS m "
+                   "JOIN unnest(%s::bigint[], %s::integer[]) AS c(id, version) "
+                   "ON m.id = c.id AND m.version = c.version FOR UPDATE OF m SKIP LOCKED) RETURNING message.id")
+            parameters: list[Any] = [state, node_id, at, at, [p[0] for p in pairs],
+                                     [p[1] for p in pairs]]
+        else:
+            sql = ("UPDATE message SET state = ?, version = version + 1, node_id = ?, start_process_ts = ?, "
+                   f"last_update_ts = ? WHERE id IN ({', '.join(mark for _ in pairs)}) "
+                   f"AND (id, version) IN ({', '.join('(?, ?)' for _ in pairs)}) RETURNING id")
+            parameters = [state, node_id, at, at, *(p[0] for p in pairs),
+                          *(value for pair in pairs for value in pair)]
+        cursor = self._cursor(connection)
+        try:
+            self._run(connection, cursor, sql, parameters, False)
+            return {int(row[0]) for row in cursor.fetchall()}
+        finally:
+            cursor.close()
+
+    def apply_outcomes(
+        self, connection: sa.Connection, columns: tuple[str, ...],
+        items: Sequence[tuple[int, int, MessageState, datetime, Sequence[Any]]],
+    ) -> list[int]:
+        """UPDATE rows still at their version: each item is (id, version, to state, now, values of ``columns``).
+
+        One executemany of one text for items changing the same ``columns``; returns the rows matched per item
+        when the driver can tell them apart (one item), else ``[total]`` for the group.
+        """
+        if columns not in self._outcomes:
+            mark = self._mark
+            assignments = "".join(f", {name} = {mark}" for name in columns)
+            self._outcomes[columns] = (
+                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "
+                f"WHERE id = {mark} AND version = {mark}",
+                [self._message_processors[name] for name in columns],
+            )
+        sql, processors = self._outcomes[columns]
+        state, timestamp = self._state, self._timestamp
+        parameters = []
+        try:
+            for message_id, version, to_state, now, values in items:
+                row = [state(to_state), version + 1, timestamp(now)]
+                row.extend(value if process is None else process(value)
+                           for process, value in zip(processors, values, strict=True))
+                row.append(message_id)
+                row.append(version)
+                parameters.append(row)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(sql, error) from error
+        cursor = self._cursor(connection)
+        try:
+            if len(parameters) == 1:
+                self._run(connection, cursor, sql, parameters[0], False)
+            else:
+                self._run(connection, cursor, sql, parameters, True)
+            return [cursor.rowcount]
+        finally:
+            cursor.close()
+
+    def record_transitions(self, connection: sa.Connection, rows: Sequence[TransitionRow]) -> None:
+        """INSERT ``message_transition`` rows (one executemany); the attempt is read from the message row."""
+        if not rows:
+            return
+        state, optional, timestamp = self._state, self._optional_state, self._timestamp
+        try:
+            parameters = [
+                (message_id, None if before is None else optional(before), state(after), timestamp(at), node,
+                 message_id, error, cause)
+                for message_id, before, after, at, node, error, cause in rows
+            ]
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(self._transition, error) from error
+        cursor = self._cursor(connection)
+        try:
+            self._run(connection, cursor, self._transition, parameters, True)
+        finally:
+            cursor.close()

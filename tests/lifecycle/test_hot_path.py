@@ -1,0 +1,118 @@
+"""The per-message statements run as SQL text on the driver's cursor (persistence/_hot_path.py).
+
+They must store exactly what SQLAlchemy Core would store, refuse what its bind processors refuse with the same
+error, and still be heard by SQLAlchemy's cursor listeners (tracing, the plan tests).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence._hot_path import _sqlite_timestamp
+from openroute.persistence.models import message_transition_table
+from sqlalchemy.dialects import sqlite
+
+from openroute import states
+from tests.lifecycle.conftest import START
+
+CEST = timezone(timedelta(hours=2))
+
+
+def _new(key: str, **extra: Any) -> NewMessage:
+    values: dict[str, Any] = dict(service="s", operation="o", payload="<p>é</p>", content_type="text/xml",
+                                  correlation_id=key, source_system="crm", receive_ts=START)
+    values.update(extra)
+    return NewMessage(**values)
+
+
+def _raw_row(store: MessageStore, message_id: int) -> dict[str, Any]:
+    """The row as the database holds it (no result processors: text, JSON text, naive timestamps on SQLite)."""
+    names = [c.name for c in message_table.c if c.name != "id"]
+    with store.engine.connect() as connection:
+        row = connection.exec_driver_sql(
+            f"SELECT {', '.join(names)} FROM message WHERE id = {int(message_id)}"
+        ).one()
+    return dict(zip(names, row, strict=True))
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        datetime(2024, 6, 1, 14, 0, tzinfo=UTC),  # no microseconds: isoformat would leave them out
+        datetime(2024, 6, 1, 14, 0, 0, 123, tzinfo=CEST),  # another zone: converted to UTC
+        datetime(999, 2, 3, 4, 5, 6, 7, tzinfo=UTC),  # a year of three digits is still written with four
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+    ],
+)
+def test_sqlite_timestamps_are_the_text_sqlalchemy_writes(stamp: datetime) -> None:
+    dialect = sqlite.dialect()
+    sqlalchemys = message_table.c.receive_ts.type.dialect_impl(dialect).bind_processor(dialect)
+    assert _sqlite_timestamp(stamp) == sqlalchemys(stamp)
+    assert _sqlite_timestamp(None) is None
+
+
+def test_rows_are_stored_as_sqlalchemy_core_stores_them(store: MessageStore) -> None:
+    """The same message inserted and moved through the hot path and through Core: identical raw rows."""
+    stamp = datetime(2024, 6, 1, 14, 0, 0, 5, tzinfo=CEST)
+    hot = store.insert_message(_new("hot", msg_ts=stamp, headers={"h": "v"}, object_id="o-1", process_id="p")).message
+    values = {c.name: getattr(hot, c.name) for c in message_table.c if c.name != "id"}
+    values["correlation_id"] = "core"
+    with store.begin() as connection:
+        core_id = connection.execute(message_table.insert().values(values).returning(message_table.c.id)).scalar_one()
+    assert _raw_row(store, hot.id) | {"correlation_id": "core"} == _raw_row(store, core_id)
+
+    # an outcome writing JSON, text and timestamp columns, by the hot path and by Core
+    changes = {"custom_data": {"n": 1, "s": "ü"}, "business_errors": [{"code": "B"}], "last_error_code": "E",
+               "last_error_text": "boom", "next_attempt_at": stamp, "failed_count": 1}
+    [claimed] = states.claim(store, [hot], "node-1", START)
+    updated = states.transition(store, claimed, MessageState.PARTLY_FAILED, START + timedelta(seconds=1), changes)
+    core_values = {"state": MessageState.PARTLY_FAILED, "version": 2, "last_update_ts": START + timedelta(seconds=1),
+                   "node_id": "node-1", "start_process_ts": START, **changes}
+    with store.begin() as connection:
+        connection.execute(message_table.update().where(message_table.c.id == core_id).values(core_values))
+    assert _raw_row(store, hot.id) | {"correlation_id": "core"} == _raw_row(store, core_id)
+    assert store.get(hot.id) == updated  # the snapshot the engine follows is the row read back
+
+
+def test_values_sqlalchemy_refuses_are_refused_with_its_error(store: MessageStore) -> None:
+    with pytest.raises(sa.exc.StatementError, match="naive"):
+        store.insert_message(_new("naive", msg_ts=datetime(2024, 1, 1)))
+    message = store.insert_message(_new("ok")).message
+    with pytest.raises(sa.exc.StatementError, match="naive"):
+        store.apply_transition(message.id, 0, MessageState.NEW, MessageState.CANCEL, datetime(2024, 1, 1))
+    with pytest.raises(sa.exc.StatementError, match="BOGUS"):
+        store.apply_transition(message.id, 0, MessageState.NEW, "BOGUS", START)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cannot write"):
+        store.apply_transition(message.id, 0, MessageState.NEW, MessageState.CANCEL, START, {"payload": "x"})
+    # nothing of the refused writes reached the store
+    assert store.get(message.id) == message
+    assert store.count_by_state() == {MessageState.NEW: 1}
+    assert [t["to_state"] for t in store.transitions_of(message.id)] == [MessageState.NEW]
+
+
+def test_cursor_listeners_hear_every_hot_statement(store: MessageStore) -> None:
+    heard: list[tuple[str, bool]] = []
+
+    def before(_conn: Any, _cursor: Any, statement: str, _parameters: Any, _context: Any, many: bool) -> None:
+        heard.append((" ".join(statement.split()[:3]).upper(), many))
+
+    sa.event.listen(store.engine, "before_cursor_execute", before)
+    try:
+        message = store.insert_message(_new("heard")).message
+        [claimed] = states.claim(store, [message], "node-1", START)
+        states.transition(store, claimed, MessageState.OK, START, {})
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", before)
+    statements = [text for text, _many in heard if not text.startswith(("BEGIN", "SELECT"))]
+    assert statements == [
+        "INSERT INTO MESSAGE", "INSERT INTO MESSAGE_TRANSITION",
+        "UPDATE MESSAGE SET", "INSERT INTO MESSAGE_TRANSITION",
+        "UPDATE MESSAGE SET", "INSERT INTO MESSAGE_TRANSITION",
+    ]
+    with store.engine.connect() as connection:
+        rows = connection.execute(sa.select(sa.func.count()).select_from(message_transition_table)).scalar_one()
+    assert rows == 3
