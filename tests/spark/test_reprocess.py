@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,10 +26,10 @@ from openroute.spark.reprocess import (
     plan_frame,
     reprocess,
 )
+from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
 S = MessageState
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _decisions(spark: Any, url: str, job: str = "t", **filters: Any) -> dict[int, tuple[str, str | None]]:
@@ -198,20 +194,17 @@ def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
     planned = many_failed(url, 30)
     out = tmp_path / "job"
     reprocess(spark, url, out=out, job_id="killed", partitions=2)
-    command = [sys.executable, "-m", "openroute.cli", "spark", "reprocess", "--database-url", url,
-               "--master", "local[1]", "--plan", str(out), "--apply", "--rate", "2/s",
-               "--spark-log", str(tmp_path / "spark.log")]
-    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = SparkCli(["reprocess", "--database-url", url, "--master", "local[1]", "--plan", str(out), "--apply",
+                      "--rate", "2/s"], tmp_path)
     try:
         deadline = time.monotonic() + 240
+        # the committed rows are the event to wait for; the kill lands wherever the job is then
         while len(_reprocess_rows(url, "killed")) < 4:  # two committed batches of two
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the apply did not start within 240 s"
+            assert child.process.poll() is None, f"the apply ended first: {child.stdout_path.read_text()}"
+            assert time.monotonic() < deadline, "the apply did not commit two batches within 240 s"
             time.sleep(0.2)
     finally:
-        os.killpg(child.pid, signal.SIGKILL)  # kill -9 the CLI and its JVM
-        child.wait(30)
+        child.kill()  # kill -9 the CLI and its JVM
     done = _reprocess_rows(url, "killed")
     assert 4 <= len(done) < 30 and set(done.values()) == {1}
     resumed = apply_plan(spark, url, out)
