@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -62,3 +63,37 @@ class SparkCli:
         except ProcessLookupError:  # the whole group ended already
             pass
         self.process.wait(30)
+
+
+def run_in_terminal(argv: list[str], folder: Path, timeout: float) -> tuple[int, bytes]:
+    """Run ``openroute spark <argv>`` with a pseudo-terminal as its stdin, stdout and stderr; returns (exit
+    status, every byte it wrote there). Fails when it runs longer than ``timeout`` s (it is killed then)."""
+    main, terminal = os.openpty()
+    command = [sys.executable, "-m", "openroute.cli", "spark", *argv, "--spark-log", str(folder / "child-spark.log")]
+    process = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdin=terminal, stdout=terminal,
+                               stderr=terminal, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"openroute spark {' '.join(argv)} still runs after {timeout} s; "
+                                     f"it wrote: {bytes(shown)!r}")
+            ready, _, _ = select.select([main], [], [], left)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: every end of the terminal in the child is closed (it ended)
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return process.wait(max(1.0, deadline - time.monotonic())), bytes(shown)
+    finally:
+        os.close(main)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
