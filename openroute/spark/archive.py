@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore
 from openroute.persistence.models import message_table
+from openroute.spark._pause import pause_point
 from openroute.spark.session import read_table
 
 if TYPE_CHECKING:
@@ -110,7 +111,9 @@ class ArchiveResult:
 
 
 def _reached(phase: str) -> None:
-    """A point where the job may be killed (the tests interrupt it here)."""
+    """A point where the job may be killed: tests interrupt it here, in the test process or as a child process
+    paused by ``$OPENROUTE_SPARK_PAUSE_AT`` (see :mod:`openroute.spark._pause`) and then killed."""
+    pause_point(phase)
 
 
 def _write_manifest(folder: Path, values: dict[str, Any]) -> None:

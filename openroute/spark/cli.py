@@ -9,6 +9,8 @@ For example::
 
 Exit status: 0 done, 2 a usage or setup problem (no Java, no JDBC driver, database unreachable, bad option),
 printed as one line on stderr; Spark's own log and any Java stack trace go to a file, never to the terminal.
+When stderr is a terminal, one line there shows the Spark stages done / total while the job runs
+(``spark stages 7/9 (job 6 running)``), erased before the results are printed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 def _common() -> argparse.ArgumentParser:
@@ -84,15 +86,39 @@ def _url(args: argparse.Namespace) -> str:
 
 
 class _Progress:
-    """Stages done / total of the running Spark jobs, on one terminal line (only when stderr is a terminal)."""
+    """The Spark stages done / total of this command on one line of stderr, redrawn while it runs (a terminal only).
 
-    def __init__(self, spark: Any, enabled: bool) -> None:
+    The line counts every stage of the jobs this command started (a finished job's skipped stages count as done)
+    and names the jobs running, for example ``spark stages 7/9 (job 6 running); batch 2: restarted 4, skipped
+    0``, the part after ``;`` being :meth:`note`. It is erased before anything else is printed: while the
+    progress is on, ``sys.stdout`` goes through :class:`_ErasingWriter`, and the line is not drawn while a
+    printed line is still unfinished. Disabled (``enabled=False``), it writes nothing and changes nothing.
+    """
+
+    #: seconds between two looks at Spark's status tracker
+    interval = 0.5
+
+    def __init__(self, spark: Any, enabled: bool, stream: TextIO | None = None) -> None:
         self.spark, self.enabled = spark, enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.lock = threading.RLock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="openroute-spark-progress", daemon=True)
+        self._shown = False  # the line is on the terminal
+        self._midline = False  # stdout printed part of a line: drawing now would erase it
+        self._stages = ""
+        self._note = ""
+        self._drawn = ""
+        self._earlier: set[int] = set()  # jobs of a caller's session that ran before this command
+        self._finished: dict[int, list[int]] = {}  # stage ids of this command's finished jobs
+        self._stdout: Any = None
 
     def __enter__(self) -> _Progress:
         if self.enabled:
+            tracker = self.spark.sparkContext.statusTracker()
+            self._earlier = set(tracker.getJobIdsForGroup())
+            self._stdout = sys.stdout
+            sys.stdout = _ErasingWriter(sys.stdout, self)
             self._thread.start()
         return self
 
@@ -100,21 +126,91 @@ class _Progress:
         if self.enabled:
             self._stop.set()
             self._thread.join()
-            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            sys.stdout = self._stdout
+            self.erase()
 
-    def _run(self) -> None:
+    def note(self, text: str) -> None:
+        """Show ``text`` after the stages (what the job did so far, e.g. the apply's batches)."""
+        self._note = text
+        self._draw()
+
+    def erase(self) -> None:
+        """Take the line off the terminal (it comes back at the next redraw)."""
+        with self.lock:
+            if self._shown:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self._shown = False
+
+    def printed(self, text: str) -> None:
+        """Something else went to the terminal: the line was erased before, and waits for the end of that line."""
+        self._midline = not text.endswith("\n")
+
+    def _draw(self) -> None:
+        line = "; ".join(part for part in (self._stages, self._note) if part)
+        with self.lock:
+            if not self.enabled or self._midline or not line or (self._shown and line == self._drawn):
+                return
+            self.stream.write("\r\033[K" + line)
+            self.stream.flush()
+            self._shown, self._drawn = True, line
+
+    def stages(self) -> tuple[int, int, list[int]]:
+        """(stages done, stages known, running job ids) of the jobs this command started."""
         tracker = self.spark.sparkContext.statusTracker()
-        while not self._stop.wait(0.5):
-            parts = []
-            for job_id in tracker.getActiveJobsIds():
+        done: set[int] = set()
+        known: set[int] = set()
+        running: list[int] = []
+        for job_id in sorted(set(tracker.getJobIdsForGroup()) - self._earlier):
+            stage_ids = self._finished.get(job_id)
+            if stage_ids is None:
                 job = tracker.getJobInfo(job_id)
                 if job is None:
                     continue
-                done = sum(1 for s in job.stageIds if (info := tracker.getStageInfo(s)) is not None
-                           and info.numCompletedTasks == info.numTasks and info.numTasks > 0)
-                parts.append(f"job {job_id}: stages {done}/{len(job.stageIds)}")
-            if parts:
-                print("\r\033[K" + "; ".join(parts), end="", file=sys.stderr, flush=True)
+                stage_ids = list(job.stageIds)
+                if job.status == "RUNNING" or job.status == "UNKNOWN":
+                    running.append(job_id)
+                    known.update(stage_ids)
+                    done.update(s for s in stage_ids if (info := tracker.getStageInfo(s)) is not None
+                                and info.numTasks > 0 and info.numCompletedTasks == info.numTasks)
+                    continue
+                self._finished[job_id] = stage_ids
+            known.update(stage_ids)
+            done.update(stage_ids)
+        return len(done), len(known), running
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            done, known, running = self.stages()
+            if known:
+                jobs = ", ".join(str(j) for j in running)
+                self._stages = f"spark stages {done}/{known}" + (
+                    f" (job{'s' if len(running) > 1 else ''} {jobs} running)" if running else "")
+            self._draw()
+
+
+class _ErasingWriter:
+    """``sys.stdout`` while the progress line is on: each write erases the line first, under its lock."""
+
+    def __init__(self, target: TextIO, progress: _Progress) -> None:
+        self.target, self.progress = target, progress
+
+    def write(self, text: str) -> int:
+        with self.progress.lock:
+            self.progress.erase()
+            written = self.target.write(text)
+            self.target.flush()  # on the terminal before the progress line comes back
+            self.progress.printed(text)
+        return written
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.target, name)
 
 
 def _table(rows: list[tuple[str, str, int]], headers: tuple[str, str, str]) -> str:
@@ -124,7 +220,7 @@ def _table(rows: list[tuple[str, str, int]], headers: tuple[str, str, str]) -> s
     return "\n".join(lines)
 
 
-def _run_reprocess(spark: Any, args: argparse.Namespace) -> int:
+def _run_reprocess(spark: Any, args: argparse.Namespace, progress: _Progress) -> int:
     from openroute.spark.reprocess import apply_plan, read_job, reprocess
 
     url = _url(args)
@@ -135,7 +231,7 @@ def _run_reprocess(spark: Any, args: argparse.Namespace) -> int:
         meta = read_job(args.plan)
         print(f"job {meta['job_id']}: applying the plan in {args.plan}")
         applied = apply_plan(spark, url, args.plan, rate=args.rate, batch_size=args.batch_size,
-                             progress=_apply_progress())
+                             progress=_apply_progress(progress))
         _print_applied(applied, args.plan)
         return 0
     result = reprocess(
@@ -144,7 +240,7 @@ def _run_reprocess(spark: Any, args: argparse.Namespace) -> int:
         business_error_code=args.business_error_code, error_text=args.error_text, ids_file=args.ids_file,
         object_ids_file=args.object_ids_file, out=args.out, job_id=args.job_id, apply=args.apply,
         rate=args.rate, batch_size=args.batch_size, partitions=args.partitions, csv=args.csv,
-        jdbc_path=args.jdbc_path, progress=_apply_progress() if args.apply else None,
+        jdbc_path=args.jdbc_path, progress=_apply_progress(progress) if args.apply else None,
     )
     folder = result.plan_path.parent
     print(f"job {result.job_id}: plan in {result.plan_path}")
@@ -156,20 +252,17 @@ def _run_reprocess(spark: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _apply_progress() -> Callable[[Any], None] | None:
-    if not sys.stderr.isatty():
+def _apply_progress(progress: _Progress) -> Callable[[Any], None] | None:
+    if not progress.enabled:
         return None
 
-    def show(progress: Any) -> None:
-        print(f"\r\033[Kbatch {progress.batches}: restarted {progress.restarted}, skipped {progress.skipped}",
-              end="", file=sys.stderr, flush=True)
+    def show(applied: Any) -> None:
+        progress.note(f"batch {applied.batches}: restarted {applied.restarted}, skipped {applied.skipped}")
 
     return show
 
 
 def _print_applied(applied: Any, folder: str | Path) -> None:
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr)
     print(f"applied: restarted {applied.restarted}, skipped as obsolete {applied.skipped}, "
           f"already done by this job {applied.already_applied}, changed since the plan {len(applied.moved)}, "
           f"no longer stored {len(applied.missing)} ({applied.batches} batches)")
@@ -183,7 +276,7 @@ def _print_applied(applied: Any, folder: str | Path) -> None:
               f"all ids in {report}")
 
 
-def _run_archive(spark: Any, args: argparse.Namespace) -> int:
+def _run_archive(spark: Any, args: argparse.Namespace, _progress: _Progress) -> int:
     from openroute.spark.archive import archive
 
     result = archive(spark, _url(args), keep=args.keep, to=args.to, batch_size=args.batch_size,
@@ -216,12 +309,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from openroute.spark.audit import run_audit_job
 
-    jobs: dict[str, Callable[[Any, argparse.Namespace], int]] = {
-        "reprocess": _run_reprocess, "archive": _run_archive, "audit": run_audit_job,
+    jobs: dict[str, Callable[[Any, argparse.Namespace, _Progress], int]] = {
+        "reprocess": _run_reprocess, "archive": _run_archive,
+        "audit": lambda spark, args, _progress: run_audit_job(spark, args),
     }
+    progress = _Progress(spark, sys.stderr.isatty())
     try:
-        with _Progress(spark, sys.stderr.isatty()):
-            return jobs[args.spark_command](spark, args)
+        with progress:
+            return jobs[args.spark_command](spark, args, progress)
     except (SparkSetupError, ValueError) as problem:
         print(f"{name}: {problem}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ collecting the candidates on the driver::
 
     RESTART        FAILED/CANCEL -> PARTLY_FAILED, due now, failed count 0 (the engine retries it as usual)
     SKIP_OBSOLETE  a newer message of the same entity type + object id already ended OK: FAILED -> SKIPPED
+                   (no confirmation, as when the engine skips it: SKIPPED is never confirmed)
     LEAVE          left alone, with the reason (restarted by this job already, parent final, not restartable...)
 
 The plan is a dataset (Parquet, CSV on request) with a summary per route x decision. ``apply`` writes it
@@ -386,6 +387,8 @@ def _apply_batch(
             elif row["decision"] == RESTART:
                 requests.append((message, S.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}, cause))
             else:
+                # as the engine's obsolete check after a restart; its final-state hooks (the confirmation row)
+                # do nothing for SKIPPED, so none run here (tests/spark/test_reprocess.py pins the parity)
                 text = f"reprocess job {job_id}: newer message #{row['newer_ok_id']} of the same entity ended OK"
                 requests.append((message, S.SKIPPED, now, {"next_attempt_at": None, "last_error_code": "OBSOLETE",
                                                             "last_error_text": text}, cause))

@@ -35,6 +35,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def spark_installed() -> None:
+    """Java, PySpark and both JDBC drivers are here (for tests that only run ``openroute spark`` as a child)."""
+    require("Spark", spark_and_drivers_problem)
+
+
+@pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The test run's SparkSession (local[2], few shuffle partitions); stopped at the end of the run."""
     require("Spark", spark_and_drivers_problem)

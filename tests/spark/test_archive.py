@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import json
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from openroute.persistence.models import confirmation_table, message_transition_
 
 from openroute.cli import main
 from openroute.spark.archive import ArchiveResult, archive, parse_keep, read_archive
+from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
 S = MessageState
@@ -114,6 +117,61 @@ def test_interrupted_at_any_point_loses_nothing_and_a_rerun_finishes(
     assert len(finished.resumed) == 1 and len(finished.discarded) == 0 and finished.run_id is None
     assert finished.deleted == 4 and store.find() == []
     assert sorted(_nothing_lost(spark, store, to, all_ids)) == all_ids, "each message archived exactly once"
+    store.dispose()
+
+
+def _transition_ids(url: str, message_ids: set[int]) -> list[int]:
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        found = connection.execute(sa.select(message_transition_table.c.id).where(
+            message_transition_table.c.message_id.in_(sorted(message_ids)))).scalars().all()
+    engine.dispose()
+    return sorted(found)
+
+
+def _parquet_ids(spark: Any, folder: Path) -> list[int]:
+    """The ids in every Parquet file under ``folder`` (all runs, finished or not): a copy left over counts too."""
+    if not folder.is_dir():
+        return []
+    return sorted(r.id for r in spark.read.option("basePath", str(folder)).parquet(str(folder)).select("id").collect())
+
+
+@pytest.mark.parametrize(("pause_at", "deleted_when_killed"), [("verified", 0), ("deleted-batch:2", 4)],
+                         ids=["copy-verified-nothing-deleted", "between-delete-batches"])
+def test_killed_by_sigkill_then_rerun_archives_every_message_exactly_once(
+    spark: Any, database_url: str, tmp_path: Path, pause_at: str, deleted_when_killed: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ids = reprocess_store(database_url)
+    staying = {ids["ok_newer"], ids["ok_older"], ids["waiting"]}  # OK has no keep time, PARTLY_FAILED is not final
+    eligible = set(ids.values()) - staying
+    transitions = _transition_ids(database_url, eligible)
+    to = tmp_path / "archive"
+    argv = ["archive", "--database-url", database_url, "--keep", "FAILED=1d,CANCEL=1d", "--to", str(to),
+            "--batch-size", "2", "--partitions", "2"]
+    # the job pauses at the named point (the copy verified, nothing deleted; or two delete batches committed)
+    child = SparkCli([*argv, "--master", "local[1]"], tmp_path, env={"OPENROUTE_SPARK_PAUSE_AT": pause_at})
+    try:
+        child.wait_for_line(rf"paused at {pause_at.split(':')[0]} #", timeout=300)
+    finally:
+        child.kill()
+    assert child.process.returncode == -signal.SIGKILL
+
+    store = MessageStore(database_url)
+    live = {m.id for m in store.find()}
+    archived = [r.id for r in read_archive(spark, to).select("id").collect()]
+    assert sorted(archived) == sorted(eligible), "the verified copy holds every eligible message once"
+    assert len(eligible - live) == deleted_when_killed
+    assert eligible - live <= set(archived), "a message deleted from the store is in the verified archive"
+
+    assert main(["spark", *argv]) == 0  # the re-run finishes the killed run first
+    assert f"deleted {len(eligible) - deleted_when_killed} from the store" in capsys.readouterr().out
+    assert {m.id for m in store.find()} == staying, "the store no longer has the archived messages"
+    assert _parquet_ids(spark, to / "message") == sorted(eligible), "every eligible message archived exactly once"
+    transition_copy = [r.id for r in read_archive(spark, to, "message_transition").select("id").collect()]
+    assert sorted(transition_copy) == transitions, "and each of their transitions exactly once"
+    [manifest] = [json.loads((f / "manifest.json").read_text()) for f in (to / "_runs").iterdir()]
+    assert manifest["status"] == "done" and manifest["deleted"] == len(eligible) - deleted_when_killed
     store.dispose()
 
 

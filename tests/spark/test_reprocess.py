@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from openroute.confirmation import ConfirmationCallback, ConfirmationRequest, ConfirmationService
 from openroute.persistence import MessageState, MessageStore
-from openroute.persistence.models import message_transition_table
+from openroute.persistence.models import confirmation_table, message_transition_table
 
 from openroute import states
 from openroute.cli import main
+from openroute.dsl import Application, route
+from openroute.engine import Exchange
+from openroute.errors import BusinessError
 from openroute.spark.reprocess import (
     LEAVE,
     RESTART,
@@ -30,10 +31,10 @@ from openroute.spark.reprocess import (
     plan_frame,
     reprocess,
 )
+from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
 S = MessageState
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _decisions(spark: Any, url: str, job: str = "t", **filters: Any) -> dict[int, tuple[str, str | None]]:
@@ -191,27 +192,24 @@ def test_rate_limits_how_fast_messages_are_released(spark: Any, sqlite_url: str,
 
 
 def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
-    spark: Any, sqlite_url: str, tmp_path: Path
+    spark: Any, database_url: str, tmp_path: Path
 ) -> None:
-    # one database: the marker and the batch transaction are the same code on both (apply_twice runs on both)
-    url = sqlite_url
+    # kill -9 on each database: the batch transaction in flight is rolled back by the database itself
+    url = database_url
     planned = many_failed(url, 30)
     out = tmp_path / "job"
     reprocess(spark, url, out=out, job_id="killed", partitions=2)
-    command = [sys.executable, "-m", "openroute.cli", "spark", "reprocess", "--database-url", url,
-               "--master", "local[1]", "--plan", str(out), "--apply", "--rate", "2/s",
-               "--spark-log", str(tmp_path / "spark.log")]
-    child = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    child = SparkCli(["reprocess", "--database-url", url, "--master", "local[1]", "--plan", str(out), "--apply",
+                      "--rate", "2/s"], tmp_path)
     try:
         deadline = time.monotonic() + 240
+        # the committed rows are the event to wait for; the kill lands wherever the job is then
         while len(_reprocess_rows(url, "killed")) < 4:  # two committed batches of two
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the apply did not start within 240 s"
+            assert child.process.poll() is None, f"the apply ended first: {child.stdout_path.read_text()}"
+            assert time.monotonic() < deadline, "the apply did not commit two batches within 240 s"
             time.sleep(0.2)
     finally:
-        os.killpg(child.pid, signal.SIGKILL)  # kill -9 the CLI and its JVM
-        child.wait(30)
+        child.kill()  # kill -9 the CLI and its JVM
     done = _reprocess_rows(url, "killed")
     assert 4 <= len(done) < 30 and set(done.values()) == {1}
     resumed = apply_plan(spark, url, out)
@@ -246,3 +244,72 @@ def test_cli_dry_run_then_apply_and_one_line_errors(
         assert main(full) == 2, argv
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1 and "at org." not in err, err
+
+
+class Recorder(ConfirmationCallback):
+    """Confirms every source system by remembering (message id, state)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[int, str]] = []
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        self.received.append((int(request.message_id), request.state))
+
+
+def _confirmations(store: MessageStore) -> dict[int, tuple[str, str, int]]:
+    c = confirmation_table.c
+    with store.engine.connect() as connection:
+        rows = connection.execute(sa.select(c.message_id, c.outcome_state, c.status, c.attempts)).all()
+    return {int(r.message_id): (str(r.outcome_state), str(r.status), int(r.attempts)) for r in rows}
+
+
+async def test_skip_obsolete_confirms_like_the_engine_ending_a_restarted_message_skipped(
+    spark: Any, database_url: str, route_test_kit: Any, tmp_path: Path
+) -> None:
+    def customer(exchange: Exchange) -> None:
+        if json.loads(exchange.payload).get("blocked"):
+            raise BusinessError("BLOCKED", "customer blocked")
+
+    kit = await route_test_kit(Application(
+        route("crm", "setCustomer").json().object_id(json="$.customer").entity_type("customer").obsolete_check()
+        .process(customer)), database_url=database_url)
+    recorder = Recorder()
+    service = ConfirmationService(kit.store, recorder, clock=kit.clock)
+    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)  # as create_app wires confirmations
+    kit.engine.final_state_hooks.append(service.on_final_state)
+    failed: dict[str, int] = {}
+    for path, customer_id in (("engine", "C-1"), ("job", "C-2")):  # per path: FAILED, then a newer one OK
+        older = await kit.send_json("crm", "setCustomer", {"customer": customer_id, "blocked": True},
+                                    source_system="CRM")
+        await kit.settle()
+        kit.clock.advance(timedelta(seconds=1))
+        newer = await kit.send_json("crm", "setCustomer", {"customer": customer_id}, source_system="CRM")
+        await kit.settle()
+        kit.clock.advance(timedelta(seconds=1))
+        kit.assert_state(older.message_id, S.FAILED)
+        kit.assert_state(newer.message_id, S.OK)
+        failed[path] = older.message_id
+    before, sent_before = _confirmations(kit.store), list(recorder.received)
+    assert before[failed["engine"]] == before[failed["job"]] == ("FAILED", "SENT", 1)
+
+    # the engine's way to SKIPPED: restart it, the obsolete check ends it (final-state hooks in that transaction)
+    await kit.engine.restart(failed["engine"])
+    await kit.settle()
+    kit.assert_state(failed["engine"], S.SKIPPED)
+    # the job's way: SKIP_OBSOLETE applied in a batch
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(f"{failed['job']}\n")
+    planned = reprocess(spark, database_url, ids_file=str(ids_file), out=tmp_path / "job", job_id="skip",
+                        partitions=2)
+    assert planned.counts() == {SKIP_OBSOLETE: 1}
+    assert apply_plan(spark, database_url, tmp_path / "job", now=kit.clock.now).skipped == 1
+    kit.assert_state(failed["job"], S.SKIPPED)
+
+    after = _confirmations(kit.store)
+    change = {path: (before[i], after.get(i)) for path, i in failed.items()}
+    assert change["job"] == change["engine"], "the job leaves the confirmations as the engine does"
+    # SKIPPED is never confirmed: the source system keeps the FAILED it was told, nothing new is owed or sent
+    assert change["engine"] == (("FAILED", "SENT", 1), ("FAILED", "SENT", 1)) and after == before
+    assert await service.sweep_missing() == 0
+    await service.process_due()
+    assert recorder.received == sent_before

@@ -1,0 +1,85 @@
+"""``openroute spark`` on a terminal and off it: the Spark stages done / total while a job runs, only on a
+terminal, erased before the results; nothing but the results in a pipe."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.spark.processes import ROOT, run_in_terminal
+from tests.spark.stores import reprocess_store
+
+
+def screen(raw: bytes) -> list[str]:
+    """The lines a terminal shows after ``raw`` (carriage return, new line and ESC [K, erase to the end of the
+    line: the controls the command uses), without trailing empty lines."""
+    text = raw.decode()
+    lines, column, at = [""], 0, 0
+    while at < len(text):
+        if text.startswith("\x1b[K", at):
+            lines[-1] = lines[-1][:column]
+            at += 3
+            continue
+        char = text[at]
+        at += 1
+        if char == "\r":
+            column = 0
+        elif char == "\n":
+            lines.append("")
+            column = 0
+        else:
+            line = lines[-1].ljust(column)
+            lines[-1] = line[:column] + char + line[column + 1:]
+            column += 1
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _argv(url: str, out: Path) -> list[str]:
+    return ["reprocess", "--database-url", url, "--master", "local[1]", "--partitions", "2", "--out", str(out),
+            "--job-id", "shown", "--apply", "--batch-size", "2"]
+
+
+RESULTS = [
+    "job shown: plan in {out}/plan",
+    "route                 decision       messages",
+    "billing/charge        RESTART               1",
+    "crm/setCustomer       RESTART               4",
+    "crm/setCustomer       SKIP_OBSOLETE         1",
+    "shop/createOrder      RESTART               1",
+    "shop/createOrderLine  LEAVE                 1",
+    "applied: restarted 6, skipped as obsolete 1, already done by this job 0, changed since the plan 0, "
+    "no longer stored 0 (4 batches)",
+]
+
+
+def test_on_a_terminal_the_stages_done_of_total_show_while_it_runs_and_are_erased_before_the_results(
+    spark_installed: None, sqlite_url: str, tmp_path: Path
+) -> None:
+    reprocess_store(sqlite_url)
+    out = tmp_path / "job"
+    status, raw = run_in_terminal(_argv(sqlite_url, out), tmp_path, timeout=300)
+    assert status == 0, raw
+    drawn = re.findall(rb"\r\x1b\[K(spark stages (\d+)/(\d+)[^\r]*)", raw)
+    assert drawn, f"no progress line on the terminal: {raw!r}"
+    assert all(int(done) <= int(known) for _line, done, known in drawn)
+    assert int(drawn[-1][2]) > 1, "the stages of every job of the command are counted"
+    assert re.search(rb"batch \d+: restarted \d+, skipped \d+", raw), "the apply's batches show on the line"
+    assert screen(raw) == [line.format(out=out) for line in RESULTS], "only the results stay on the screen"
+
+
+def test_in_a_pipe_there_is_no_progress_only_the_results(spark_installed: None, sqlite_url: str,
+                                                         tmp_path: Path) -> None:
+    reprocess_store(sqlite_url)
+    out = tmp_path / "job"
+    command = [sys.executable, "-m", "openroute.cli", "spark", *_argv(sqlite_url, out), "--spark-log",
+               str(tmp_path / "spark.log")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [line.format(out=out) for line in RESULTS]
+    assert done.stderr == "", "nothing on stderr: no progress, no Spark log"
