@@ -12,8 +12,9 @@ interleaved (one repetition runs floor, JSON and SOAP once each):
 The load generator is a raw asyncio HTTP/1.1 client in this process (pre-built request bytes, keep-alive
 connections, ``--concurrency`` in flight): it costs a few tens of microseconds per request, so the floor is
 limited by the server, not by the client (a floor under 1,000 req/s on this machine would mean the client is the
-limit). Run: ``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]``. It prints
-req/s, p50 / p99 per run and min / median / max of each endpoint's ratio to the floor (the goal is >= 0.6).
+limit). Run: ``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]
+[--databases sqlite,postgres]``. It prints req/s, p50 / p99 per run and min / median / max of each endpoint's
+ratio to the floor (the goal is >= 0.6).
 """
 
 from __future__ import annotations
@@ -194,8 +195,12 @@ def measure(kind: str, url: str, count: int, concurrency: int) -> dict[str, floa
         process.wait(30)
 
 
-def databases(tmp: Path) -> list[tuple[str, str, str | None]]:
-    result: list[tuple[str, str, str | None]] = [("sqlite", f"sqlite:///{tmp / 'bench.db'}", None)]
+def databases(tmp: Path, chosen: set[str]) -> list[tuple[str, str, str | None]]:
+    result: list[tuple[str, str, str | None]] = []
+    if "sqlite" in chosen:
+        result.append(("sqlite", f"sqlite:///{tmp / 'bench.db'}", None))
+    if "postgres" not in chosen:
+        return result
     try:
         admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
         name = f"openroute_bench_{uuid.uuid4().hex[:8]}"
@@ -217,16 +222,21 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--databases", default="sqlite,postgres",
+                        help="comma-separated: sqlite, postgres (default both, as lifecycle_bench.py)")
     args = parser.parse_args()
     if args.count < 1 or args.concurrency < 1 or args.repeat < 1:
         parser.error("--count, --concurrency and --repeat must be positive")
+    chosen = {name.strip() for name in args.databases.split(",") if name.strip()}
+    if not chosen or not chosen <= {"sqlite", "postgres"}:
+        parser.error(f"--databases takes sqlite and/or postgres, got {args.databases!r}")
     from openroute.persistence import MessageStore
 
     print(f"{os.cpu_count()} CPUs (shared), {args.count} requests per run, {args.concurrency} in flight, loopback, "
           f"{args.repeat} interleaved repetitions")
     kinds = ("floor", "json", "soap")
     with tempfile.TemporaryDirectory() as tmp:
-        for db, url, pg_name in databases(Path(tmp)):
+        for db, url, pg_name in databases(Path(tmp), chosen):
             store = MessageStore(url)
             store.create_schema()
             store.dispose()

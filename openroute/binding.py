@@ -95,8 +95,9 @@ def _as_text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, etree._Element):
-        text = "".join(value.itertext()).strip()
-        return text or None
+        # without children (comments and PIs count as children) the element's text is all of its string value
+        text = (value.text or "") if len(value) == 0 else "".join(value.itertext())
+        return text.strip() or None
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():

@@ -4,6 +4,12 @@ A commit (an fsync on PostgreSQL, the WAL write lock on SQLite) costs far more t
 so operations that arrive while a transaction is running are committed together in the next one. Every
 caller still gets its own result only after the commit that contains its work. If a grouped transaction
 fails, each of its operations is re-run alone so one bad operation cannot fail its neighbours.
+
+The thread is rung at most once per event-loop iteration, by a callback that runs after the iteration's other
+callbacks, instead of being woken by every operation: woken by each one, it waited for the GIL and took it as
+soon as the loop ran C code that releases it (lxml does, for every parse, XPath and serialisation), so it
+committed a few operations per transaction while the loop's other requests waited (see docs/performance.md,
+inbound HTTP and SOAP).
 """
 
 from __future__ import annotations
@@ -56,6 +62,9 @@ class GroupCommitWriter:
         self._engine = engine
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # one token per ring: the thread sleeps on it, not on the queue, so a put alone does not wake it
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._ringing: set[asyncio.AbstractEventLoop] = set()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = False
         self._closed = False
@@ -76,7 +85,7 @@ class GroupCommitWriter:
         self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put((operation, future, loop))
+        self._enqueue((operation, future, loop), loop)
         return await future
 
     async def submit_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> T:
@@ -86,8 +95,18 @@ class GroupCommitWriter:
         self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(((group, item), future, loop))
+        self._enqueue(((group, item), future, loop), loop)
         return await future
+
+    def _enqueue(self, entry: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue.put(entry)
+        if loop not in self._ringing:
+            self._ringing.add(loop)
+            loop.call_soon(self._ring, loop)
+
+    def _ring(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ringing.discard(loop)  # before the token, so an operation queued after it rings again
+        self._bell.put(None)
 
     def close(self) -> None:
         """Finish the queued operations and stop the thread."""
@@ -96,29 +115,37 @@ class GroupCommitWriter:
         self._closed = True
         if self._started:
             self._queue.put(_STOP)
+            self._bell.put(None)
             self._thread.join()
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            batch = [item]
-            stop = False
-            while len(batch) < self._max_batch:
+            self._bell.get()
+            while True:  # tokens rung meanwhile are answered by this drain
                 try:
-                    more = self._queue.get_nowait()
+                    self._bell.get_nowait()
                 except queue.Empty:
                     break
-                if more is _STOP:
-                    stop = True
+            while True:  # everything queued until now, max_batch per transaction
+                batch: list[Any] = []
+                stop = False
+                while len(batch) < self._max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        stop = True
+                        break
+                    batch.append(item)
+                if batch:
+                    started = time.thread_time()
+                    self._execute(batch)
+                    self.cpu_seconds += time.thread_time() - started
+                if stop:
+                    return
+                if len(batch) < self._max_batch:
                     break
-                batch.append(more)
-            started = time.thread_time()
-            self._execute(batch)
-            self.cpu_seconds += time.thread_time() - started
-            if stop:
-                return
 
     def _execute(self, batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]]) -> None:
         results: list[Any] = [None] * len(batch)

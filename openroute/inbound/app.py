@@ -7,7 +7,6 @@ answered (SOAP Fault / HTTP 4xx) before anything is stored.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import uuid
@@ -263,9 +262,7 @@ class InboundEndpoints:
             envelope = read_envelope(root, version)
             correlation_id = envelope.trace.get("correlationId") or request.headers.get(CORRELATION_HEADER)
             binding = self._dispatch(service, envelope.body_element, action)
-            element = copy.deepcopy(envelope.body_element)
-            etree.cleanup_namespaces(element)
-            payload = ParsedPayload("xml", etree.tostring(element, encoding="unicode"), xml=element)
+            payload = envelope.payload()
             trace = self._trace(request, authenticated, envelope.trace)
             correlation_id = trace.correlation_id
             headers = {"endpoint": "soap", "soapVersion": version.name}
@@ -293,7 +290,7 @@ class InboundEndpoints:
         )
 
     def _dispatch(self, service: str, element: etree._Element, action: str | None) -> InboundBinding:
-        qname = etree.QName(element).text
+        qname = element.tag  # {namespace}local, as the bindings are keyed
         binding = self._by_element[service].get(qname)
         if binding is None and action:
             candidate = self._by_action[service].get(action)

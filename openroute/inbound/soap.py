@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from lxml import etree
 
-from openroute.inbound.binding import InboundBinding
+from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
 from openroute.inbound.schema import RequestSchema
 
@@ -72,31 +73,56 @@ class SoapRequest:
     body_element: etree._Element
     trace: dict[str, str]
 
+    def payload(self) -> ParsedPayload:
+        """The body element as a document of its own, with only the namespaces it uses, and its text (stored)."""
+        element = copy.copy(self.body_element)  # lxml copies the whole subtree (and its tail) into a new document
+        etree.cleanup_namespaces(element)
+        return ParsedPayload("xml", etree.tostring(element, encoding="unicode"), xml=element)
+
+
+_ENVELOPE_TAGS = {f"{{{SOAP11_NS}}}Envelope": SOAP11_NS, f"{{{SOAP12_NS}}}Envelope": SOAP12_NS}
+_PART_TAGS = {namespace: (f"{{{namespace}}}Header", f"{{{namespace}}}Body") for namespace in (SOAP11_NS, SOAP12_NS)}
+_TRACE_HEADER_TAG = f"{{{TRACE_NS}}}traceHeader"
+_TRACE_FIELD_TAGS = {f"{{{TRACE_NS}}}{name}": name for name in TRACE_FIELDS}
+
 
 def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:
-    """Check the envelope against ``version`` and find the single body element and the trace header."""
-    qname = etree.QName(root)
-    if qname.localname != "Envelope" or qname.namespace not in (SOAP11_NS, SOAP12_NS):
+    """Check the envelope against ``version`` and find the single body element and the trace header.
+
+    The first Header and the first Body of the envelope count, and the first element of each trace field.
+    """
+    # plain loops over the few children: cheaper than find() (ElementPath) or iterchildren(tag) (a matcher per call)
+    namespace = _ENVELOPE_TAGS.get(root.tag)
+    if namespace is None:
         raise MalformedPayloadError("the request is not a SOAP envelope")
-    if qname.namespace != version.namespace:
+    if namespace != version.namespace:
         raise SoapVersionMismatchError(
-            f"envelope namespace {qname.namespace} does not match SOAP {version.name} ({version.content_type})"
+            f"envelope namespace {namespace} does not match SOAP {version.name} ({version.content_type})"
         )
-    header = root.find(f"{{{version.namespace}}}Header")
-    body = root.find(f"{{{version.namespace}}}Body")
+    header_tag, body_tag = _PART_TAGS[namespace]
+    header = body = None
+    for part in root:
+        tag = part.tag
+        if tag == body_tag and body is None:
+            body = part
+        elif tag == header_tag and header is None:
+            header = part
     if body is None:
         raise MalformedPayloadError("the SOAP envelope has no Body")
     children = [child for child in body if isinstance(child.tag, str)]
     if len(children) != 1:
         raise MalformedPayloadError(f"the SOAP Body must hold exactly one element, found {len(children)}")
     trace: dict[str, str] = {}
-    if header is not None:
-        element = header.find(f"{{{TRACE_NS}}}traceHeader")
-        if element is not None:
-            for name in TRACE_FIELDS:
-                child = element.find(f"{{{TRACE_NS}}}{name}")
-                if child is not None and (child.text or "").strip():
-                    trace[name] = child.text.strip()
+    element = None if header is None else next((e for e in header if e.tag == _TRACE_HEADER_TAG), None)
+    if element is not None:
+        seen: set[str] = set()
+        for field in element:
+            name = _TRACE_FIELD_TAGS.get(field.tag)
+            if name is not None and name not in seen:
+                seen.add(name)
+                text = (field.text or "").strip()
+                if text:
+                    trace[name] = text
     return SoapRequest(version, children[0], trace)
 
 

@@ -70,6 +70,22 @@ def test_binding_extracts_and_reports_precisely() -> None:
         undeclared.check(ParsedPayload("xml", "", xml=root))
 
 
+@pytest.mark.parametrize(("element", "text"), [
+    ("<o:id> 7 </o:id>", "7"),
+    ("<o:id><![CDATA[ <7> ]]></o:id>", "<7>"),
+    ("<o:id>C-<o:part>7</o:part>-<o:part>8</o:part> tail</o:id>", "C-7-8 tail"),
+    ("<o:id>7<!-- a comment is no text -->8</o:id>", "78"),
+    ("<o:id>  </o:id>", None),
+    ("<o:id/>", None),
+    ("<o:id>first</o:id><o:id>second</o:id>", "first"),
+], ids=["leaf", "cdata", "mixed-content", "comment", "blank", "empty", "first-match"])
+def test_an_xml_extractor_takes_the_string_value_of_the_first_element_matched(element: str, text: str | None) -> None:
+    binding = InboundBinding("orders", "create", "xml", request_element=f"{{{ORD}}}createOrder",
+                             namespaces={"o": ORD}, object_id="o:id")
+    root = etree.fromstring(f'<o:createOrder xmlns:o="{ORD}">{element}</o:createOrder>')
+    assert binding.check(ParsedPayload("xml", "", xml=root)).object_id == text
+
+
 async def test_bad_endpoint_configuration(sqlite_url: str) -> None:
     engine = Engine(sqlite_url, routes(), EngineSettings(repoll_interval=None))
     try:

@@ -155,6 +155,17 @@ async def test_hostile_xml(
     assert ok.status_code == 200
 
 
+async def test_xml_nested_exactly_to_the_depth_limit_is_accepted(
+    client: httpx.AsyncClient, store: MessageStore
+) -> None:
+    # Envelope, Body and createOrder are levels 1 to 3: 29 more reach the limit of 32, one more passes it
+    headers = {**SOAP11_HEADERS, **basic()}
+    assert (await client.post("/soap/orders", content=_deep_xml(29), headers=headers)).status_code == 200
+    refused = await client.post("/soap/orders", content=_deep_xml(30), headers=headers)
+    assert "<ib:code>NESTING_TOO_DEEP</ib:code>" in refused.text and "32 levels" in refused.text
+    assert len(stored(store)) == 1
+
+
 async def _streamed(size: int) -> AsyncIterator[bytes]:
     chunk = b"x" * 8192
     sent = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 import zeep
 from lxml import etree
 from openroute.persistence import MessageStore
@@ -177,3 +178,66 @@ async def test_wsdl_describes_both_soap_versions(client: httpx.AsyncClient, tmp_
     assert port.binding_options["address"] == "http://testserver/soap/orders"
     assert (await client.get("/soap/unknown?wsdl")).status_code == 404
     assert (await client.get("/soap/orders")).status_code == 404
+
+
+# What is stored is the body element alone, as its own document: the namespaces it uses (those declared on the
+# envelope move to its root element) and no others, then the text that follows it inside the Body.
+STORED = [
+    (f'<env:Envelope xmlns:env="{SOAP11}" xmlns:o="{ORD}" xmlns:unused="urn:unused"><env:Body>\n  '
+     '<o:cancelOrder xmlns:x="urn:x" ref="1" o:p="2"><o:orderId>O-1 &amp; &lt;</o:orderId><![CDATA[<c>]]>'
+     "</o:cancelOrder>\n </env:Body></env:Envelope>",
+     f'<o:cancelOrder xmlns:o="{ORD}" ref="1" o:p="2"><o:orderId>O-1 &amp; &lt;</o:orderId>&lt;c&gt;'
+     "</o:cancelOrder>\n "),
+    (f'<Envelope xmlns="{SOAP11}"><Body><cancelOrder xmlns="{ORD}"><orderId>O-1</orderId></cancelOrder></Body>'
+     "</Envelope>",
+     f'<cancelOrder xmlns="{ORD}"><orderId>O-1</orderId></cancelOrder>'),
+    (f'<env:Envelope xmlns:env="{SOAP11}"><env:Body><o:cancelOrder xmlns:o="{ORD}"><!-- note --><?pi x?>'
+     '<o:orderId xml:lang="cs">O-1 Ž €</o:orderId><env:note>n</env:note></o:cancelOrder></env:Body></env:Envelope>',
+     f'<o:cancelOrder xmlns:o="{ORD}" xmlns:env="{SOAP11}"><o:orderId xml:lang="cs">O-1 Ž €</o:orderId>'
+     "<env:note>n</env:note></o:cancelOrder>"),
+]
+
+
+@pytest.mark.parametrize(("sent", "payload"), STORED, ids=["envelope-prefix-and-tail", "default-namespace",
+                                                           "comments-and-envelope-namespace-inside"])
+async def test_the_stored_payload_is_the_body_element_with_the_namespaces_it_uses(
+    client: httpx.AsyncClient, store: MessageStore, sent: str, payload: str
+) -> None:
+    response = await client.post("/soap/orders", content=sent.encode(), headers={"Content-Type": "text/xml",
+                                                                                 **basic()})
+    assert response.status_code == 200, response.text
+    row = stored(store)[0]
+    assert row["payload"] == payload
+    assert row["object_id"].startswith("O-1")
+
+
+async def test_trace_header_fields_are_read_in_any_order_first_one_wins(
+    client: httpx.AsyncClient, store: MessageStore
+) -> None:
+    body = (f'<env:Envelope xmlns:env="{SOAP11}"><env:Body>{create_order()}</env:Body><env:Header>'
+            f'<tr:traceHeader xmlns:tr="{TR}"><tr:processId> p-1 </tr:processId><tr:correlationId>first'
+            "</tr:correlationId><tr:unknown>u</tr:unknown><tr:correlationId>second</tr:correlationId>"
+            "</tr:traceHeader></env:Header></env:Envelope>")
+    response = await client.post("/soap/orders", content=body.encode(), headers={**SOAP11_HEADERS, **basic()})
+    assert response.status_code == 200, response.text
+    row = stored(store)[0]
+    assert (row["correlation_id"], row["process_id"]) == ("first", "p-1")
+
+
+@pytest.mark.parametrize(("sent", "reason"), [
+    (f'<env:Envelope xmlns:env="{SOAP11}"><e12:Body xmlns:e12="{SOAP12}">{create_order()}</e12:Body>'
+     "</env:Envelope>", "no Body"),
+    (f'<env:Envelope xmlns:env="{SOAP11}"><env:Body> text <!-- c --> </env:Body></env:Envelope>',
+     "exactly one element, found 0"),
+    (f'<env:Envelope xmlns:env="{SOAP11}"><env:Body>{create_order()}</env:Body></env:Envelope>'
+     .replace("Envelope", "Envelop"), "not a SOAP envelope"),
+    (f'<env:Envelope xmlns:env="urn:not-soap"><env:Body>{create_order()}</env:Body></env:Envelope>',
+     "not a SOAP envelope"),
+], ids=["body-of-the-other-version", "no-element-in-body", "wrong-root-name", "wrong-root-namespace"])
+async def test_a_wrong_envelope_is_a_client_fault(
+    client: httpx.AsyncClient, store: MessageStore, sent: str, reason: str
+) -> None:
+    response = await client.post("/soap/orders", content=sent.encode(), headers={**SOAP11_HEADERS, **basic()})
+    assert response.status_code == 500 and answer(response)["faultcode"] == "env:Client"
+    assert answer(response)["code"] == "MALFORMED_PAYLOAD" and reason in answer(response)["reason"]
+    assert stored(store) == []

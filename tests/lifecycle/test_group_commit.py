@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -84,6 +87,66 @@ async def test_writer_groups_items_and_falls_back_one_by_one(sqlite_url: str) ->
     with pytest.raises(RuntimeError):
         await writer.submit(lambda connection: 7)
     engine.dispose()
+
+
+Recording = tuple[GroupCommitWriter, Grouped[int, int], list[list[int]]]
+
+
+@pytest.fixture
+def recording(sqlite_url: str) -> Iterator[Recording]:
+    """A writer, a group answering ten times each item, and the items of each call of the group."""
+    engine = sa.create_engine(sqlite_url)
+    calls: list[list[int]] = []
+
+    def run(connection: sa.Connection, items: list[int]) -> list[int | Failure]:
+        calls.append(list(items))
+        return [item * 10 for item in items]
+
+    writer = GroupCommitWriter(engine)
+    yield writer, Grouped(run, "record"), calls
+    writer.close()
+    engine.dispose()
+
+
+async def test_operations_of_one_loop_iteration_share_one_transaction(recording: Recording) -> None:
+    writer, group, calls = recording
+
+    async def submit(item: int) -> int:
+        time.sleep(0.002)  # C code releasing the GIL between two submits, as lxml does while parsing
+        return await writer.submit_grouped(group, item)
+
+    # the tasks all submit in the same iteration; the thread is rung once, after them, not woken by the first
+    assert await asyncio.gather(*(submit(i) for i in range(20))) == [i * 10 for i in range(20)]
+    assert calls == [list(range(20))] and writer.transactions == 1
+    assert await writer.submit_grouped(group, 7) == 70  # a later operation rings again
+    assert writer.transactions == 2
+
+
+async def test_close_writes_what_was_queued_before_the_thread_was_rung(recording: Recording) -> None:
+    writer, group, calls = recording
+    assert await writer.submit_grouped(group, 0) == 0  # the thread runs
+    tasks = [asyncio.ensure_future(writer.submit_grouped(group, i)) for i in range(1, 4)]
+    await asyncio.sleep(0)  # queued; the ring is still scheduled on this loop
+    writer.close()  # from the loop itself: the ring never ran, close() wakes the thread
+    assert await asyncio.gather(*tasks) == [10, 20, 30]
+    assert calls == [[0], [1, 2, 3]]
+
+
+def test_operations_from_several_loops_are_all_written(recording: Recording) -> None:
+    writer, group, calls = recording
+
+    async def submit(first: int) -> list[int]:
+        return list(await asyncio.gather(*(writer.submit_grouped(group, first + i) for i in range(5))))
+
+    results: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda f=first: results.__setitem__(f, asyncio.run(submit(f))))
+               for first in (0, 100, 200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == {f: [(f + i) * 10 for i in range(5)] for f in (0, 100, 200)}
+    assert sorted(item for call in calls for item in call) == sorted(f + i for f in (0, 100, 200) for i in range(5))
 
 
 async def test_concurrent_accepts_of_one_correlation_id_store_one_message(

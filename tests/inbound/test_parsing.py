@@ -1,0 +1,62 @@
+"""The secure parse of untrusted XML (``openroute.inbound.parsing.parse_xml``): depth bounded, DTDs refused."""
+
+from __future__ import annotations
+
+import pytest
+from lxml import etree
+
+from openroute.inbound.errors import ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
+from openroute.inbound.parsing import parse_xml
+
+
+def nested(levels: int, siblings: int = 0) -> bytes:
+    """A document ``levels`` elements deep, with ``siblings`` shallow elements before the deep branch."""
+    return b"<r>" + b"<s><t/></s>" * siblings + b"<a>" * (levels - 1) + b"</a>" * (levels - 1) + b"</r>"
+
+
+@pytest.mark.parametrize("limit", [2, 3, 32, 64, 200])
+def test_a_document_exactly_as_deep_as_the_limit_is_parsed_one_level_more_is_refused(limit: int) -> None:
+    assert parse_xml(nested(limit), limit).tag == "r"
+    with pytest.raises(NestingTooDeepError, match=f"limit of {limit} levels"):
+        parse_xml(nested(limit + 1), limit)
+
+
+def test_depth_counts_the_deepest_branch_of_a_wide_document() -> None:
+    wide = nested(5, siblings=20_000)
+    assert len(parse_xml(wide, 5)) == 20_001
+    with pytest.raises(NestingTooDeepError):
+        parse_xml(wide, 4)
+
+
+def test_the_largest_depth_limit_works() -> None:
+    # libxml2 itself refuses documents deeper than 256 levels (huge_tree is off), whatever the limit
+    assert parse_xml(nested(255), 1000).tag == "r"
+    with pytest.raises(MalformedPayloadError, match="malformed XML"):
+        parse_xml(nested(300), 1000)
+
+
+def test_a_depth_limit_of_the_root_alone_refuses_any_child() -> None:
+    assert parse_xml(b"<r>text</r>", 1).text == "text"
+    with pytest.raises(NestingTooDeepError):
+        parse_xml(b"<r><a/></r>", 1)
+
+
+@pytest.mark.parametrize("body", [
+    b'<!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>',
+    b'<!DOCTYPE r SYSTEM "http://127.0.0.1:9/r.dtd"><r/>',
+    '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE r [<!ENTITY e "x">]><r/>'.encode("utf-16"),
+])
+def test_a_doctype_is_refused(body: bytes) -> None:
+    with pytest.raises(ForbiddenXmlError):
+        parse_xml(body, 64)
+
+
+@pytest.mark.parametrize("body", [b"", b"  ", b"<r>", b"<r>&undefined;</r>", b"not xml"])
+def test_malformed_documents_are_refused(body: bytes) -> None:
+    with pytest.raises(MalformedPayloadError):
+        parse_xml(body, 64)
+
+
+def test_comments_and_processing_instructions_are_dropped() -> None:
+    root = parse_xml(b"<r><!-- c --><?pi x?><a/></r>", 64)
+    assert [child.tag for child in root] == ["a"] and etree.tostring(root) == b"<r><a/></r>"
