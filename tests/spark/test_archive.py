@@ -136,12 +136,16 @@ def _parquet_ids(spark: Any, folder: Path) -> list[int]:
     return sorted(r.id for r in spark.read.option("basePath", str(folder)).parquet(str(folder)).select("id").collect())
 
 
-@pytest.mark.parametrize(("pause_at", "deleted_when_killed"), [("verified", 0), ("deleted-batch:2", 4)],
-                         ids=["copy-verified-nothing-deleted", "between-delete-batches"])
+# each kill point on one database (each case starts a JVM of its own: the suite's time): both databases are killed
+# for real, and the in-process stop points of the test above cover every point on SQLite
+@pytest.mark.parametrize(("database", "pause_at", "deleted_when_killed"),
+                         [("sqlite", "verified", 0), ("postgres", "deleted-batch:2", 4)],
+                         ids=["sqlite-copy-verified-nothing-deleted", "postgres-between-delete-batches"])
 def test_killed_by_sigkill_then_rerun_archives_every_message_exactly_once(
-    spark: Any, database_url: str, tmp_path: Path, pause_at: str, deleted_when_killed: int,
-    capsys: pytest.CaptureFixture[str],
+    spark: Any, request: pytest.FixtureRequest, tmp_path: Path, database: str, pause_at: str,
+    deleted_when_killed: int, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    database_url: str = request.getfixturevalue(f"{database}_url")
     ids = reprocess_store(database_url)
     staying = {ids["ok_newer"], ids["ok_older"], ids["waiting"]}  # OK has no keep time, PARTLY_FAILED is not final
     eligible = set(ids.values()) - staying
