@@ -50,6 +50,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.persistence._hot_path import INSERT_COLUMNS  # the store's own INSERT column list
 
 from benchmarks.store_fill import age
 from openroute.engine import Engine, EngineSettings, InboundMessage
@@ -58,12 +59,6 @@ from openroute.route import Route, RouteRegistry
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODES = {"fresh": (0, 0), "aged": (100_000, 0), "backlog": (100_000, 10_000)}
 
-INSERT_COLUMNS = (
-    "correlation_id", "source_system", "process_id", "service", "operation", "object_id", "entity_type",
-    "funnel_value", "payload", "content_type", "headers", "state", "failed_count", "receive_ts", "msg_ts",
-    "start_process_ts", "last_update_ts", "next_attempt_at", "node_id", "custom_data", "business_errors",
-    "last_error_code", "last_error_text", "parent_id", "version",
-)
 TRANSITION_COLUMNS = ("message_id", "from_state", "to_state", "at", "node_id", "attempt", "error_code", "cause")
 
 

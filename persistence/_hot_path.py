@@ -213,11 +213,11 @@ class HotPath:
     def apply_outcomes(
         self, connection: sa.Connection, columns: tuple[str, ...],
         items: Sequence[tuple[int, int, MessageState, datetime, Sequence[Any]]],
-    ) -> list[int]:
+    ) -> int:
         """UPDATE rows still at their version: each item is (id, version, to state, now, values of ``columns``).
 
-        One executemany of one text for items changing the same ``columns``; returns the rows matched per item
-        when the driver can tell them apart (one item), else ``[total]`` for the group.
+        One executemany of one text for items changing the same ``columns``; returns how many rows matched in all
+        (the caller compares it with the number of items).
         """
         if columns not in self._outcomes:
             mark = self._mark
@@ -246,7 +246,7 @@ class HotPath:
                 self._run(connection, cursor, sql, parameters[0], False)
             else:
                 self._run(connection, cursor, sql, parameters, True)
-            return [cursor.rowcount]
+            return int(cursor.rowcount)
         finally:
             cursor.close()
 

@@ -442,13 +442,13 @@ class MessageStore:
                 items = [(batch[i][0], batch[i][1], batch[i][3], batch[i][4], [batch[i][5][name] for name in columns])
                          for i in indexes]
                 if len(items) > 1 and conn.dialect.supports_sane_multi_rowcount:
-                    if self._hot.apply_outcomes(conn, columns, items) != [len(items)]:
+                    if self._hot.apply_outcomes(conn, columns, items) != len(items):
                         raise GroupConflict(f"{len(items)} transitions in one statement, some lost")
                     for index in indexes:
                         flags[index] = True
                     continue
                 for index, item in zip(indexes, items, strict=True):
-                    flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == [1]
+                    flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == 1
             self._record_transitions(conn, [
                 _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why)
                 for item, why, written in zip(batch, causes, flags, strict=True)
