@@ -8,7 +8,7 @@ parent), so the defaults (e.g. the entity type) are decided in one place.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from openroute.persistence import MessageFields, NewMessage
@@ -31,12 +31,10 @@ class InboundMessage(MessageFields):
 
     def to_new_message(self, receive_ts: datetime, parent_id: int | None = None) -> NewMessage:
         """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""
-        shared = {name: getattr(self, name) for name in _SHARED}
         # an entity is (entity type, object id); the entity type defaults to the operation
         entity_type = self.entity_type or (self.operation if self.object_id is not None else None)
-        return NewMessage(**shared, receive_ts=receive_ts, process_id=self.process_id, msg_ts=self.message_timestamp,
-                          headers=dict(self.headers), object_id=self.object_id, entity_type=entity_type,
-                          funnel_value=self.funnel_value, parent_id=parent_id)
-
-
-_SHARED = tuple(f.name for f in fields(MessageFields))
+        return NewMessage(service=self.service, operation=self.operation, payload=self.payload,
+                          content_type=self.content_type, correlation_id=self.correlation_id,
+                          source_system=self.source_system, receive_ts=receive_ts, process_id=self.process_id,
+                          msg_ts=self.message_timestamp, headers=dict(self.headers), object_id=self.object_id,
+                          entity_type=entity_type, funnel_value=self.funnel_value, parent_id=parent_id)

@@ -35,10 +35,26 @@ INSERT_COLUMNS: tuple[str, ...] = (
 #: a ``message_transition`` row: (message id, from state, to state, at, node id, error code, cause)
 TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str]
 
-# SQLite allows 32,766 parameters per statement: 25 columns x 500 rows stays well inside it
-_SQLITE_INSERT_ROWS = 500
+# SQLite allows 32,766 parameters per statement: 25 columns x 256 rows stays well inside it
+_SQLITE_MOST_ROWS = 256
+
+
+def _statement_sizes(count: int) -> list[int]:
+    """``count`` rows as chunks of powers of two (19 -> 16, 2, 1), at most :data:`_SQLITE_MOST_ROWS` each.
+
+    A multi-row statement's text depends on its number of rows, and SQLite compiles every new text again: for a
+    batch insert that costs more than the rows themselves. With these sizes the texts repeat, so the driver's
+    statement cache has them compiled.
+    """
+    sizes = []
+    while count:
+        size = min(1 << (count.bit_length() - 1), _SQLITE_MOST_ROWS)
+        sizes.append(size)
+        count -= size
+    return sizes
 
 Processor = Callable[[Any], Any]
+
 
 
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
@@ -52,6 +68,8 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
         return None
     if isinstance(column.type, UTCDateTime) and dialect.name == "sqlite":
         return _sqlite_timestamp
+    if isinstance(column.type, sa.JSON):
+        return _with_empty_containers(processor)
     if isinstance(column.type, sa.Enum) and column.type.enum_class is MessageState:
         general = processor
 
@@ -62,17 +80,43 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
     return processor
 
 
+def _with_empty_containers(processor: Processor) -> Processor:
+    """A JSON column's processor that answers an empty dict or list from a cache: most messages carry empty headers,
+    custom data and business errors, and serialising them is most of the JSON work of the hot path."""
+    empty_dict, empty_list = processor({}), processor([])
+
+    def process(value: Any) -> Any:
+        if not value:
+            if value.__class__ is dict:
+                return empty_dict
+            if value.__class__ is list:
+                return empty_list
+        return processor(value)
+
+    return process
+
+
+# the last timestamp converted and its text: the rows of a batch share their ``now`` (a tuple: one atomic read)
+_last_timestamp: tuple[datetime | None, str | None] = (None, None)
+
+
 def _sqlite_timestamp(value: datetime | None) -> str | None:
     """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
     stores (naive UTC, microseconds always written), a third of the calls. tests/lifecycle pins the equality."""
+    global _last_timestamp
     if value is None:
         return None
+    last = _last_timestamp
+    if value is last[0]:  # the same object, so the same text (datetimes are immutable)
+        return last[1]
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
+    original = value
     if value.tzinfo is not UTC:
         value = value.astimezone(UTC)
-    text = value.replace(tzinfo=None).isoformat(" ")
-    return text if value.microsecond else text + ".000000"  # isoformat leaves out zero microseconds
+    text = value.isoformat(" ", "microseconds")[:-6]  # without "+00:00": naive UTC, as SQLAlchemy writes it
+    _last_timestamp = (original, text)
+    return text
 
 
 class HotPath:
@@ -99,7 +143,8 @@ class HotPath:
             self._insert_one = (f"INSERT INTO message ({columns}) VALUES {row} "
                                 "ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id")
         self._insert_head = f"INSERT INTO message ({columns}) VALUES "
-        self._insert_row = row
+        self._sqlite_claims: dict[int, str] = {}  # by rows
+        self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         # the attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
@@ -109,6 +154,16 @@ class HotPath:
             f"({mark}, {mark}, {mark}, {mark}, {mark}, "
             f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {mark}, {mark})"
         )
+        # SQLite: the same INSERT with NULL written for the optional values (from state, node, error code) a group
+        # of rows lacks, by which of them it lacks
+        self._transitions: dict[tuple[bool, bool, bool], str] = {
+            (no_from, no_node, no_error): (
+                "INSERT INTO message_transition "
+                "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
+                f"(?, {'NULL' if no_from else '?'}, ?, ?, {'NULL' if no_node else '?'}, "
+                f"(SELECT failed_count + 1 FROM message WHERE id = ?), {'NULL' if no_error else '?'}, ?)")
+            for no_from in (False, True) for no_node in (False, True) for no_error in (False, True)
+        }
         self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None]]] = {}
 
     # -- running statements -----------------------------------------------------------------------
@@ -164,15 +219,36 @@ class HotPath:
                     if not cursor.nextset():
                         break
                 return ids
+            # rows lacking the same values share a text; each group goes in chunks of powers of two
+            by_nulls: dict[tuple[int, ...], list[list[Any]]] = {}
+            for row in parameters:
+                by_nulls.setdefault(tuple(index for index, value in enumerate(row) if value is None), []).append(row)
             created: dict[tuple[str, str], int] = {}
-            for first in range(0, len(parameters), _SQLITE_INSERT_ROWS):
-                chunk = parameters[first:first + _SQLITE_INSERT_ROWS]
-                sql = self._insert_head + ", ".join([self._insert_row] * len(chunk)) + self._insert_tail
-                self._run(connection, cursor, sql, [value for row in chunk for value in row], False)
-                created.update({(source, correlation): new_id for new_id, source, correlation in cursor.fetchall()})
+            for nulls, group in by_nulls.items():
+                first = 0
+                for size in _statement_sizes(len(group)):
+                    chunk = group[first:first + size]
+                    first += size
+                    sql = self._sqlite_insert(nulls, size)
+                    self._run(connection, cursor, sql, [value for row in chunk for value in row if value is not None],
+                              False)
+                    created.update({(source, correlation): new_id
+                                    for new_id, source, correlation in cursor.fetchall()})
             return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
         finally:
             cursor.close()
+
+    def _sqlite_insert(self, nulls: tuple[int, ...], rows: int) -> str:
+        """The SQLite INSERT of ``rows`` rows with NULL written for the columns at ``nulls``: Python's sqlite3 binds
+        a None through its adapter lookup, several times the cost of binding a text, and a new message has a
+        dozen."""
+        key = (nulls, rows)
+        sql = self._sqlite_inserts.get(key)
+        if sql is None:
+            row = "(" + ", ".join("NULL" if index in nulls else "?" for index in range(len(INSERT_COLUMNS))) + ")"
+            sql = self._insert_head + ", ".join([row] * rows) + self._insert_tail
+            self._sqlite_inserts[key] = sql
+        return sql
 
     def claim(
         self, connection: sa.Connection, pairs: Sequence[tuple[int, int]], to_state: MessageState, node_id: str,
@@ -184,7 +260,6 @@ class HotPath:
         write lock serialises claims. SQLite lists the ids as well as the pairs: it cannot search the primary key
         for a row-value IN alone.
         """
-        mark = self._mark
         try:
             at, state = self._timestamp(now), self._state(to_state)
         except (ValueError, TypeError, LookupError) as error:
@@ -197,18 +272,34 @@ class HotPath:
                    "ON m.id = c.id AND m.version = c.version FOR UPDATE OF m SKIP LOCKED) RETURNING message.id")
             parameters: list[Any] = [state, node_id, at, at, [p[0] for p in pairs],
                                      [p[1] for p in pairs]]
-        else:
-            sql = ("UPDATE message SET state = ?, version = version + 1, node_id = ?, start_process_ts = ?, "
-                   f"last_update_ts = ? WHERE id IN ({', '.join(mark for _ in pairs)}) "
-                   f"AND (id, version) IN ({', '.join('(?, ?)' for _ in pairs)}) RETURNING id")
-            parameters = [state, node_id, at, at, *(p[0] for p in pairs),
-                          *(value for pair in pairs for value in pair)]
+            cursor = self._cursor(connection)
+            try:
+                self._run(connection, cursor, sql, parameters, False)
+                return {int(row[0]) for row in cursor.fetchall()}
+            finally:
+                cursor.close()
+        won: set[int] = set()
         cursor = self._cursor(connection)
         try:
-            self._run(connection, cursor, sql, parameters, False)
-            return {int(row[0]) for row in cursor.fetchall()}
+            first = 0
+            for size in _statement_sizes(len(pairs)):
+                chunk = pairs[first:first + size]
+                first += size
+                self._run(connection, cursor, self._sqlite_claim(size),
+                          [state, node_id, at, at, *(p[0] for p in chunk), *(v for pair in chunk for v in pair)], False)
+                won.update(int(row[0]) for row in cursor.fetchall())
+            return won
         finally:
             cursor.close()
+
+    def _sqlite_claim(self, rows: int) -> str:
+        sql = self._sqlite_claims.get(rows)
+        if sql is None:
+            sql = ("UPDATE message SET state = ?, version = version + 1, node_id = ?, start_process_ts = ?, "
+                   f"last_update_ts = ? WHERE id IN ({', '.join('?' for _ in range(rows))}) "
+                   f"AND (id, version) IN ({', '.join('(?, ?)' for _ in range(rows))}) RETURNING id")
+            self._sqlite_claims[rows] = sql
+        return sql
 
     def apply_outcomes(
         self, connection: sa.Connection, columns: tuple[str, ...],
@@ -255,16 +346,36 @@ class HotPath:
         if not rows:
             return
         state, optional, timestamp = self._state, self._optional_state, self._timestamp
-        try:
-            parameters = [
-                (message_id, None if before is None else optional(before), state(after), timestamp(at), node,
-                 message_id, error, cause)
-                for message_id, before, after, at, node, error, cause in rows
-            ]
-        except (ValueError, TypeError, LookupError) as error:
-            raise _bad_parameter(self._transition, error) from error
         cursor = self._cursor(connection)
         try:
-            self._run(connection, cursor, self._transition, parameters, True)
+            if self.postgres:
+                try:
+                    parameters = [
+                        (message_id, None if before is None else optional(before), state(after), timestamp(at), node,
+                         message_id, error, cause)
+                        for message_id, before, after, at, node, error, cause in rows
+                    ]
+                except (ValueError, TypeError, LookupError) as error:
+                    raise _bad_parameter(self._transition, error) from error
+                self._run(connection, cursor, self._transition, parameters, True)
+                return
+            # usually one group: the rows of one kind of change lack the same values
+            groups: dict[tuple[bool, bool, bool], list[list[Any]]] = {}
+            try:
+                for message_id, before, after, at, node, error, cause in rows:
+                    values = [message_id] if before is None else [message_id, optional(before)]
+                    values.append(state(after))
+                    values.append(timestamp(at))
+                    if node is not None:
+                        values.append(node)
+                    values.append(message_id)
+                    if error is not None:
+                        values.append(error)
+                    values.append(cause)
+                    groups.setdefault((before is None, node is None, error is None), []).append(values)
+            except (ValueError, TypeError, LookupError) as error:
+                raise _bad_parameter(self._transition, error) from error
+            for absent, group in groups.items():
+                self._run(connection, cursor, self._transitions[absent], group, True)
         finally:
             cursor.close()

@@ -135,15 +135,17 @@ class StoredMessage:
 
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
-        unknown = changes.keys() - self.__dataclass_fields__.keys()
-        if unknown:
-            raise TypeError(f"StoredMessage has no field(s) {sorted(unknown)}")
+        if not _STORED_FIELDS.issuperset(changes):
+            raise TypeError(f"StoredMessage has no field(s) {sorted(changes.keys() - _STORED_FIELDS)}")
         # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 26 fields (the writer's hot path)
         copy = object.__new__(StoredMessage)
         values = copy.__dict__
         values.update(self.__dict__)
         values.update(changes)
         return copy
+
+
+_STORED_FIELDS = frozenset(StoredMessage.__dataclass_fields__)
 
 
 @dataclass(frozen=True)

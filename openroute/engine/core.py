@@ -42,7 +42,7 @@ from openroute.errors import (
 )
 from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
 from openroute.message import InboundMessage
-from openroute.messaging import Emitter, MessagingApp, OnOverflow
+from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from openroute.route import Route, RouteRegistry
@@ -316,12 +316,13 @@ class Engine:
         """
         if not isinstance(inbound, InboundMessage):
             raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
-        for name, limit in (("service", 100), ("operation", 100)):
-            _check_text(name, getattr(inbound, name), limit)
+        _check_text("service", inbound.service, 100)
+        _check_text("operation", inbound.operation, 100)
         route = self.routes.get(inbound.service, inbound.operation)
-        for name, limit in (("correlation_id", 255), ("source_system", 100), ("content_type", 100)):
-            _check_text(name, getattr(inbound, name), limit)
-        for name, limit in (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255)):
+        _check_text("correlation_id", inbound.correlation_id, 255)
+        _check_text("source_system", inbound.source_system, 100)
+        _check_text("content_type", inbound.content_type, 100)
+        for name, limit in _OPTIONAL_TEXTS:
             value = getattr(inbound, name)
             if value is not None:
                 _check_text(name, value, limit)
@@ -333,9 +334,10 @@ class Engine:
             size = len(inbound.payload.encode("utf-8", "surrogatepass"))
             if size > limit:
                 raise PayloadTooLargeError(size, limit)
-        if not isinstance(inbound.headers, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in inbound.headers.items()
-        ):
+        headers = inbound.headers
+        if not isinstance(headers, Mapping) or (headers and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        )):
             raise ValidationError("headers must map strings to strings")
         stamp = inbound.message_timestamp
         if stamp is not None and (not isinstance(stamp, datetime) or stamp.tzinfo is None):
@@ -448,19 +450,18 @@ class Engine:
         self._pending += 1
         self._idle.clear()
         try:
-            outcome = emitter.send(message)
+            emitter.send_message(Message(message, ack=permits.release, nack=self._refused))
         except Exception:
             permits.release()
             self._done_with(message.id)
             raise
-        outcome.add_done_callback(lambda done: self._sent(done, permits))
         return True
 
-    @staticmethod
-    def _sent(done: Any, permits: asyncio.Semaphore) -> None:
-        permits.release()
-        if not done.cancelled() and done.exception() is not None:
-            log.warning("processing channel refused a message: %r", done.exception())
+    def _refused(self, reason: BaseException) -> None:
+        """The nack of a queued message: its room is free again (the message stays in the store for repoll)."""
+        assert self._permits is not None
+        self._permits.release()
+        log.warning("processing channel refused a message: %r", reason)
 
     def _done_with(self, message_id: int) -> None:
         self._queued.discard(message_id)
@@ -549,6 +550,16 @@ class Engine:
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
         """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
         interceptors = (*self.interceptors, *route.interceptors)
+        if not interceptors:  # the common case: nothing to wrap, so no chain and no closure per step
+            for step in route.steps:
+                try:
+                    result = step(exchange)
+                    if result is not None and inspect.isawaitable(result):
+                        result = await result
+                    exchange.result = result
+                except Exception as caught:
+                    _continue_or_raise(caught, route, exchange)
+            return
 
         async def run_steps() -> None:
             for index, step in enumerate(route.steps):
@@ -558,28 +569,15 @@ class Engine:
                         result = await result
                     return result
 
+                context = InterceptionContext(exchange.message, exchange, route, _step_name(step, index),
+                                              exchange.metadata)
                 try:
-                    if interceptors:
-                        context = InterceptionContext(exchange.message, exchange, route, _step_name(step, index),
-                                                      exchange.metadata)
-                        exchange.result = await run_chain(interceptors, "around_step", context, run_one)
-                    else:
-                        exchange.result = await run_one()
-                except MessageDroppedByInterceptor:
-                    raise
+                    exchange.result = await run_chain(interceptors, "around_step", context, run_one)
                 except Exception as caught:
-                    business = _as_business_error(caught, route)
-                    if business is None:
-                        raise
-                    if not route.continue_on_business_error:
-                        raise business from caught
-                    exchange.business_errors.append(business.to_dict())
+                    _continue_or_raise(caught, route, exchange)
 
-        if interceptors:
-            context = InterceptionContext(exchange.message, exchange, route, None, exchange.metadata)
-            await run_chain(interceptors, "around_delivery", context, run_steps)
-        else:
-            await run_steps()
+        context = InterceptionContext(exchange.message, exchange, route, None, exchange.metadata)
+        await run_chain(interceptors, "around_delivery", context, run_steps)
 
     async def _run_children(self, parent: StoredMessage) -> None:
         """First attempt of a split: process the parent's NEW children one after the other, in order."""
@@ -764,8 +762,12 @@ class Engine:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
 
+#: the optional text fields of an inbound message and their column sizes
+_OPTIONAL_TEXTS = (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255))
+
+
 def _check_text(name: str, value: Any, limit: int) -> None:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value or value.isspace():
         raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > limit:
         raise ValidationError(f"{name} is longer than {limit} characters")
@@ -773,6 +775,18 @@ def _check_text(name: str, value: Any, limit: int) -> None:
 
 def _step_name(step: Any, index: int) -> str:
     return str(getattr(step, "step_name", None) or getattr(step, "__name__", None) or f"step-{index + 1}")
+
+
+def _continue_or_raise(caught: Exception, route: Route, exchange: Exchange) -> None:
+    """A step failed with ``caught``: record a business error the route continues on, raise anything else."""
+    if isinstance(caught, MessageDroppedByInterceptor):
+        raise caught
+    business = _as_business_error(caught, route)
+    if business is None:
+        raise caught
+    if not route.continue_on_business_error:
+        raise business from caught
+    exchange.business_errors.append(business.to_dict())
 
 
 def _as_business_error(error: BaseException, route: Route) -> BusinessError | None:

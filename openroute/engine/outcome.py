@@ -99,8 +99,11 @@ def after_attempt(
     JSON turn the attempt into a validation error (the message keeps its previous custom data).
     """
     try:
-        json.dumps(custom_data)
-        json.dumps(list(business_errors))
+        # empty containers (most attempts) are JSON as they are: no need to serialise them to know it
+        if custom_data or custom_data.__class__ is not dict:
+            json.dumps(custom_data)
+        if business_errors:
+            json.dumps(list(business_errors))
     except (TypeError, ValueError) as bad:
         custom_data = message.custom_data
         error = ValidationError(f"custom data or business errors are not JSON: {bad}")

@@ -171,7 +171,21 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
             future.add_done_callback(_retrieve)
         else:
             future = concurrent.futures.Future()
-        message = self._wrap(payload, future)
+        self._offer(self._wrap(payload, future))
+        return future
+
+    def send_message(self, message: Message[T]) -> None:
+        """Send ``message`` as it is, the spec's ``void send(Message)``: its own ``ack`` / ``nack`` callbacks are the
+        only outcome, so no future is made (the cheaper call for a sender that brings its callbacks).
+
+        Raises as :meth:`send` does, and ``TypeError`` for anything but a ``Message``.
+        """
+        if not isinstance(message, Message):
+            raise TypeError(f"emitter '{self.channel}': send_message takes a Message, got {type(message).__name__}")
+        self._offer(message)
+
+    def _offer(self, message: Message[T]) -> None:
+        """Apply the overflow strategy to ``message`` and schedule its delivery (or raise)."""
         dropped: Message[Any] | None = None
         fail_stream = False
         with self._lock:
@@ -202,7 +216,6 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
             self._schedule()
             raise self._failure  # type: ignore[misc]
         self._schedule()
-        return future
 
     def complete(self) -> None:
         """End the stream after the buffered messages have been delivered."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence._hot_path import _sqlite_timestamp
+from openroute.persistence._hot_path import _sqlite_timestamp, _statement_sizes
 from openroute.persistence.models import message_transition_table
 from sqlalchemy.dialects import sqlite
 
@@ -116,3 +116,25 @@ def test_cursor_listeners_hear_every_hot_statement(store: MessageStore) -> None:
     with store.engine.connect() as connection:
         rows = connection.execute(sa.select(sa.func.count()).select_from(message_transition_table)).scalar_one()
     assert rows == 3
+
+
+@pytest.mark.parametrize(("count", "sizes"), [(1, [1]), (19, [16, 2, 1]), (256, [256]), (600, [256, 256, 64, 16, 8])])
+def test_multi_row_statements_come_in_sizes_whose_texts_repeat(count: int, sizes: list[int]) -> None:
+    assert _statement_sizes(count) == sizes
+
+
+def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store: MessageStore) -> None:
+    """Rows lacking different values go in different statements (NULL written in the text); ids come back in the
+    batch's order, a duplicate as a duplicate."""
+    batch = [_new(f"n-{i}", process_id="p" if i % 3 == 0 else None, object_id="o" if i % 2 else None)
+             for i in range(19)]
+    first = store.insert_message(_new("n-7"))
+    outcomes = store.insert_messages(batch)
+    assert [o.duplicate for o in outcomes] == [i == 7 for i in range(19)]
+    assert outcomes[7].message.id == first.message.id
+    for new, outcome in zip(batch, outcomes, strict=True):
+        if new.correlation_id != "n-7":
+            stored = store.get(outcome.message.id)
+            assert stored is not None and stored.correlation_id == new.correlation_id
+            assert (stored.process_id, stored.object_id) == (new.process_id, new.object_id)
+            assert stored == outcome.message
