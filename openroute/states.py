@@ -186,7 +186,7 @@ def transition_many(
 
 def _as_state(state: MessageState | str) -> MessageState:
     # calling the enum costs a microsecond even for a member: the writer's hot path passes members
-    return state if state.__class__ is MessageState else MessageState(state)  # type: ignore[return-value]
+    return state if isinstance(state, MessageState) else MessageState(state)
 
 
 def claim(

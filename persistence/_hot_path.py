@@ -96,26 +96,27 @@ def _with_empty_containers(processor: Processor) -> Processor:
     return process
 
 
-# the last timestamp converted and its text: the rows of a batch share their ``now`` (a tuple: one atomic read)
-_last_timestamp: tuple[datetime | None, str | None] = (None, None)
+# timestamps converted lately, by id, with the object (which keeps the id from being reused while it is here): a
+# message's times are written two or three times (the row, then its transition rows) and a batch shares its ``now``
+_recent_timestamps: dict[int, tuple[datetime, str]] = {}
+_RECENT_TIMESTAMPS = 4096
 
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
     """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
     stores (naive UTC, microseconds always written), a third of the calls. tests/lifecycle pins the equality."""
-    global _last_timestamp
     if value is None:
         return None
-    last = _last_timestamp
-    if value is last[0]:  # the same object, so the same text (datetimes are immutable)
-        return last[1]
+    known = _recent_timestamps.get(id(value))
+    if known is not None and known[0] is value:  # the same object, so the same text (datetimes are immutable)
+        return known[1]
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
-    original = value
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    text = value.isoformat(" ", "microseconds")[:-6]  # without "+00:00": naive UTC, as SQLAlchemy writes it
-    _last_timestamp = (original, text)
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    text = utc.isoformat(" ", "microseconds")[:-6]  # without "+00:00": naive UTC, as SQLAlchemy writes it
+    if len(_recent_timestamps) >= _RECENT_TIMESTAMPS:
+        _recent_timestamps.clear()
+    _recent_timestamps[id(value)] = (value, text)
     return text
 
 
@@ -362,17 +363,17 @@ class HotPath:
             # usually one group: the rows of one kind of change lack the same values
             groups: dict[tuple[bool, bool, bool], list[list[Any]]] = {}
             try:
-                for message_id, before, after, at, node, error, cause in rows:
+                for message_id, before, after, at, node, code, cause in rows:
                     values = [message_id] if before is None else [message_id, optional(before)]
                     values.append(state(after))
                     values.append(timestamp(at))
                     if node is not None:
                         values.append(node)
                     values.append(message_id)
-                    if error is not None:
-                        values.append(error)
+                    if code is not None:
+                        values.append(code)
                     values.append(cause)
-                    groups.setdefault((before is None, node is None, error is None), []).append(values)
+                    groups.setdefault((before is None, node is None, code is None), []).append(values)
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():

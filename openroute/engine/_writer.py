@@ -90,13 +90,17 @@ class GroupCommitWriter:
 
     async def submit_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> T:
         """Add ``item`` to ``group``: all items of the group in one transaction share one ``group.run`` call."""
+        return await self.enqueue_grouped(group, item)
+
+    def enqueue_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> asyncio.Future[T]:
+        """:meth:`submit_grouped` without waiting: the future of ``item``'s result, set after its commit."""
         if self._closed:
             raise RuntimeError("the writer is closed")
         self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._enqueue(((group, item), future, loop), loop)
-        return await future
+        return future
 
     def _enqueue(self, entry: Any, loop: asyncio.AbstractEventLoop) -> None:
         self._queue.put(entry)

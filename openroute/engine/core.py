@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import functools
 import inspect
 import logging
 import os
@@ -197,6 +198,7 @@ class Engine:
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
         self._queued: set[int] = set()
+        self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see _consume)
         self._pending = 0
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
@@ -272,6 +274,8 @@ class Engine:
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
         await self._app.stop(timeout=self.settings.stop_timeout)
+        if self._writing:  # outcomes handed to the writer by workers that have returned
+            await asyncio.wait(set(self._writing), timeout=self.settings.stop_timeout)
         self._app = None
         self._emitter = None
         for _ in range(self.settings.queue_size + self.settings.concurrency):
@@ -450,40 +454,69 @@ class Engine:
         self._pending += 1
         self._idle.clear()
         try:
-            emitter.send_message(Message(message, ack=permits.release, nack=self._refused))
+            # no ack callback: the room is given back by _done_with, once the outcome is committed
+            emitter.send_message(Message(message, nack=functools.partial(self._refused, message.id)))
         except Exception:
-            permits.release()
             self._done_with(message.id)
             raise
         return True
 
-    def _refused(self, reason: BaseException) -> None:
+    def _refused(self, message_id: int, reason: BaseException) -> None:
         """The nack of a queued message: its room is free again (the message stays in the store for repoll)."""
-        assert self._permits is not None
-        self._permits.release()
-        log.warning("processing channel refused a message: %r", reason)
+        self._done_with(message_id)
+        log.warning("processing channel refused message %s: %r", message_id, reason)
 
     def _done_with(self, message_id: int) -> None:
+        """``message_id`` left this node's pipeline (outcome committed, skipped or refused): its room is free."""
         self._queued.discard(message_id)
         self._pending = max(self._pending - 1, 0)
+        if self._permits is not None:
+            self._permits.release()
         if self._pending == 0 and self._idle is not None:
             self._idle.set()
 
     async def _consume(self, message: StoredMessage) -> None:
-        """The incoming function of the processing channel (never raises: every outcome is in the store)."""
+        """The incoming function of the processing channel (never raises: every outcome is in the store).
+
+        The worker is free as soon as the attempt's outcome is handed to the writer: the commit and the final-state
+        hooks complete in the background while the worker takes its next message, so one commit carries the
+        outcomes of some messages with the claims of the next ones (each message costs a worker one commit's wait
+        instead of two). Until its outcome is committed the message keeps its room in the queue bound, and
+        :meth:`wait_idle` and :meth:`stop` wait for it.
+        """
         self._in_flight += 1
+        written: asyncio.Future[Any] | None = None
         try:
             if not self._stopping:
-                await self._process(message)
+                result = await self._process(message, background=True)
+                if isinstance(result, asyncio.Future):
+                    written = result
         except Exception:
             log.exception("processing message %s failed outside the route", message.id)
         finally:
             self._in_flight -= 1
-            self._done_with(message.id)
+            if written is None:
+                self._done_with(message.id)
+            else:
+                self._writing.add(written)
+                written.add_done_callback(functools.partial(self._written, message.id))
+
+    def _written(self, message_id: int, done: asyncio.Future[Any]) -> None:
+        """A background outcome write (see :meth:`_consume`) is over."""
+        self._writing.discard(done)
+        if not done.cancelled() and done.exception() is not None:
+            log.error("processing message %s failed outside the route", message_id, exc_info=done.exception())
+        self._done_with(message_id)
 
     # -- processing -----------------------------------------------------------------------------
-    async def _process(self, message: StoredMessage) -> StoredMessage | None:
-        """Claim ``message``, run its route and store the outcome; None if another writer had it."""
+    async def _process(
+        self, message: StoredMessage, *, background: bool = False
+    ) -> StoredMessage | asyncio.Future[StoredMessage | None] | None:
+        """Claim ``message``, run its route and store the outcome; None if another writer had it.
+
+        With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
+        to the writer and the future of its completion returned at once (see :meth:`_consume`).
+        """
         try:
             claimed = await self._writer.submit_grouped(self._claim_group, message)
         except IllegalTransitionError:
@@ -522,7 +555,19 @@ class Engine:
                 )
             except Exception as caught:
                 error = caught
-        finished = await self._finish(claimed, route, exchange, error)
+        now = self.clock.now()
+        decision = outcomes.after_attempt(
+            claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
+            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
+            policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
+        )
+        if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
+            return asyncio.ensure_future(self._transition_written(
+                claimed, decision.target,
+                self._writer.enqueue_grouped(self._finish_group,
+                                             (claimed, decision.target, now, dict(decision.changes), "engine")),
+            ))
+        finished = await self._apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)
         return finished
@@ -611,17 +656,6 @@ class Engine:
             return route.retry_policy
         return self.settings.default_retry_policy
 
-    async def _finish(
-        self, message: StoredMessage, route: Route | None, exchange: Exchange, error: BaseException | None
-    ) -> StoredMessage | None:
-        now = self.clock.now()
-        decision = outcomes.after_attempt(
-            message, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
-            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
-            policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
-        )
-        return await self._apply(message, decision, now)
-
     async def _apply(
         self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
     ) -> StoredMessage | None:
@@ -633,9 +667,18 @@ class Engine:
         self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
         cause: str = "engine",
     ) -> StoredMessage | None:
+        return await self._transition_written(
+            message, target, self._writer.enqueue_grouped(self._finish_group, (message, target, now, changes, cause))
+        )
+
+    async def _transition_written(
+        self, message: StoredMessage, target: MessageState, written: asyncio.Future[StoredMessage]
+    ) -> StoredMessage | None:
+        """The rest of a transition once ``written`` (the writer's future of it) is settled: counters, listeners,
+        final-state hooks, a parent the change completed."""
         final = states.is_final(target)
         try:
-            updated = await self._writer.submit_grouped(self._finish_group, (message, target, now, changes, cause))
+            updated = await written
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
