@@ -416,6 +416,64 @@ async def test_stop_leaves_queued_messages_to_the_store(store: MessageStore, mak
     assert store.count_by_state() == {S.OK: 3}
 
 
+async def test_a_worker_takes_its_next_message_while_the_outcome_is_written(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    """The outcome's commit and final hooks finish in the background: slow final-state hooks do not hold the only
+    worker, but each message keeps its room in the bound (queue_size + concurrency = 2) until its hook is done."""
+    steps: list[str] = []
+    gate = asyncio.Event()
+    hooked: list[str] = []
+
+    async def hook(message: StoredMessage) -> None:
+        hooked.append(message.correlation_id)
+        await gate.wait()
+
+    engine = make_engine(_route(lambda ex: steps.append(ex.message.correlation_id)), concurrency=1, queue_size=1)
+    engine.final_state_hooks.append(hook)
+    await engine.start()
+    await engine.accept(inbound("b-0"))
+    await engine.accept(inbound("b-1"))
+    await _until(lambda: hooked == ["b-0", "b-1"])  # b-1 ran on the one worker while b-0's hook waits
+    assert steps == ["b-0", "b-1"] and engine.in_flight == 0
+    assert store.count_by_state() == {S.OK: 2}
+    third = asyncio.create_task(engine.accept(inbound("b-2")))
+    await _until(lambda: len(store.find()) == 3)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not third.done(), "both rooms are held until the hooks return: the accept waits for room"
+    with pytest.raises(TimeoutError):
+        await engine.wait_idle(0.05)
+    gate.set()
+    await asyncio.wait_for(third, WAIT)
+    await engine.wait_idle(WAIT)
+    assert hooked == ["b-0", "b-1", "b-2"] and store.count_by_state() == {S.OK: 3}
+
+
+async def test_stop_waits_for_outcomes_written_in_the_background(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    gate = asyncio.Event()
+    done: list[str] = []
+
+    async def hook(message: StoredMessage) -> None:
+        await gate.wait()
+        done.append(message.correlation_id)
+
+    engine = make_engine(_route(lambda ex: None), concurrency=2)
+    engine.final_state_hooks.append(hook)
+    await engine.start()
+    await engine.accept(inbound("w-0"))
+    await _until(lambda: store.count_by_state() == {S.OK: 1})
+    stopping = asyncio.create_task(engine.stop())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not stopping.done(), "stop waits for the hook of an outcome written in the background"
+    gate.set()
+    await asyncio.wait_for(stopping, WAIT)
+    assert done == ["w-0"]
+
+
 def test_bad_settings_and_routes_are_refused() -> None:
     with pytest.raises(ConfigurationError):
         EngineSettings(concurrency=0)

@@ -48,6 +48,36 @@ async def test_send_of_a_message_chains_its_own_ack() -> None:
     assert seen == ["original"]
 
 
+async def test_send_message_delivers_the_message_itself_and_returns_nothing() -> None:
+    """The spec's void send(Message): the very message goes downstream, its own callbacks are the outcome."""
+    emitter: Emitter[int] = Emitter("c")
+    collector = Collector(initial=2)
+    emitter.subscribe(collector)
+    seen: list[object] = []
+    first = Message(5, ack=lambda: seen.append("acked"))
+    second = Message(6, nack=seen.append)
+    assert emitter.send_message(first) is None
+    emitter.send_message(second)
+    await collector.wait_for(2)
+    assert collector.items == [first, second]
+    await collector.items[0].ack()
+    error = RuntimeError("rejected")
+    await collector.items[1].nack(error)
+    assert seen == ["acked", error]
+
+
+async def test_send_message_keeps_the_overflow_rules_and_takes_only_messages() -> None:
+    emitter: Emitter[int] = Emitter("c", OnOverflow.THROW_EXCEPTION)
+    emitter.subscribe(Collector(initial=0))
+    with pytest.raises(EmitterOverflowError):
+        emitter.send_message(Message(1))
+    with pytest.raises(TypeError):
+        emitter.send_message(1)  # type: ignore[arg-type]
+    emitter.complete()
+    with pytest.raises(ChannelClosedError):
+        emitter.send_message(Message(2))
+
+
 async def test_send_none_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         Emitter("c").send(None)
