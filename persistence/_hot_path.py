@@ -220,12 +220,17 @@ class HotPath:
                     if not cursor.nextset():
                         break
                 return ids
-            # rows lacking the same values share a text; each group goes in chunks of powers of two
-            by_nulls: dict[tuple[int, ...], list[list[Any]]] = {}
+            # consecutive rows lacking the same values share a text (each run in chunks of powers of two); the runs
+            # keep the batch's order, so ids do too (a split's children are processed in id order)
+            runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
             for row in parameters:
-                by_nulls.setdefault(tuple(index for index, value in enumerate(row) if value is None), []).append(row)
+                nulls = tuple(index for index, value in enumerate(row) if value is None)
+                if runs and runs[-1][0] == nulls:
+                    runs[-1][1].append(row)
+                else:
+                    runs.append((nulls, [row]))
             created: dict[tuple[str, str], int] = {}
-            for nulls, group in by_nulls.items():
+            for nulls, group in runs:
                 first = 0
                 for size in _statement_sizes(len(group)):
                     chunk = group[first:first + size]

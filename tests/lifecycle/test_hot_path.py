@@ -125,7 +125,7 @@ def test_multi_row_statements_come_in_sizes_whose_texts_repeat(count: int, sizes
 
 def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store: MessageStore) -> None:
     """Rows lacking different values go in different statements (NULL written in the text); ids come back in the
-    batch's order, a duplicate as a duplicate."""
+    batch's order and are given in it (a split's children run in id order), a duplicate as a duplicate."""
     batch = [_new(f"n-{i}", process_id="p" if i % 3 == 0 else None, object_id="o" if i % 2 else None)
              for i in range(19)]
     first = store.insert_message(_new("n-7"))
@@ -138,3 +138,5 @@ def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store:
             assert stored is not None and stored.correlation_id == new.correlation_id
             assert (stored.process_id, stored.object_id) == (new.process_id, new.object_id)
             assert stored == outcome.message
+    ids = [o.message.id for i, o in enumerate(outcomes) if i != 7]
+    assert ids == sorted(ids)
