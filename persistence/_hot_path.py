@@ -43,8 +43,8 @@ def _statement_sizes(count: int) -> list[int]:
     """``count`` rows as chunks of powers of two (19 -> 16, 2, 1), at most :data:`_SQLITE_MOST_ROWS` each.
 
     A multi-row statement's text depends on its number of rows, and SQLite compiles every new text again: for a
-    batch insert that costs more than the rows themselves. With these sizes the texts repeat, so the driver's
-    statement cache has them compiled.
+    16-row insert that cost three quarters of inserting the rows. With these sizes the texts repeat, so the
+    driver's statement cache has them compiled.
     """
     sizes = []
     while count:
