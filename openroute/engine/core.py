@@ -80,9 +80,11 @@ class EngineSettings:
     """Configuration of one engine node (all intervals are configuration, none is hard-coded)."""
 
     node_id: str = field(default_factory=default_node_id)
-    #: messages processed at the same time by this node
+    #: messages whose route runs at the same time on this node (workers)
     concurrency: int = 32
-    #: messages queued on this node beyond those in flight; a full queue makes accept wait (back-pressure)
+    #: messages queued on this node beyond the workers' ones; the bound ``queue_size + concurrency`` counts a message
+    #: from its emission until its outcome is committed and its final-state hooks ran; at the bound accept waits
+    #: (back-pressure)
     queue_size: int = 256
     #: UTF-8 size limit of a payload at accept
     max_payload_bytes: int = 1024 * 1024
