@@ -17,9 +17,9 @@ by state, so PostgreSQL plans them on the primary key at any table size and with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from openroute.persistence.models import MessageState, UTCDateTime, message_table, message_transition_table
@@ -38,6 +38,9 @@ TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | No
 # SQLite allows 32,766 parameters per statement: 25 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
 
+Processor = Callable[[Any], Any]
+T = TypeVar("T")
+
 
 def _statement_sizes(count: int) -> list[int]:
     """``count`` rows as chunks of powers of two (19 -> 16, 2, 1), at most :data:`_SQLITE_MOST_ROWS` each.
@@ -53,8 +56,22 @@ def _statement_sizes(count: int) -> list[int]:
         count -= size
     return sizes
 
-Processor = Callable[[Any], Any]
 
+def _in_statement_sizes(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` cut into the chunks of :func:`_statement_sizes`, in order."""
+    first = 0
+    for size in _statement_sizes(len(items)):
+        yield items[first:first + size]
+        first += size
+
+
+def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, no_error: bool = False) -> str:
+    """The ``message_transition`` INSERT, with NULL written for the values a group of rows lacks. The attempt is
+    read from the message row as written (failed_count + 1): one primary-key lookup, no second source."""
+    return ("INSERT INTO message_transition "
+            "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
+            f"({mark}, {'NULL' if no_from else mark}, {mark}, {mark}, {'NULL' if no_node else mark}, "
+            f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {'NULL' if no_error else mark}, {mark})")
 
 
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
@@ -148,21 +165,10 @@ class HotPath:
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
-        # the attempt is read from the row as written (failed_count + 1): one primary-key lookup, no second source
-        self._transition = (
-            "INSERT INTO message_transition "
-            "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
-            f"({mark}, {mark}, {mark}, {mark}, {mark}, "
-            f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {mark}, {mark})"
-        )
-        # SQLite: the same INSERT with NULL written for the optional values (from state, node, error code) a group
-        # of rows lacks, by which of them it lacks
+        self._transition = _transition_insert(mark)
+        # SQLite: by which of the optional values (from state, node, error code) a group of rows lacks
         self._transitions: dict[tuple[bool, bool, bool], str] = {
-            (no_from, no_node, no_error): (
-                "INSERT INTO message_transition "
-                "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
-                f"(?, {'NULL' if no_from else '?'}, ?, ?, {'NULL' if no_node else '?'}, "
-                f"(SELECT failed_count + 1 FROM message WHERE id = ?), {'NULL' if no_error else '?'}, ?)")
+            (no_from, no_node, no_error): _transition_insert(mark, no_from, no_node, no_error)
             for no_from in (False, True) for no_node in (False, True) for no_error in (False, True)
         }
         self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None]]] = {}
@@ -231,13 +237,9 @@ class HotPath:
                     runs.append((nulls, [row]))
             created: dict[tuple[str, str], int] = {}
             for nulls, group in runs:
-                first = 0
-                for size in _statement_sizes(len(group)):
-                    chunk = group[first:first + size]
-                    first += size
-                    sql = self._sqlite_insert(nulls, size)
-                    self._run(connection, cursor, sql, [value for row in chunk for value in row if value is not None],
-                              False)
+                for chunk in _in_statement_sizes(group):
+                    self._run(connection, cursor, self._sqlite_insert(nulls, len(chunk)),
+                              [value for row in chunk for value in row if value is not None], False)
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
             return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
@@ -287,11 +289,8 @@ class HotPath:
         won: set[int] = set()
         cursor = self._cursor(connection)
         try:
-            first = 0
-            for size in _statement_sizes(len(pairs)):
-                chunk = pairs[first:first + size]
-                first += size
-                self._run(connection, cursor, self._sqlite_claim(size),
+            for chunk in _in_statement_sizes(pairs):
+                self._run(connection, cursor, self._sqlite_claim(len(chunk)),
                           [state, node_id, at, at, *(p[0] for p in chunk), *(v for pair in chunk for v in pair)], False)
                 won.update(int(row[0]) for row in cursor.fetchall())
             return won

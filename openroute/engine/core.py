@@ -564,11 +564,9 @@ class Engine:
             policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
         )
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
-            return asyncio.ensure_future(self._transition_written(
-                claimed, decision.target,
-                self._writer.enqueue_grouped(self._finish_group,
-                                             (claimed, decision.target, now, dict(decision.changes), "engine")),
-            ))
+            return asyncio.ensure_future(
+                self._transition_written(claimed, decision.target, self._write(claimed, decision, now))
+            )
         finished = await self._apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)
@@ -663,14 +661,14 @@ class Engine:
     ) -> StoredMessage | None:
         """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``; None if
         another writer changed the message first."""
-        return await self._transition(message, decision.target, now, dict(decision.changes), cause)
+        return await self._transition_written(message, decision.target, self._write(message, decision, now, cause))
 
-    async def _transition(
-        self, message: StoredMessage, target: MessageState, now: datetime, changes: dict[str, Any],
-        cause: str = "engine",
-    ) -> StoredMessage | None:
-        return await self._transition_written(
-            message, target, self._writer.enqueue_grouped(self._finish_group, (message, target, now, changes, cause))
+    def _write(
+        self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
+    ) -> asyncio.Future[StoredMessage]:
+        """Hand ``decision`` to the writer; the future of the new snapshot, settled after its commit."""
+        return self._writer.enqueue_grouped(
+            self._finish_group, (message, decision.target, now, dict(decision.changes), cause)
         )
 
     async def _transition_written(
