@@ -15,11 +15,12 @@ inbound HTTP and SOAP).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -66,6 +67,8 @@ class GroupCommitWriter:
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._ringing: set[asyncio.AbstractEventLoop] = set()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        # the thread's own connection, kept between transactions (see _transaction)
+        self._connection: sa.Connection | None = None
         self._started = False
         self._closed = False
         self.transactions = 0
@@ -147,6 +150,7 @@ class GroupCommitWriter:
                     self._execute(batch)
                     self.cpu_seconds += time.thread_time() - started
                 if stop:
+                    self._release_connection()
                     return
                 if len(batch) < self._max_batch:
                     break
@@ -155,7 +159,7 @@ class GroupCommitWriter:
         results: list[Any] = [None] * len(batch)
         groups: dict[int, tuple[Grouped[Any, Any], list[int]]] = {}
         try:
-            with self._engine.begin() as connection:
+            with self._transaction() as connection:
                 for index, (operation, _future, _loop) in enumerate(batch):
                     if isinstance(operation, tuple):
                         groups.setdefault(id(operation[0]), (operation[0], []))[1].append(index)
@@ -178,6 +182,27 @@ class GroupCommitWriter:
         self._deliver(
             batch, [(None, r.error) if isinstance(r, Failure) else (r, None) for r in results]
         )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
+        """A transaction on the thread's own connection. Checking a connection out of the pool for every transaction
+        (and, on PostgreSQL, pinging the server with it) cost as much Python as a small group's statements; after
+        a failed transaction the connection goes back to the pool (which discards a broken one) and the next
+        transaction takes a fresh one."""
+        if self._connection is None:
+            self._connection = self._engine.connect()
+        try:
+            with self._connection.begin():
+                yield self._connection
+        except BaseException:
+            self._release_connection()
+            raise
+
+    def _release_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
 
     @staticmethod
     def _deliver(

@@ -89,6 +89,29 @@ async def test_writer_groups_items_and_falls_back_one_by_one(sqlite_url: str) ->
     engine.dispose()
 
 
+async def test_writer_keeps_its_connection_and_replaces_it_after_a_failure(sqlite_url: str) -> None:
+    engine = sa.create_engine(sqlite_url)
+    checkouts: list[int] = []
+    sa.event.listen(engine, "checkout", lambda dbapi, record, proxy: checkouts.append(id(dbapi)))
+    writer = GroupCommitWriter(engine)
+    for value in range(3):
+        assert await writer.submit(lambda connection, v=value: connection.execute(sa.text(f"SELECT {v}")).scalar()) \
+            == value
+    assert len(checkouts) == 1, "one connection for every transaction, not a checkout per commit"
+
+    def broken(connection: sa.Connection) -> None:
+        connection.invalidate()  # as a server restart or a dropped socket leaves it
+        raise sa.exc.OperationalError("SELECT 1", None, Exception("connection lost"))
+
+    with pytest.raises(sa.exc.OperationalError):
+        await writer.submit(broken)
+    assert await writer.submit(lambda connection: connection.execute(sa.text("SELECT 5")).scalar()) == 5
+    assert len(checkouts) == 2, "the failed transaction's connection was given back; the next one took another"
+    writer.close()
+    assert engine.pool.checkedout() == 0, "close() gives the connection back to the pool"
+    engine.dispose()
+
+
 Recording = tuple[GroupCommitWriter, Grouped[int, int], list[list[int]]]
 
 
