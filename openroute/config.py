@@ -141,7 +141,7 @@ class EngineConfig(_Section):
 
     #: default: host name and process id
     node_id: str | None = Field(None, min_length=1, max_length=100)
-    concurrency: int = Field(32, ge=1)
+    concurrency: int = Field(64, ge=1)
     queue_size: int = Field(256, ge=1)
     max_payload_bytes: int = Field(1024 * 1024, ge=1)
     #: "off" (or false) runs no repoll scheduler

@@ -80,8 +80,10 @@ class EngineSettings:
     """Configuration of one engine node (all intervals are configuration, none is hard-coded)."""
 
     node_id: str = field(default_factory=default_node_id)
-    #: messages whose route runs at the same time on this node (workers)
-    concurrency: int = 32
+    #: messages whose route runs at the same time on this node (workers). A worker is a coroutine, and it holds its
+    #: slot from the claim's group commit until its outcome is handed to the writer: with 32, short routes left the
+    #: node waiting on commits a third full (docs/performance.md); lower it to spare a fragile external system
+    concurrency: int = 64
     #: messages queued on this node beyond the workers' ones; the bound ``queue_size + concurrency`` counts a message
     #: from its emission until its outcome is committed and its final-state hooks ran; at the bound accept waits
     #: (back-pressure)
