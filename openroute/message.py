@@ -33,8 +33,10 @@ class InboundMessage(MessageFields):
         """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""
         # an entity is (entity type, object id); the entity type defaults to the operation
         entity_type = self.entity_type or (self.operation if self.object_id is not None else None)
-        return NewMessage(service=self.service, operation=self.operation, payload=self.payload,
-                          content_type=self.content_type, correlation_id=self.correlation_id,
-                          source_system=self.source_system, receive_ts=receive_ts, process_id=self.process_id,
-                          msg_ts=self.message_timestamp, headers=dict(self.headers), object_id=self.object_id,
-                          entity_type=entity_type, funnel_value=self.funnel_value, parent_id=parent_id)
+        return NewMessage.from_values({
+            "service": self.service, "operation": self.operation, "payload": self.payload,
+            "content_type": self.content_type, "correlation_id": self.correlation_id,
+            "source_system": self.source_system, "receive_ts": receive_ts, "process_id": self.process_id,
+            "msg_ts": self.message_timestamp, "headers": dict(self.headers), "object_id": self.object_id,
+            "entity_type": entity_type, "funnel_value": self.funnel_value, "parent_id": parent_id,
+        })

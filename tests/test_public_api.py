@@ -100,5 +100,7 @@ def test_inbound_and_new_messages_are_one_concept_and_keep_their_positional_orde
                                        object_id="42")
     new = inbound.to_new_message(at, parent_id=7)
     assert isinstance(inbound, MessageFields) and isinstance(new, MessageFields)
-    assert new == NewMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", at, "p-1", at,
-                             object_id="42", entity_type="setCustomer", parent_id=7)
+    expected = NewMessage("crm", "setCustomer", "{}", "application/json", "c-1", "CRM", at, "p-1", at,
+                          object_id="42", entity_type="setCustomer", parent_id=7)
+    assert new == expected and repr(new) == repr(expected)
+    assert vars(new) == vars(expected), "built without __init__ (the accept path): every field, nothing more"

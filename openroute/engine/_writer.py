@@ -96,13 +96,20 @@ class GroupCommitWriter:
         return await self.enqueue_grouped(group, item)
 
     def enqueue_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> asyncio.Future[T]:
-        """:meth:`submit_grouped` without waiting: the future of ``item``'s result, set after its commit."""
+        """:meth:`submit_grouped` without waiting: the future of ``item``'s result, set after its commit.
+
+        Every message passes here three times (insert, claim, outcome), so :meth:`start` and :meth:`_enqueue` are
+        written out inline."""
         if self._closed:
             raise RuntimeError("the writer is closed")
-        self.start()
+        if not self._started:
+            self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(((group, item), future, loop), loop)
+        self._queue.put(((group, item), future, loop))
+        if loop not in self._ringing:
+            self._ringing.add(loop)
+            loop.call_soon(self._ring, loop)
         return future
 
     def _enqueue(self, entry: Any, loop: asyncio.AbstractEventLoop) -> None:

@@ -370,7 +370,7 @@ class Engine:
             raise NodeNotAcceptingError(self.node_id, self.node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now())
-        outcome = await self._writer.submit_grouped(self._insert_group, new)
+        outcome = await self._writer.enqueue_grouped(self._insert_group, new)
         message = outcome.message
         if outcome.duplicate:
             self.stats.duplicates += 1
@@ -522,7 +522,7 @@ class Engine:
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
         try:
-            claimed = await self._writer.submit_grouped(self._claim_group, message)
+            claimed = await self._writer.enqueue_grouped(self._claim_group, message)
         except IllegalTransitionError:
             log.debug("message %s in %s is not claimable", message.id, message.state)
             return None
@@ -548,9 +548,10 @@ class Engine:
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
         else:
-            held = await self._hold_back(claimed, route)
-            if held is not None:
-                return held
+            if (route.obsolete_check and claimed.object_id is not None) or claimed.funnel_value is not None:
+                held = await self._hold_back(claimed, route)
+                if held is not None:
+                    return held
             try:
                 await self._deliver(route, exchange)
             except MessageDroppedByInterceptor as dropped:
