@@ -97,6 +97,13 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
     return processor
 
 
+def _keeps_null(processor: Processor) -> bool:
+    try:
+        return processor(None) is None
+    except Exception:  # a processor that refuses None is asked every time, so it goes on refusing it
+        return False
+
+
 def _with_empty_containers(processor: Processor) -> Processor:
     """A JSON column's processor that answers an empty dict or list from a cache: most messages carry empty headers,
     custom data and business errors, and serialising them is most of the JSON work of the hot path."""
@@ -145,8 +152,9 @@ class HotPath:
         mark = "%s" if self.postgres else "?"
         self._mark = mark
         m, t = message_table.c, message_transition_table.c
+        # (index, processor, whether it writes None as NULL: a JSON column writes it as 'null' unless told otherwise)
         self._insert_processors = [
-            (index, processor)
+            (index, processor, _keeps_null(processor))
             for index, name in enumerate(INSERT_COLUMNS)
             if (processor := _processor(m[name], dialect)) is not None
         ]
@@ -210,8 +218,10 @@ class HotPath:
         try:
             for values in rows:
                 converted = [values[name] for name in INSERT_COLUMNS]
-                for index, process in processors:
-                    converted[index] = process(converted[index])
+                for index, process, keeps_null in processors:
+                    value = converted[index]
+                    if value is not None or not keeps_null:  # a new message has three empty timestamps
+                        converted[index] = process(value)
                 parameters.append(converted)
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._insert_head, error) from error
@@ -230,7 +240,7 @@ class HotPath:
             # keep the batch's order, so ids do too (a split's children are processed in id order)
             runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
             for row in parameters:
-                nulls = tuple(index for index, value in enumerate(row) if value is None)
+                nulls = tuple([index for index, value in enumerate(row) if value is None])
                 if runs and runs[-1][0] == nulls:
                     runs[-1][1].append(row)
                 else:
