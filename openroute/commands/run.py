@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import gc
 import importlib.util
 import logging
 import socket
@@ -200,6 +201,9 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
             for note in loaded.notes:
                 log.info("%s", note)
             log.info("%s", started)  # only once the engine runs and the port is ours
+            # what start-up loaded (modules, routes, the app) lives as long as the process: out of the collector's
+            # reach, a full collection walks only what serving creates (~5 % of a message's CPU on SQLite)
+            gc.freeze()
             yield state
 
     app.router.lifespan_context = lifespan
