@@ -16,7 +16,9 @@ Two measurements per store, interleaved (one repetition runs every database x mo
   UPDATE (NEW -> PROCESSING by id + version, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and one outcome UPDATE
   (PROCESSING -> OK by id + version, executemany), plus the ``message_transition`` rows the engine writes per
   message (measured from a warm-up run, 0 before they exist), through the raw driver on the store's own
-  engine (same pragmas, same durability), ``--batch`` statements' worth of rows per commit like the writer;
+  engine (same pragmas, same durability), and grouped per commit as the engine's writer grouped them in the same
+  repetition (its writes per commit / 3: a message is three writer operations, insert, claim and outcome, each with
+  its transition row), or ``--floor-group`` messages per commit;
 * the **engine**: ``senders`` concurrent clients accept ``count`` messages of a trivial route while one node
   (default settings; start-up objects frozen out of the garbage collector's reach, as ``openroute run`` does)
   processes them (NEW -> PROCESSING -> OK); completed msgs/s = messages that reached a final state / time
@@ -125,13 +127,12 @@ def _sql(dialect: str, text: str) -> str:
     return text.replace("?", "%s") if dialect == "postgresql" else text
 
 
-def floor(url: str, count: int, batch: int, transitions_per_message: int) -> float:
-    """Messages/s of the engine's statements alone, ``batch`` statements' worth of rows per commit."""
+def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> float:
+    """Messages/s of the engine's statements alone, the whole work of ``chunk`` messages per commit."""
     store = MessageStore(url)
     engine = store.engine
     dialect = store.dialect
-    per_message = 3 + transitions_per_message
-    chunk = max(batch // per_message, 1)
+    chunk = max(chunk, 1)
     row_marks = "(" + ", ".join("?" for _ in INSERT_COLUMNS) + ")"
     json_obj, json_list = "{}", "[]"
     claim_where = "id IN ({ids}) AND (id, version) IN ({pairs})"
@@ -265,13 +266,15 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--senders", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=256, help="statements' worth of rows per floor commit")
+    parser.add_argument("--floor-group", type=int, default=None, metavar="MESSAGES",
+                        help="messages per floor commit (default: as the engine grouped them in the same repetition)")
     parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument("--modes", default="fresh,aged,backlog")
     args = parser.parse_args()
     kinds, modes = args.databases.split(","), args.modes.split(",")
     print(f"lifecycle benchmark: {args.count} messages per run, {args.senders} concurrent senders, trivial route, "
-          f"{args.repeat} interleaved repetitions; floor commits {args.batch} statements' worth of rows")
+          f"{args.repeat} interleaved repetitions; the floor commits "
+          f"{args.floor_group or 'as many messages as the engine did'} at a time")
     folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
     templates = Templates(folder)
     per_message: dict[str, int] = {}
@@ -289,9 +292,10 @@ def main() -> None:
                                                               ("floor", "completed", "accepted", "p50", "p99",
                                                                "ratio", "writer_us", "per_commit")})
                     with templates.copy(kind, mode) as url:
-                        base = floor(url, args.count, args.batch, per_message[kind])
-                    with templates.copy(kind, mode) as url:
                         run = asyncio.run(engine_run(url, args.count, args.senders))
+                    group = args.floor_group or round(run["per_commit"] / 3)  # 3 writer operations a message
+                    with templates.copy(kind, mode) as url:
+                        base = floor(url, args.count, group, per_message[kind])
                     entry["floor"].append(base)
                     for key in ("completed", "accepted", "p50", "p99", "writer_us", "per_commit"):
                         entry[key].append(run[key])
@@ -299,7 +303,7 @@ def main() -> None:
                     print(f"  rep {rep + 1} {kind:8} {mode:8} floor {base:7.0f} msg/s | engine {run['completed']:7.0f}"
                           f" msg/s | ratio {run['completed'] / base:4.2f} | backlog messages done "
                           f"{run['backlog_done']:.0f} | writer CPU {run['writer_us']:.0f} us/msg, "
-                          f"{run['per_commit']:.0f} writes/commit", flush=True)
+                          f"{run['per_commit']:.0f} writes/commit; floor {group} messages/commit", flush=True)
     finally:
         templates.drop()
         shutil.rmtree(folder, ignore_errors=True)
