@@ -98,6 +98,7 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
 
 
 def _keeps_null(processor: Processor) -> bool:
+    """Whether ``processor`` writes None as NULL (so a None need not go through it)."""
     try:
         return processor(None) is None
     except Exception:  # a processor that refuses None is asked every time, so it goes on refusing it

@@ -55,11 +55,20 @@ _STOP = object()
 
 
 class GroupCommitWriter:
-    """Runs ``operation(connection)`` calls on one thread, grouping up to ``max_batch`` per transaction."""
+    """Runs ``operation(connection)`` calls on one thread, grouping up to ``max_batch`` per transaction.
 
-    def __init__(self, engine: sa.Engine, max_batch: int = 256, name: str = "openroute-writer") -> None:
+    The thread keeps one connection while it has work and gives it back to the pool after ``idle_release`` seconds
+    without any, so the pool's checks (PostgreSQL's pre-ping) see it again before the next transaction: a
+    connection the server dropped while the node was quiet is replaced, not failed on.
+    """
+
+    def __init__(self, engine: sa.Engine, max_batch: int = 256, name: str = "openroute-writer",
+                 idle_release: float = 1.0) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if idle_release <= 0:
+            raise ValueError(f"idle_release must be positive, got {idle_release}")
+        self._idle_release = idle_release
         self._engine = engine
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -134,7 +143,11 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         while True:
-            self._bell.get()
+            try:
+                self._bell.get(timeout=self._idle_release)
+            except queue.Empty:  # idle: the connection goes back to the pool until there is work again
+                self._release_connection()
+                self._bell.get()
             while True:  # tokens rung meanwhile are answered by this drain
                 try:
                     self._bell.get_nowait()
@@ -194,8 +207,8 @@ class GroupCommitWriter:
     def _transaction(self) -> Iterator[sa.Connection]:
         """A transaction on the thread's own connection. Checking a connection out of the pool for every transaction
         (and, on PostgreSQL, pinging the server with it) cost as much Python as a small group's statements; after
-        a failed transaction the connection goes back to the pool (which discards a broken one) and the next
-        transaction takes a fresh one."""
+        a failed transaction, or ``idle_release`` seconds without work, the connection goes back to the pool (which
+        discards a broken one) and the next transaction takes a fresh one."""
         if self._connection is None:
             self._connection = self._engine.connect()
         try:

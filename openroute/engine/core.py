@@ -576,7 +576,10 @@ class Engine:
         return finished
 
     async def _hold_back(self, message: StoredMessage, route: Route) -> StoredMessage | None:
-        """Obsolete check and funnel, before the steps: the new snapshot if the message does not run now."""
+        """Obsolete check and funnel, before the steps: the new snapshot if the message does not run now.
+
+        :meth:`_process` calls it only when one of them applies (an obsolete-checking route and an object id, or a
+        funnel value): most messages have neither, and a coroutine per message is not free."""
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
                 and await self._run_db(lambda: self.store.newer_ok_exists(message))):

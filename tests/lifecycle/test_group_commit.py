@@ -112,6 +112,23 @@ async def test_writer_keeps_its_connection_and_replaces_it_after_a_failure(sqlit
     engine.dispose()
 
 
+async def test_an_idle_writer_gives_its_connection_back_to_the_pool(sqlite_url: str) -> None:
+    """After ``idle_release`` seconds without work the connection goes back, so the pool's checks (PostgreSQL's
+    pre-ping) see it before the next transaction; with work it is kept."""
+    engine = sa.create_engine(sqlite_url)
+    writer = GroupCommitWriter(engine, idle_release=0.05)
+    assert await writer.submit(lambda connection: connection.execute(sa.text("SELECT 1")).scalar()) == 1
+    deadline = time.monotonic() + 10
+    while engine.pool.checkedout() and time.monotonic() < deadline:  # bounded: the release is the thread's own
+        await asyncio.sleep(0.01)
+    assert engine.pool.checkedout() == 0, "not given back within 10 s of idleness"
+    assert await writer.submit(lambda connection: connection.execute(sa.text("SELECT 2")).scalar()) == 2
+    writer.close()
+    with pytest.raises(ValueError, match="idle_release must be positive"):
+        GroupCommitWriter(engine, idle_release=0)
+    engine.dispose()
+
+
 Recording = tuple[GroupCommitWriter, Grouped[int, int], list[list[int]]]
 
 
