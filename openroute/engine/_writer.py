@@ -5,11 +5,12 @@ so operations that arrive while a transaction is running are committed together 
 caller still gets its own result only after the commit that contains its work. If a grouped transaction
 fails, each of its operations is re-run alone so one bad operation cannot fail its neighbours.
 
-The thread is rung at most once per event-loop iteration, by a callback that runs after the iteration's other
-callbacks, instead of being woken by every operation: woken by each one, it waited for the GIL and took it as
-soon as the loop ran C code that releases it (lxml does, for every parse, XPath and serialisation), so it
-committed a few operations per transaction while the loop's other requests waited (see docs/performance.md,
-inbound HTTP and SOAP).
+The thread is rung by a loop callback once the loop has run the callbacks it had ready (at most
+``_RING_DEFERRALS`` iterations later), instead of being woken by every operation. A thread woken early waits
+for the GIL and takes it as soon as the loop runs C code that releases it (lxml does, for every parse, XPath
+and serialisation; so do socket writes), and commits the few operations queued so far while the requests the
+loop was about to run queue theirs behind it: half-full transactions, each with its own commit (see
+docs/performance.md, inbound HTTP and SOAP).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Grouped(Generic[ItemT, T]):
         return f"Grouped({self.name})"
 
 _STOP = object()
+#: loop iterations the ring may wait for the loop's ready callbacks: bounds the delay it adds under load
+_RING_DEFERRALS = 3
 
 
 class GroupCommitWriter:
@@ -127,7 +130,13 @@ class GroupCommitWriter:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
 
-    def _ring(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _ring(self, loop: asyncio.AbstractEventLoop, deferrals_left: int = _RING_DEFERRALS) -> None:
+        # asyncio's loop keeps its ready callbacks in ``_ready``: while it has some (requests parsed in the same
+        # burst, about to queue their writes), ring later. A loop without it (uvloop) is deferred every time.
+        ready = getattr(loop, "_ready", None)
+        if deferrals_left and (ready is None or ready):
+            loop.call_soon(self._ring, loop, deferrals_left - 1)
+            return
         self._ringing.discard(loop)  # before the token, so an operation queued after it rings again
         self._bell.put(None)
 

@@ -162,6 +162,45 @@ async def test_operations_of_one_loop_iteration_share_one_transaction(recording:
     assert writer.transactions == 2
 
 
+def _submit_in_later_iterations(
+    writer: GroupCommitWriter, group: Grouped[int, int], count: int
+) -> list[asyncio.Future[int]]:
+    """Submit 0, 1, ... ``count - 1``, each from a callback of the loop iteration after the one before: what a
+    burst of requests does, whose parses release the GIL in between (as lxml does)."""
+    loop = asyncio.get_running_loop()
+    futures: list[asyncio.Future[int]] = []
+
+    def submit(item: int) -> None:
+        time.sleep(0.002)  # C code releasing the GIL: a thread rung already takes it here
+        futures.append(writer.enqueue_grouped(group, item))
+        if item + 1 < count:
+            loop.call_soon(submit, item + 1)
+
+    submit(0)
+    return futures
+
+
+async def test_the_ring_waits_for_the_callbacks_the_loop_has_ready(recording: Recording) -> None:
+    writer, group, calls = recording
+    futures = _submit_in_later_iterations(writer, group, 3)
+    while len(futures) < 3:
+        await asyncio.sleep(0)
+    assert await asyncio.gather(*futures) == [0, 10, 20]
+    assert calls == [[0, 1, 2]]  # rung once the loop had nothing else ready, not at the first iteration's end
+
+
+async def test_a_loop_that_stays_busy_still_rings_after_a_few_iterations(recording: Recording) -> None:
+    from openroute.engine._writer import _RING_DEFERRALS
+
+    writer, group, calls = recording
+    futures = _submit_in_later_iterations(writer, group, 40)
+    while len(futures) < 40:
+        await asyncio.sleep(0)
+    await asyncio.gather(*futures)
+    assert len(calls[0]) <= _RING_DEFERRALS + 2  # the first ones did not wait for the burst to end
+    assert sorted(item for call in calls for item in call) == list(range(40))
+
+
 async def test_close_writes_what_was_queued_before_the_thread_was_rung(recording: Recording) -> None:
     writer, group, calls = recording
     assert await writer.submit_grouped(group, 0) == 0  # the thread runs
