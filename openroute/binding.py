@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from jsonpath_ng import jsonpath
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
+from jsonpath_ng.jsonpath import Child, Fields, Root
 from jsonpath_ng.parser import parse as parse_json_path
 from lxml import etree
 from lxml.etree import QName
@@ -69,6 +71,9 @@ def _compile(
             path = parse_json_path(expression)
         except (JsonPathLexerError, JsonPathParserError, Exception) as error:
             raise ConfigurationError(f"{what}: invalid JSON path {expression!r}: {error}") from None
+        members = _member_chain(path)
+        if members is not None:
+            return _member_lookup(members)
         return lambda document: [match.value for match in path.find(document)]
     try:
         xpath = etree.XPath(expression, namespaces=dict(namespaces))
@@ -89,6 +94,40 @@ def _compile(
         return [result]
 
     return evaluate
+
+
+def _member_chain(path: Any) -> tuple[str, ...] | None:
+    """The member names of a path that only names members (``$.a.b.c``), else None (indexes, wildcards, ...)."""
+    names: list[str] = []
+    node = path
+    while isinstance(node, Child):
+        step = node.right
+        if type(step) is not Fields or len(step.fields) != 1:
+            return None
+        name = step.fields[0]
+        if name == "*" or name == jsonpath.auto_id_field:
+            return None
+        names.append(name)
+        node = node.left
+    if type(node) is not Root:
+        return None
+    return tuple(reversed(names))
+
+
+def _member_lookup(members: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+    """What jsonpath_ng finds for ``$.<members>`` (a member of a non-object is no match), without building its
+    match objects: most bindings name plain members, and jsonpath_ng's evaluation was a quarter of a JSON
+    request's Python (``test_member_paths_find_what_jsonpath_finds`` pins the equivalence)."""
+
+    def lookup(document: Any) -> list[Any]:
+        value = document
+        for name in members:
+            if not isinstance(value, dict) or name not in value:
+                return []
+            value = value[name]
+        return [value]
+
+    return lookup
 
 
 def _as_text(value: Any) -> str | None:

@@ -126,11 +126,18 @@ class Metrics:
             ["service", "operation", "state"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
         self.registry.register(_EngineCollector(engine, channel_counters, self.counts))
+        self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:
         """Count one inbound request and its duration."""
-        self.requests.labels(endpoint, outcome).inc()
-        self.request_seconds.labels(endpoint).observe(seconds)
+        # the labelled children are kept: prometheus_client's labels() checks and locks on every call
+        children = self._request_children.get((endpoint, outcome))
+        if children is None:
+            children = self._request_children[(endpoint, outcome)] = (
+                self.requests.labels(endpoint, outcome), self.request_seconds.labels(endpoint)
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     async def on_final_state(self, message: StoredMessage) -> None:
         """Engine final-state hook: observe the message's latency and last processing time."""

@@ -130,6 +130,7 @@ def parse_json(body: bytes, max_depth: int) -> tuple[str, Any]:
         raise NestingTooDeepError(max_depth) from None
     if not isinstance(document, dict):
         raise MalformedPayloadError(f"the JSON body must be an object, got {type(document).__name__}")
-    if not _depth_ok(document, max_depth):
+    # each level of nesting opens with a bracket: a text with at most max_depth of them cannot nest deeper
+    if text.count("{") + text.count("[") > max_depth and not _depth_ok(document, max_depth):
         raise NestingTooDeepError(max_depth)
     return text, document

@@ -86,6 +86,34 @@ def test_an_xml_extractor_takes_the_string_value_of_the_first_element_matched(el
     assert binding.check(ParsedPayload("xml", "", xml=root)).object_id == text
 
 
+_DOCUMENTS = [
+    {"id": 12, "customer": {"id": "C-1", "tier": None}, "items": [{"sku": "A"}], "x y": "spaced", "*": "star"},
+    {"id": None, "customer": "C-2", "items": {"sku": "B"}},
+    {"customer": ["C-3"], "items": []},
+    {"customer": {"id": {"deep": [1, 2]}}, "id": False, "": "empty name"},
+    {},
+]
+
+
+@pytest.mark.parametrize("expression", [
+    "$", "$.id", "$.customer", "$.customer.id", "$.customer.tier", "$.customer.id.deep", "$.items.sku",
+    '$."x y"', "$.missing.id", "$.items[0].sku", "$.*", "$.customer.*",
+])
+def test_member_paths_find_what_jsonpath_finds(expression: str) -> None:
+    """Plain member paths are looked up without jsonpath_ng's match objects: same matches, every other path
+    (indexes, wildcards) still goes through jsonpath_ng."""
+    from jsonpath_ng.parser import parse
+
+    from openroute.binding import _compile, _member_chain
+
+    evaluate = _compile(expression, "json", {}, "test")
+    path = parse(expression)
+    plain = "[" not in expression and "*" not in expression
+    assert (_member_chain(path) is not None) == plain  # the plain ones take the lookup
+    for document in _DOCUMENTS:
+        assert evaluate(document) == [match.value for match in path.find(document)], document
+
+
 async def test_bad_endpoint_configuration(sqlite_url: str) -> None:
     engine = Engine(sqlite_url, routes(), EngineSettings(repoll_interval=None))
     try:

@@ -60,3 +60,25 @@ def test_malformed_documents_are_refused(body: bytes) -> None:
 def test_comments_and_processing_instructions_are_dropped() -> None:
     root = parse_xml(b"<r><!-- c --><?pi x?><a/></r>", 64)
     assert [child.tag for child in root] == ["a"] and etree.tostring(root) == b"<r><a/></r>"
+
+
+def nested_json(levels: int, brackets_in_strings: int = 0) -> bytes:
+    """A JSON object ``levels`` containers deep (objects and arrays alternating), with bracket characters inside a
+    string value that do not nest anything."""
+    text = '{"s": "' + "{[" * brackets_in_strings + '", "a": 1}'
+    for level in range(levels - 1, 1, -1):  # the outermost container is an object, as the endpoint requires
+        text = f'{{"k": {text}}}' if level % 2 else f"[{text}]"
+    if levels > 1:
+        text = f'{{"k": {text}}}'
+    return text.encode()
+
+
+@pytest.mark.parametrize("limit", [2, 3, 32, 64])
+@pytest.mark.parametrize("noise", [0, 100])
+def test_json_exactly_as_deep_as_the_limit_is_parsed_one_level_more_is_refused(limit: int, noise: int) -> None:
+    """The bracket count only lets small documents skip the walk; brackets inside strings never decide."""
+    from openroute.inbound.parsing import parse_json
+
+    assert parse_json(nested_json(limit, noise), limit)[1] is not None
+    with pytest.raises(NestingTooDeepError, match=f"limit of {limit} levels"):
+        parse_json(nested_json(limit + 1, noise), limit)
