@@ -12,7 +12,8 @@ interleaved (one repetition runs floor, JSON and SOAP once each):
 The load generator is a raw asyncio HTTP/1.1 client in this process (pre-built request bytes, keep-alive
 connections, ``--concurrency`` in flight): it costs a few tens of microseconds per request, so the floor is
 limited by the server, not by the client (a floor under 1,000 req/s on this machine would mean the client is the
-limit). Run: ``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]
+limit; each run prints how busy the client was, and the server's CPU per request). Run:
+``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]
 [--databases sqlite,postgres]``. It prints req/s, p50 / p99 per run and min / median / max of each endpoint's
 ratio to the floor (the goal is >= 0.6).
 """
@@ -183,13 +184,32 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
     raise TimeoutError(f"server on port {port} did not start")
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads) from /proc; None where there is no /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(kind: str, url: str, count: int, concurrency: int) -> dict[str, float]:
+    """One run: req/s and latencies, plus the server's CPU per request and how busy the client was (a client
+    near 100 % would be the limit, not the server)."""
     port = free_port()
     process = subprocess.Popen([sys.executable, __file__, "serve", kind, url, str(port)], cwd=ROOT)
     try:
         wait_for_port(port, process)
         asyncio.run(load(kind, port, min(300, count), concurrency))  # warm-up
-        return asyncio.run(load(kind, port, count, concurrency))
+        server_before = process_cpu_seconds(process.pid)
+        client_before, started = time.process_time(), time.perf_counter()
+        figures = asyncio.run(load(kind, port, count, concurrency))
+        server_after, client_cpu = process_cpu_seconds(process.pid), time.process_time() - client_before
+        wall = time.perf_counter() - started
+        figures["client_busy"] = client_cpu / wall
+        if server_before is not None and server_after is not None:
+            figures["server_us"] = (server_after - server_before) / count * 1e6
+        return figures
     finally:
         process.terminate()
         process.wait(30)
@@ -246,8 +266,10 @@ def main() -> None:
                     for kind in kinds:
                         figures = measure(kind, url, args.count, args.concurrency)
                         runs[kind].append(figures)
+                        server = f"{figures['server_us']:5.0f}" if "server_us" in figures else "    ?"
                         print(f"  rep {rep + 1} {db:10} {kind:5} {figures['rps']:7.0f} req/s  "
                               f"p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:7.1f} ms  "
+                              f"server CPU {server} us/req  client busy {figures['client_busy']:4.0%}  "
                               f"errors {figures['errors']:.0f}", flush=True)
             finally:
                 if pg_name is not None:
@@ -255,13 +277,17 @@ def main() -> None:
                     with admin.connect() as connection:
                         connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
                     admin.dispose()
-            print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'ratio to floor':>18}"
-                  "   (min / median / max)")
+            print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
+                  f"{'ratio to floor':>18}   (min / median / max)")
             for kind in kinds:
                 ratios = [r["rps"] / f["rps"] for r, f in zip(runs[kind], runs["floor"], strict=True)]
+                cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
                 print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
                       f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
-                      f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(ratios, 2):>18}")
+                      f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(cpu) if cpu else '?':>18} "
+                      f"{spread(ratios, 2):>18}")
+            busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
+            print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,16 @@ import sqlalchemy as sa
 from openroute.persistence.models import MessageState, UTCDateTime, message_table, message_transition_table
 
 #: the columns of a new ``message`` row, in the order of the INSERT's values
+#: the grouped claim on PostgreSQL (parameters: state, node id, start and update time, the ids, their versions): rows
+#: a concurrent claim holds are skipped, not waited for; the arrays keep one text for any group size
+POSTGRES_CLAIM = (
+    "UPDATE message SET state = %s, version = message.version + 1, node_id = %s, "
+    "start_process_ts = %s, last_update_ts = %s "
+    "WHERE message.id IN (SELECT m.id FROM message AS m "
+    "JOIN unnest(%s::bigint[], %s::integer[]) AS c(id, version) "
+    "ON m.id = c.id AND m.version = c.version FOR UPDATE OF m SKIP LOCKED) RETURNING message.id"
+)
+
 INSERT_COLUMNS: tuple[str, ...] = (
     "correlation_id", "source_system", "process_id", "service", "operation", "object_id", "entity_type",
     "funnel_value", "payload", "content_type", "headers", "state", "failed_count", "receive_ts", "msg_ts",
@@ -284,16 +294,11 @@ class HotPath:
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter("UPDATE message", error) from error
         if self.postgres:
-            sql = ("UPDATE message SET state = %s, version = message.version + 1, node_id = %s, "
-                   "start_process_ts = %s, last_update_ts = %s "
-                   "WHERE message.id IN (SELECT m.id FROM message AS m "
-                   "JOIN unnest(%s::bigint[], %s::integer[]) AS c(id, version) "
-                   "ON m.id = c.id AND m.version = c.version FOR UPDATE OF m SKIP LOCKED) RETURNING message.id")
             parameters: list[Any] = [state, node_id, at, at, [p[0] for p in pairs],
                                      [p[1] for p in pairs]]
             cursor = self._cursor(connection)
             try:
-                self._run(connection, cursor, sql, parameters, False)
+                self._run(connection, cursor, POSTGRES_CLAIM, parameters, False)
                 return {int(row[0]) for row in cursor.fetchall()}
             finally:
                 cursor.close()
