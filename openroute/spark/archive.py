@@ -11,7 +11,8 @@ any point nothing is lost, and the next run finishes the job first:
 - killed while deleting: the next run deletes the rest of the verified run's messages first.
 
 A message is deleted only at the version that was archived (one changed since, e.g. restarted, stays in the
-store), and a parent only when none of its children remains::
+store), a parent only when none of its children remains, and a child only once its parent is final (a parent
+waiting for its children decides its outcome from their rows)::
 
     from openroute.spark import archive, build_session
 
@@ -208,7 +209,11 @@ def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta]
     for state, age in keep.items():
         cutoff = (now - age).astimezone(UTC).replace(tzinfo=None)
         old = old | ((F.col("state") == state.value) & (F.col("last_update_ts") < F.lit(cutoff)))
-    eligible = messages.where(old)
+    # a child stays while its parent is not final: a waiting parent decides its outcome from its children's rows
+    unfinished_parents = messages.where(~F.col("state").isin([state.value for state in FINAL_STATES]))
+    eligible = messages.where(old).join(
+        unfinished_parents.select(F.col("id").alias("parent_id")), "parent_id", "left_anti"
+    )
     # a parent stays while one of its children stays (the child row references it)
     staying_children = (
         messages.where(F.col("parent_id").isNotNull())

@@ -67,6 +67,35 @@ def test_archive_moves_old_final_messages_with_their_rows_per_keep_time(
     store.dispose()
 
 
+def test_a_final_child_stays_while_its_parent_waits_for_the_others(
+    spark: Any, database_url: str, tmp_path: Path
+) -> None:
+    """The waiting parent decides its outcome from its children's rows: archiving a FAILED child before the parent
+    ended would let it end OK."""
+    from openroute import states
+    from tests.spark.stores import drive
+
+    store = MessageStore(database_url)
+    store.create_schema()
+    received = NOW - timedelta(hours=5)
+    parent = drive(store, "p", (S.PROCESSING, S.WAITING_FOR_CHILDREN), received=received, service="shop",
+                   operation="createOrder", source_system="SHOP")
+    failed = drive(store, "p:1", (S.PROCESSING, S.FAILED), received=received, service="shop",
+                   operation="createOrderLine", source_system="SHOP", parent_id=parent.id)
+    pending = drive(store, "p:2", (), received=received, service="shop", operation="createOrderLine",
+                    source_system="SHOP", parent_id=parent.id)
+    to = tmp_path / "archive"
+
+    assert archive(spark, database_url, keep="FAILED=1h,OK=1h", to=to, now=NOW) == ArchiveResult(None, to)
+    assert store.get(failed.id) is not None
+
+    states.transition(store, states.claim(store, [pending], "gen", received)[0], S.OK, received)
+    states.transition(store, store.get(parent.id), S.FAILED, received, {"last_error_code": "CHILD_FAILED"})
+    done = archive(spark, database_url, keep="FAILED=1h,OK=1h", to=to, now=NOW)
+    assert (done.messages, done.deleted) == (3, 3) and store.find() == []
+    store.dispose()
+
+
 class Killed(BaseException):
     """Stands for kill -9 at a point of the job (nothing after it runs)."""
 
