@@ -1,7 +1,7 @@
 """Lifecycle benchmark: completed messages per second against a fair floor, on fresh and aged stores.
 
     python benchmarks/lifecycle_bench.py [--count 20000] [--repeat 3] [--senders 64] [--databases sqlite,postgres]
-                                         [--modes fresh,aged,backlog]
+                                         [--modes fresh,aged,backlog] [--transition-cost]
 
 Store modes (each run gets its own database, copied from a prepared template so aging costs nothing per run):
 
@@ -263,6 +263,29 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def transition_cost(kinds: list[str], count: int, repeat: int, group: int) -> None:
+    """The floor with its three message_transition rows per message against the same floor without them,
+    interleaved on fresh stores: what the history (issue #9) costs the database itself."""
+    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
+    templates = Templates(folder)
+    ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
+    try:
+        for rep in range(repeat):
+            for kind in kinds:
+                with templates.copy(kind, "fresh") as url:
+                    without = floor(url, count, group, 0)
+                with templates.copy(kind, "fresh") as url:
+                    with_rows = floor(url, count, group, 3)
+                ratios[kind].append(with_rows / without)
+                print(f"  rep {rep + 1} {kind:8} floor without transition rows {without:7.0f} msg/s | with "
+                      f"{with_rows:7.0f} msg/s | ratio {with_rows / without:4.2f}", flush=True)
+    finally:
+        templates.drop()
+        shutil.rmtree(folder, ignore_errors=True)
+    for kind in kinds:
+        print(f"{kind}: floor with / without transition rows (min / median / max) {spread(ratios[kind], 2)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # runs of a few seconds at least: on SQLite a short run is dominated by its first WAL checkpoint into the store
@@ -274,8 +297,14 @@ def main() -> None:
                         help="messages per floor commit (default: as the engine grouped them in the same repetition)")
     parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument("--modes", default="fresh,aged,backlog")
+    parser.add_argument("--transition-cost", action="store_true",
+                        help="instead: the floor with and without its message_transition rows (fresh stores, "
+                             "--floor-group or 63 messages per commit), what keeping the history costs the database")
     args = parser.parse_args()
     kinds, modes = args.databases.split(","), args.modes.split(",")
+    if args.transition_cost:
+        transition_cost(kinds, args.count, args.repeat, args.floor_group or 63)
+        return
     print(f"lifecycle benchmark: {args.count} messages per run, {args.senders} concurrent senders, trivial route, "
           f"{args.repeat} interleaved repetitions; the floor commits "
           f"{args.floor_group or 'as many messages as the engine did'} at a time")
