@@ -200,3 +200,18 @@ def test_routes_spec_forms() -> None:
     assert len(registry) == 1 and bindings is None
     registry, bindings = load_routes("tests.inbound.conftest:routes")  # a callable returning a registry
     assert len(registry) == 2 and bindings is None
+
+
+def test_request_headers_are_read_once_the_first_of_repeated_names_counting() -> None:
+    """What Starlette's ``Headers.get`` gives, from one pass: lower-case names, the first of a repeated header."""
+    from starlette.datastructures import Headers
+
+    from openroute.inbound.app import _header_values
+
+    raw = [(b"content-type", b"text/xml"), (b"x-correlation-id", b"first"), (b"X-Source-System", b"CRM"),
+           (b"x-correlation-id", b"second"), (b"x-note", "caf\u00e9".encode("latin-1"))]
+    values = _header_values({"headers": raw})
+    assert values == {"content-type": "text/xml", "x-correlation-id": "first", "x-source-system": "CRM",
+                      "x-note": "caf\u00e9"}
+    starlette = Headers(raw=[(name.lower(), value) for name, value in raw])
+    assert all(starlette.get(name) == value for name, value in values.items())
