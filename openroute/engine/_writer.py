@@ -78,6 +78,9 @@ class GroupCommitWriter:
         # one token per ring: the thread sleeps on it, not on the queue, so a put alone does not wake it
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._ringing: set[asyncio.AbstractEventLoop] = set()
+        # the closed check and the put are one step against close() from another thread: an operation is refused,
+        # or queued before the stop mark and written; never queued behind it, waiting forever
+        self._gate = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         # the thread's own connection, kept between transactions (see _transaction)
         self._connection: sa.Connection | None = None
@@ -95,9 +98,6 @@ class GroupCommitWriter:
 
     async def submit(self, operation: Callable[[sa.Connection], T]) -> T:
         """Run ``operation`` in a (possibly shared) transaction; return its result after the commit."""
-        if self._closed:
-            raise RuntimeError("the writer is closed")
-        self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._enqueue((operation, future, loop), loop)
@@ -112,20 +112,25 @@ class GroupCommitWriter:
 
         Every message passes here three times (insert, claim, outcome), so :meth:`start` and :meth:`_enqueue` are
         written out inline."""
-        if self._closed:
-            raise RuntimeError("the writer is closed")
-        if not self._started:
-            self.start()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(((group, item), future, loop))
+        with self._gate:
+            if self._closed:
+                raise RuntimeError("the writer is closed")
+            if not self._started:
+                self.start()
+            self._queue.put(((group, item), future, loop))
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
         return future
 
     def _enqueue(self, entry: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._queue.put(entry)
+        with self._gate:
+            if self._closed:
+                raise RuntimeError("the writer is closed")
+            self.start()
+            self._queue.put(entry)
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
@@ -142,11 +147,14 @@ class GroupCommitWriter:
 
     def close(self) -> None:
         """Finish the queued operations and stop the thread."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._started:
-            self._queue.put(_STOP)
+        with self._gate:
+            if self._closed:
+                return
+            self._closed = True
+            started = self._started
+            if started:
+                self._queue.put(_STOP)
+        if started:
             self._bell.put(None)
             self._thread.join()
 

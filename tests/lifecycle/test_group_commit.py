@@ -211,6 +211,40 @@ async def test_close_writes_what_was_queued_before_the_thread_was_rung(recording
     assert calls == [[0], [1, 2, 3]]
 
 
+def test_a_submit_racing_close_from_another_thread_is_written_not_left_waiting(recording: Recording) -> None:
+    """close() from one thread while another thread is between the closed check and its put: the put goes in
+    before the stop mark (and is written), never behind it."""
+    import queue
+
+    from openroute.engine._writer import _STOP
+
+    writer, group, calls = recording
+    assert asyncio.run(writer.submit_grouped(group, 1)) == 10  # the thread runs
+
+    class SlowPut(queue.SimpleQueue):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            self.entered = threading.Event()
+
+        def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+            if item is not _STOP:
+                self.entered.set()
+                time.sleep(0.05)  # the submitter is inside its put when close() comes
+            super().put(item, block, timeout)
+
+    writer._queue = SlowPut()
+    results: list[int] = []
+    submitter = threading.Thread(target=lambda: results.append(asyncio.run(writer.submit_grouped(group, 2))),
+                                 daemon=True)
+    submitter.start()
+    assert writer._queue.entered.wait(5)
+    writer.close()
+    submitter.join(10)
+    assert not submitter.is_alive(), "the operation queued behind the stop mark waits forever"
+    assert results == [20] and calls == [[1], [2]]
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(writer.submit_grouped(group, 3))
+
+
 def test_operations_from_several_loops_are_all_written(recording: Recording) -> None:
     writer, group, calls = recording
 
