@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -194,24 +194,22 @@ def test_rate_limits_how_fast_messages_are_released(spark: Any, sqlite_url: str,
 def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
     spark: Any, database_url: str, tmp_path: Path
 ) -> None:
-    # kill -9 on each database: the batch transaction in flight is rolled back by the database itself
+    # kill -9 on each database with the third batch written in its transaction, not committed: the database itself
+    # rolls that batch back; the job pauses there (OPENROUTE_SPARK_PAUSE_AT), so the kill lands at a known point
     url = database_url
     planned = many_failed(url, 30)
     out = tmp_path / "job"
     reprocess(spark, url, out=out, job_id="killed", partitions=2)
     child = SparkCli(["reprocess", "--database-url", url, "--master", "local[1]", "--plan", str(out), "--apply",
-                      "--rate", "2/s"], tmp_path)
+                      "--batch-size", "2", "--rate", "100/s"], tmp_path,
+                     env={"OPENROUTE_SPARK_PAUSE_AT": "batch-written:3"})
     try:
-        deadline = time.monotonic() + 240
-        # the committed rows are the event to wait for; the kill lands wherever the job is then
-        while len(_reprocess_rows(url, "killed")) < 4:  # two committed batches of two
-            assert child.process.poll() is None, f"the apply ended first: {child.stdout_path.read_text()}"
-            assert time.monotonic() < deadline, "the apply did not commit two batches within 240 s"
-            time.sleep(0.2)
+        child.wait_for_line(r"paused at batch-written #3 ", timeout=240)
     finally:
         child.kill()  # kill -9 the CLI and its JVM
+    assert child.process.returncode == -signal.SIGKILL
     done = _reprocess_rows(url, "killed")
-    assert 4 <= len(done) < 30 and set(done.values()) == {1}
+    assert set(done) == set(planned[:4]) and set(done.values()) == {1}, "two batches of two committed, the third not"
     resumed = apply_plan(spark, url, out)
     assert resumed.already_applied == len(done) and resumed.restarted == 30 - len(done) and resumed.moved == []
     assert _reprocess_rows(url, "killed") == {i: 1 for i in planned}
