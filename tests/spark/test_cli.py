@@ -3,13 +3,10 @@ terminal, erased before the results; nothing but the results in a pipe."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.spark.processes import ROOT, run_in_terminal
+from tests.spark.processes import run_in_pipe, run_in_terminal
 from tests.spark.stores import reprocess_store
 
 
@@ -76,10 +73,7 @@ def test_in_a_pipe_there_is_no_progress_only_the_results(spark_installed: None, 
                                                          tmp_path: Path) -> None:
     reprocess_store(sqlite_url)
     out = tmp_path / "job"
-    command = [sys.executable, "-m", "openroute.cli", "spark", *_argv(sqlite_url, out), "--spark-log",
-               str(tmp_path / "spark.log")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = run_in_pipe(_argv(sqlite_url, out), tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [line.format(out=out) for line in RESULTS]
     assert done.stderr == "", "nothing on stderr: no progress, no Spark log"
