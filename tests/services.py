@@ -34,6 +34,12 @@ def require(service: str, probe: Callable[[], str | None]) -> None:
     pytest.skip(message)
 
 
+def require_database(database: str) -> None:
+    """Fail (CI) or skip the current test when ``database`` (``sqlite`` or ``postgres``) is not there."""
+    if database == "postgres":
+        require("PostgreSQL", postgres_problem)
+
+
 def tcp_problem(host: str, port: int) -> str | None:
     try:
         with socket.create_connection((host, port), timeout=2):

@@ -1,7 +1,8 @@
 """Named points where a test can pause a Spark job run as a process, to kill it (``kill -9``) exactly there.
 
 A job calls :func:`pause_point` where being killed must lose nothing (the archive: ``selected``, ``written``,
-``verified``, ``deleted-batch``). Normally that does nothing. With the environment variable
+``verified``, ``deleted-batch``; the reprocess apply: ``batch-written``, a batch's changes written inside its
+transaction, not yet committed). Normally that does nothing. With the environment variable
 ``OPENROUTE_SPARK_PAUSE_AT=<point>`` (or ``<point>:<n>``: the n-th time the job gets there) the job prints::
 
     openroute spark: paused at deleted-batch #2 (pid 4242, OPENROUTE_SPARK_PAUSE_AT)

@@ -37,6 +37,7 @@ from openroute import states as lifecycle
 from openroute.errors import StaleMessageError
 from openroute.persistence import FINAL_STATES, GroupConflict, MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import message_table, message_transition_table
+from openroute.spark._pause import pause_point
 from openroute.spark.session import read_table
 
 if TYPE_CHECKING:
@@ -409,6 +410,8 @@ def _apply_batch(
                 skipped += 1
             else:
                 restarted += 1
+        # written, not committed: a test kills the job here (kill -9) to see the database roll the batch back
+        pause_point("batch-written")
     return restarted, skipped, already, moved, missing
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.services import require, spark_problem
+from tests.services import postgres_problem, require, spark_problem
 
 
 def spark_and_drivers_problem() -> str | None:
@@ -51,3 +51,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                             config={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def module_databases(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Fresh databases shared by the tests of one module (for children started together): ``sqlite``, a new file,
+    and ``postgres``, a new database when the server answers (a test using it calls ``require_database`` first:
+    without the server it fails in CI, is skipped elsewhere, and the SQLite tests still run), dropped at the end."""
+    urls = {"sqlite": f"sqlite:///{tmp_path_factory.mktemp('module-db') / 'openroute.db'}"}
+    databases = None
+    if postgres_problem() is None:
+        databases = request.getfixturevalue("fresh_databases")
+        urls["postgres"] = databases.take()
+    try:
+        yield urls
+    finally:
+        if databases is not None:
+            databases.drop(urls["postgres"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import json
 import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from openroute.persistence.models import confirmation_table, message_transition_
 
 from openroute.cli import main
 from openroute.spark.archive import ArchiveResult, archive, parse_keep, read_archive
+from tests.services import require_database
 from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
@@ -165,25 +168,67 @@ def _parquet_ids(spark: Any, folder: Path) -> list[int]:
     return sorted(r.id for r in spark.read.option("basePath", str(folder)).parquet(str(folder)).select("id").collect())
 
 
-# each kill point on one database (each case starts a JVM of its own: the suite's time): both databases are killed
-# for real, and the in-process stop points of the test above cover every point on SQLite
-@pytest.mark.parametrize(("database", "pause_at", "deleted_when_killed"),
-                         [("sqlite", "verified", 0), ("postgres", "deleted-batch:2", 4)],
+#: database -> (the point its job is paused and killed at, how many messages were deleted by then): each kill point
+#: on one database (each case is a JVM of its own: the suite's time); both databases are killed for real, and the
+#: in-process stop points of the test above cover every point on SQLite
+KILLS = {"sqlite": ("verified", 0), "postgres": ("deleted-batch:2", 4)}
+
+
+@dataclass
+class KilledArchive:
+    """One ``openroute spark archive`` child started on a store of its own, to be killed at its pause point."""
+
+    url: str
+    ids: dict[str, int]
+    transitions: list[int]
+    to: Path
+    argv: list[str]
+    child: SparkCli
+
+
+@pytest.fixture(scope="module")
+def killed_archives(
+    spark_installed: None, module_databases: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, KilledArchive]]:
+    """Per database of :data:`KILLS`, a store and an archive child started on it; the children start together (each
+    is mostly the start of one JVM, and the two overlap on this machine's cores) and each pauses at its point
+    until its test kills it. Whatever is left is killed at the end."""
+    started: dict[str, KilledArchive] = {}
+    try:
+        for database, (pause_at, _deleted) in KILLS.items():
+            if database not in module_databases:
+                continue  # no server: its test says so
+            url = module_databases[database]
+            folder = tmp_path_factory.mktemp(f"killed-{database}")
+            ids = reprocess_store(url)
+            eligible = set(ids.values()) - _staying(ids)
+            to = folder / "archive"
+            argv = ["archive", "--database-url", url, "--keep", "FAILED=1d,CANCEL=1d", "--to", str(to),
+                    "--batch-size", "2", "--partitions", "2"]
+            # the job pauses at the named point (the copy verified, nothing deleted; or two delete batches committed)
+            child = SparkCli([*argv, "--master", "local[1]"], folder, env={"OPENROUTE_SPARK_PAUSE_AT": pause_at})
+            started[database] = KilledArchive(url, ids, _transition_ids(url, eligible), to, argv, child)
+        yield started
+    finally:
+        for killed in started.values():
+            killed.child.kill()
+
+
+def _staying(ids: dict[str, int]) -> set[int]:
+    return {ids["ok_newer"], ids["ok_older"], ids["waiting"]}  # OK has no keep time, PARTLY_FAILED is not final
+
+
+@pytest.mark.parametrize(("database", "pause_at", "deleted_when_killed"), [(d, *k) for d, k in KILLS.items()],
                          ids=["sqlite-copy-verified-nothing-deleted", "postgres-between-delete-batches"])
 def test_killed_by_sigkill_then_rerun_archives_every_message_exactly_once(
-    spark: Any, request: pytest.FixtureRequest, tmp_path: Path, database: str, pause_at: str,
-    deleted_when_killed: int, capsys: pytest.CaptureFixture[str],
+    spark: Any, killed_archives: dict[str, KilledArchive], database: str, pause_at: str, deleted_when_killed: int,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    database_url: str = request.getfixturevalue(f"{database}_url")
-    ids = reprocess_store(database_url)
-    staying = {ids["ok_newer"], ids["ok_older"], ids["waiting"]}  # OK has no keep time, PARTLY_FAILED is not final
+    require_database(database)
+    killed = killed_archives[database]
+    database_url, ids, to, argv, child = killed.url, killed.ids, killed.to, killed.argv, killed.child
+    staying = _staying(ids)
     eligible = set(ids.values()) - staying
-    transitions = _transition_ids(database_url, eligible)
-    to = tmp_path / "archive"
-    argv = ["archive", "--database-url", database_url, "--keep", "FAILED=1d,CANCEL=1d", "--to", str(to),
-            "--batch-size", "2", "--partitions", "2"]
-    # the job pauses at the named point (the copy verified, nothing deleted; or two delete batches committed)
-    child = SparkCli([*argv, "--master", "local[1]"], tmp_path, env={"OPENROUTE_SPARK_PAUSE_AT": pause_at})
     try:
         child.wait_for_line(rf"paused at {pause_at.split(':')[0]} #", timeout=300)
     finally:
@@ -202,7 +247,7 @@ def test_killed_by_sigkill_then_rerun_archives_every_message_exactly_once(
     assert {m.id for m in store.find()} == staying, "the store no longer has the archived messages"
     assert _parquet_ids(spark, to / "message") == sorted(eligible), "every eligible message archived exactly once"
     transition_copy = [r.id for r in read_archive(spark, to, "message_transition").select("id").collect()]
-    assert sorted(transition_copy) == transitions, "and each of their transitions exactly once"
+    assert sorted(transition_copy) == killed.transitions, "and each of their transitions exactly once"
     [manifest] = [json.loads((f / "manifest.json").read_text()) for f in (to / "_runs").iterdir()]
     assert manifest["status"] == "done" and manifest["deleted"] == len(eligible) - deleted_when_killed
     store.dispose()

@@ -3,13 +3,15 @@ terminal, erased before the results; nothing but the results in a pipe."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from tests.spark.processes import ROOT, run_in_terminal
+import pytest
+
+from tests.spark.processes import run_in_pipe, run_in_terminal
 from tests.spark.stores import reprocess_store
 
 
@@ -57,12 +59,27 @@ RESULTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def runs(spark_installed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Path, Any]]]:
+    """The same command run on a terminal and in a pipe, each on a store of its own, both children started at
+    once: each is mostly the start of one JVM, and the two overlap on this machine's cores. Gives, per way, the
+    job folder and the future of what :func:`run_in_terminal` / :func:`run_in_pipe` return."""
+    started: dict[str, tuple[Path, Any]] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for how, run in (("terminal", run_in_terminal), ("pipe", run_in_pipe)):
+            folder = tmp_path_factory.mktemp(how)
+            url = f"sqlite:///{folder / 'openroute.db'}"
+            reprocess_store(url)
+            out = folder / "job"
+            started[how] = (out, pool.submit(run, _argv(url, out), folder, 300))
+        yield started
+
+
 def test_on_a_terminal_the_stages_done_of_total_show_while_it_runs_and_are_erased_before_the_results(
-    spark_installed: None, sqlite_url: str, tmp_path: Path
+    runs: dict[str, tuple[Path, Any]],
 ) -> None:
-    reprocess_store(sqlite_url)
-    out = tmp_path / "job"
-    status, raw = run_in_terminal(_argv(sqlite_url, out), tmp_path, timeout=300)
+    out, run = runs["terminal"]
+    status, raw = run.result()
     assert status == 0, raw
     drawn = re.findall(rb"\r\x1b\[K(spark stages (\d+)/(\d+)[^\r]*)", raw)
     assert drawn, f"no progress line on the terminal: {raw!r}"
@@ -72,14 +89,9 @@ def test_on_a_terminal_the_stages_done_of_total_show_while_it_runs_and_are_erase
     assert screen(raw) == [line.format(out=out) for line in RESULTS], "only the results stay on the screen"
 
 
-def test_in_a_pipe_there_is_no_progress_only_the_results(spark_installed: None, sqlite_url: str,
-                                                         tmp_path: Path) -> None:
-    reprocess_store(sqlite_url)
-    out = tmp_path / "job"
-    command = [sys.executable, "-m", "openroute.cli", "spark", *_argv(sqlite_url, out), "--spark-log",
-               str(tmp_path / "spark.log")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+def test_in_a_pipe_there_is_no_progress_only_the_results(runs: dict[str, tuple[Path, Any]]) -> None:
+    out, run = runs["pipe"]
+    done = run.result()
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [line.format(out=out) for line in RESULTS]
     assert done.stderr == "", "nothing on stderr: no progress, no Spark log"

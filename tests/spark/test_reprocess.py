@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import json
-import time
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from openroute.spark.reprocess import (
     plan_frame,
     reprocess,
 )
+from tests.services import require_database
 from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
 
@@ -191,27 +194,56 @@ def test_rate_limits_how_fast_messages_are_released(spark: Any, sqlite_url: str,
     assert sleeps == [1.0, 2.0, 3.0]  # with a frozen clock: the time 4, 8, 12 releases need at 4/s
 
 
-def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
-    spark: Any, database_url: str, tmp_path: Path
-) -> None:
-    # kill -9 on each database: the batch transaction in flight is rolled back by the database itself
-    url = database_url
-    planned = many_failed(url, 30)
-    out = tmp_path / "job"
-    reprocess(spark, url, out=out, job_id="killed", partitions=2)
-    child = SparkCli(["reprocess", "--database-url", url, "--master", "local[1]", "--plan", str(out), "--apply",
-                      "--rate", "2/s"], tmp_path)
+@dataclass
+class KilledApply:
+    """One ``openroute spark reprocess --apply`` child applying a plan of 30 restarts, to be killed at its pause."""
+
+    url: str
+    planned: list[int]
+    out: Path
+    child: SparkCli
+
+
+@pytest.fixture(scope="module")
+def killed_applies(spark: Any, module_databases: dict[str, str],
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, KilledApply]]:
+    """Per database, 30 FAILED messages, a plan to restart them, and a child applying it in batches of two that
+    pauses with its third batch written in its transaction, not committed (``OPENROUTE_SPARK_PAUSE_AT``). The
+    children start together (each is mostly the start of one JVM, and the two overlap on this machine's cores) and
+    wait there until their test kills them; whatever is left is killed at the end."""
+    started: dict[str, KilledApply] = {}
     try:
-        deadline = time.monotonic() + 240
-        # the committed rows are the event to wait for; the kill lands wherever the job is then
-        while len(_reprocess_rows(url, "killed")) < 4:  # two committed batches of two
-            assert child.process.poll() is None, f"the apply ended first: {child.stdout_path.read_text()}"
-            assert time.monotonic() < deadline, "the apply did not commit two batches within 240 s"
-            time.sleep(0.2)
+        for database, url in module_databases.items():
+            folder = tmp_path_factory.mktemp(f"killed-{database}")
+            planned = many_failed(url, 30)
+            out = folder / "job"
+            reprocess(spark, url, out=out, job_id="killed", partitions=2)
+            child = SparkCli(["reprocess", "--database-url", url, "--master", "local[1]", "--plan", str(out),
+                              "--apply", "--batch-size", "2", "--rate", "100/s"], folder,
+                             env={"OPENROUTE_SPARK_PAUSE_AT": "batch-written:3"})
+            started[database] = KilledApply(url, planned, out, child)
+        yield started
+    finally:
+        for killed in started.values():
+            killed.child.kill()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_killed_mid_apply_then_resumed_restarts_every_message_exactly_once(
+    spark: Any, killed_applies: dict[str, KilledApply], database: str
+) -> None:
+    # kill -9 on each database with the third batch written in its transaction, not committed: the database itself
+    # rolls that batch back; the job pauses there, so the kill lands at a known point
+    require_database(database)
+    killed = killed_applies[database]
+    url, planned, out, child = killed.url, killed.planned, killed.out, killed.child
+    try:
+        child.wait_for_line(r"paused at batch-written #3 ", timeout=240)
     finally:
         child.kill()  # kill -9 the CLI and its JVM
+    assert child.process.returncode == -signal.SIGKILL
     done = _reprocess_rows(url, "killed")
-    assert 4 <= len(done) < 30 and set(done.values()) == {1}
+    assert set(done) == set(planned[:4]) and set(done.values()) == {1}, "two batches of two committed, the third not"
     resumed = apply_plan(spark, url, out)
     assert resumed.already_applied == len(done) and resumed.restarted == 30 - len(done) and resumed.moved == []
     assert _reprocess_rows(url, "killed") == {i: 1 for i in planned}
