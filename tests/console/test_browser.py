@@ -143,12 +143,25 @@ def text(driver: Any, element_id: str) -> str:
 
 
 def click(driver: Any, element_id: str) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.ID, element_id).click()
+    for attempt in range(3):
+        try:
+            WebDriverWait(driver, WAIT).until(expected_conditions.element_to_be_clickable((By.ID, element_id))).click()
+            break
+        except (StaleElementReferenceException, WebDriverException) as error:
+            # Chromium sometimes resolves the element while the page still settles ("Node with given id does not
+            # belong to the document"): nothing was clicked, so look it up again, as long as the page is the same
+            detached = isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(
+                error)
+            if expected_conditions.staleness_of(old)(driver):
+                break  # the page changed after all: the click went through
+            if attempt == 2 or not detached:
+                raise
     WebDriverWait(driver, WAIT).until(expected_conditions.staleness_of(old))  # the next page has loaded
 
 
