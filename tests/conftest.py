@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import queue
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,47 +27,24 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 class FreshDatabases:
-    """Empty PostgreSQL databases made ahead, each handed to exactly one test and dropped after it.
+    """Empty PostgreSQL databases, each made by ``CREATE DATABASE`` for one test (or one module's tests) alone and
+    dropped after it.
 
-    ``CREATE DATABASE`` copies template1 through the WAL: 0.05 s on an idle server, 0.3 s once a run has written
-    a few hundred of them since the last checkpoint. One background thread keeps ``ahead`` databases created
-    while the tests run, so a test waits for none; every database is still made by ``CREATE DATABASE`` for that
-    test alone and no one else connects to it. A failure to create one is raised in the test that takes it.
+    Made when taken, not ahead: a version that kept two made ahead by a background thread saw, once, both queued
+    names gone when the tests took them ("database ... does not exist") at the start of two Spark modules, for a
+    cause not found; the few tenths of a second it saved per test are not worth a flaky run.
     """
 
-    def __init__(self, admin_url: str, ahead: int = 2) -> None:
+    def __init__(self, admin_url: str) -> None:
         self._admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
         self._base = admin_url.rsplit("/", 1)[0]
-        self._ready: queue.Queue[str | Exception] = queue.Queue()
-        self._wanted = threading.Semaphore(ahead)
-        self._closing = threading.Event()
-        self._maker = threading.Thread(target=self._make, name="fresh-postgres-databases", daemon=True)
-        self._maker.start()
 
-    def _make(self) -> None:
-        while True:
-            self._wanted.acquire()
-            if self._closing.is_set():
-                return
-            name = f"openroute_t_{uuid.uuid4().hex[:12]}"
-            try:
-                with self._admin.connect() as connection:
-                    connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-            except Exception as error:  # raised in the test that takes this turn
-                self._ready.put(error)
-            else:
-                self._ready.put(name)
-
-    def take(self, timeout: float = 120) -> str:
-        """The URL of a database made for the caller alone (waits at most ``timeout`` s for it)."""
-        try:
-            made = self._ready.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no fresh PostgreSQL database created within {timeout} s") from None
-        self._wanted.release()  # the thread makes the next one while the caller runs
-        if isinstance(made, Exception):
-            raise made
-        return f"{self._base}/{made}"
+    def take(self) -> str:
+        """The URL of a new, empty database for the caller alone."""
+        name = f"openroute_t_{uuid.uuid4().hex[:12]}"
+        with self._admin.connect() as connection:
+            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        return f"{self._base}/{name}"
 
     def drop(self, url: str) -> None:
         name = url.rsplit("/", 1)[1]
@@ -77,23 +52,12 @@ class FreshDatabases:
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     def close(self) -> None:
-        """Stop making databases and drop the ones no test took."""
-        self._closing.set()
-        self._wanted.release()
-        self._maker.join(120)
-        while True:
-            try:
-                made = self._ready.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(made, str):
-                self.drop(f"{self._base}/{made}")
         self._admin.dispose()
 
 
 @pytest.fixture(scope="session")
 def fresh_databases() -> Iterator[FreshDatabases]:
-    """The run's maker of empty PostgreSQL databases (started by the first test that needs one)."""
+    """The run's maker of empty PostgreSQL databases."""
     require("PostgreSQL", postgres_problem)
     databases = FreshDatabases(POSTGRES_ADMIN_URL)
     try:
