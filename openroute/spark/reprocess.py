@@ -3,9 +3,11 @@
 A job reads the candidates from the store over JDBC in parallel partitions and decides, per message, without
 collecting the candidates on the driver::
 
-    RESTART        FAILED/CANCEL -> PARTLY_FAILED, due now, failed count 0 (the engine retries it as usual)
-    SKIP_OBSOLETE  a newer message of the same entity type + object id already ended OK: FAILED -> SKIPPED
-                   (no confirmation, as when the engine skips it: SKIPPED is never confirmed)
+    RESTART        FAILED/CANCEL -> PARTLY_FAILED, due now, failed count 0, business errors cleared: the decision
+                   of ``Engine.restart`` (engine/outcome.py), which the admin API and ``openroute messages`` apply
+    SKIP_OBSOLETE  a newer message of the same entity type + object id already ended OK: FAILED -> SKIPPED with
+                   the columns the engine leaves when a restarted message meets its obsolete check (no
+                   confirmation, as when the engine skips it: SKIPPED is never confirmed)
     LEAVE          left alone, with the reason (restarted by this job already, parent final, not restartable...)
 
 The plan is a dataset (Parquet, CSV on request) with a summary per route x decision. ``apply`` writes it
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 
 from openroute import states as lifecycle
+from openroute.engine import outcome as outcomes
 from openroute.errors import StaleMessageError
 from openroute.persistence import FINAL_STATES, GroupConflict, MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import message_table, message_transition_table
@@ -385,14 +388,16 @@ def _apply_batch(
                 missing.append(message_id)
             elif message.version != int(row["version"]):
                 moved.append(message_id)
-            elif row["decision"] == RESTART:
-                requests.append((message, S.PARTLY_FAILED, now, {"next_attempt_at": now, "failed_count": 0}, cause))
             else:
-                # as the engine's obsolete check after a restart; its final-state hooks (the confirmation row)
-                # do nothing for SKIPPED, so none run here (tests/spark/test_reprocess.py pins the parity)
-                text = f"reprocess job {job_id}: newer message #{row['newer_ok_id']} of the same entity ended OK"
-                requests.append((message, S.SKIPPED, now, {"next_attempt_at": None, "last_error_code": "OBSOLETE",
-                                                            "last_error_text": text}, cause))
+                # the engine's own rules (engine/outcome.py), as the admin API, the CLI and the engine apply them:
+                # RESTART is Engine.restart's decision; SKIP_OBSOLETE is where the engine takes a restarted message
+                # once its obsolete check finds the newer OK one (restart's columns, then the obsolete decision)
+                restart = outcomes.restarted(now)
+                if row["decision"] == RESTART:
+                    requests.append((message, restart.target, now, dict(restart.changes), cause))
+                else:
+                    skip = outcomes.obsolete(message)
+                    requests.append((message, skip.target, now, {**restart.changes, **skip.changes}, cause))
         if one_by_one:
             results: list[Any] = []
             for request in requests:

@@ -337,6 +337,11 @@ async def test_skip_obsolete_confirms_like_the_engine_ending_a_restarted_message
     assert apply_plan(spark, database_url, tmp_path / "job", now=kit.clock.now).skipped == 1
     kit.assert_state(failed["job"], S.SKIPPED)
 
+    rows = {path: kit.store.get(i) for path, i in failed.items()}
+    columns = ("state", "failed_count", "business_errors", "last_error_code", "last_error_text", "next_attempt_at")
+    seen = {path: {c: str(getattr(row, c)).replace(row.object_id or "", "<id>") for c in columns}
+            for path, row in rows.items()}
+    assert seen["job"] == seen["engine"], "the job's SKIPPED row is the engine's (engine/outcome.py)"
     after = _confirmations(kit.store)
     change = {path: (before[i], after.get(i)) for path, i in failed.items()}
     assert change["job"] == change["engine"], "the job leaves the confirmations as the engine does"
@@ -345,3 +350,47 @@ async def test_skip_obsolete_confirms_like_the_engine_ending_a_restarted_message
     assert await service.sweep_missing() == 0
     await service.process_due()
     assert recorder.received == sent_before
+
+
+_RULE_COLUMNS = ("state", "failed_count", "business_errors", "last_error_code", "last_error_text")
+
+
+def _rule_view(store: MessageStore, message_id: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """What the outcome rules decide for a message: its rule columns and its last transition (cause aside)."""
+    message = store.get(message_id)
+    assert message is not None and message.next_attempt_at is not None
+    last = store.transitions_of(message_id)[-1]
+    return (tuple(getattr(message, c) for c in _RULE_COLUMNS),
+            (last["from_state"], last["to_state"], last["error_code"]))
+
+
+def test_restart_by_the_job_the_admin_engine_and_the_cli_leaves_the_same_rows(
+    spark: Any, database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One set of rules (engine/outcome.py): the same FAILED message restarted through Engine.restart (what the
+    admin API calls), ``openroute messages restart`` and the Spark job ends with the same columns and transition."""
+    import asyncio
+
+    from openroute.engine import Engine
+    from openroute.route import RouteRegistry
+    from tests.spark.stores import FAIL, drive
+
+    store = MessageStore(database_url)
+    store.create_schema()
+    errors = [{"code": "BLOCKED", "text": "customer blocked"}]
+    ids = {path: drive(store, f"r-{path}", FAIL, received=NOW, error=("MNO_DOWN", "MNO down"),
+                       business_errors=errors).id for path in ("engine", "cli", "job")}
+
+    engine = Engine(store, RouteRegistry())  # not started, as the admin API's and the CLI's
+    asyncio.run(engine.restart(ids["engine"], "admin:ann"))
+    assert main(["messages", "restart", str(ids["cli"]), "--database-url", database_url, "--yes"]) == 0
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text(f"{ids['job']}\n")
+    reprocess(spark, database_url, ids_file=str(ids_file), out=tmp_path / "job", job_id="rules", partitions=2,
+              apply=True)
+
+    views = {path: _rule_view(store, message_id) for path, message_id in ids.items()}
+    assert views["job"] == views["engine"] == views["cli"], views
+    assert views["job"][0][:3] == (S.PARTLY_FAILED, 0, [])  # business errors cleared as by Engine.restart
+    store.dispose()
+    capsys.readouterr()
