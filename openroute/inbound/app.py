@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.body import InvalidBodyError
 from openroute.engine import AcceptResult, Engine, InboundMessage
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
@@ -278,7 +279,7 @@ class InboundEndpoints:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
             return Response(
-                fault_envelope(version, sender, code, reason, correlation_id), http_status,
+                fault_envelope(version, sender, code, reason, correlation_id, _field_errors(error)), http_status,
                 headers=extra, media_type=f"{version.content_type}; charset=utf-8",
             )
         self._observe("soap", "DUPLICATE" if result.duplicate else "ACCEPTED", 200, started)
@@ -342,7 +343,9 @@ class InboundEndpoints:
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
-            return JSONResponse({"error": code, "reason": reason}, status, headers=extra)
+            fields = _field_errors(error)
+            answer = {"error": code, "reason": reason, **({"fields": fields} if fields else {})}
+            return JSONResponse(answer, status, headers=extra)
         status = 200 if result.duplicate else 202
         self._observe("json", "DUPLICATE" if result.duplicate else "ACCEPTED", status, started)
         return JSONResponse(
@@ -355,6 +358,11 @@ class InboundEndpoints:
             status,
             headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
         )
+
+
+def _field_errors(error: BaseException) -> list[dict[str, str]]:
+    """The field errors of a body that does not match its route's model (none for other errors)."""
+    return [item.to_dict() for item in error.field_errors] if isinstance(error, InvalidBodyError) else []
 
 
 def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:
