@@ -209,8 +209,8 @@ def element_data(element: etree._Element, model: type[BaseModel]) -> dict[str, A
         if isinstance(child.tag, str):
             groups.setdefault(etree.QName(child).localname, []).append(child)
     for name, children in groups.items():
-        info = fields.get(name)
-        item, repeated = _shape(info.annotation) if info is not None else (Any, False)
+        known = fields.get(name)
+        item, repeated = _shape(known.annotation) if known is not None else (Any, False)
         values = [_bound(child, item) for child in children]
         data[name] = values if repeated or len(values) > 1 else values[0]
     return data

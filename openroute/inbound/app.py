@@ -31,6 +31,7 @@ from openroute.inbound.errors import (
     UnsupportedMediaTypeError,
     status_and_code,
 )
+from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import check_content_length, parse_json, parse_xml, read_limited
 from openroute.inbound.soap import (
     SOAP11,
@@ -159,8 +160,12 @@ class InboundEndpoints:
         return [*self._json.values(), *(b for group in self._xml.values() for b in group)]
 
     def routes(self) -> list[Route]:
-        """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``."""
+        """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``, and
+        the JSON contract (``GET {json_prefix}/openapi.json``, ``GET {json_prefix}/docs``: :mod:`.openapi`)."""
+        contract = InboundContract(lambda: self.bindings, self.engine.routes, prefix=self.settings.json_prefix,
+                                   secured=self.auth is not None)
         return [
+            *contract.routes(),
             Route(self.settings.soap_prefix + "/{service}", self.soap, methods=["POST"]),
             Route(self.settings.soap_prefix + "/{service}", self.wsdl, methods=["GET"]),
             Route(self.settings.json_prefix + "/{service}/{operation}", self.json, methods=["POST"]),
