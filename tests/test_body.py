@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from lxml import etree
+from openroute.persistence import MessageStore
 from pydantic import AliasChoices, BaseModel, Field
 
 from openroute import DeploymentError, Engine, EngineSettings, InboundMessage, ValidationError, route
 from openroute.body import Body, InvalidBodyError, element_data
-from openroute.persistence import MessageStore
 from openroute.route import Route, RouteRegistry
 
 NS = "urn:example:shop"
