@@ -30,6 +30,7 @@ and not pydantic-xml). ``.body(Customer, xml=CustomerXml)`` gives SOAP a model o
 from __future__ import annotations
 
 import collections.abc
+import functools
 import json
 import types
 import typing
@@ -121,6 +122,10 @@ class Body:
         except pydantic.ValidationError as error:
             raise InvalidBodyError(self.xml.__name__, _field_errors(error)) from None
 
+    def bound(self, value: Any, content_type: str) -> bool:
+        """True when ``value`` is already an instance of the model of ``content_type`` (validated when made)."""
+        return isinstance(value, self.xml if "xml" in content_type.lower() else self.json)
+
     def parse(self, text: str, content_type: str) -> BaseModel:
         """A stored or accepted payload ``text`` bound to the model of its ``content_type`` (XML when it names
         xml, else JSON). Raises :class:`InvalidBodyError`, or :class:`ValidationError` for text that does not
@@ -184,7 +189,7 @@ def _generic(element: etree._Element) -> Any:
         return element.text or ""
     result: dict[str, Any] = {}
     for child in children:
-        name = etree.QName(child).localname
+        name = _local(child.tag)
         value = _generic(child)
         if name in result:
             previous = result[name]
@@ -194,23 +199,34 @@ def _generic(element: etree._Element) -> Any:
     return result
 
 
+@functools.lru_cache(maxsize=256)
+def _plan(model: type[BaseModel]) -> dict[str, tuple[Any, bool]]:
+    """(item type, repeated) of each name ``model``'s fields accept: worked out once per model, not per request."""
+    plan: dict[str, tuple[Any, bool]] = {}
+    for name, info in model.model_fields.items():
+        shape = _shape(info.annotation)
+        for accepted in _accepted_names(name, info):
+            plan.setdefault(accepted, shape)
+    return plan
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
 def element_data(element: etree._Element, model: type[BaseModel]) -> dict[str, Any]:
     """The data of ``element`` for ``model``: each child element by its local name (``xsi:nil`` -> None, a leaf
     -> its text, an element of a nested model -> that model's data), plain (unqualified) attributes by name; a
     field annotated as a list gets every child of its name, even one. Namespaces are not compared: the request
     element was already matched by its qualified name."""
-    fields: dict[str, FieldInfo] = {}
-    for name, info in model.model_fields.items():
-        for accepted in _accepted_names(name, info):
-            fields.setdefault(accepted, info)
+    plan = _plan(model)
     data: dict[str, Any] = {key: value for key, value in element.attrib.items() if not key.startswith("{")}
     groups: dict[str, list[etree._Element]] = {}
     for child in element:
         if isinstance(child.tag, str):
-            groups.setdefault(etree.QName(child).localname, []).append(child)
+            groups.setdefault(_local(child.tag), []).append(child)
     for name, children in groups.items():
-        known = fields.get(name)
-        item, repeated = _shape(known.annotation) if known is not None else (Any, False)
+        item, repeated = plan.get(name, (Any, False))
         values = [_bound(child, item) for child in children]
         data[name] = values if repeated or len(values) > 1 else values[0]
     return data

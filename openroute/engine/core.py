@@ -353,7 +353,8 @@ class Engine:
             raise ValidationError(f"message_timestamp must be a timezone-aware datetime, got {stamp!r}")
         if route.validator is not None:
             route.validator(inbound)
-        if route.body is not None:  # a typed route: a body its model refuses is not stored
+        # a typed route: a body its model refuses is not stored (an endpoint hands over the body it bound)
+        if route.body is not None and not route.body.bound(inbound.body, inbound.content_type):
             route.body.parse(inbound.payload, inbound.content_type)
         return route
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute.body import InvalidBodyError
+from openroute.body import Body, InvalidBodyError
 from openroute.engine import AcceptResult, Engine, InboundMessage
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
@@ -208,6 +208,7 @@ class InboundEndpoints:
         headers: dict[str, str],
     ) -> AcceptResult:
         extracted = binding.check(payload)
+        body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
         return await self.engine.accept(
             InboundMessage(
                 service=binding.service,
@@ -222,6 +223,7 @@ class InboundEndpoints:
                 object_id=extracted.object_id,
                 entity_type=extracted.entity_type,
                 funnel_value=extracted.funnel_value,
+                body=body,
             )
         )
 
@@ -363,6 +365,14 @@ class InboundEndpoints:
             status,
             headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
         )
+
+
+def _bound_body(body: Body | None, payload: ParsedPayload) -> Any:
+    """The payload bound to a typed route's model from the document already parsed (None for an untyped route);
+    raises InvalidBodyError."""
+    if body is None:
+        return None
+    return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)
 
 
 def _field_errors(error: BaseException) -> list[dict[str, str]]:

@@ -11,6 +11,7 @@ from openroute.persistence import message_table
 from pydantic import BaseModel, Field
 
 from openroute import Application, Exchange, route
+from openroute.body import Body
 from openroute.inbound import INBOUND_NS
 from openroute.testing import RouteTestKit
 
@@ -103,3 +104,20 @@ async def test_a_soap_body_the_model_refuses_is_a_fault_with_field_errors_in_its
               for f in fault.iter(f"{{{INBOUND_NS}}}field")}
     assert fields == {("customerId", "missing"), ("vip", "bool_parsing")}
     assert rows(kit) == 0
+
+
+async def test_the_endpoints_bind_the_document_they_parsed_and_accept_does_not_parse_it_again(
+        route_test_kit: Any, monkeypatch: Any) -> None:
+    kit = await route_test_kit(application([]))
+
+    def parse_again(*_args: Any) -> None:
+        raise AssertionError("the text was parsed a second time at accept")
+
+    monkeypatch.setattr(Body, "parse", parse_again)
+    sent = await kit.client.post("/api/crm/setCustomer", json={"customerId": "C-1", "msisdn": "491701234567"},
+                                 headers={"X-Source-System": "test"})
+    assert sent.status_code == 202, sent.text
+    soap = await kit.send_soap("crm", f'<c:setCustomer xmlns:c="{NS}"><c:customerId>C-2</c:customerId>'
+                                      "<c:msisdn>491709999999</c:msisdn></c:setCustomer>")
+    assert soap.status_code == 200, soap.body
+    assert rows(kit) == 2
