@@ -3,13 +3,17 @@ Swagger UI from the node's own files."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from openapi_spec_validator import validate
+from openroute.persistence import MessageStore
 from pydantic import BaseModel, Field
 
-from openroute import Application, route
+from openroute import Application, Engine, EngineSettings, route
 from openroute.inbound.openapi import ERROR_CODES, inbound_openapi
+from openroute.server import create_app
 
 
 class Line(BaseModel):
@@ -97,3 +101,42 @@ async def test_the_document_and_swagger_ui_are_served_by_the_node_without_creden
     assert (await kit.client.get("/api/docs/index.html")).status_code == 404  # only the files the page needs
     sent = await kit.send_json("shop", "note", {"text": "hello"})  # POST routes beside the GET ones still work
     assert sent.status_code == 202
+
+
+@pytest.mark.browser
+def test_swagger_ui_shows_the_operations_in_a_browser_that_reaches_no_other_host(
+        sqlite_url: str, tmp_path: Path) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.console.conftest import serving
+    from tests.console.test_browser import CHROMEDRIVER, CHROMIUM, chromium_problem
+    from tests.services import require
+
+    require("Chromium", chromium_problem)
+    app = application()
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None, node_id="swagger-ui"))
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                     "--disable-background-networking", f"--user-data-dir={tmp_path / 'chromium'}",
+                     # every host but the node's loopback address is unreachable: a CDN file would not load
+                     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"):
+        options.add_argument(argument)
+    with serving(create_app(engine, app.bindings)) as url:
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+        try:
+            driver.set_page_load_timeout(20)
+            driver.get(f"{url}/api/docs")
+            summaries = (By.CSS_SELECTOR, ".opblock-summary-path")
+            WebDriverWait(driver, 20).until(lambda d: len(d.find_elements(*summaries)) >= 2)
+            paths = {e.text.replace("\u200b", "") for e in driver.find_elements(*summaries)}
+            assert paths == {"/api/shop/createOrder", "/api/shop/note"}
+            assert driver.execute_script("return typeof SwaggerUIBundle") == "function"
+        finally:
+            driver.quit()
+    store.dispose()
