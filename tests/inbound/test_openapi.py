@@ -64,6 +64,20 @@ def test_one_operation_per_json_route_with_the_models_schema_or_any_object() -> 
     assert set(secured["components"]["securitySchemes"]) == {"basic", "apiKey"}
 
 
+def test_the_reference_applications_contract_describes_its_typed_bodies() -> None:
+    from openroute.loading import load_application
+
+    reference = load_application("openroute_reference:registry")
+    assert reference.bindings is not None
+    document = inbound_openapi(reference.bindings, reference.routes)
+    validate(document)
+    schemas = document["components"]["schemas"]
+    assert {"Customer", "TariffChange", "Order", "OrderLine"} <= set(schemas)
+    assert schemas["Customer"]["properties"]["msisdn"]["pattern"] == "^[0-9]{8,15}$"
+    body = document["paths"]["/api/crm/setCustomer"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/Customer"}
+
+
 def test_the_described_error_codes_are_the_ones_the_endpoints_answer() -> None:
     from openroute.body import InvalidBodyError
     from openroute.errors import NodeNotAcceptingError
