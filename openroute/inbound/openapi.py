@@ -38,7 +38,9 @@ _ASSETS = {
     "favicon-16x16.png": "image/png",
 }
 
-#: the error codes of each status (openroute.inbound.errors.status_and_code and the endpoints)
+#: the error codes of each status (openroute.inbound.errors.status_and_code and the endpoints; THROTTLED,
+#: TOO_MANY_FAILED_LOGINS and STORE_UNAVAILABLE are the codes of the throttling, login lockout and store outage
+#: answers)
 ERROR_CODES: dict[str, tuple[str, tuple[str, ...]]] = {
     "400": ("the request is invalid; nothing was stored",
             ("MALFORMED_PAYLOAD", "NESTING_TOO_DEEP", "VALIDATION_ERROR", "INVALID_BODY")),
@@ -48,11 +50,11 @@ ERROR_CODES: dict[str, tuple[str, tuple[str, ...]]] = {
     "413": ("the body exceeds the size limit (it was not read to the end); nothing was stored",
             ("PAYLOAD_TOO_LARGE",)),
     "415": ("the Content-Type is not UTF-8 JSON", ("UNSUPPORTED_MEDIA_TYPE",)),
-    "429": ("the source system or operation is over its request limit; nothing was stored; try again after "
-            "Retry-After", ("THROTTLED",)),
+    "429": ("the source system or operation is over its request limit, or its credentials failed too often; "
+            "nothing was stored; try again after Retry-After", ("THROTTLED", "TOO_MANY_FAILED_LOGINS")),
     "500": ("an unexpected error (see the server log); nothing was acknowledged", ("INTERNAL_ERROR",)),
     "503": ("this node takes no new messages (drained, stopped, or its database is unreachable); nothing was "
-            "stored: send again, to this or another node", ("NODE_NOT_ACCEPTING",)),
+            "stored: send again, to this or another node", ("NODE_NOT_ACCEPTING", "STORE_UNAVAILABLE")),
 }
 _SECURED_ONLY = ("401", "403")
 
