@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from lxml import etree
+from pydantic import BaseModel
 
 from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
+from openroute.body import Body
 from openroute.engine.exchange import ChildMessage, Exchange
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.interceptors import MessageInterceptor
@@ -232,6 +234,16 @@ class RouteBuilder(Steps):
         if not callable(validator):
             raise DeploymentError(f"{self._what}: validator {validator!r} is not callable")
         return dataclasses.replace(self, validators=(*self.validators, validator))
+
+    def body(self, model: type[BaseModel], *, xml: type[BaseModel] | None = None) -> Self:
+        """The body is a ``model`` (a pydantic model): a payload that does not validate is refused at accept with
+        its field errors (HTTP 400 / SOAP Fault, nothing stored); steps read it bound as ``exchange.body``
+        (:mod:`openroute.body`). ``xml`` gives the SOAP request element a model of its own."""
+        try:
+            chosen = Body(json=model, xml=xml if xml is not None else model)
+        except ConfigurationError as error:
+            raise DeploymentError(f"{self._what}: {error}") from None
+        return self._with(body=chosen)
 
     # -- extract ------------------------------------------------------------------------------------
     def _extract(self, name: str, xml: Extractor | None, json_path: Extractor | None) -> Self:

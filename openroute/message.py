@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from openroute.persistence import MessageFields, NewMessage
 
@@ -28,6 +29,9 @@ class InboundMessage(MessageFields):
     #: with an object id, None means the operation (an entity is entity type + object id)
     entity_type: str | None = None
     funnel_value: str | None = None
+    #: the payload already bound to its route's body model by the endpoint that parsed it (not stored): accept
+    #: then does not parse the text again (:mod:`openroute.body`)
+    body: Any = field(default=None, compare=False, repr=False)
 
     def to_new_message(self, receive_ts: datetime, parent_id: int | None = None) -> NewMessage:
         """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from openroute.body import Body
 from openroute.errors import ConfigurationError, DeploymentError, UnknownRouteError
 from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.message import InboundMessage
@@ -54,6 +55,9 @@ class Route:
     - ``interceptors``: run around every delivery and each step, after the engine-wide ones;
     - ``child_routes``: the (service, operation) of child messages its split steps create
       (:meth:`RouteRegistry.check` checks they exist).
+
+    ``body`` (a :class:`~openroute.body.Body`) types the payload: accept refuses a payload that does not match its
+    model (nothing stored) and the steps read it bound as ``exchange.body``.
     """
 
     service: str
@@ -68,6 +72,7 @@ class Route:
     ext_call_scope: ExtCallScope | Literal["message", "entity"] = ExtCallScope.MESSAGE
     interceptors: Sequence[MessageInterceptor] = ()
     child_routes: tuple[tuple[str, str], ...] = ()
+    body: Body | None = None
 
     def __post_init__(self) -> None:
         if not self.service or not self.operation:
@@ -87,6 +92,8 @@ class Route:
         exceptions = tuple(self.business_exceptions)
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in exceptions):
             raise ConfigurationError(f"route {self.key}: business_exceptions must be exception classes")
+        if self.body is not None and not isinstance(self.body, Body):
+            raise ConfigurationError(f"route {self.key}: body must be a Body (made by .body(Model)), got {self.body!r}")
         children = tuple(tuple(key) for key in self.child_routes)
         if not all(len(key) == 2 and all(isinstance(part, str) and part for part in key) for key in children):
             raise ConfigurationError(f"route {self.key}: child_routes must be (service, operation) pairs")

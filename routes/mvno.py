@@ -14,9 +14,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from openroute_reference.payloads import fields
+from openroute_reference.payloads import Customer, TariffChange
 
-from openroute import Exchange, ParsedPayload, RouteBuilder, ValidationError, route
+from openroute import Exchange, RouteBuilder, route
 from openroute.outbound import SoapService
 
 NAMESPACE = "http://openroute.dev/mvno"
@@ -24,26 +24,16 @@ NS = {"m": NAMESPACE}
 RETRY = {"max_attempts": 5, "interval": timedelta(seconds=30), "backoff": 2.0, "max_interval": timedelta(minutes=10)}
 
 
-def _msisdn_is_valid(payload: ParsedPayload) -> None:
-    if payload.content_type == "xml":
-        assert payload.xml is not None
-        value = payload.xml.findtext(f"{{{NAMESPACE}}}msisdn") or ""
-    else:
-        value = str(payload.json.get("msisdn", ""))
-    if not (value.isdigit() and 8 <= len(value) <= 15):
-        raise ValidationError(f"msisdn must be 8-15 digits, got {value!r}")
-
-
 def customer_route(operation: str, billing: SoapService, mno: SoapService) -> RouteBuilder:
     """The route of one customer operation (both operations share everything but the name)."""
 
     async def create_account(exchange: Exchange) -> Any:
-        data = fields(exchange.payload)
-        return await billing.call("createAccount", customerId=data["customerId"], tariff=data.get("tariff", "basic"))
+        customer = exchange.body_as(Customer)
+        return await billing.call("createAccount", customerId=customer.customerId, tariff=customer.tariff)
 
     async def activate_sim(exchange: Exchange) -> Any:
-        data = fields(exchange.payload)
-        return await mno.call("activateSim", customerId=data["customerId"], msisdn=data["msisdn"])
+        customer = exchange.body_as(Customer)
+        return await mno.call("activateSim", customerId=customer.customerId, msisdn=customer.msisdn)
 
     def remember(exchange: Exchange) -> None:
         calls = exchange.metadata.get("ext_calls", {})
@@ -53,8 +43,7 @@ def customer_route(operation: str, billing: SoapService, mno: SoapService) -> Ro
         route("crm", operation)
         .soap(f"{{{NAMESPACE}}}{operation}Request", namespaces=NS)
         .json()
-        .require("m:customerId", "m:msisdn", json=["$.customerId", "$.msisdn"])
-        .validate(_msisdn_is_valid)
+        .body(Customer)
         .object_id("m:customerId", json="$.customerId")
         .entity_type("customer")
         .obsolete_check()
@@ -70,14 +59,14 @@ def change_tariff_route(billing: SoapService) -> RouteBuilder:
     guaranteed-order funnel on the customer id: a newer change waits POSTPONED until the older one is final)."""
 
     async def change(exchange: Exchange) -> Any:
-        data = fields(exchange.payload)
-        return await billing.call("createAccount", customerId=data["customerId"], tariff=data["tariff"])
+        wanted = exchange.body_as(TariffChange)
+        return await billing.call("createAccount", customerId=wanted.customerId, tariff=wanted.tariff)
 
     return (
         route("crm", "changeTariff")
         .soap(f"{{{NAMESPACE}}}changeTariffRequest", namespaces=NS)
         .json()
-        .require("m:customerId", "m:tariff", json=["$.customerId", "$.tariff"])
+        .body(TariffChange)
         .object_id("m:customerId", json="$.customerId")
         .funnel("m:customerId", json="$.customerId", guaranteed_order=True)
         .retry(**RETRY)

@@ -6,45 +6,29 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from openroute_reference.payloads import fields
+from openroute_reference.payloads import Order, OrderLine
 
-from openroute import BusinessError, ChildMessage, Exchange, ParsedPayload, RouteBuilder, ValidationError, route
+from openroute import BusinessError, ChildMessage, Exchange, RouteBuilder, route
 
 NAMESPACE = "http://openroute.dev/shop"
 NS = {"s": NAMESPACE}
 RETRY = {"max_attempts": 5, "interval": timedelta(seconds=30), "backoff": 2.0}
 
 
-def _has_lines(payload: ParsedPayload) -> None:
-    if payload.content_type == "xml":
-        assert payload.xml is not None
-        count = len(payload.xml.findall(f"{{{NAMESPACE}}}line"))
-    else:
-        lines = payload.json.get("lines")
-        count = len(lines) if isinstance(lines, list) else 0
-    if count == 0 or count > 500:
-        raise ValidationError(f"an order needs 1-500 lines, got {count}")
-
-
 def _lines(exchange: Exchange) -> list[ChildMessage]:
-    data = fields(exchange.payload)
-    order = str(data["orderId"])
+    order = exchange.body_as(Order)
     return [
-        ChildMessage(payload=json.dumps({"orderId": order, **line}), operation="createOrderLine",
-                     content_type="application/json", object_id=f"{order}/{index}", key=str(index))
-        for index, line in enumerate(data["lines"] if isinstance(data["lines"], list) else [], start=1)
+        ChildMessage(payload=json.dumps({"orderId": order.orderId, **line.model_dump()}), operation="createOrderLine",
+                     content_type="application/json", object_id=f"{order.orderId}/{index}", key=str(index))
+        for index, line in enumerate(order.lines, start=1)
     ]
 
 
 def _reserve(exchange: Exchange) -> None:
-    line = fields(exchange.payload)
-    try:
-        quantity = int(line.get("quantity", 0))
-    except (TypeError, ValueError):
-        quantity = 0
-    if quantity <= 0:
-        raise BusinessError("INVALID_QUANTITY", f"line {line.get('sku')!r} has quantity {line.get('quantity')!r}")
-    exchange.custom_data["reserved"] = {"sku": line.get("sku"), "quantity": quantity}
+    line = exchange.body_as(OrderLine)
+    if line.quantity <= 0:
+        raise BusinessError("INVALID_QUANTITY", f"line {line.sku!r} has quantity {line.quantity!r}")
+    exchange.custom_data["reserved"] = {"sku": line.sku, "quantity": line.quantity}
 
 
 def order_routes() -> list[RouteBuilder]:
@@ -53,11 +37,11 @@ def order_routes() -> list[RouteBuilder]:
         route("shop", "createOrder")
         .soap(f"{{{NAMESPACE}}}createOrderRequest", namespaces=NS)
         .json()
-        .require("s:orderId", json="$.orderId")
-        .validate(_has_lines)
+        .body(Order)
         .object_id("s:orderId", json="$.orderId")
         .retry(**RETRY)
         .split(_lines, into="createOrderLine")
     )
-    line = route("shop", "createOrderLine").json().retry(**RETRY).process(_reserve, name="reserve-stock")
+    line = (route("shop", "createOrderLine").json().body(OrderLine).retry(**RETRY)
+            .process(_reserve, name="reserve-stock"))
     return [order, line]

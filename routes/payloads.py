@@ -1,35 +1,36 @@
-"""Reading a stored payload (the SOAP request element or the JSON object) as flat fields in route steps."""
+"""The bodies of the reference routes as pydantic models: one model per message, for the JSON object and the SOAP
+request element alike (``.body(Model)``, see docs/routes.md "Typed bodies")."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from lxml import etree
-
-from openroute.errors import ValidationError
-
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
+from pydantic import AliasChoices, BaseModel, Field
 
 
-def fields(payload: str) -> dict[str, Any]:
-    """The top-level fields of a JSON object, or of a SOAP request element (child local name -> text, a
-    repeated child -> list of dicts of its own children)."""
-    text = payload.lstrip()
-    if text.startswith("{"):
-        document = json.loads(text)
-        if not isinstance(document, dict):
-            raise ValidationError("the payload is not a JSON object")
-        return document
-    try:
-        root = etree.fromstring(text.encode(), _PARSER)
-    except etree.XMLSyntaxError as error:
-        raise ValidationError(f"the stored payload is not XML: {error}") from None
-    result: dict[str, Any] = {}
-    for child in root:
-        name = etree.QName(child).localname
-        if len(child):
-            result.setdefault(name, []).append({etree.QName(g).localname: (g.text or "") for g in child})
-        else:
-            result[name] = child.text or ""
-    return result
+class Customer(BaseModel):
+    """``crm / setCustomer`` and ``crm / createCustomerExtAll``: a customer to set up in billing and on the network."""
+
+    customerId: str = Field(min_length=1, max_length=100)
+    msisdn: str = Field(pattern=r"^[0-9]{8,15}$", description="the phone number, 8-15 digits")
+    tariff: str = "basic"
+
+
+class TariffChange(BaseModel):
+    """``crm / changeTariff``: a customer's new tariff."""
+
+    customerId: str = Field(min_length=1, max_length=100)
+    tariff: str = Field(min_length=1)
+
+
+class OrderLine(BaseModel):
+    """One line of an order; also the body of a ``shop / createOrderLine`` child message (which adds ``orderId``)."""
+
+    sku: str = Field(min_length=1)
+    #: checked by the line's step (a quantity <= 0 is a business error reported with the order)
+    quantity: int
+
+
+class Order(BaseModel):
+    """``shop / createOrder``: an order of 1-500 lines (``lines`` in JSON, repeated ``line`` elements in SOAP)."""
+
+    orderId: str = Field(min_length=1, max_length=100)
+    lines: list[OrderLine] = Field(min_length=1, max_length=500, validation_alias=AliasChoices("lines", "line"))

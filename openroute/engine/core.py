@@ -320,7 +320,8 @@ class Engine:
     def check_inbound(self, inbound: InboundMessage) -> Route:
         """The checks of :meth:`accept` without storing anything; returns the route.
 
-        Raises :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError`.
+        Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
+        the field errors for a typed route's body) or :class:`PayloadTooLargeError`.
         """
         if not isinstance(inbound, InboundMessage):
             raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
@@ -352,6 +353,9 @@ class Engine:
             raise ValidationError(f"message_timestamp must be a timezone-aware datetime, got {stamp!r}")
         if route.validator is not None:
             route.validator(inbound)
+        # a typed route: a body its model refuses is not stored (an endpoint hands over the body it bound)
+        if route.body is not None and not route.body.bound(inbound.body, inbound.content_type):
+            route.body.parse(inbound.payload, inbound.content_type)
         return route
 
     #: the former name of :meth:`check_inbound`

@@ -82,6 +82,34 @@ class Exchange:
     route: Route | None = field(default=None, repr=False)
     #: what the exchange may ask of the engine running it (set by the engine; None: not attached)
     runtime: AttemptRuntime | None = field(default=None, repr=False, compare=False)
+    _body: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def body(self) -> Any:
+        """The payload bound to the route's model (``.body(Model)``, :mod:`openroute.body`), parsed at the first
+        read of this attempt and kept for its other steps; ``payload`` keeps the raw text.
+
+        Raises :class:`ConfigurationError` when the route declares no model, and
+        :class:`~openroute.body.InvalidBodyError` (a validation error: the message ends FAILED) when the stored
+        payload does not match it (e.g. stored before the model changed).
+        """
+        if self._body is None:
+            model = self.route.body if self.route is not None else None
+            if model is None:
+                raise ConfigurationError(f"route {self.message.service}/{self.message.operation} declares no body "
+                                         "model (.body(Model)): read exchange.payload")
+            self._body = model.parse(self.payload, self.message.content_type)
+        return self._body
+
+    def body_as(self, kind: type[T]) -> T:
+        """:attr:`body`, checked to be a ``kind`` (the typed accessor: ``exchange.body_as(Customer)``).
+
+        Raises what :attr:`body` raises, and :class:`TypeError` when the body is bound to another model.
+        """
+        value = self.body
+        if not isinstance(value, kind):
+            raise TypeError(f"the body is a {type(value).__name__}, not {kind.__name__}")
+        return value
 
     def ext_call_result(self, key: str, kind: type[T]) -> T:
         """The result of this route's ``ext_call`` step ``key`` in this attempt, checked to be a ``kind``.

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.body import Body, InvalidBodyError
 from openroute.engine import AcceptResult, Engine, InboundMessage
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
@@ -30,6 +31,7 @@ from openroute.inbound.errors import (
     UnsupportedMediaTypeError,
     status_and_code,
 )
+from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import check_content_length, parse_json, parse_xml, read_limited
 from openroute.inbound.soap import (
     SOAP11,
@@ -158,8 +160,12 @@ class InboundEndpoints:
         return [*self._json.values(), *(b for group in self._xml.values() for b in group)]
 
     def routes(self) -> list[Route]:
-        """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``."""
+        """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``, and
+        the JSON contract (``GET {json_prefix}/openapi.json``, ``GET {json_prefix}/docs``: :mod:`.openapi`)."""
+        contract = InboundContract(lambda: self.bindings, self.engine.routes, prefix=self.settings.json_prefix,
+                                   secured=self.auth is not None)
         return [
+            *contract.routes(),
             Route(self.settings.soap_prefix + "/{service}", self.soap, methods=["POST"]),
             Route(self.settings.soap_prefix + "/{service}", self.wsdl, methods=["GET"]),
             Route(self.settings.json_prefix + "/{service}/{operation}", self.json, methods=["POST"]),
@@ -202,6 +208,7 @@ class InboundEndpoints:
         headers: dict[str, str],
     ) -> AcceptResult:
         extracted = binding.check(payload)
+        body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
         return await self.engine.accept(
             InboundMessage(
                 service=binding.service,
@@ -216,6 +223,7 @@ class InboundEndpoints:
                 object_id=extracted.object_id,
                 entity_type=extracted.entity_type,
                 funnel_value=extracted.funnel_value,
+                body=body,
             )
         )
 
@@ -278,7 +286,7 @@ class InboundEndpoints:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
             return Response(
-                fault_envelope(version, sender, code, reason, correlation_id), http_status,
+                fault_envelope(version, sender, code, reason, correlation_id, _field_errors(error)), http_status,
                 headers=extra, media_type=f"{version.content_type}; charset=utf-8",
             )
         self._observe("soap", "DUPLICATE" if result.duplicate else "ACCEPTED", 200, started)
@@ -342,7 +350,9 @@ class InboundEndpoints:
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
-            return JSONResponse({"error": code, "reason": reason}, status, headers=extra)
+            fields = _field_errors(error)
+            answer = {"error": code, "reason": reason, **({"fields": fields} if fields else {})}
+            return JSONResponse(answer, status, headers=extra)
         status = 200 if result.duplicate else 202
         self._observe("json", "DUPLICATE" if result.duplicate else "ACCEPTED", status, started)
         return JSONResponse(
@@ -355,6 +365,19 @@ class InboundEndpoints:
             status,
             headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
         )
+
+
+def _bound_body(body: Body | None, payload: ParsedPayload) -> Any:
+    """The payload bound to a typed route's model from the document already parsed (None for an untyped route);
+    raises InvalidBodyError."""
+    if body is None:
+        return None
+    return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)
+
+
+def _field_errors(error: BaseException) -> list[dict[str, str]]:
+    """The field errors of a body that does not match its route's model (none for other errors)."""
+    return [item.to_dict() for item in error.field_errors] if isinstance(error, InvalidBodyError) else []
 
 
 def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:

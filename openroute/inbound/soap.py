@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
 
@@ -151,11 +151,18 @@ def accept_envelope(
     ).encode()
 
 
-def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, correlation_id: str | None) -> bytes:
-    """A SOAP Fault (Client/Sender for bad requests, Server/Receiver otherwise) with a typed detail."""
+def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, correlation_id: str | None,
+                   fields: Sequence[Mapping[str, str]] = ()) -> bytes:
+    """A SOAP Fault (Client/Sender for bad requests, Server/Receiver otherwise) with a typed detail; ``fields``
+    (a body that does not match its model) become ``ib:field`` elements (``name``, ``message``, ``type``)."""
+    listed = "".join(
+        f"<ib:field><ib:name>{_text(item['field'])}</ib:name><ib:message>{_text(item['message'])}</ib:message>"
+        f"<ib:type>{_text(item['type'])}</ib:type></ib:field>"
+        for item in fields
+    )
     detail = (
         f'<ib:error xmlns:ib="{INBOUND_NS}"><ib:code>{_text(code)}</ib:code>'
-        f"<ib:reason>{_text(reason)}</ib:reason></ib:error>"
+        f"<ib:reason>{_text(reason)}</ib:reason>{listed}</ib:error>"
     )
     header = _trace_header(correlation_id) if correlation_id else ""
     if version is SOAP11:
@@ -232,6 +239,9 @@ def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str
         "</xsd:sequence></xsd:complexType></xsd:element>"
         '<xsd:element name="error"><xsd:complexType><xsd:sequence>'
         '<xsd:element name="code" type="xsd:string"/><xsd:element name="reason" type="xsd:string"/>'
+        '<xsd:element name="field" minOccurs="0" maxOccurs="unbounded"><xsd:complexType><xsd:sequence>'
+        '<xsd:element name="name" type="xsd:string"/><xsd:element name="message" type="xsd:string"/>'
+        '<xsd:element name="type" type="xsd:string"/></xsd:sequence></xsd:complexType></xsd:element>'
         "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
         f'<xsd:schema targetNamespace="{TRACE_NS}" elementFormDefault="qualified">'
         '<xsd:element name="traceHeader"><xsd:complexType><xsd:sequence>'
