@@ -132,8 +132,9 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         self._terminate(None)
 
 
-#: messages a consumer requests beyond its free call slots (kept queued), as a reactive consumer's prefetch:
-#: the LATEST overflow strategy keeps every message within this demand, plus the latest (the spec's TCK).
+#: messages a consumer or a value processor requests beyond its free call slots (kept queued), as a reactive
+#: consumer's prefetch: the LATEST overflow strategy keeps every message within this demand, plus the latest
+#: (the spec's TCK), and drops only what outruns it.
 DEFAULT_PREFETCH = 16
 
 
@@ -263,12 +264,16 @@ class _Slot:
 
 class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
     """Applies a handler (message -> iterable of messages, possibly awaitable) with up to ``concurrency``
-    calls in flight; results leave in input order. The handler deals with user errors itself (nack)."""
+    calls in flight and ``prefetch`` more messages requested ahead and queued (as ``ConsumerSubscriber``);
+    results leave in input order. The handler deals with user errors itself (nack)."""
 
-    def __init__(self, name: str, handler: Handler, concurrency: int = 1) -> None:
+    def __init__(self, name: str, handler: Handler, concurrency: int = 1, prefetch: int = 0) -> None:
         self.name = name
         self._handler = handler
         self._concurrency = concurrency
+        self._prefetch = prefetch
+        # requested ahead (the prefetch) and arrived, waiting for a free call slot
+        self._pending: deque[Message[Any]] = deque()
         self._up: Subscription | None = None
         self._down: Subscriber[Message[Any]] | None = None
         self._subscribed = False
@@ -311,6 +316,7 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._error = ValueError(f"request({n}): demand must be positive (rule 3.9)")
             self._upstream_done = True
             self._slots.clear()
+            self._drop_pending(self._error)
             if self._up is not None:
                 self._up.cancel()
         else:
@@ -326,6 +332,14 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._up.cancel()
         for task in list(self._tasks):
             task.cancel()
+        self._drop_pending(ChannelClosedError(f"processor '{self.name}' was cancelled"))
+
+    def _drop_pending(self, reason: BaseException) -> None:
+        pending = list(self._pending)
+        self._pending.clear()
+        for item in pending:
+            if isinstance(item, Message):
+                item.nack(reason)
 
     def on_next(self, item: Message[Any]) -> None:
         if item is None:
@@ -334,6 +348,10 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._outstanding -= 1
         if self._cancelled or self._upstream_done:
             return
+        self._pending.append(item)
+        self._drain()
+
+    def _start(self, item: Message[Any]) -> None:
         slot = _Slot()
         self._slots.append(slot)
         try:
@@ -369,6 +387,7 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         self._error = error
         self._upstream_done = True
         self._slots.clear()
+        self._drop_pending(error)
         if self._up is not None:
             self._up.cancel()
         self._drain()
@@ -403,7 +422,7 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         down = self._down
         if down is None or self._terminated:
             return
-        if self._error is not None and not self._slots:
+        if self._error is not None and not self._slots and not self._pending:
             self._terminated = True
             down.on_error(self._error)
             return
@@ -421,15 +440,17 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             down.on_next(message)
             if self._down is None:
                 return
+        while self._pending and len(slots) < self._concurrency:  # a synchronous result flags another round
+            self._start(self._pending.popleft())
         if self._upstream_done:
-            if not slots:
+            if not slots and not self._pending:
                 self._terminated = True
                 if self._error is not None:
                     down.on_error(self._error)
                 else:
                     down.on_complete()
             return
-        want = self._concurrency - len(slots) - self._outstanding
+        want = self._concurrency + self._prefetch - len(slots) - len(self._pending) - self._outstanding
         if want > 0 and self._demand > 0 and self._up is not None:
             self._outstanding += want
             self._up.request(want)

@@ -479,7 +479,10 @@ class MessagingApp:
             return
         assert tap_in is not None
         if shape is Shape.PROCESSOR_VALUE:
-            stage = ProcessorStage(spec.name, value_processor_handler(spec, analysis), self._concurrency(spec))
+            # requests a prefetch beyond its call slots, as a consumer does: LATEST drops only what outruns it
+            prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH
+            stage = ProcessorStage(spec.name, value_processor_handler(spec, analysis), self._concurrency(spec),
+                                   prefetch)
             sinks.append((spec.incoming or "", stage))
             sources[spec.outgoing] = stage
             return
