@@ -55,16 +55,6 @@ def test_one_import_line_is_enough_to_write_and_run_a_route() -> None:
     assert done.stdout.strip() == "['charge']"
 
 
-def test_the_old_homes_still_import() -> None:
-    from openroute.engine import Exchange as EngineExchange
-    from openroute.engine import InboundMessage
-    from openroute.route import ChildMessage, Exchange
-
-    assert Exchange is EngineExchange is openroute.Exchange
-    assert ChildMessage is openroute.ChildMessage
-    assert InboundMessage is openroute.InboundMessage
-
-
 def _imports(path: str) -> set[str]:
     import ast
     from pathlib import Path

@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute.engine import AcceptResult, Engine, InboundMessage
+from openroute.binding import InboundBinding, ParsedPayload
+from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
-from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import (
     AuthenticationError,
     UnknownOperationError,
@@ -41,6 +41,7 @@ from openroute.inbound.soap import (
     soap_version_of,
     wsdl_document,
 )
+from openroute.message import InboundMessage
 
 log = logging.getLogger("openroute.inbound")
 
@@ -383,7 +384,7 @@ def _check_json_type(content_type: str | None) -> None:
 
 def bindings_for(routes: Iterable[Any], explicit: Iterable[InboundBinding] = ()) -> list[InboundBinding]:
     """``explicit`` bindings plus default XML and JSON bindings for every route that has none of that kind."""
-    from openroute.inbound.binding import default_bindings
+    from openroute.binding import default_bindings
 
     result = list(explicit)
     have = {(b.service, b.operation, b.content_type) for b in result}
