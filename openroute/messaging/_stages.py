@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
+from openroute.messaging._drain import DrainLoop
 from openroute.messaging.errors import ChannelClosedError
 from openroute.messaging.message import Done, Message
 from openroute.streams.protocol import NOOP_SUBSCRIPTION, Processor, Subscriber, Subscription, add_demand
@@ -262,7 +263,7 @@ class _Slot:
         self.results: deque[Message[Any]] = deque()
 
 
-class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
+class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscription):
     """Applies a handler (message -> iterable of messages, possibly awaitable) with up to ``concurrency``
     calls in flight and ``prefetch`` more messages requested ahead and queued (as ``ConsumerSubscriber``);
     results leave in input order. The handler deals with user errors itself (nack)."""
@@ -285,8 +286,6 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         self._error: BaseException | None = None
         self._terminated = False
         self._cancelled = False
-        self._draining = False
-        self._missed = False
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
         if subscriber is None:
@@ -403,20 +402,6 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
     def on_complete(self) -> None:
         self._upstream_done = True
         self._drain()
-
-    def _drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                self._drain_once()
-                if not self._missed:
-                    break
-        finally:
-            self._draining = False
 
     def _drain_once(self) -> None:
         down = self._down
