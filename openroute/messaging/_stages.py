@@ -23,6 +23,18 @@ log = logging.getLogger("openroute.messaging")
 Handler = Callable[[Message[Any]], "Awaitable[Any] | Any"]
 
 
+def may_attach(subscriber: Subscriber[Any] | None, taken: bool, what: str) -> bool:
+    """A unicast publisher's ``subscribe`` check: ``TypeError`` for None (rule 1.9); a second subscriber gets
+    ``on_subscribe`` then ``on_error`` (``what`` already has one) and False; True when it may be attached."""
+    if subscriber is None:
+        raise TypeError("subscriber must not be None")
+    if taken:
+        subscriber.on_subscribe(NOOP_SUBSCRIPTION)
+        subscriber.on_error(RuntimeError(f"{what} already has a subscriber"))
+        return False
+    return True
+
+
 class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
     """Sits on every channel: counts the messages that pass and lets the application stop a source.
 
@@ -46,11 +58,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         return self._subscribed
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if subscriber is None:
-            raise TypeError("subscriber must not be None")
-        if self._subscribed:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"channel '{self.channel}' already has a subscriber"))
+        if not may_attach(subscriber, self._subscribed, f"channel '{self.channel}'"):
             return
         self._subscribed = True
         self._down = subscriber
@@ -288,11 +296,7 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         self._cancelled = False
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if subscriber is None:
-            raise TypeError("subscriber must not be None")
-        if self._subscribed:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"processor '{self.name}' already has a subscriber"))
+        if not may_attach(subscriber, self._subscribed, f"processor '{self.name}'"):
             return
         self._subscribed = True
         self._down = subscriber

@@ -17,9 +17,10 @@ from collections import deque
 from typing import Any, Generic, TypeVar
 
 from openroute.messaging._drain import DrainLoop
+from openroute.messaging._stages import may_attach
 from openroute.messaging.errors import ChannelClosedError, EmitterOverflowError, MessageDroppedError
 from openroute.messaging.message import DONE, Message
-from openroute.streams.protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
 
 T = TypeVar("T")
 
@@ -114,9 +115,7 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
                     self._loop = asyncio.get_running_loop()
                 except RuntimeError:
                     self._loop = None
-        if taken:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"emitter '{self.channel}' already has a subscriber"))
+        if not may_attach(subscriber, taken, f"emitter '{self.channel}'"):
             return
         subscriber.on_subscribe(self)
         self._drain()
