@@ -405,7 +405,8 @@ class Application:
     routes: RouteRegistry
     bindings: list[InboundBinding] | None
 
-    def __init__(self, *definitions: RouteBuilder | RouteDefinition,
+    # C901 over 12: accepts every shape of routes/bindings an application is given, each branch one shape
+    def __init__(self, *definitions: RouteBuilder | RouteDefinition,  # noqa: C901
                  mounts: Iterable[tuple[str, Any]] = (), notes: Iterable[str] = ()) -> None:
         self._mounts, self._notes = checked_mounts(mounts), checked_notes(notes)
         problems: list[str] = []

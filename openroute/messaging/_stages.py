@@ -416,19 +416,8 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
             down.on_error(self._error)
             return
         slots = self._slots
-        while slots and slots[0].done:
-            head = slots[0]
-            if not head.results:
-                slots.popleft()
-                continue
-            if self._demand == 0:
-                break
-            message = head.results.popleft()
-            if self._demand < 2**63 - 1:
-                self._demand -= 1
-            down.on_next(message)
-            if self._down is None:
-                return
+        if not self._deliver(down):
+            return
         while self._pending and len(slots) < self._concurrency:  # a synchronous result flags another round
             self._start(self._pending.popleft())
         if self._upstream_done:
@@ -443,6 +432,25 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         if want > 0 and self._demand > 0 and self._up is not None:
             self._outstanding += want
             self._up.request(want)
+
+
+    def _deliver(self, down: Subscriber[Message[Any]]) -> bool:
+        """Hand the finished results downstream, in input order, within the demand; False once cancelled."""
+        slots = self._slots
+        while slots and slots[0].done:
+            head = slots[0]
+            if not head.results:
+                slots.popleft()
+                continue
+            if self._demand == 0:
+                break
+            message = head.results.popleft()
+            if self._demand < 2**63 - 1:
+                self._demand -= 1
+            down.on_next(message)
+            if self._down is None:
+                return False
+        return True
 
 
 class PostAckSubscriber(Subscriber[Message[Any]]):

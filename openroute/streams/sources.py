@@ -95,7 +95,8 @@ class _IteratorSubscription(Subscription):
         finally:
             self._emitting = False
 
-    def _drain(self, subscriber: Subscriber[Any]) -> None:
+    # C901 over 12: the iterable publisher's hot loop, kept in one frame on purpose (benchmarks)
+    def _drain(self, subscriber: Subscriber[Any]) -> None:  # noqa: C901
         iterator = self._iterator
         assert iterator is not None
         on_next = subscriber.on_next
@@ -260,7 +261,8 @@ class _AsyncIteratorSubscription(Subscription):
                 _closing.add(task)
                 task.add_done_callback(_closing.discard)
 
-    async def _pump(self) -> None:
+    # C901 over 12: the async-iterable publisher's loop, one frame (cancellation and close paths together)
+    async def _pump(self) -> None:  # noqa: C901
         self._pumping = True
         iterator = self._iterator
         try:
