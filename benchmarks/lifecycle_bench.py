@@ -60,7 +60,8 @@ from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM  # the store's own SQL
 
 from benchmarks.store_fill import age
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 from openroute.route import Route, RouteRegistry
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -31,7 +31,7 @@ class ConfirmationPolicy(RetryPolicy):
     max_interval)`` later; after ``max_attempts`` failed attempts the confirmation is FAILED (kept, visible, never
     sent again unless an operator retries it). ``claim_timeout`` is how long a node may hold a confirmation while
     sending it: if the node dies, another one sends it after that time, so it must be longer than the transport
-    timeout. Durations are ``timedelta`` or seconds; ``cap`` is the former name of ``max_interval``. Bad values
+    timeout. Durations are ``timedelta`` or seconds. Bad values
     raise :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
     """
 
@@ -46,27 +46,21 @@ class ConfirmationPolicy(RetryPolicy):
         jitter: float = 0.0,
         claim_timeout: timedelta | float = timedelta(minutes=5),
         *,
-        cap: timedelta | float | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        if max_interval is not None and cap is not None:
-            raise InvalidConfirmationError("give max_interval or its former name cap, not both")
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidConfirmationError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
         if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 1:
             raise InvalidConfirmationError(f"backoff must be a number >= 1, got {backoff!r}")
-        limit = max_interval if max_interval is not None else cap if cap is not None else timedelta(hours=1)
+        limit = max_interval if max_interval is not None else timedelta(hours=1)
         durations = {"interval": interval, "max_interval": limit, "claim_timeout": claim_timeout}
-        values = {name: _seconds(value, "cap" if name == "max_interval" and cap is not None else name)
-                  for name, value in durations.items()}
+        values = {name: _seconds(value, name) for name, value in durations.items()}
         for name, value in values.items():
-            shown = "cap" if name == "max_interval" and cap is not None else name
             if value < timedelta(0) or (name == "claim_timeout" and value == timedelta(0)):
-                raise InvalidConfirmationError(f"{shown} must be {'positive' if name == 'claim_timeout' else '>= 0'}")
+                raise InvalidConfirmationError(f"{name} must be {'positive' if name == 'claim_timeout' else '>= 0'}")
         if values["max_interval"] < values["interval"]:
-            shown = "cap" if cap is not None else "max_interval"
             raise InvalidConfirmationError(
-                f"{shown} ({values['max_interval']}) must not be shorter than interval ({values['interval']})")
+                f"max_interval ({values['max_interval']}) must not be shorter than interval ({values['interval']})")
         settings: dict[str, object] = {"max_attempts": max_attempts, "backoff": backoff, "jitter": jitter,
                                        "rng": rng if rng is not None else random.Random(), **values}
         for name, setting in settings.items():
@@ -75,14 +69,3 @@ class ConfirmationPolicy(RetryPolicy):
             self.__post_init__()
         except ConfigurationError as error:
             raise InvalidConfirmationError(str(error)) from None
-
-    @property
-    def cap(self) -> timedelta:
-        """The former name of ``max_interval``."""
-        return self.max_interval
-
-    def delay_after(self, failed_attempts: int) -> timedelta:
-        """:meth:`delay` under its former name: the wait after ``failed_attempts`` (>= 1) failed attempts."""
-        if failed_attempts < 1:
-            raise InvalidConfirmationError(f"failed_attempts must be >= 1, got {failed_attempts!r}")
-        return self.delay(failed_attempts)

@@ -6,29 +6,59 @@ Route authors import from here alone::
 
 Everything listed in ``__all__`` is public (``tests/test_public_api.py`` pins the list); modules whose name
 starts with ``_`` are internal. docs/architecture.md says where each concept lives.
+
+The names are loaded on first use (module ``__getattr__``): ``import openroute`` itself imports nothing, so
+``import openroute.streams`` (the standard-library-only bottom layer) loads no third-party module.
 """
 
-from openroute.binding import ParsedPayload
-from openroute.clock import Clock, ManualClock, SystemClock
-from openroute.dsl import Application, RouteBuilder, RouteDefinition, Steps, parsed, route, steps
-from openroute.engine.core import Engine, EngineSettings
-from openroute.engine.exchange import ChildMessage, Exchange
-from openroute.errors import (
-    BusinessError,
-    ConfigurationError,
-    DeploymentError,
-    MessageDroppedByInterceptor,
-    OpenrouteError,
-    TechnicalError,
-    ValidationError,
-)
-from openroute.interceptors import InterceptionContext, MessageInterceptor
-from openroute.message import InboundMessage
-from openroute.persistence import MessageState
-from openroute.retry import RetryPolicy
-from openroute.route import ExtCallScope, Route, RouteRegistry, Step
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openroute.binding import ParsedPayload
+    from openroute.child import ChildMessage
+    from openroute.clock import Clock, ManualClock, SystemClock
+    from openroute.dsl import Application, RouteBuilder, RouteDefinition, Steps, parsed, route, steps
+    from openroute.engine.core import Engine, EngineSettings
+    from openroute.engine.exchange import Exchange
+    from openroute.errors import (
+        BusinessError,
+        ConfigurationError,
+        DeploymentError,
+        MessageDroppedByInterceptor,
+        OpenrouteError,
+        TechnicalError,
+        ValidationError,
+    )
+    from openroute.interceptors import InterceptionContext, MessageInterceptor
+    from openroute.message import InboundMessage
+    from openroute.persistence import MessageState
+    from openroute.retry import RetryPolicy
+    from openroute.route import ExtCallScope, Route, RouteRegistry, Step
 
 __version__ = "0.1.0"
+
+#: public name -> the module it lives in (loaded by ``__getattr__`` on first use, then cached here)
+_HOMES = {
+    "ParsedPayload": "openroute.binding",
+    "ChildMessage": "openroute.child",
+    **dict.fromkeys(("Clock", "ManualClock", "SystemClock"), "openroute.clock"),
+    **dict.fromkeys(("Application", "RouteBuilder", "RouteDefinition", "Steps", "parsed", "route", "steps"),
+                    "openroute.dsl"),
+    **dict.fromkeys(("Engine", "EngineSettings"), "openroute.engine.core"),
+    "Exchange": "openroute.engine.exchange",
+    **dict.fromkeys(("BusinessError", "ConfigurationError", "DeploymentError", "MessageDroppedByInterceptor",
+                     "OpenrouteError", "TechnicalError", "ValidationError"), "openroute.errors"),
+    **dict.fromkeys(("InterceptionContext", "MessageInterceptor"), "openroute.interceptors"),
+    "InboundMessage": "openroute.message",
+    "MessageState": "openroute.persistence",
+    "RetryPolicy": "openroute.retry",
+    **dict.fromkeys(("ExtCallScope", "Route", "RouteRegistry", "Step"), "openroute.route"),
+}
 
 __all__ = [
     "Application",
@@ -64,3 +94,30 @@ __all__ = [
     "route",
     "steps",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its home module on first use (``AttributeError`` for an unknown name)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """``openroute.route`` is both the definitions module and the DSL's ``route()``: the import system sets a
+    loaded submodule as an attribute of its package, which must not hide the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "route" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -1,7 +1,7 @@
 """The inbound binding: how one (service, operation) is recognised, validated and indexed at accept time.
 
 A definition, like :class:`~openroute.route.Route` (the DSL builds both); the endpoints of ``openroute.inbound``
-serve it. ``openroute.inbound.binding`` is the former path of this module and still imports.
+serve it.
 
 An :class:`InboundBinding` is plain data (the route DSL produces it from its identify / validate / extract
 clauses); expressions are compiled once, when the binding is created, so a bad XPath or JSON path is a
@@ -10,11 +10,10 @@ clauses); expressions are compiled once, when the binding is created, so a bad X
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from jsonpath_ng import jsonpath
 from jsonpath_ng.exceptions import JsonPathLexerError, JsonPathParserError
@@ -24,9 +23,7 @@ from lxml import etree
 from lxml.etree import QName
 
 from openroute.errors import ConfigurationError, ValidationError
-
-if TYPE_CHECKING:
-    from openroute.inbound.schema import RequestSchema
+from openroute.schema import RequestSchema, load_schema
 
 __all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
@@ -181,7 +178,8 @@ class InboundBinding:
         init=False, repr=False, compare=False, default_factory=dict
     )
 
-    def __post_init__(self) -> None:
+    # C901 over 12: validates each field of the binding in turn (independent checks, one error each)
+    def __post_init__(self) -> None:  # noqa: C901
         for name in ("service", "operation"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip() or len(value) > 100:
@@ -241,9 +239,6 @@ class InboundBinding:
             raise ConfigurationError(f"{what}: a schema only applies to XML (SOAP) bindings")
         if self.request_element is None:
             raise ConfigurationError(f"{what}: a schema needs the request_element it declares")
-        # imported here: the endpoints' package imports this module (a definition) while it loads
-        from openroute.inbound.schema import load_schema
-
         try:
             schema = load_schema(self.schema)  # type: ignore[arg-type]
         except ConfigurationError as error:
@@ -319,7 +314,3 @@ def default_bindings(service: str, operation: str, namespace: str | None = None)
                        soap_action=f"{service}/{operation}"),
         InboundBinding(service, operation, "json"),
     )
-
-
-# the former path of this module: openroute/__init__ imports this module before anything imports openroute.inbound
-sys.modules.setdefault("openroute.inbound.binding", sys.modules[__name__])

@@ -70,8 +70,32 @@ def _examples_from_docstring(parser: argparse.ArgumentParser, doc: str) -> None:
                 _examples_from_docstring(sub, doc)
 
 
+#: the commands whose store URL is resolved here, before they run (``run`` and ``db`` resolve it themselves, with
+#: the rest of the server's configuration, through the same :func:`openroute.commands.resolve_database_url`)
+RESOLVED_HERE = ("messages", "spark")
+
+
+def resolve_settings(args: argparse.Namespace) -> int | None:
+    """Put the resolved store URL into ``args.database_url`` for the commands of :data:`RESOLVED_HERE`; returns
+    the exit code of a bad configuration (after printing it), else None."""
+    if args.command not in RESOLVED_HERE or getattr(args, "url", None):  # --url: a server's admin API, no store
+        return None
+    from openroute.commands import EXIT_CONFIGURATION, resolve_database_url
+    from openroute.errors import ConfigurationError
+
+    try:
+        args.database_url = resolve_database_url(args)
+    except ConfigurationError as error:
+        print(f"openroute {args.command}: {error}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    failed = resolve_settings(args)
+    if failed is not None:
+        return failed
     return int(args._handlers[args.command](args))
 
 

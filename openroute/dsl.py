@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.body import Body
-from openroute.engine.exchange import ChildMessage, Exchange
+from openroute.child import ChildMessage
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
@@ -47,6 +47,10 @@ from openroute.route import ExtCallScope, Route, RouteRegistry, Step
 __all__ = ["Application", "RouteBuilder", "RouteDefinition", "Steps", "route", "steps"]
 
 ChildSpec = ChildMessage | str | Mapping[str, Any]
+
+#: what a step receives: the attempt's :class:`openroute.Exchange` (typed ``Any`` here, as ``Step`` in
+#: :mod:`openroute.route`, so that definitions do not import the runtime)
+_Exchange = Any
 
 
 def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -71,14 +75,14 @@ class Steps:
         children = self.child_routes + ((child,) if child is not None and child not in self.child_routes else ())
         return dataclasses.replace(self, chain=(*self.chain, step), child_routes=children)
 
-    def process(self, function: Callable[[Exchange], Any], name: str | None = None) -> Self:
+    def process(self, function: Callable[[_Exchange], Any], name: str | None = None) -> Self:
         """A step: ``function(exchange)``, plain or async; its return value becomes ``exchange.result``."""
         if not callable(function):
             raise DeploymentError(f"{self._what}: process: {function!r} is not callable")
         if name is None:
             return self._with_step(function)
 
-        async def step(exchange: Exchange) -> Any:
+        async def step(exchange: _Exchange) -> Any:
             result = function(exchange)
             return await result if inspect.isawaitable(result) else result
 
@@ -87,7 +91,7 @@ class Steps:
     def ext_call(
         self,
         key: str,
-        function: Callable[[Exchange], Any],
+        function: Callable[[_Exchange], Any],
         *,
         scope: ExtCallScope | Literal["message", "entity"] | None = None,
     ) -> Self:
@@ -101,14 +105,14 @@ class Steps:
         if scope is not None and scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
 
-        async def step(exchange: Exchange) -> Any:
+        async def step(exchange: _Exchange) -> Any:
             result = await exchange.ext_call(key, lambda: function(exchange), scope=scope)
             exchange.metadata.setdefault("ext_calls", {})[key] = result
             return result
 
         return self._with_step(_named(step, f"ext_call:{key}"))
 
-    def split(self, function: Callable[[Exchange], Iterable[ChildSpec]], *, into: str | tuple[str, str],
+    def split(self, function: Callable[[_Exchange], Iterable[ChildSpec]], *, into: str | tuple[str, str],
               service: str | None = None) -> Self:
         """A step that splits the message into child messages of the route ``into`` (an operation of the same
         service, or (service, operation)). ``function(exchange)`` returns the children: :class:`ChildMessage`,
@@ -127,13 +131,14 @@ class Steps:
             raise DeploymentError(f"{self._what}: split: into must be an operation or (service, operation), "
                                   f"got {into!r}")
 
-        async def step(exchange: Exchange) -> list[int]:
+        async def step(exchange: _Exchange) -> list[int]:
             produced = function(exchange)
             if inspect.isawaitable(produced):
                 produced = await produced
             chosen = target_service or exchange.message.service
             children = [_child(item, chosen, operation) for item in produced]
-            return await exchange.split(children)
+            ids: list[int] = await exchange.split(children)
+            return ids
 
         return self._with_step(_named(step, f"split:{operation}"), (target_service or "", operation))
 
@@ -412,7 +417,8 @@ class Application:
     routes: RouteRegistry
     bindings: list[InboundBinding] | None
 
-    def __init__(self, *definitions: RouteBuilder | RouteDefinition,
+    # C901 over 12: accepts every shape of routes/bindings an application is given, each branch one shape
+    def __init__(self, *definitions: RouteBuilder | RouteDefinition,  # noqa: C901
                  mounts: Iterable[tuple[str, Any]] = (), notes: Iterable[str] = ()) -> None:
         self._mounts, self._notes = checked_mounts(mounts), checked_notes(notes)
         problems: list[str] = []

@@ -30,20 +30,23 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from openroute.errors import MessageDroppedByInterceptor
 
 if TYPE_CHECKING:
-    from openroute.engine.exchange import Exchange
     from openroute.persistence import StoredMessage
-    from openroute.route import Route
 
 CallNext = Callable[[], Awaitable[Any]]
 
 
 @dataclass
 class InterceptionContext:
-    """What an interceptor sees: the message, its exchange and route, the step (None around the delivery)."""
+    """What an interceptor sees: the message, its exchange and route, the step (None around the delivery).
+
+    ``exchange`` is the attempt's :class:`openroute.Exchange` and ``route`` its :class:`openroute.Route`, typed
+    ``Any`` here: interceptors are definitions (a route lists them), and definitions import neither the runtime
+    nor, from this module, the route that imports it (no cycle).
+    """
 
     message: StoredMessage
-    exchange: Exchange
-    route: Route
+    exchange: Any
+    route: Any
     step_name: str | None = None
     #: shared by every interceptor and step of one delivery (also reachable as ``exchange.metadata``)
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -137,8 +137,6 @@ class RouteRegistry:
         if problems:
             raise DeploymentError(problems)
 
-    #: the former name of :meth:`check` (``validate`` now means only checking an inbound message)
-    validate = check
 
     def get(self, service: str, operation: str) -> Route:
         """The route of (service, operation); raises :class:`UnknownRouteError` if there is none."""
@@ -155,12 +153,3 @@ class RouteRegistry:
 
     def __len__(self) -> int:
         return len(self._routes)
-
-
-def __getattr__(name: str) -> Any:
-    # Exchange and ChildMessage moved to the engine (runtime); old imports from here keep working
-    if name in ("Exchange", "ChildMessage"):
-        from openroute.engine import exchange
-
-        return getattr(exchange, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

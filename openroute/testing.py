@@ -42,7 +42,7 @@ from openroute.errors import TechnicalError
 from openroute.interceptors import MessageInterceptor
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
-__all__ = ["CallRecorder", "ExternalCall", "RecordedCall", "RouteTestKit", "SendResult", "route_test_kit"]
+__all__ = ["CallRecorder", "RecordedCall", "RouteTestKit", "SendResult", "route_test_kit"]
 
 DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SOAP_11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -83,9 +83,6 @@ class RecordedCall(NamedTuple):
     attempts: int
     result: Any
 
-
-#: the former name of :class:`RecordedCall`
-ExternalCall = RecordedCall
 
 
 class RouteTestKit:

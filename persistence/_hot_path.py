@@ -219,7 +219,8 @@ class HotPath:
                 listener(connection, cursor, sql, parameters, None, many)
 
     # -- the statements ---------------------------------------------------------------------------
-    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
+    # C901 over 12: the per-message hot path, one frame on purpose (docs/performance.md)
+    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:  # noqa: C901
         """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
         (source system, correlation id), in order."""
         if not rows:

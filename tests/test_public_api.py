@@ -6,6 +6,8 @@ import importlib
 import subprocess
 import sys
 
+import pytest
+
 import openroute
 
 PUBLIC = [
@@ -55,16 +57,6 @@ def test_one_import_line_is_enough_to_write_and_run_a_route() -> None:
     assert done.stdout.strip() == "['charge']"
 
 
-def test_the_old_homes_still_import() -> None:
-    from openroute.engine import Exchange as EngineExchange
-    from openroute.engine import InboundMessage
-    from openroute.route import ChildMessage, Exchange
-
-    assert Exchange is EngineExchange is openroute.Exchange
-    assert ChildMessage is openroute.ChildMessage
-    assert InboundMessage is openroute.InboundMessage
-
-
 def _imports(path: str) -> set[str]:
     import ast
     from pathlib import Path
@@ -104,3 +96,36 @@ def test_inbound_and_new_messages_are_one_concept_and_keep_their_positional_orde
                           object_id="42", entity_type="setCustomer", parent_id=7)
     assert new == expected and repr(new) == repr(expected)
     assert vars(new) == vars(expected), "built without __init__ (the accept path): every field, nothing more"
+
+
+def test_import_openroute_streams_loads_no_third_party_module() -> None:
+    """The bottom layer is standard library only, and ``import openroute`` (which every submodule import runs)
+    loads its public names lazily: a fresh interpreter gains only standard-library and openroute modules."""
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "import openroute.streams\n"
+        "new = set(sys.modules) - before\n"
+        "third = sorted(m for m in new if m.split('.')[0] not in sys.stdlib_module_names\n"
+        "               and m.split('.')[0] != 'openroute')\n"
+        "print(third)\n"
+        "print('openroute.engine' in sys.modules, 'openroute.dsl' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "False False"]
+
+
+def test_public_names_load_on_first_use() -> None:
+    code = (
+        "import sys, openroute\n"
+        "print('sqlalchemy' in sys.modules)\n"
+        "from openroute import Exchange, route\n"
+        "import openroute.route\n"
+        "print(openroute.route is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["False", "True openroute.engine.exchange True"]
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        openroute.Nothing  # noqa: B018

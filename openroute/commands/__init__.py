@@ -6,6 +6,10 @@ Exit codes shared by the commands: 0 done, 1 failed while running, 2 bad command
 5 the database schema is not at this version's migration, 6 the port is taken.
 """
 
+from __future__ import annotations
+
+import argparse
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIGURATION = 2
@@ -13,3 +17,16 @@ EXIT_APPLICATION = 3
 EXIT_DATABASE = 4
 EXIT_SCHEMA = 5
 EXIT_PORT = 6
+
+
+def resolve_database_url(args: argparse.Namespace) -> str:
+    """The store's URL as every command resolves it: ``--database-url`` over ``OPENROUTE_DATABASE_URL`` (and the
+    other ``OPENROUTE_...`` variables) over the ``--config`` TOML file over ``sqlite:///openroute.db``, with the
+    password of ``database_password_file`` / ``_env`` put in (:func:`openroute.config.load_config`).
+
+    Raises ConfigurationError for a bad configuration file, environment variable or password source.
+    """
+    from openroute.config import load_config
+
+    config = load_config(getattr(args, "config", None), {"database_url": getattr(args, "database_url", None)})
+    return config.resolved_database_url()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from openroute.commands import EXIT_CONFIGURATION, EXIT_DATABASE, EXIT_OK
+from openroute.commands import EXIT_CONFIGURATION, EXIT_DATABASE, EXIT_OK, resolve_database_url
 
 EXAMPLE = """examples:
   openroute db upgrade                                   the SQLite file openroute.db in this directory
@@ -28,13 +28,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openroute.config import load_config
     from openroute.errors import ConfigurationError
     from openroute.persistence import MessageStore
 
     try:
-        config = load_config(args.config, {"database_url": args.database_url})
-        url = config.resolved_database_url()
+        url = resolve_database_url(args)
     except ConfigurationError as error:
         print(f"openroute db upgrade: {error}", file=sys.stderr)
         return EXIT_CONFIGURATION

@@ -55,6 +55,9 @@ def add_parser(subparsers: Any) -> None:
         where = parser.add_mutually_exclusive_group()
         where.add_argument("--database-url", default=None, help="SQLAlchemy URL of the store")
         where.add_argument("--url", default=None, help="base URL of a running server (its admin API)")
+        parser.add_argument("--config", default=None, metavar="FILE",
+                            help="the server's TOML configuration (its database_url), under --database-url and "
+                                 "OPENROUTE_DATABASE_URL")
         parser.add_argument("--user", default=os.environ.get("OPENROUTE_ADMIN_USER"),
                             help="admin API user with --url (password: OPENROUTE_ADMIN_PASSWORD or a prompt)")
         parser.add_argument("--json", action="store_true", help="print JSON")

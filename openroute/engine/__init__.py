@@ -14,7 +14,6 @@ from openroute.engine.core import (
     default_node_id,
 )
 from openroute.engine.exchange import AttemptRuntime, ChildMessage, Exchange
-from openroute.message import InboundMessage
 
 __all__ = [
     "AcceptResult",
@@ -26,6 +25,5 @@ __all__ = [
     "Exchange",
     "FinalStateHook",
     "FinalStateTxHook",
-    "InboundMessage",
     "default_node_id",
 ]

@@ -358,9 +358,6 @@ class Engine:
             route.body.parse(inbound.payload, inbound.content_type)
         return route
 
-    #: the former name of :meth:`check_inbound`
-    validate = check_inbound
-
     async def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 

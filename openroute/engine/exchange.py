@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 
+from openroute.child import ChildMessage
 from openroute.clock import Clock
 from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
@@ -302,30 +303,6 @@ class Exchange:
         if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
         return self.runtime
-
-
-@dataclass(frozen=True)
-class ChildMessage:
-    """One child message a split step creates (see :meth:`Exchange.split`).
-
-    ``service`` and ``content_type`` default to the parent's; ``entity_type`` defaults to ``operation`` when
-    the child has an ``object_id``; ``key`` names the child in its correlation id (default: its position).
-    """
-
-    payload: str
-    operation: str
-    service: str | None = None
-    content_type: str | None = None
-    object_id: str | None = None
-    entity_type: str | None = None
-    funnel_value: str | None = None
-    key: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.payload, str):
-            raise TypeError(f"a child payload must be text, got {type(self.payload).__name__}")
-        if not isinstance(self.operation, str) or not self.operation:
-            raise ValueError("a child message needs an operation")
 
 
 def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) -> list[Any]:

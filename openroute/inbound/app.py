@@ -20,11 +20,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.binding import InboundBinding, ParsedPayload
 from openroute.body import Body, InvalidBodyError
-from openroute.engine import AcceptResult, Engine, InboundMessage
+from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
-from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import (
     AuthenticationError,
     UnknownOperationError,
@@ -43,6 +43,7 @@ from openroute.inbound.soap import (
     soap_version_of,
     wsdl_document,
 )
+from openroute.message import InboundMessage
 
 log = logging.getLogger("openroute.inbound")
 
@@ -406,7 +407,7 @@ def _check_json_type(content_type: str | None) -> None:
 
 def bindings_for(routes: Iterable[Any], explicit: Iterable[InboundBinding] = ()) -> list[InboundBinding]:
     """``explicit`` bindings plus default XML and JSON bindings for every route that has none of that kind."""
-    from openroute.inbound.binding import default_bindings
+    from openroute.binding import default_bindings
 
     result = list(explicit)
     have = {(b.service, b.operation, b.content_type) for b in result}

@@ -176,7 +176,8 @@ class AdminAuth:
         return name
 
 
-def load_auth_config(config: Mapping[str, Any]) -> tuple[SourceSystemAuth | None, AdminAuth | None]:
+# C901 over 12: reads each section of the legacy auth file in turn (one error per bad entry)
+def load_auth_config(config: Mapping[str, Any]) -> tuple[SourceSystemAuth | None, AdminAuth | None]:  # noqa: C901
     """Build both authenticators from a JSON-like mapping (the ``openroute run --auth-config`` file).
 
     ``{"sourceSystems": {"CRM": {"basic": {"username": "crm", "password": "..."}}, "ERP": {"apiKey": "..."}},

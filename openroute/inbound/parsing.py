@@ -11,22 +11,9 @@ from typing import Any
 from lxml import etree
 
 from openroute.inbound.errors import BodyTooLargeError, ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
+from openroute.schema import secure_parser
 
 _MAX_REASON = 300
-
-
-def secure_parser() -> etree.XMLParser:
-    """An lxml parser that never expands entities, loads a DTD or touches the network."""
-    return etree.XMLParser(
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
-        collect_ids=False,
-    )
 
 
 _PARSER = secure_parser()

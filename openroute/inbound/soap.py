@@ -10,9 +10,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 from lxml import etree
 
-from openroute.inbound.binding import InboundBinding, ParsedPayload
+from openroute.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
-from openroute.inbound.schema import RequestSchema
+from openroute.schema import RequestSchema
 
 SOAP11_NS = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"

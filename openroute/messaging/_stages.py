@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
+from openroute.messaging._drain import DrainLoop
 from openroute.messaging.errors import ChannelClosedError
 from openroute.messaging.message import Done, Message
 from openroute.streams.protocol import NOOP_SUBSCRIPTION, Processor, Subscriber, Subscription, add_demand
@@ -20,6 +21,18 @@ from openroute.streams.protocol import NOOP_SUBSCRIPTION, Processor, Subscriber,
 log = logging.getLogger("openroute.messaging")
 
 Handler = Callable[[Message[Any]], "Awaitable[Any] | Any"]
+
+
+def may_attach(subscriber: Subscriber[Any] | None, taken: bool, what: str) -> bool:
+    """A unicast publisher's ``subscribe`` check: ``TypeError`` for None (rule 1.9); a second subscriber gets
+    ``on_subscribe`` then ``on_error`` (``what`` already has one) and False; True when it may be attached."""
+    if subscriber is None:
+        raise TypeError("subscriber must not be None")
+    if taken:
+        subscriber.on_subscribe(NOOP_SUBSCRIPTION)
+        subscriber.on_error(RuntimeError(f"{what} already has a subscriber"))
+        return False
+    return True
 
 
 class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
@@ -45,11 +58,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         return self._subscribed
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if subscriber is None:
-            raise TypeError("subscriber must not be None")
-        if self._subscribed:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"channel '{self.channel}' already has a subscriber"))
+        if not may_attach(subscriber, self._subscribed, f"channel '{self.channel}'"):
             return
         self._subscribed = True
         self._down = subscriber
@@ -132,8 +141,9 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         self._terminate(None)
 
 
-#: messages a consumer requests beyond its free call slots (kept queued), as a reactive consumer's prefetch:
-#: the LATEST overflow strategy keeps every message within this demand, plus the latest (the spec's TCK).
+#: messages a consumer or a value processor requests beyond its free call slots (kept queued), as a reactive
+#: consumer's prefetch: the LATEST overflow strategy keeps every message within this demand, plus the latest
+#: (the spec's TCK), and drops only what outruns it.
 DEFAULT_PREFETCH = 16
 
 
@@ -261,14 +271,18 @@ class _Slot:
         self.results: deque[Message[Any]] = deque()
 
 
-class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
+class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscription):
     """Applies a handler (message -> iterable of messages, possibly awaitable) with up to ``concurrency``
-    calls in flight; results leave in input order. The handler deals with user errors itself (nack)."""
+    calls in flight and ``prefetch`` more messages requested ahead and queued (as ``ConsumerSubscriber``);
+    results leave in input order. The handler deals with user errors itself (nack)."""
 
-    def __init__(self, name: str, handler: Handler, concurrency: int = 1) -> None:
+    def __init__(self, name: str, handler: Handler, concurrency: int = 1, prefetch: int = 0) -> None:
         self.name = name
         self._handler = handler
         self._concurrency = concurrency
+        self._prefetch = prefetch
+        # requested ahead (the prefetch) and arrived, waiting for a free call slot
+        self._pending: deque[Message[Any]] = deque()
         self._up: Subscription | None = None
         self._down: Subscriber[Message[Any]] | None = None
         self._subscribed = False
@@ -280,15 +294,9 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         self._error: BaseException | None = None
         self._terminated = False
         self._cancelled = False
-        self._draining = False
-        self._missed = False
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if subscriber is None:
-            raise TypeError("subscriber must not be None")
-        if self._subscribed:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"processor '{self.name}' already has a subscriber"))
+        if not may_attach(subscriber, self._subscribed, f"processor '{self.name}'"):
             return
         self._subscribed = True
         self._down = subscriber
@@ -311,6 +319,7 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._error = ValueError(f"request({n}): demand must be positive (rule 3.9)")
             self._upstream_done = True
             self._slots.clear()
+            self._drop_pending(self._error)
             if self._up is not None:
                 self._up.cancel()
         else:
@@ -326,6 +335,14 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._up.cancel()
         for task in list(self._tasks):
             task.cancel()
+        self._drop_pending(ChannelClosedError(f"processor '{self.name}' was cancelled"))
+
+    def _drop_pending(self, reason: BaseException) -> None:
+        pending = list(self._pending)
+        self._pending.clear()
+        for item in pending:
+            if isinstance(item, Message):
+                item.nack(reason)
 
     def on_next(self, item: Message[Any]) -> None:
         if item is None:
@@ -334,6 +351,10 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
             self._outstanding -= 1
         if self._cancelled or self._upstream_done:
             return
+        self._pending.append(item)
+        self._drain()
+
+    def _start(self, item: Message[Any]) -> None:
         slot = _Slot()
         self._slots.append(slot)
         try:
@@ -369,6 +390,7 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         self._error = error
         self._upstream_done = True
         self._slots.clear()
+        self._drop_pending(error)
         if self._up is not None:
             self._up.cancel()
         self._drain()
@@ -385,28 +407,35 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
         self._upstream_done = True
         self._drain()
 
-    def _drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                self._drain_once()
-                if not self._missed:
-                    break
-        finally:
-            self._draining = False
-
     def _drain_once(self) -> None:
         down = self._down
         if down is None or self._terminated:
             return
-        if self._error is not None and not self._slots:
+        if self._error is not None and not self._slots and not self._pending:
             self._terminated = True
             down.on_error(self._error)
             return
+        slots = self._slots
+        if not self._deliver(down):
+            return
+        while self._pending and len(slots) < self._concurrency:  # a synchronous result flags another round
+            self._start(self._pending.popleft())
+        if self._upstream_done:
+            if not slots and not self._pending:
+                self._terminated = True
+                if self._error is not None:
+                    down.on_error(self._error)
+                else:
+                    down.on_complete()
+            return
+        want = self._concurrency + self._prefetch - len(slots) - len(self._pending) - self._outstanding
+        if want > 0 and self._demand > 0 and self._up is not None:
+            self._outstanding += want
+            self._up.request(want)
+
+
+    def _deliver(self, down: Subscriber[Message[Any]]) -> bool:
+        """Hand the finished results downstream, in input order, within the demand; False once cancelled."""
         slots = self._slots
         while slots and slots[0].done:
             head = slots[0]
@@ -420,19 +449,8 @@ class ProcessorStage(Processor[Message[Any], Message[Any]], Subscription):
                 self._demand -= 1
             down.on_next(message)
             if self._down is None:
-                return
-        if self._upstream_done:
-            if not slots:
-                self._terminated = True
-                if self._error is not None:
-                    down.on_error(self._error)
-                else:
-                    down.on_complete()
-            return
-        want = self._concurrency - len(slots) - self._outstanding
-        if want > 0 and self._demand > 0 and self._up is not None:
-            self._outstanding += want
-            self._up.request(want)
+                return False
+        return True
 
 
 class PostAckSubscriber(Subscriber[Message[Any]]):

@@ -30,6 +30,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage, AbstractQueue
 
+from openroute.messaging._drain import DrainLoop
 from openroute.messaging.config import ChannelConfig
 from openroute.messaging.connector import IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.errors import ChannelClosedError, DeploymentError
@@ -99,7 +100,7 @@ def decode(body: bytes, content_type: str | None) -> Any:
     return body
 
 
-class AmqpSource(Publisher[Message[Any]], Subscription):
+class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
     """Consumes one queue; the broker prefetch follows the downstream demand (unless fixed)."""
 
     def __init__(self, connector: AmqpConnector, config: ChannelConfig, channel: AbstractChannel,
@@ -123,8 +124,6 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
         self._wake = asyncio.Event()
         self._pending: set[asyncio.Future[bool | None]] = set()
         self._cancelled = False
-        self._draining = False
-        self._missed = False
         self._refused: tuple[Subscriber[Message[Any]], BaseException] | None = None
 
     @staticmethod
@@ -281,25 +280,17 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
         for decision in list(self._pending):
             decision.cancel()
 
+    def _drain_once(self) -> None:
+        while self._buffer and self._demand > 0 and self._subscriber is not None:
+            delivery = self._buffer.popleft()
+            delivery.emitted = True
+            if self._demand < UNBOUNDED:
+                self._demand -= 1
+            self._unacked += 1
+            self._subscriber.on_next(delivery.message)  # type: ignore[arg-type]
+
     def _drain(self) -> None:
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                while self._buffer and self._demand > 0 and self._subscriber is not None:
-                    delivery = self._buffer.popleft()
-                    delivery.emitted = True
-                    if self._demand < UNBOUNDED:
-                        self._demand -= 1
-                    self._unacked += 1
-                    self._subscriber.on_next(delivery.message)  # type: ignore[arg-type]
-                if not self._missed:
-                    break
-        finally:
-            self._draining = False
+        super()._drain()
         refused, self._refused = self._refused, None
         if refused is not None:
             refused[0].on_error(refused[1])

@@ -274,7 +274,8 @@ class MessagingApp:
                                 f"connector '{config.connector}' is missing")
         return config
 
-    def _validate(self) -> tuple[dict[str, Analysis], dict[str, ChannelConfig], dict[str, ChannelConfig]]:
+    # C901 over 12: one check per kind of wiring mistake, so the DeploymentError lists every problem at once
+    def _validate(self) -> tuple[dict[str, Analysis], dict[str, ChannelConfig], dict[str, ChannelConfig]]:  # noqa: C901
         problems: list[str] = []
         definition = False
         analyses: dict[str, Analysis] = {}
@@ -365,7 +366,8 @@ class MessagingApp:
             raise
         self._state = "running"
 
-    async def _assemble(self, analyses: dict[str, Analysis], incoming: dict[str, ChannelConfig],
+    # C901 over 12: the assembly steps in their order (connectors, emitters, methods, taps); splitting hides the order
+    async def _assemble(self, analyses: dict[str, Analysis], incoming: dict[str, ChannelConfig],  # noqa: C901
                         outgoing: dict[str, ChannelConfig]) -> None:
         taps = self._taps
         for name in self._channel_names():
@@ -429,7 +431,8 @@ class MessagingApp:
         if factory not in self._used_connectors:
             self._used_connectors.append(factory)
 
-    def _wire_method(self, spec: MethodSpec, analysis: Analysis, sources: dict[str, Publisher[Any]],
+    # C901 over 12: one branch per method shape (shapes.Shape), each a few lines
+    def _wire_method(self, spec: MethodSpec, analysis: Analysis, sources: dict[str, Publisher[Any]],  # noqa: C901
                      sinks: list[tuple[str, Subscriber[Any]]]) -> None:
         shape, what = analysis.shape, f"function '{spec.name}'"
         tap_in = self._taps.get(spec.incoming or "")
@@ -479,7 +482,10 @@ class MessagingApp:
             return
         assert tap_in is not None
         if shape is Shape.PROCESSOR_VALUE:
-            stage = ProcessorStage(spec.name, value_processor_handler(spec, analysis), self._concurrency(spec))
+            # requests a prefetch beyond its call slots, as a consumer does: LATEST drops only what outruns it
+            prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH
+            stage = ProcessorStage(spec.name, value_processor_handler(spec, analysis), self._concurrency(spec),
+                                   prefetch)
             sinks.append((spec.incoming or "", stage))
             sources[spec.outgoing] = stage
             return

@@ -16,9 +16,11 @@ import threading
 from collections import deque
 from typing import Any, Generic, TypeVar
 
+from openroute.messaging._drain import DrainLoop
+from openroute.messaging._stages import may_attach
 from openroute.messaging.errors import ChannelClosedError, EmitterOverflowError, MessageDroppedError
 from openroute.messaging.message import DONE, Message
-from openroute.streams.protocol import NOOP_SUBSCRIPTION, UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
 
 T = TypeVar("T")
 
@@ -73,7 +75,7 @@ def _settle(future: AnyFuture, error: BaseException | None) -> None:
         loop.call_soon_threadsafe(settle)
 
 
-class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
+class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
     """Sends payloads or messages into one channel (the channel's only upstream)."""
 
     def __init__(self, channel: str, overflow: OnOverflow = OnOverflow.BUFFER,
@@ -95,8 +97,6 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
         self._failure: BaseException | None = None
         self._cancelled = False
         self._terminated = False
-        self._draining = False
-        self._missed = False
         self._scheduled = False
         # a rule 3.9 violation stops delivery at once, unlike error(), which lets the buffer drain first
         self._bad_request = False
@@ -115,9 +115,7 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
                     self._loop = asyncio.get_running_loop()
                 except RuntimeError:
                     self._loop = None
-        if taken:
-            subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            subscriber.on_error(RuntimeError(f"emitter '{self.channel}' already has a subscriber"))
+        if not may_attach(subscriber, taken, f"emitter '{self.channel}'"):
             return
         subscriber.on_subscribe(self)
         self._drain()
@@ -318,43 +316,32 @@ class Emitter(Publisher[Message[T]], Subscription, Generic[T]):
         if subscriber is not None:
             subscriber.on_error(failure)
 
-    def _drain(self) -> None:
-        """Deliver what the demand allows; re-entrant calls (request from on_next) only flag more work."""
-        if self._draining:
-            self._missed = True
-            return
-        self._draining = True
-        try:
-            while True:
-                self._missed = False
-                while True:
-                    with self._lock:
-                        subscriber = self._subscriber
-                        if subscriber is None or self._terminated or self._bad_request or not self._buffer:
-                            break
-                        if self._demand == 0 and self.overflow is not OnOverflow.NONE:
-                            break
-                        message = self._buffer.popleft()
-                        if 0 < self._demand < UNBOUNDED:
-                            self._demand -= 1
-                    subscriber.on_next(message)
-                with self._lock:
-                    subscriber = self._subscriber
-                    terminal = not self._terminated and subscriber is not None and (
-                        self._failure is not None or (self._completed and not self._buffer))
-                if terminal:
-                    if self._failure is not None:
-                        self._fail_now()
-                    else:
-                        with self._lock:
-                            self._terminated = True
-                            self._subscriber = None
-                        assert subscriber is not None
-                        subscriber.on_complete()
-                if not self._missed:
+    def _drain_once(self) -> None:
+        """Deliver what the demand allows (re-entrant calls, request from on_next, only flag another round)."""
+        while True:
+            with self._lock:
+                subscriber = self._subscriber
+                if subscriber is None or self._terminated or self._bad_request or not self._buffer:
                     break
-        finally:
-            self._draining = False
+                if self._demand == 0 and self.overflow is not OnOverflow.NONE:
+                    break
+                message = self._buffer.popleft()
+                if 0 < self._demand < UNBOUNDED:
+                    self._demand -= 1
+            subscriber.on_next(message)
+        with self._lock:
+            subscriber = self._subscriber
+            terminal = not self._terminated and subscriber is not None and (
+                self._failure is not None or (self._completed and not self._buffer))
+        if terminal:
+            if self._failure is not None:
+                self._fail_now()
+            else:
+                with self._lock:
+                    self._terminated = True
+                    self._subscriber = None
+                assert subscriber is not None
+                subscriber.on_complete()
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

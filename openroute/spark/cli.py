@@ -30,6 +30,9 @@ def _common() -> argparse.ArgumentParser:
     group = common.add_argument_group("Spark and the store")
     group.add_argument("--database-url", default=None,
                        help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else sqlite:///openroute.db)")
+    group.add_argument("--config", default=None, metavar="FILE",
+                       help="the server's TOML configuration (its database_url), under --database-url and "
+                            "$OPENROUTE_DATABASE_URL")
     group.add_argument("--master", default=None, help="Spark master (default local[*]; spark://..., k8s://..., yarn)")
     group.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
     group.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (default /usr/share/java)")

@@ -42,7 +42,7 @@ def build_source(stage: st.Stage, fused: tuple[st.Stage, ...] = ()) -> Publisher
         seed, fn = stage.seed, stage.fn
         return so.IterablePublisher(lambda: _iterate(seed, fn), fused)
     if isinstance(stage, st.FromAwaitable):
-        return so.AsyncIterablePublisher(so.AwaitedValue(stage.awaitable, stage.nullable))
+        return so.FuturePublisher(stage.awaitable, stage.nullable)
     if isinstance(stage, st.Concat):
         return so.ConcatPublisher(build_publisher(stage.first), build_publisher(stage.second))
     raise TypeError(f"not a source stage: {stage!r}")

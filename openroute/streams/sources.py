@@ -95,7 +95,8 @@ class _IteratorSubscription(Subscription):
         finally:
             self._emitting = False
 
-    def _drain(self, subscriber: Subscriber[Any]) -> None:
+    # C901 over 12: the iterable publisher's hot loop, kept in one frame on purpose (benchmarks)
+    def _drain(self, subscriber: Subscriber[Any]) -> None:  # noqa: C901
         iterator = self._iterator
         assert iterator is not None
         on_next = subscriber.on_next
@@ -260,7 +261,8 @@ class _AsyncIteratorSubscription(Subscription):
                 _closing.add(task)
                 task.add_done_callback(_closing.discard)
 
-    async def _pump(self) -> None:
+    # C901 over 12: the async-iterable publisher's loop, one frame (cancellation and close paths together)
+    async def _pump(self) -> None:  # noqa: C901
         self._pumping = True
         iterator = self._iterator
         try:
@@ -356,6 +358,90 @@ class AwaitedValue:
         close = getattr(self._awaitable, "close", None)
         if close is not None and not isinstance(self._awaitable, asyncio.Future):
             close()
+
+
+class FuturePublisher(Publisher[Any]):
+    """The spec's ``fromCompletionStage`` over an asyncio future (or task): its failure is signalled as soon as it
+    is known, right after ``on_subscribe`` or later, with or without demand (rules 1.4, 1.9); its value waits for
+    demand; an empty result (None when ``nullable``) completes at once. Any other awaitable is awaited on the
+    first demand (:class:`AwaitedValue`): a coroutine has not started, so it cannot have failed yet."""
+
+    __slots__ = ("_awaitable", "_nullable", "_what")
+
+    def __init__(self, awaitable: Awaitable[Any], nullable: bool, what: str = "from_completion_stage") -> None:
+        self._awaitable = awaitable
+        self._nullable = nullable
+        self._what = what
+
+    def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        check_subscriber(subscriber)
+        future = self._awaitable
+        if not isinstance(future, asyncio.Future):
+            AsyncIterablePublisher(AwaitedValue(future, self._nullable, self._what)).subscribe(subscriber)
+            return
+        subscription = _FutureSubscription(future, self._nullable, self._what, subscriber)
+        subscriber.on_subscribe(subscription)
+        if future.done():
+            subscription.settle()
+        else:
+            future.add_done_callback(subscription.settle)
+
+
+class _FutureSubscription(Subscription):
+    __slots__ = ("_delivering", "_future", "_nullable", "_requested", "_subscriber", "_what")
+
+    def __init__(self, future: asyncio.Future[Any], nullable: bool, what: str, subscriber: Subscriber[Any]) -> None:
+        self._future = future
+        self._nullable = nullable
+        self._what = what
+        self._subscriber: Subscriber[Any] | None = subscriber
+        self._requested = False
+        self._delivering = False
+
+    def request(self, n: int) -> None:
+        subscriber = self._subscriber
+        if subscriber is None:
+            return
+        if n <= 0:
+            self._subscriber = None
+            try:  # may run inside on_subscribe: the error goes out on a later loop turn (rule 1.3)
+                asyncio.get_running_loop().call_soon(subscriber.on_error, bad_request_error(n))
+            except RuntimeError:
+                subscriber.on_error(bad_request_error(n))
+            return
+        self._requested = True
+        self.settle()
+
+    def cancel(self) -> None:
+        self._subscriber = None
+
+    def settle(self, _: object = None) -> None:
+        """Signal what the future's outcome allows now (called when it is done and on each request)."""
+        subscriber, future = self._subscriber, self._future
+        if subscriber is None or self._delivering or not future.done():
+            return
+        error: BaseException | None = None
+        value: Any = None
+        if future.cancelled():
+            error = StreamCancelledError(f"{self._what}: the future was cancelled")
+        elif future.exception() is not None:
+            error = future.exception()
+        else:
+            value = future.result()
+            if value is None and not self._nullable:
+                error = none_element_error(f"{self._what}: the awaitable's result was None")
+        if error is not None:
+            self._subscriber = None
+            subscriber.on_error(error)
+        elif value is None:
+            self._subscriber = None
+            subscriber.on_complete()
+        elif self._requested:
+            self._delivering = True
+            subscriber.on_next(value)
+            if self._subscriber is subscriber:  # not cancelled (nor failed by a bad request) inside on_next
+                self._subscriber = None
+                subscriber.on_complete()
 
 
 class _AwaitedIterator:

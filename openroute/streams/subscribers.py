@@ -84,11 +84,7 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
         self._settle(value)
 
     def _reject(self, error: BaseException) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        self._subscription = None
-        self._settle(_Failure(error))
+        self._resolve(_Failure(error))
 
     def _cancel_upstream(self) -> None:
         subscription = self._subscription

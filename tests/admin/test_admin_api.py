@@ -20,10 +20,11 @@ from openroute.persistence import (
 )
 from openroute.persistence import confirmation_table as confirmations
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute import Exchange, Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.message import InboundMessage
 from openroute.server import create_app
 
 

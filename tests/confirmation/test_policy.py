@@ -12,20 +12,20 @@ from openroute.retry import RetryPolicy
 
 
 def test_delays_grow_by_backoff_up_to_the_cap() -> None:
-    policy = ConfirmationPolicy(max_attempts=6, interval=10, backoff=3, cap=timedelta(minutes=2))
-    assert [policy.delay_after(n).total_seconds() for n in range(1, 6)] == [10, 30, 90, 120, 120]
+    policy = ConfirmationPolicy(max_attempts=6, interval=10, backoff=3, max_interval=timedelta(minutes=2))
+    assert [policy.delay(n).total_seconds() for n in range(1, 6)] == [10, 30, 90, 120, 120]
     assert [policy.exhausted(n) for n in (1, 5, 6, 7)] == [False, False, True, True]
 
 
 def test_constant_interval_and_huge_exponent() -> None:
-    assert ConfirmationPolicy(interval=5, backoff=1, cap=5).delay_after(1000) == timedelta(seconds=5)
-    huge = ConfirmationPolicy(backoff=1e6, cap=timedelta(days=1))
-    assert huge.delay_after(10_000) == timedelta(days=1)  # float overflow is capped, not raised
+    assert ConfirmationPolicy(interval=5, backoff=1, max_interval=5).delay(1000) == timedelta(seconds=5)
+    huge = ConfirmationPolicy(backoff=1e6, max_interval=timedelta(days=1))
+    assert huge.delay(10_000) == timedelta(days=1)  # float overflow is capped, not raised
 
 
 def test_seconds_become_timedeltas() -> None:
-    policy = ConfirmationPolicy(interval=1.5, cap=60, claim_timeout=30)
-    assert (policy.interval, policy.cap, policy.claim_timeout) == (
+    policy = ConfirmationPolicy(interval=1.5, max_interval=60, claim_timeout=30)
+    assert (policy.interval, policy.max_interval, policy.claim_timeout) == (
         timedelta(seconds=1.5), timedelta(minutes=1), timedelta(seconds=30))
 
 
@@ -39,7 +39,7 @@ def test_seconds_become_timedeltas() -> None:
         ({"interval": "10s"}, "interval"),
         ({"backoff": 0.5}, "backoff"),
         ({"backoff": None}, "backoff"),
-        ({"cap": 1, "interval": 10}, "cap"),
+        ({"max_interval": 1, "interval": 10}, "max_interval"),
         ({"claim_timeout": 0}, "claim_timeout"),
     ],
 )
@@ -48,9 +48,9 @@ def test_bad_policy_is_rejected(kwargs: dict[str, object], match: str) -> None:
         ConfirmationPolicy(**kwargs)  # type: ignore[arg-type]
 
 
-def test_delay_after_needs_a_failed_attempt() -> None:
-    with pytest.raises(InvalidConfirmationError, match="failed_attempts"):
-        ConfirmationPolicy().delay_after(0)
+def test_delay_needs_a_failed_attempt() -> None:
+    with pytest.raises(ValueError, match="failed_count"):
+        ConfirmationPolicy().delay(0)
 
 
 def test_a_confirmation_policy_is_a_retry_policy_with_the_same_formula_and_names() -> None:
@@ -59,13 +59,10 @@ def test_a_confirmation_policy_is_a_retry_policy_with_the_same_formula_and_names
     assert isinstance(policy, RetryPolicy)
     assert [policy.delay(n) for n in range(1, 6)] == [same.delay(n) for n in range(1, 6)]
     assert [policy.exhausted(n) for n in range(1, 6)] == [same.exhausted(n) for n in range(1, 6)]
-    assert policy.cap == policy.max_interval == timedelta(minutes=2)
-    assert ConfirmationPolicy(cap=60) == ConfirmationPolicy(max_interval=60)
+    assert policy.max_interval == timedelta(minutes=2)
 
 
-def test_max_interval_and_its_former_name_cap_are_not_both_given() -> None:
-    with pytest.raises(InvalidConfirmationError, match="max_interval or its former name cap"):
-        ConfirmationPolicy(cap=60, max_interval=60)
+def test_a_bad_jitter_is_an_invalid_confirmation_error() -> None:
     with pytest.raises(InvalidConfirmationError, match="jitter"):
         ConfirmationPolicy(jitter=1.5)
     assert issubclass(InvalidConfirmationError, ConfigurationError)

@@ -140,7 +140,7 @@ async def test_confirmations_arrive_exactly_once_despite_failures(
     store: MessageStore, clock: FakeClock, soap: DelegateConfirmationCallback, receiver: Receiver
 ) -> None:
     receiver.reset(fail_first=3, failure="fault")
-    policy = ConfirmationPolicy(max_attempts=5, interval=10, backoff=2, cap=60)
+    policy = ConfirmationPolicy(max_attempts=5, interval=10, backoff=2, max_interval=60)
     service = ConfirmationService(store, soap, policy, clock=clock)
     ids = [add_message(store, n, state) for n, state in enumerate([MessageState.OK, MessageState.FAILED,
                                                                   MessageState.CANCEL, MessageState.OK])]
@@ -173,7 +173,7 @@ async def test_backoff_cap_and_final_failure_visible(
     store: MessageStore, clock: FakeClock, soap: DelegateConfirmationCallback, receiver: Receiver, failure: str
 ) -> None:
     receiver.reset(fail_first=3, failure=failure)
-    policy = ConfirmationPolicy(max_attempts=3, interval=10, backoff=2, cap=15)
+    policy = ConfirmationPolicy(max_attempts=3, interval=10, backoff=2, max_interval=15)
     service = ConfirmationService(store, soap, policy, clock=clock)
     mid = add_message(store, 1, MessageState.FAILED)
     await service.enqueue(request_for(mid, "FAILED"))

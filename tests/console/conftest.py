@@ -17,10 +17,11 @@ import uvicorn
 from openroute.persistence import ConfirmationStatus, ExternalCallStatus, MessageState, MessageStore, NewMessage
 from openroute.persistence import confirmation_table as confirmations
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute import Exchange, Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.message import InboundMessage
 from openroute.server import create_app
 
 

@@ -19,9 +19,10 @@ import httpx
 import pytest
 from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute import Exchange, Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, TechnicalError
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.message import InboundMessage
 from openroute.server import create_app
 from tests.console.conftest import auth, serving
 from tests.services import require

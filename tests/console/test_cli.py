@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,3 +173,37 @@ def test_against_a_server(server: str, store: MessageStore, ids: dict[str, int],
     monkeypatch.delenv("OPENROUTE_ADMIN_USER", raising=False)
     code, _, err = cli(capsys, "messages", "list", "--url", server)
     assert code == 2 and "--url needs --user" in err
+
+
+def test_messages_and_spark_read_the_database_url_of_the_config_file(
+        sqlite_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """One resolution of settings for every command: a database_url only in openroute.toml is the store of
+    ``openroute messages`` (as of ``run`` and ``db``); OPENROUTE_DATABASE_URL and the flag are above the file."""
+    from openroute.cli import build_parser, resolve_settings
+
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    try:
+        ids = asyncio.run(populate(store))
+    finally:
+        store.dispose()
+    (tmp_path / "etc").mkdir()
+    config = tmp_path / "etc" / "openroute.toml"
+    config.write_text(f'database_url = "{sqlite_url}"\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # no openroute.db where the command runs: only the file names the store
+    for name in [name for name in os.environ if name.startswith("OPENROUTE_")]:
+        monkeypatch.delenv(name)
+    code, out, err = cli(capsys, "messages", "list", "--config", str(config), "--json")
+    assert code == 0, err
+    assert {row["id"] for row in json.loads(out)["items"]} == set(ids.values())
+
+    spark = build_parser().parse_args(["spark", "archive", "--config", str(config), "--keep", "OK=1d", "--to", "x"])
+    assert resolve_settings(spark) is None and spark.database_url == sqlite_url
+    monkeypatch.setenv("OPENROUTE_DATABASE_URL", "sqlite:///from-env.db")
+    spark = build_parser().parse_args(["spark", "archive", "--config", str(config), "--keep", "OK=1d", "--to", "x"])
+    assert resolve_settings(spark) is None and spark.database_url == "sqlite:///from-env.db"
+
+    monkeypatch.delenv("OPENROUTE_DATABASE_URL")
+    config.write_text('database_url = 42\n', encoding="utf-8")
+    code, _, err = cli(capsys, "messages", "list", "--config", str(config))
+    assert code == 2 and "openroute messages: configuration" in err and "database_url" in err

@@ -10,10 +10,11 @@ import httpx
 import pytest
 from openroute.persistence import MessageState, MessageStore, NodeState
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute import Exchange, Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings
 from openroute.errors import NodeNotAcceptingError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute.message import InboundMessage
 from openroute.server import create_app
 
 

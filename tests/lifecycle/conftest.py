@@ -10,7 +10,8 @@ import pytest
 from openroute.persistence import MessageStore
 
 from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 from openroute.route import Route, RouteRegistry
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)

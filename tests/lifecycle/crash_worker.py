@@ -15,8 +15,9 @@ from datetime import timedelta
 import sqlalchemy as sa
 from openroute.persistence import FINAL_STATES, MessageStore, message_table
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
-from openroute.route import Exchange, Route, RouteRegistry
+from openroute import Exchange, Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 
 effect_table = sa.table("effect", sa.column("message_id", sa.Integer))
 

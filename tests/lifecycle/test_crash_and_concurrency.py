@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, message_table
 
+from openroute import Exchange, Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.route import Exchange, Route, RouteRegistry
 from tests.lifecycle.conftest import inbound
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,9 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
+from openroute import Exchange, Route, RouteRegistry
 from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
 from openroute.errors import (
     BusinessError,
     ConfigurationError,
@@ -22,8 +23,8 @@ from openroute.errors import (
     UnknownRouteError,
     ValidationError,
 )
+from openroute.message import InboundMessage
 from openroute.retry import RetryPolicy
-from openroute.route import Exchange, Route, RouteRegistry
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState

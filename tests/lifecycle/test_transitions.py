@@ -15,12 +15,11 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage
 from openroute.persistence.models import message_transition_table
 
-from openroute import states
+from openroute import ChildMessage, Exchange, Route, states
 from openroute.clock import ManualClock
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError, StaleMessageError, TechnicalError
 from openroute.retry import RetryPolicy
-from openroute.route import ChildMessage, Exchange, Route
 from openroute.testing import RouteTestKit
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 

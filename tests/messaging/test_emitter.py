@@ -318,3 +318,53 @@ async def test_latest_overflow_strategy_test_normal() -> None:
         emitter.complete()
         await asyncio.wait_for(done.wait(), 5)
     assert output == ["1", "2", "3"]
+
+
+async def _latest_through_a_slow_processor(count: int) -> tuple[list[str], list[asyncio.Future[None]]]:
+    """``count`` payloads sent at once through a LATEST emitter to an ``@incoming @outgoing`` method that is
+    busy with the first one until every send has been made (the TCK's 1 s per item, held by an event here)."""
+    app = MessagingApp({}, environ={})
+    emitter = app.emitter("hello", OnOverflow.LATEST)
+    busy, release = asyncio.Event(), asyncio.Event()
+    output: list[str] = []
+    done = asyncio.Event()
+
+    @app.incoming("hello")
+    @app.outgoing("out")
+    async def slow(value: str) -> str:
+        busy.set()
+        await release.wait()
+        return value
+
+    @app.incoming("out")
+    def out(value: str) -> None:
+        output.append(value)
+        if value == str(count):
+            done.set()
+
+    async with app:
+        futures = [emitter.send("1")]
+        await asyncio.wait_for(busy.wait(), 2)
+        futures += [emitter.send(str(i)) for i in range(2, count + 1)]
+        release.set()
+        await asyncio.wait_for(done.wait(), 5)
+        await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 5)
+    return output, futures
+
+
+async def test_mp_emitter_latest_keeps_what_the_slow_method_requested() -> None:
+    """MicroProfile Reactive Messaging, Emitter ``OnOverflow.Strategy.LATEST`` (SmallRye's
+    ``onOverflow().dropPreviousItems()``): only items that outrun the downstream's demand are dropped. A busy
+    incoming method has requested its prefetch, so three items sent at once all arrive."""
+    output, futures = await _latest_through_a_slow_processor(3)
+    assert output == ["1", "2", "3"]
+    assert all(future.exception() is None for future in futures)
+
+
+async def test_mp_emitter_latest_flood_drops_most_and_keeps_the_latest() -> None:
+    """The TCK's overflow case: 999 items sent while the method is busy; those beyond its demand are replaced by
+    the latest (their futures fail with ``MessageDroppedError``), and the last one always arrives."""
+    output, futures = await _latest_through_a_slow_processor(999)
+    assert len(output) < 100 and output[0] == "1" and output[-1] == "999"
+    dropped = [future for future in futures if isinstance(future.exception(), MessageDroppedError)]
+    assert len(dropped) == 999 - len(output)

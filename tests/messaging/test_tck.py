@@ -141,16 +141,17 @@ async def test_channel_tap_passes_processor_verification() -> None:
     await verify_processor(lambda: ChannelTap("tck"))
 
 
-@pytest.mark.parametrize("concurrency", [1, 4])
-async def test_processor_stage_passes_processor_verification(concurrency: int) -> None:
-    await verify_processor(lambda: ProcessorStage("tck", lambda item: (item,), concurrency))
+@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, 0), (4, 0), (1, 16)])
+async def test_processor_stage_passes_processor_verification(concurrency: int, prefetch: int) -> None:
+    await verify_processor(lambda: ProcessorStage("tck", lambda item: (item,), concurrency, prefetch))
 
 
-async def test_async_processor_stage_passes_processor_verification() -> None:
+@pytest.mark.parametrize("prefetch", [0, 16])
+async def test_async_processor_stage_passes_processor_verification(prefetch: int) -> None:
     async def handler(item: Any) -> tuple[Any, ...]:
         return (item,)
 
-    await verify_processor(lambda: ProcessorStage("tck", handler, 2))
+    await verify_processor(lambda: ProcessorStage("tck", handler, 2, prefetch))
 
 
 async def test_consumer_subscriber_passes_subscriber_verification() -> None:

@@ -12,7 +12,8 @@ from openroute.persistence import MessageState, MessageStore
 
 from openroute import ChildMessage, ConfigurationError, Exchange, RetryPolicy, Route, RouteRegistry
 from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 
 S = MessageState
 WAIT = 10.0

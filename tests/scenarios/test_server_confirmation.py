@@ -11,10 +11,10 @@ from openroute.confirmation import ConfirmationService, DefaultConfirmationCallb
 from openroute.persistence import MessageStore
 from starlette.testclient import TestClient
 
+from openroute import Exchange, Route, RouteRegistry
 from openroute.config import load_config
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, ConfigurationError
-from openroute.route import Exchange, Route, RouteRegistry
 from openroute.server import create_app
 
 

@@ -58,17 +58,3 @@ async def test_user_exception_arrives_as_same_object() -> None:
     with pytest.raises(RuntimeError) as caught:
         await rs.of(1).map(explode).to_list()
     assert caught.value is boom
-
-
-def test_the_old_engine_module_is_a_deprecated_alias_of_the_runner() -> None:
-    import importlib
-    import sys
-
-    import pytest
-
-    from openroute.streams import runner
-
-    sys.modules.pop("openroute.streams.engine", None)
-    with pytest.warns(DeprecationWarning, match="openroute.streams.runner"):
-        engine = importlib.import_module("openroute.streams.engine")
-    assert engine.build_publisher is runner.build_publisher

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from openroute import streams as rs
-from openroute.streams import StreamCancelledError
+from openroute.streams import StreamCancelledError, Subscriber, Subscription
 
 T = 5.0
 
@@ -133,3 +133,62 @@ async def test_reduce_stage_should_allow_a_null_identity() -> None:
 
     assert await result(rs.of(1, 2, 3).reduce(add, None)) == 6
     assert await result(rs.empty().reduce(add, None)) is None
+
+
+class _NoDemand(Subscriber[Any]):
+    """Records the signals and never requests."""
+
+    def __init__(self) -> None:
+        self.signals: list[str] = []
+        self.error: BaseException | None = None
+        self.terminated = asyncio.Event()
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self.signals.append("on_subscribe")
+
+    def on_next(self, item: Any) -> None:
+        self.signals.append("on_next")
+
+    def on_error(self, error: BaseException) -> None:
+        self.signals.append("on_error")
+        self.error = error
+        self.terminated.set()
+
+    def on_complete(self) -> None:
+        self.signals.append("on_complete")
+        self.terminated.set()
+
+
+async def test_rule_1_4_1_9_from_completion_stage_already_failed_signals_on_error_without_demand() -> None:
+    """Rules 1.4 and 1.9: a failed future is signalled by on_error right after on_subscribe, without request(n)."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    failure = RuntimeError("failed before the subscription")
+    future.set_exception(failure)
+    subscriber = _NoDemand()
+    rs.from_completion_stage(future).build().subscribe(subscriber)
+    await asyncio.wait_for(subscriber.terminated.wait(), T)
+    assert subscriber.signals == ["on_subscribe", "on_error"] and subscriber.error is failure
+
+
+async def test_rule_1_4_from_completion_stage_failing_later_is_signalled_without_demand() -> None:
+    """Rule 1.4: a future that fails after the subscription is signalled too, though nothing was requested."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    subscriber = _NoDemand()
+    rs.from_completion_stage_nullable(future).build().subscribe(subscriber)
+    await asyncio.sleep(0)
+    assert subscriber.signals == ["on_subscribe"]
+    failure = RuntimeError("failed later")
+    future.set_exception(failure)
+    await asyncio.wait_for(subscriber.terminated.wait(), T)
+    assert subscriber.signals == ["on_subscribe", "on_error"] and subscriber.error is failure
+
+
+async def test_rule_1_1_from_completion_stage_value_waits_for_demand() -> None:
+    """Rule 1.1: the future's value is not signalled before it is requested (only failures are)."""
+    future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    future.set_result(7)
+    subscriber = _NoDemand()
+    rs.from_completion_stage(future).build().subscribe(subscriber)
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert subscriber.signals == ["on_subscribe"]

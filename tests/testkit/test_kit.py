@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageState
 
+from openroute import Exchange, RouteRegistry
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError, TechnicalError
 from openroute.interceptors import InterceptionContext, MessageInterceptor
-from openroute.route import Exchange, RouteRegistry
-from openroute.testing import CallRecorder, ExternalCall, RouteTestKit, SendResult
+from openroute.testing import CallRecorder, RecordedCall, RouteTestKit, SendResult
 
 S = MessageState
 NS = "http://openroute.dev/kit"
@@ -118,7 +118,7 @@ async def test_advance_drives_retries_until_ok_and_only_the_failed_call_is_repea
     final = await kit.run_until_final(sent.message_id)
     assert final.state is S.OK and (billing.calls, mno.calls, mno.failures) == (1, 3, 2)
     calls = kit.external_calls(sent.message_id)
-    assert calls["billing"] == ExternalCall("OK", 1, {"ok": True}) and calls["mno"].attempts == 3
+    assert calls["billing"] == RecordedCall("OK", 1, {"ok": True}) and calls["mno"].attempts == 3
 
 
 async def test_exhausted_retries_end_failed_and_run_until_final_gives_up(route_test_kit: Any) -> None:

@@ -1,5 +1,6 @@
-"""XML Schemas of SOAP requests: loaded once at start with the secure parser, used to validate every request of
-the binding and to describe the request element in the served WSDL.
+"""XML Schemas of SOAP requests (part of a binding's definition): loaded once at start with the secure parser
+(defined here, used by the inbound's request parse too), used to validate every request of the binding and to
+describe the request element in the served WSDL.
 
 A schema is one self-contained XSD file: its ``targetNamespace`` is the request element's namespace and it
 declares the request element globally. ``xsd:include`` / ``xsd:import`` / ``xsd:redefine`` of other files are
@@ -15,13 +16,26 @@ from pathlib import Path
 from lxml import etree
 
 from openroute.errors import ConfigurationError, ValidationError
-from openroute.inbound.parsing import secure_parser
 
-__all__ = ["RequestSchema", "load_schema"]
+__all__ = ["RequestSchema", "load_schema", "secure_parser"]
 
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
 _REFERENCES = {f"{{{XSD_NS}}}{name}" for name in ("include", "import", "redefine", "override")}
 _MAX_REASON = 300
+
+
+def secure_parser() -> etree.XMLParser:
+    """An lxml parser that never expands entities, loads a DTD or touches the network."""
+    return etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        remove_comments=True,
+        remove_pis=True,
+        collect_ids=False,
+    )
 
 
 @dataclass(frozen=True, eq=False)
