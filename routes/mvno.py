@@ -4,8 +4,10 @@
 
 ``crm / setCustomer`` and ``crm / createCustomerExtAll`` share the entity type ``customer``: a message made
 obsolete by a newer OK message for the same customer (whichever of the two operations) ends SKIPPED. Each external
-call is made once per message: when billing succeeded and the MNO failed (PARTLY_FAILED), the next attempt only
-calls the MNO. A SOAP Fault of either system is a business error (FAILED, reported in the confirmation); a
+call succeeds at most once per message: when billing succeeded and the MNO failed (PARTLY_FAILED), the next attempt
+only calls the MNO. Every call hands its idempotency key to the system (a WS-Addressing ``MessageID``, the same on
+every attempt), so a call repeated after a crash (in doubt: made, outcome never recorded) has no second effect at a
+system that honours the key, as the fakes do. A SOAP Fault of either system is a business error (FAILED, reported in the confirmation); a
 transport error is technical (retried per the route's retry policy).
 """
 
@@ -37,13 +39,15 @@ def _msisdn_is_valid(payload: ParsedPayload) -> None:
 def customer_route(operation: str, billing: SoapService, mno: SoapService) -> RouteBuilder:
     """The route of one customer operation (both operations share everything but the name)."""
 
-    async def create_account(exchange: Exchange) -> Any:
+    async def create_account(exchange: Exchange, idempotency_key: str) -> Any:
         data = fields(exchange.payload)
-        return await billing.call("createAccount", customerId=data["customerId"], tariff=data.get("tariff", "basic"))
+        return await billing.call("createAccount", customerId=data["customerId"], tariff=data.get("tariff", "basic"),
+                                  _idempotency_key=idempotency_key)
 
-    async def activate_sim(exchange: Exchange) -> Any:
+    async def activate_sim(exchange: Exchange, idempotency_key: str) -> Any:
         data = fields(exchange.payload)
-        return await mno.call("activateSim", customerId=data["customerId"], msisdn=data["msisdn"])
+        return await mno.call("activateSim", customerId=data["customerId"], msisdn=data["msisdn"],
+                              _idempotency_key=idempotency_key)
 
     def remember(exchange: Exchange) -> None:
         calls = exchange.metadata.get("ext_calls", {})
@@ -69,9 +73,10 @@ def change_tariff_route(billing: SoapService) -> RouteBuilder:
     """``crm / changeTariff``: tariff changes of one customer are applied strictly in the order received (a
     guaranteed-order funnel on the customer id: a newer change waits POSTPONED until the older one is final)."""
 
-    async def change(exchange: Exchange) -> Any:
+    async def change(exchange: Exchange, idempotency_key: str) -> Any:
         data = fields(exchange.payload)
-        return await billing.call("createAccount", customerId=data["customerId"], tariff=data["tariff"])
+        return await billing.call("createAccount", customerId=data["customerId"], tariff=data["tariff"],
+                                  _idempotency_key=idempotency_key)
 
     return (
         route("crm", "changeTariff")
