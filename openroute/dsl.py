@@ -121,7 +121,8 @@ class Steps:
 
         async def step(exchange: Exchange) -> Any:
             call: Callable[..., Any] = (
-                (lambda idempotency_key: function(exchange, idempotency_key=idempotency_key)) if takes_key
+                (lambda idempotency_key: function(exchange, idempotency_key=idempotency_key))  # type: ignore[call-arg]
+                if takes_key
                 else (lambda: function(exchange))
             )
             result = await exchange.ext_call(key, call, scope=scope, in_doubt=in_doubt)

@@ -7,8 +7,8 @@ obsolete by a newer OK message for the same customer (whichever of the two opera
 call succeeds at most once per message: when billing succeeded and the MNO failed (PARTLY_FAILED), the next attempt
 only calls the MNO. Every call hands its idempotency key to the system (a WS-Addressing ``MessageID``, the same on
 every attempt), so a call repeated after a crash (in doubt: made, outcome never recorded) has no second effect at a
-system that honours the key, as the fakes do. A SOAP Fault of either system is a business error (FAILED, reported in the confirmation); a
-transport error is technical (retried per the route's retry policy).
+system that honours the key, as the fakes do. A SOAP Fault of either system is a business error (FAILED, reported
+in the confirmation); a transport error is technical (retried per the route's retry policy).
 """
 
 from __future__ import annotations

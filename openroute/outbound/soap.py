@@ -149,7 +149,8 @@ class SoapService:
         if key is not None:
             headers = kwargs.get("_soapheaders")
             if headers is not None and not isinstance(headers, list):
-                raise ConfigurationError("_soapheaders must be a list of header elements when an idempotency key is sent")
+                raise ConfigurationError("_soapheaders must be a list of header elements when an idempotency key is "
+                                         "sent")
             kwargs["_soapheaders"] = [*(headers or []), message_id_header(key)]
         try:
             return await self._proxy[operation](*args, **kwargs)
