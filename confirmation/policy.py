@@ -32,7 +32,8 @@ class ConfirmationPolicy(RetryPolicy):
     sent again unless an operator retries it). ``claim_timeout`` is the lease of a node on a confirmation it sends
     (default 15 s): renewed every third of it while the send runs, so a slow receiver keeps its sender, and if the
     node dies another one (or the restarted node) takes the confirmation over within that time. Durations are
-    ``timedelta`` or seconds; ``cap`` is the former name of ``max_interval``. Bad values raise :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
+    ``timedelta`` or seconds; ``cap`` is the former name of ``max_interval``. Bad values raise
+    :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
     """
 
     claim_timeout: timedelta = timedelta(seconds=15)
