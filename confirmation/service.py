@@ -227,6 +227,7 @@ class ConfirmationService:
         self._now = _now_function(clock)
         self._batch_size = batch_size
         self._concurrency = concurrency
+        self._created_at = self.now()
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -569,6 +570,23 @@ class ConfirmationService:
             raise InvalidConfirmationError(f"message_id must be the store's integer id, got {message_id!r}")
         return await self._process(message_id)
 
+    def release_own_claims(self) -> int:
+        """Make the confirmations claimed by this ``node_id`` due now; returns how many.
+
+        Called when the service starts: a node id belongs to one live process, so claims under it are left over
+        from before a crash or restart and nobody is sending them (the same rule the engine applies to its own
+        PROCESSING messages at start); claims made since this service was created are left alone. Without a stable
+        node id the leases simply expire.
+        """
+        now = self.now()
+        with self.engine.begin() as connection:
+            return int(connection.execute(
+                sa.update(confirmation_table)
+                .where(_C.status == ConfirmationStatus.PENDING, _C.claimed_by == self.node_id,
+                       _C.next_attempt_at > now, _C.updated_at < self._created_at)
+                .values(next_attempt_at=now, claimed_by=None, updated_at=now)
+            ).rowcount)
+
     async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
         """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
 
@@ -577,6 +595,13 @@ class ConfirmationService:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
             raise InvalidConfirmationError(f"interval must be positive, got {interval!r}")
+        try:
+            released = await asyncio.to_thread(self.release_own_claims)
+            if released:
+                log.warning("took back %d confirmation(s) this node (%s) was sending when it stopped", released,
+                            self.node_id)
+        except Exception as error:  # the database not reachable yet: the leases expire on their own
+            log.warning("claims of this node not taken back at start: %s", str(error).splitlines()[0][:200])
         while not stop.is_set():
             try:
                 if sweep:
