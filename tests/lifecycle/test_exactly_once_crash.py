@@ -8,8 +8,9 @@ PostgreSQL, against receivers that drop repeats by key the way the guarantees as
 
 Asserted, as seen by the receivers: 0 repeated effects per (message, call), 0 repeated confirmations per message,
 every message OK and confirmed, nothing PENDING 30 s after the last restart. Raw repeats (calls and confirmations
-made again after a kill, dropped by key) are counted and printed. The suite runs ``OPENROUTE_CRASH_MESSAGES`` messages
-(default 200: each restart of the node costs seconds); the issue's full size is ``OPENROUTE_CRASH_MESSAGES=1000`` (see docs/testing.md).
+made again after a kill, dropped by key) are counted and printed. The suite runs ``OPENROUTE_CRASH_MESSAGES``
+messages (default 200: each restart of the node costs seconds); the issue's full size is
+``OPENROUTE_CRASH_MESSAGES=1000`` (see docs/testing.md).
 """
 
 from __future__ import annotations
@@ -272,7 +273,8 @@ def test_kill_9_during_a_load_repeats_no_effect_and_no_confirmation(
         def pending() -> tuple[int, int]:
             with store.engine.connect() as connection:
                 open_messages = connection.execute(sa.text(
-                    "SELECT count(*) FROM message WHERE state NOT IN ('OK', 'FAILED', 'SKIPPED', 'CANCEL')")).scalar_one()
+                    "SELECT count(*) FROM message WHERE state NOT IN ('OK', 'FAILED', 'SKIPPED', 'CANCEL')"
+                )).scalar_one()
                 unconfirmed = connection.execute(sa.text(
                     "SELECT count(*) FROM confirmation WHERE status <> 'SENT'")).scalar_one()
             return int(open_messages), int(unconfirmed)
