@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import json
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -131,7 +132,7 @@ async def test_a_held_call_in_doubt_waits_for_the_operator(kit_on: Any, monkeypa
     kit = await kit_on(Application(route("crm", "setCustomer").json().retry(max_attempts=3, interval=MINUTE)
                                    .ext_call("billing", remote, in_doubt="hold")))
     ids = []
-    for n in range(3):
+    for n in range(4):
         lose_next_outcome(kit, monkeypatch)
         ids.append((await kit.send_json("crm", "setCustomer", {"id": f"C-{n}"})).message_id)
         await kit.settle()
@@ -140,7 +141,7 @@ async def test_a_held_call_in_doubt_waits_for_the_operator(kit_on: Any, monkeypa
         held = kit.assert_state(message_id, S.FAILED)
         assert held.last_error_code == "CALL_IN_DOUBT" and held.failed_count == 1
         assert "billing" in (held.last_error_text or "") and "mark done / call again" in (held.last_error_text or "")
-    assert len(remote.keys) == 3  # nothing called again on its own
+    assert len(remote.keys) == 4  # nothing called again on its own
 
     # the admin API shows the doubt and resolves it
     auth = AdminAuth([AdminUser("ops", "ops-secret")])
@@ -160,10 +161,20 @@ async def test_a_held_call_in_doubt_waits_for_the_operator(kit_on: Any, monkeypa
         assert none.status_code == 409 and none.json()["error"] == "ILLEGALTRANSITION"  # PARTLY_FAILED now
         refused = await client.post(f"/admin/messages/{ids[2]}/mark-done", headers={})
         assert refused.status_code == 401
+        # the console shows the doubt and offers both answers
+        html = (await client.get(f"/console/messages/{ids[3]}", headers=ADMIN)).text
+        assert 'id="calls-in-doubt"' in html and 'id="mark-done"' in html and 'id="call-again"' in html
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', html).group(1)  # type: ignore[union-attr]
+        posted = await client.post(f"/console/messages/{ids[3]}/mark-done", data={"csrf": token}, headers=ADMIN)
+        assert posted.status_code == 303 and posted.headers["location"].endswith("?done=mark-done")
+        again = await client.post(f"/console/messages/{ids[3]}/mark-done", data={"csrf": token}, headers=ADMIN)
+        assert again.status_code == 409
     await kit.settle()
     await kit.advance(MINUTE)
     kit.assert_state(ids[0], S.OK)
     kit.assert_state(ids[1], S.OK)
+    kit.assert_state(ids[3], S.OK)
+    assert remote.keys.count(remote.keys[3]) == 1
     assert remote.keys.count(remote.keys[0]) == 1  # marked done: not called again
     assert remote.keys.count(remote.keys[1]) == 2  # called again, same key
     assert call_row(kit.store, ids[0], "billing").status is ExternalCallStatus.OK
