@@ -116,3 +116,17 @@ async def test_a_fake_drops_a_repeat_of_an_idempotency_key_and_answers_as_the_fi
     assert str(repeat) == str(first) == "BILLING-C-7-1" and str(second) == "BILLING-C-7-4"
     assert str(unkeyed) == "BILLING-C-7-5"
     assert (billing.calls["C-7"], billing.effects["C-7"], billing.repeats) == (5, 3, 1)
+
+
+async def test_soap_service_sends_the_key_of_the_running_call_on_its_own() -> None:
+    from openroute.engine.idempotency import using_idempotency_key
+
+    mno = fake_mno()
+    async with SoapService(WSDL / "mno.wsdl", address="http://mno.fake/", http_client=mno.client()) as service:
+        with using_idempotency_key("6f1c2a9e-0000-5000-8000-000000000001"):
+            first = await service.call("activateSim", customerId="C-5", msisdn="420777000000")
+            again = await service.call("activateSim", customerId="C-5", msisdn="420777000000")
+        with pytest.raises(ConfigurationError, match="_soapheaders must be a list"):
+            await service.call("activateSim", customerId="C-5", msisdn="420777000000", _idempotency_key="k",
+                               _soapheaders={"x": 1})
+    assert str(first) == str(again) and (mno.calls["C-5"], mno.effects["C-5"], mno.repeats) == (2, 1, 1)
