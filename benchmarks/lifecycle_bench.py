@@ -1,7 +1,12 @@
 """Lifecycle benchmark: completed messages per second against a fair floor, on fresh and aged stores.
 
     python benchmarks/lifecycle_bench.py [--count 20000] [--repeat 3] [--senders 64] [--databases sqlite,postgres]
-                                         [--modes fresh,aged,backlog] [--transition-cost]
+                                         [--modes fresh,aged,backlog] [--transition-cost] [--call-start-cost]
+
+``--call-start-cost`` measures instead what the STARTED record of each external call costs (issue 23): the engine
+on fresh stores with a route making two ``ext_call`` s per message to an instant in-process remote (the worst case:
+a real remote's latency hides the record), once with the call records as they were before (outcome only, written
+after the call) and once as they are (STARTED committed before the call, outcome after), interleaved.
 
 Store modes (each run gets its own database, copied from a prepared template so aging costs nothing per run):
 
@@ -56,7 +61,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.persistence import ExternalCallStatus, MessageState, MessageStore, StoredMessage
 from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM  # the store's own SQL
 
 from benchmarks.store_fill import age
@@ -190,9 +195,40 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> flo
     return count / elapsed
 
 
-async def engine_run(url: str, count: int, senders: int) -> dict[str, float]:
+async def _two_calls(exchange: Any) -> None:
+    async def remote() -> dict[str, bool]:
+        return {"ok": True}
+
+    await exchange.ext_call("billing", remote)
+    await exchange.ext_call("mno", remote)
+
+
+def _records_before_issue_23(store: MessageStore) -> None:
+    """The call records as they were before the STARTED record: a read before the call, the outcome after."""
+
+    def begin(message_id: int, call_key: str, _key: str, _node: str, _now: datetime, *, hold_in_doubt: bool = False,
+              connection: Any = None) -> Any:
+        previous = store.get_external_call(message_id, call_key, connection)
+        return previous, previous is None or previous.status is not ExternalCallStatus.OK
+
+    def finish(message_id: int, call_key: str, ok: bool, now: datetime, result: Any = None, error: Any = None,
+               connection: Any = None) -> bool:
+        status = ExternalCallStatus.OK if ok else ExternalCallStatus.FAILED
+        store.record_external_call(message_id, call_key, status, now, result=result, error=error,
+                                   connection=connection)
+        return True
+
+    store.begin_external_call = begin  # type: ignore[method-assign]
+    store.finish_external_call = finish  # type: ignore[method-assign]
+
+
+async def engine_run(url: str, count: int, senders: int, calls: str | None = None) -> dict[str, float]:
+    """One engine run; ``calls``: None (trivial route), "before" or "after" (two ext_calls per message)."""
     store = MessageStore(url)
-    routes = RouteRegistry([Route("bench", "noop", [lambda exchange: None])])
+    if calls == "before":
+        _records_before_issue_23(store)
+    step = _two_calls if calls is not None else (lambda exchange: None)
+    routes = RouteRegistry([Route("bench", "noop", [step])])
     engine = Engine(store, routes, EngineSettings(node_id="bench", repoll_interval=None))
     done = asyncio.Event()
     completed = finals = 0
@@ -287,6 +323,33 @@ def transition_cost(kinds: list[str], count: int, repeat: int, group: int) -> No
         print(f"{kind}: floor with / without transition rows (min / median / max) {spread(ratios[kind], 2)}")
 
 
+def call_start_cost(kinds: list[str], count: int, repeat: int, senders: int) -> None:
+    """Completed msgs/s with two ext_calls per message, before / after the STARTED record, interleaved."""
+    print(f"call start record: {count} messages per run, two ext_calls each (instant remote), {senders} senders, "
+          f"{repeat} interleaved repetitions")
+    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
+    templates = Templates(folder)
+    found: dict[tuple[str, str], list[float]] = {}
+    try:
+        for rep in range(repeat):
+            for kind in kinds:
+                order = ("before", "after") if rep % 2 == 0 else ("after", "before")
+                for variant in order:
+                    with templates.copy(kind, "fresh") as url:
+                        run = asyncio.run(engine_run(url, count, senders, calls=variant))
+                    found.setdefault((kind, variant), []).append(run["completed"])
+                    print(f"  rep {rep + 1} {kind:8} {variant:6} {run['completed']:7.0f} msg/s "
+                          f"(accept p50 {run['p50']:.1f} ms)", flush=True)
+    finally:
+        templates.drop()
+        shutil.rmtree(folder, ignore_errors=True)
+    for kind in kinds:
+        before, after = found[(kind, "before")], found[(kind, "after")]
+        cost = 1 - statistics.median(after) / statistics.median(before)
+        print(f"{kind}: before {spread(before)} msg/s, after {spread(after)} msg/s (min / median / max); "
+              f"cost of the start record {cost:.1%} of the median (goal < 10 % on PostgreSQL)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # runs of a few seconds at least: on SQLite a short run is dominated by its first WAL checkpoint into the store
@@ -301,8 +364,13 @@ def main() -> None:
     parser.add_argument("--transition-cost", action="store_true",
                         help="instead: the floor with and without its message_transition rows (fresh stores, "
                              "--floor-group or 63 messages per commit), what keeping the history costs the database")
+    parser.add_argument("--call-start-cost", action="store_true",
+                        help="instead: two ext_calls per message, call records before / after the STARTED record")
     args = parser.parse_args()
     kinds, modes = args.databases.split(","), args.modes.split(",")
+    if args.call_start_cost:
+        call_start_cost(kinds, args.count, args.repeat, args.senders)
+        return
     if args.transition_cost:
         transition_cost(kinds, args.count, args.repeat, args.floor_group or 63)
         return

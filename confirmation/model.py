@@ -50,7 +50,10 @@ class ConfirmationRequest:
     """The final outcome of one message, as told to the system that sent it (keyword arguments only).
 
     ``state`` is ``"OK"``, ``"FAILED"`` or ``"CANCEL"``. ``message_id`` is the store's id of the message (an int or a
-    string; it is sent as text). ``finished_at`` should be an aware UTC datetime.
+    string; it is sent as text). ``finished_at`` should be an aware UTC datetime. ``confirmation_id`` is the stable id
+    of this confirmation (the same on every attempt to send it; persisted confirmations always have one): the
+    transports send it in the body and as the ``Idempotency-Key`` / ``X-Confirmation-Id`` HTTP headers, so the
+    source system can drop a repeat.
     """
 
     message_id: int | str
@@ -64,6 +67,7 @@ class ConfirmationRequest:
     error_code: str | None = None
     error_text: str | None = None
     finished_at: datetime | None = None
+    confirmation_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.message_id is None or isinstance(self.message_id, bool) or (
@@ -91,10 +95,21 @@ class ConfirmationRequest:
         for error in self.business_errors:
             if not isinstance(error, BusinessErrorInfo):
                 raise InvalidConfirmationError(f"business_errors must hold BusinessErrorInfo, got {error!r}")
+        if self.confirmation_id is not None and (
+            not isinstance(self.confirmation_id, str) or not self.confirmation_id or len(self.confirmation_id) > 64
+        ):
+            raise InvalidConfirmationError(
+                f"confirmation_id must be a non-empty string of at most 64 characters, got {self.confirmation_id!r}")
         if self.finished_at is not None and (
             not isinstance(self.finished_at, datetime) or self.finished_at.tzinfo is None
         ):
             raise InvalidConfirmationError(f"finished_at must be an aware datetime, got {self.finished_at!r}")
+
+    def idempotency_headers(self) -> dict[str, str]:
+        """The HTTP headers carrying :attr:`confirmation_id` (none without one)."""
+        if self.confirmation_id is None:
+            return {}
+        return {"Idempotency-Key": self.confirmation_id, "X-Confirmation-Id": self.confirmation_id}
 
     def to_json(self) -> dict[str, object]:
         """The JSON document sent by :class:`~confirmation.HttpJsonConfirmation` (camelCase, like the SOAP body)."""
@@ -110,4 +125,5 @@ class ConfirmationRequest:
             "businessErrors": [{"code": e.code, "text": e.text} for e in self.business_errors],
             "errorCode": self.error_code,
             "errorText": self.error_text,
+            "confirmationId": self.confirmation_id,
         }

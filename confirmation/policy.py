@@ -29,13 +29,14 @@ class ConfirmationPolicy(RetryPolicy):
 
     After the n-th failed attempt (n = 1, 2, ...) the next one is due ``min(interval * backoff ** (n - 1),
     max_interval)`` later; after ``max_attempts`` failed attempts the confirmation is FAILED (kept, visible, never
-    sent again unless an operator retries it). ``claim_timeout`` is how long a node may hold a confirmation while
-    sending it: if the node dies, another one sends it after that time, so it must be longer than the transport
-    timeout. Durations are ``timedelta`` or seconds. Bad values
-    raise :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
+    sent again unless an operator retries it). ``claim_timeout`` is the lease of a node on a confirmation it sends
+    (default 15 s): renewed every third of it while the send runs, so a slow receiver keeps its sender, and if the
+    node dies another one (or the restarted node) takes the confirmation over within that time. Durations are
+    ``timedelta`` or seconds. Bad values raise
+    :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
     """
 
-    claim_timeout: timedelta = timedelta(minutes=5)
+    claim_timeout: timedelta = timedelta(seconds=15)
 
     def __init__(
         self,
@@ -44,7 +45,7 @@ class ConfirmationPolicy(RetryPolicy):
         backoff: float = 2.0,
         max_interval: timedelta | float | None = None,
         jitter: float = 0.0,
-        claim_timeout: timedelta | float = timedelta(minutes=5),
+        claim_timeout: timedelta | float = timedelta(seconds=15),
         *,
         rng: random.Random | None = None,
     ) -> None:

@@ -5,20 +5,29 @@ Life of a confirmation row (table ``confirmation``, one per message):
 * :meth:`ConfirmationService.enqueue` (the engine's final-state hook) or :meth:`~ConfirmationService.sweep_missing`
   (repair) inserts it PENDING, due now. A second insert for the same message is a no-op (unique ``message_id``).
 * :meth:`~ConfirmationService.process_due` claims each due PENDING row with a conditional update that bumps
-  ``attempts`` and pushes ``next_attempt_at`` by the policy's ``claim_timeout`` (a lease): of two nodes racing for a
-  row exactly one update matches. Only the claimant sends.
+  ``attempts``, records the node in ``claimed_by`` and pushes ``next_attempt_at`` by the policy's ``claim_timeout``
+  (a short lease, 15 s by default, renewed every third of it while the send runs): of two nodes racing for a row
+  exactly one update matches. Only the claimant sends. A node that dies stops renewing, so its claims are taken
+  again by another node (or itself after a restart) within ``claim_timeout`` plus one pass ``interval``.
 * Success -> SENT with ``sent_at``; it is never selected again. Failure -> ``last_error`` and the next due time per
   :class:`~confirmation.ConfirmationPolicy`; attempts exhausted -> FAILED, kept for the admin API.
 
-The request sent is rebuilt from the message row at send time, so nothing but the message id needs persisting.
-Delivery is at-least-once at the transport level: if a node dies after the peer accepted but before SENT is
-committed, the row is sent again after the lease; source systems should treat the message id as idempotency key.
+The request sent is rebuilt from the message row at send time; the row keeps only the message id and the
+confirmation's stable ``confirmation_id`` (a UUID made with the row, and made anew when a restarted message is
+confirmed again with a new outcome). Delivery is at-least-once at the transport level: if a node dies after the
+peer accepted but before SENT is committed, the row is sent again after the lease with the same confirmation id, so
+a source system that drops repeats by that id sees each confirmation at most once. Messages held for an operator
+(error code ``CALL_IN_DOUBT``) are not confirmed until they reach their real outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,6 +52,10 @@ from openroute.clock import Clock
 log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
+#: the error code of a message held for an operator (openroute.engine.idempotency.CALL_IN_DOUBT): not confirmed yet
+_HELD = "CALL_IN_DOUBT"
+#: namespace of the confirmation ids derived for rows made before they had one (migration 0006)
+_LEGACY_ID_NAMESPACE = uuid.UUID("0b5f6c1e-7d0a-5c55-9e1b-3f2a4c6d8e90")
 _C = confirmation_table.c
 _M = message_table.c
 
@@ -73,6 +86,8 @@ class ConfirmationInfo:
     created_at: datetime
     updated_at: datetime
     sent_at: datetime | None
+    confirmation_id: str | None = None
+    claimed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,8 @@ def _info(row: sa.Row[Any]) -> ConfirmationInfo:
         created_at=row.created_at,
         updated_at=row.updated_at,
         sent_at=row.sent_at,
+        confirmation_id=row.confirmation_id,
+        claimed_by=row.claimed_by,
     )
 
 
@@ -141,9 +158,24 @@ def _business_errors(raw: object) -> tuple[BusinessErrorInfo, ...]:
     return tuple(errors)
 
 
-def request_from_message(row: sa.Row[Any], outcome_state: str) -> ConfirmationRequest:
+def _held(message: Any) -> bool:
+    """Whether ``message`` is held for an operator (a call in doubt): its source system is told later."""
+    return getattr(message, "last_error_code", None) == _HELD
+
+
+def confirmation_id_of(row: Any) -> str:
+    """The confirmation id of a ``confirmation`` row (one derived from the row for rows made before ids existed)."""
+    if row.confirmation_id:
+        return str(row.confirmation_id)
+    return str(uuid.uuid5(_LEGACY_ID_NAMESPACE, f"{row.id}:{row.message_id}:{MessageState(row.outcome_state).value}"))
+
+
+def request_from_message(
+    row: sa.Row[Any], outcome_state: str, confirmation_id: str | None = None
+) -> ConfirmationRequest:
     """The confirmation of a message row (``message`` table columns) that ended in ``outcome_state``."""
     return ConfirmationRequest(
+        confirmation_id=confirmation_id,
         message_id=row.id,
         correlation_id=row.correlation_id,
         source_system=row.source_system,
@@ -163,7 +195,8 @@ class ConfirmationService:
 
     ``store_or_engine`` is a ``persistence.MessageStore`` (its ``engine`` is used) or a SQLAlchemy ``Engine`` on the
     store's database. ``batch_size`` rows are claimed per query and at most ``concurrency`` are sent at once, so a
-    slow or failing system never holds up the others; each send is also bounded by the policy's ``claim_timeout``.
+    slow or failing system never holds up the others; each send is also bounded by ``send_timeout`` seconds (its
+    claim renewed meanwhile). ``node_id`` is recorded in ``claimed_by`` (default: host name and process id).
     Database work runs in worker threads so the event loop is never blocked.
     """
 
@@ -176,18 +209,25 @@ class ConfirmationService:
         *,
         batch_size: int = 100,
         concurrency: int = 8,
+        send_timeout: float = 300.0,
+        node_id: str | None = None,
     ) -> None:
         if not isinstance(callback, ConfirmationCallback):
             raise InvalidConfirmationError(f"callback must be a ConfirmationCallback, got {callback!r}")
         for name, value in (("batch_size", batch_size), ("concurrency", concurrency)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfirmationError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(send_timeout, bool) or not isinstance(send_timeout, int | float) or send_timeout <= 0:
+            raise InvalidConfirmationError(f"send_timeout must be a positive number of seconds, got {send_timeout!r}")
         self.engine = _engine_of(store_or_engine)
+        self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._send_timeout = float(send_timeout)
         self.callback = callback
         self.policy = policy or ConfirmationPolicy()
         self._now = _now_function(clock)
         self._batch_size = batch_size
         self._concurrency = concurrency
+        self._created_at = self.now()
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -220,6 +260,7 @@ class ConfirmationService:
             "next_attempt_at": now,
             "created_at": now,
             "updated_at": now,
+            "confirmation_id": str(uuid.uuid4()),
         }
 
     def enqueue_in(self, request: ConfirmationRequest, connection: sa.Connection | None = None) -> bool:
@@ -258,10 +299,11 @@ class ConfirmationService:
         messages of a split (their parent's outcome is what the source system is told) get none.
 
         A restarted message reaching its next final state already has a row (of its earlier outcome): the row is
-        reset to PENDING with the new outcome, so the source system is confirmed again.
+        reset to PENDING with the new outcome and a new confirmation id, so the source system is confirmed again.
+        A message held for an operator (error code CALL_IN_DOUBT) gets no row until it reaches its real outcome.
         """
         state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None:
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or _held(message):
             return
         request = request_from_message(message, state)
         if not self.enqueue_in(request, connection) and self.callback.confirms(request.source_system):
@@ -271,7 +313,8 @@ class ConfirmationService:
             connection.execute(
                 sa.update(confirmation_table).where(_C.message_id == message.id).values(
                     outcome_state=MessageState(state), status=ConfirmationStatus.PENDING, attempts=0,
-                    next_attempt_at=now, last_error=None, sent_at=None, updated_at=now)
+                    next_attempt_at=now, last_error=None, sent_at=None, updated_at=now,
+                    confirmation_id=str(uuid.uuid4()), claimed_by=None)
             )
 
     async def on_final_state(self, message: Any) -> None:
@@ -281,7 +324,7 @@ class ConfirmationService:
         :meth:`process_due` / :meth:`run` picks up.
         """
         state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None:
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or _held(message):
             return
         try:
             await self.enqueue(request_from_message(message, state))
@@ -307,7 +350,8 @@ class ConfirmationService:
             sa.select(_M.id, _M.source_system, _M.state)
             .outerjoin(confirmation_table, _C.message_id == _M.id)
             .where(_C.id.is_(None), _M.parent_id.is_(None),
-                   _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]))
+                   _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]),
+                   sa.or_(_M.last_error_code.is_(None), _M.last_error_code != _HELD))
             .order_by(_M.id)
             .limit(limit)
         )
@@ -341,7 +385,7 @@ class ConfirmationService:
         """Claim up to batch_size due rows with id > after_id (or the one of ``message_id``); return (claimed with
         their attempt number, last id seen, rows that another node claimed first)."""
         candidates = (
-            sa.select(_C.id, _C.message_id, _C.outcome_state, _C.attempts, _C.next_attempt_at)
+            sa.select(_C.id, _C.message_id, _C.outcome_state, _C.attempts, _C.next_attempt_at, _C.confirmation_id)
             .where(_C.status == ConfirmationStatus.PENDING, _C.next_attempt_at <= now, _C.id > after_id)
             .order_by(_C.id)
             .limit(self._batch_size)
@@ -365,7 +409,8 @@ class ConfirmationService:
                         _C.attempts == row.attempts,
                         _C.next_attempt_at <= now,
                     )
-                    .values(attempts=row.attempts + 1, next_attempt_at=now + self.policy.claim_timeout, updated_at=now)
+                    .values(attempts=row.attempts + 1, next_attempt_at=now + self.policy.claim_timeout, updated_at=now,
+                            claimed_by=self.node_id)
                 )
                 if result.rowcount == 1:
                     claimed.append((cast("sa.Row[Any]", row), row.attempts + 1))
@@ -384,7 +429,8 @@ class ConfirmationService:
                 result[row.message_id] = f"message {row.message_id} is no longer in the store"
                 continue
             try:
-                result[row.message_id] = request_from_message(message, MessageState(row.outcome_state).value)
+                result[row.message_id] = request_from_message(message, MessageState(row.outcome_state).value,
+                                                              confirmation_id_of(row))
             except InvalidConfirmationError as error:
                 result[row.message_id] = f"message {row.message_id} cannot be confirmed: {error}"
         return result
@@ -410,21 +456,51 @@ class ConfirmationService:
                 return AttemptOutcome.LOST
         return outcome
 
+    def _renew(self, row_id: int, attempt: int) -> bool:
+        """Push the lease of a claim this node holds by ``claim_timeout``; False when the claim is no longer ours."""
+        now = self.now()
+        with self.engine.begin() as connection:
+            return bool(connection.execute(
+                sa.update(confirmation_table)
+                .where(_C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt)
+                .values(next_attempt_at=now + self.policy.claim_timeout)
+            ).rowcount == 1)
+
+    async def _keep_claim(self, row_id: int, message_id: int, attempt: int) -> None:
+        """Renew the claim every third of ``claim_timeout`` until cancelled (the send ended) or lost."""
+        period = self.policy.claim_timeout.total_seconds() / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                if not await asyncio.to_thread(self._renew, row_id, attempt):
+                    log.warning("confirmation of message %s: claim lost while sending (attempt %d)", message_id,
+                                attempt)
+                    return
+            except sa.exc.SQLAlchemyError as error:  # the database briefly away: try again next period
+                log.warning("confirmation of message %s: claim not renewed: %s", message_id,
+                            str(error).splitlines()[0][:200])
+
     async def _send(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> AttemptOutcome:
         error: str | None
         if isinstance(request, str):
             error = request
         else:
+            keeper = asyncio.create_task(self._keep_claim(row.id, row.message_id, attempt),
+                                         name=f"confirmation-lease-{row.id}")
             try:
-                await asyncio.wait_for(self.callback.confirm(request), self.policy.claim_timeout.total_seconds())
+                await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
                 error = None
             except ConfirmationSendError as failure:
                 error = failure.reason
             except TimeoutError:
-                error = f"no answer within the claim timeout of {self.policy.claim_timeout}"
+                error = f"no answer within the send timeout of {self._send_timeout:g} s"
             except Exception as failure:  # a broken callback is a failed attempt, never a lost confirmation
                 log.exception("confirmation callback raised for message %s", row.message_id)
                 error = f"{type(failure).__name__}: {failure}"
+            finally:
+                keeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keeper
         if error is not None and len(error) > _MAX_ERROR:
             error = error[: _MAX_ERROR - 3] + "..."
         outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
@@ -494,6 +570,23 @@ class ConfirmationService:
             raise InvalidConfirmationError(f"message_id must be the store's integer id, got {message_id!r}")
         return await self._process(message_id)
 
+    def release_own_claims(self) -> int:
+        """Make the confirmations claimed by this ``node_id`` due now; returns how many.
+
+        Called when the service starts: a node id belongs to one live process, so claims under it are left over
+        from before a crash or restart and nobody is sending them (the same rule the engine applies to its own
+        PROCESSING messages at start); claims made since this service was created are left alone. Without a stable
+        node id the leases simply expire.
+        """
+        now = self.now()
+        with self.engine.begin() as connection:
+            return int(connection.execute(
+                sa.update(confirmation_table)
+                .where(_C.status == ConfirmationStatus.PENDING, _C.claimed_by == self.node_id,
+                       _C.next_attempt_at > now, _C.updated_at < self._created_at)
+                .values(next_attempt_at=now, claimed_by=None, updated_at=now)
+            ).rowcount)
+
     async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
         """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
 
@@ -502,6 +595,13 @@ class ConfirmationService:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
             raise InvalidConfirmationError(f"interval must be positive, got {interval!r}")
+        try:
+            released = await asyncio.to_thread(self.release_own_claims)
+            if released:
+                log.warning("took back %d confirmation(s) this node (%s) was sending when it stopped", released,
+                            self.node_id)
+        except Exception as error:  # the database not reachable yet: the leases expire on their own
+            log.warning("claims of this node not taken back at start: %s", str(error).splitlines()[0][:200])
         while not stop.is_set():
             try:
                 if sweep:

@@ -48,6 +48,8 @@ def _short(text: str) -> str:
 class SoapConfirmation(ExternalSystemConfirmation):
     """Confirms by calling the ``confirm`` operation of ``confirmation.wsdl`` at ``address`` with zeep.
 
+    The confirmation id travels in the body: ``confirmationId``, the last (optional) element of ``confirmRequest``.
+
     A SOAP Fault, an HTTP error status, a timeout, a connection error, an unparsable answer or ``accepted=false``
     raise :class:`~confirmation.ConfirmationSendError` with the reason. ``timeout`` bounds each read/write/pool wait
     and ``connect_timeout`` (default: ``timeout``) the connection set-up, in seconds. Pass ``http_client`` to share
@@ -97,6 +99,7 @@ class SoapConfirmation(ExternalSystemConfirmation):
                 businessErrors=errors,
                 errorCode=request.error_code,
                 errorText=request.error_text,
+                confirmationId=request.confirmation_id,
             )
         except zeep.exceptions.Fault as fault:
             raise ConfirmationSendError(_short(f"SOAP Fault {fault.code or ''}: {fault.message}")) from fault
@@ -125,7 +128,8 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
     """Confirms with an HTTP POST of :meth:`ConfirmationRequest.to_json` to ``url``; any 2xx status is success.
 
     Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
-    ``headers`` are sent with every request (e.g. an API key).
+    ``headers`` are sent with every request (e.g. an API key); the request's confirmation id goes in the body
+    (``confirmationId``) and in the ``Idempotency-Key`` and ``X-Confirmation-Id`` headers.
     """
 
     def __init__(
@@ -147,7 +151,8 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
     async def confirm(self, request: ConfirmationRequest) -> None:
         """POST the confirmation once; raise :class:`~confirmation.ConfirmationSendError` unless the answer is 2xx."""
         try:
-            response = await self._client.post(self.url, json=request.to_json(), headers=self._headers)
+            response = await self._client.post(self.url, json=request.to_json(),
+                                               headers={**self._headers, **request.idempotency_headers()})
         except httpx.TimeoutException as error:
             raise ConfirmationSendError(_short(f"timeout calling {self.url}: {type(error).__name__}")) from error
         except httpx.HTTPError as error:

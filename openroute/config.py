@@ -292,7 +292,30 @@ class ConfirmationsConfig(_Section):
 
     #: how often failed confirmations are retried and stuck ones repaired
     interval: Duration = timedelta(seconds=10)
+    #: the lease of a node on a confirmation it sends, renewed every third of it while sending: the claims of a node
+    #: that died are taken again after at most this (plus one ``interval``)
+    claim_timeout: Duration = timedelta(seconds=15)
+    #: a send with no answer after this is a failed attempt (retried per the confirmation policy)
+    send_timeout: Duration = timedelta(minutes=5)
+    #: confirmations claimed per query, and sent at once at most
+    batch_size: int = Field(100, ge=1)
+    concurrency: int = Field(8, ge=1)
     systems: dict[str, ConfirmationTarget] = {}
+
+    @model_validator(mode="after")
+    def _durations(self) -> ConfirmationsConfig:
+        for name in ("interval", "claim_timeout", "send_timeout"):
+            if getattr(self, name) <= timedelta(0):
+                raise ValueError(f"{name} must be positive")
+        return self
+
+    def service(self, store: Any, node_id: str | None = None) -> Any:
+        """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store``."""
+        from openroute.confirmation import ConfirmationPolicy, ConfirmationService
+
+        return ConfirmationService(store, self.callback(), ConfirmationPolicy(claim_timeout=self.claim_timeout),
+                                   batch_size=self.batch_size, concurrency=self.concurrency,
+                                   send_timeout=self.send_timeout.total_seconds(), node_id=node_id)
 
     def callback(self) -> Any:
         """The :class:`~openroute.confirmation.ConfirmationCallback` of these settings."""

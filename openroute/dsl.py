@@ -53,6 +53,16 @@ ChildSpec = ChildMessage | str | Mapping[str, Any]
 _Exchange = Any
 
 
+def _takes_idempotency_key(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` has a parameter ``idempotency_key`` that can be passed by keyword."""
+    try:
+        parameter = inspect.signature(function).parameters.get("idempotency_key")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                        inspect.Parameter.KEYWORD_ONLY)
+
+
 def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
     function.__name__ = name
     function.__qualname__ = name
@@ -94,9 +104,15 @@ class Steps:
         function: Callable[[_Exchange], Any],
         *,
         scope: ExtCallScope | Literal["message", "entity"] | None = None,
+        in_doubt: Literal["repeat", "hold"] = "repeat",
     ) -> Self:
         """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
-        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps."""
+        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps.
+
+        ``function(exchange)`` gets the call's idempotency key as ``idempotency_key=`` when it has a parameter of
+        that name (it can also ask ``exchange.idempotency_key(key)``); ``in_doubt`` says what happens to a call an
+        earlier attempt started and never finished: ``"repeat"`` it with the same key or ``"hold"`` the message for
+        an operator."""
         if not isinstance(key, str) or not key or len(key) > 255:
             raise DeploymentError(f"{self._what}: ext_call: the key must be a non-empty string of at most 255 "
                                   f"characters: {key!r}")
@@ -104,9 +120,18 @@ class Steps:
             raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
         if scope is not None and scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
+        if in_doubt not in ("repeat", "hold"):
+            raise DeploymentError(f"{self._what}: ext_call {key!r}: in_doubt must be 'repeat' or 'hold', "
+                                  f"got {in_doubt!r}")
+        takes_key = _takes_idempotency_key(function)
 
         async def step(exchange: _Exchange) -> Any:
-            result = await exchange.ext_call(key, lambda: function(exchange), scope=scope)
+            call: Callable[..., Any] = (
+                (lambda idempotency_key: function(exchange, idempotency_key=idempotency_key))  # type: ignore[call-arg]
+                if takes_key
+                else (lambda: function(exchange))
+            )
+            result = await exchange.ext_call(key, call, scope=scope, in_doubt=in_doubt)
             exchange.metadata.setdefault("ext_calls", {})[key] = result
             return result
 

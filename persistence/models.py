@@ -61,8 +61,13 @@ class NodeState(enum.StrEnum):
 
 
 class ExternalCallStatus(enum.StrEnum):
-    """Outcome of an idempotent external call made on behalf of a message."""
+    """Outcome of an idempotent external call made on behalf of a message.
 
+    STARTED is committed before the call is made: a STARTED row that an attempt finds on entry is a call *in
+    doubt* (an earlier attempt began it and never recorded an outcome, e.g. its node died).
+    """
+
+    STARTED = "STARTED"
     OK = "OK"
     FAILED = "FAILED"
 
@@ -167,7 +172,11 @@ class MessageRecord(Base):
 
 
 class ExternalCallRecord(Base):
-    """A call to an external system made once per (message, call key)."""
+    """A call to an external system made once per (message, call key).
+
+    ``idempotency_key`` is the key handed to the remote (the same on every attempt); ``node_id`` and
+    ``started_at`` say which node last started the call and when (the STARTED record, committed before the call).
+    """
 
     __tablename__ = "external_call"
 
@@ -182,6 +191,9 @@ class ExternalCallRecord(Base):
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    idempotency_key: Mapped[str | None] = mapped_column(sa.String(64))
+    node_id: Mapped[str | None] = mapped_column(sa.String(100))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (sa.UniqueConstraint("message_id", "call_key", name="uq_external_call_message_key"),)
 
@@ -227,7 +239,11 @@ class FunnelLockRecord(Base):
 
 
 class ConfirmationRecord(Base):
-    """The outcome confirmation owed to the source system of a message (one per message)."""
+    """The outcome confirmation owed to the source system of a message (one per message).
+
+    ``confirmation_id`` is sent with every attempt of this confirmation (the source system drops repeats by it); a
+    restarted message confirmed again with a new outcome gets a new one. ``claimed_by`` is the node sending it now.
+    """
 
     __tablename__ = "confirmation"
 
@@ -244,6 +260,8 @@ class ConfirmationRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    confirmation_id: Mapped[str | None] = mapped_column(sa.String(64))
+    claimed_by: Mapped[str | None] = mapped_column(sa.String(100))
 
     __table_args__ = (sa.Index("ix_confirmation_status_next", "status", "next_attempt_at"),)
 

@@ -8,6 +8,11 @@ can be told to fail:
   FAILED with the fault as its business error);
 * a customer id starting with ``blocked`` always gets a SOAP Fault ``Client``.
 
+They honour idempotency keys the way a careful real system does: a request whose WS-Addressing ``MessageID``
+(the key ``SoapService`` sends inside an ``ext_call``) was answered with success before gets that same answer
+again and has no second effect; ``calls`` counts every request, ``effects`` only the ones that acted, and
+``repeats`` the requests dropped as repeats.
+
 Three ways to reach a fake: in-process with :meth:`FakeSoapSystem.client` (no socket; what the demo and the route
 tests use), as an ASGI app (:meth:`FakeSoapSystem.app`, which ``openroute run`` mounts on its own app under
 ``/fakes/<name>``), or on a real socket with :meth:`FakeSoapSystem.served` (uvicorn on an ephemeral port). The app
@@ -33,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 SOAP_11 = "http://schemas.xmlsoap.org/soap/envelope/"
+WSA = "http://www.w3.org/2005/08/addressing"
 BILLING_NS = "http://openroute.dev/billing"
 MNO_NS = "http://openroute.dev/mno"
 MAX_REQUEST_BYTES = 1 << 20
@@ -66,6 +72,11 @@ class FakeSoapSystem:
     failures_left: int = 0
     faults_left: int = 0
     fault_code: str = "Server"
+    #: requests that acted (a new idempotency key, or none), per customer id
+    effects: Counter[str] = field(default_factory=Counter)
+    #: requests dropped as repeats of an idempotency key already answered with success
+    repeats: int = 0
+    _answers: dict[str, str] = field(default_factory=dict, repr=False)
 
     def fail_next(self, count: int) -> None:
         """Make the next ``count`` calls fail with HTTP 503 (a technical error for the caller).
@@ -85,7 +96,9 @@ class FakeSoapSystem:
     def reset(self) -> None:
         """Forget the calls and the programmed failures."""
         self.calls.clear()
-        self.failures_left = self.faults_left = 0
+        self.effects.clear()
+        self._answers.clear()
+        self.failures_left = self.faults_left = self.repeats = 0
 
     @property
     def total_calls(self) -> int:
@@ -106,6 +119,10 @@ class FakeSoapSystem:
             return _fault("Client", f"expected {self.operation}")
         customer = element.findtext(f"{{{self.namespace}}}customerId") or ""
         self.calls[customer] += 1
+        key = (root.findtext(f"{{{SOAP_11}}}Header/{{{WSA}}}MessageID") or "").strip()
+        if key and key in self._answers:
+            self.repeats += 1
+            return Response(self._answers[key], 200, media_type="text/xml")
         if self.failures_left > 0:
             self.failures_left -= 1
             return Response(f"{self.name} temporarily unavailable", 503, media_type="text/plain")
@@ -114,15 +131,19 @@ class FakeSoapSystem:
             return _fault(self.fault_code, f"{self.name} refused the request")
         if customer.startswith("blocked"):
             return _fault("Client", f"customer {customer} is blocked in {self.name}")
+        self.effects[customer] += 1
         number = self.calls[customer]
-        answer = (f'<r:{self.operation}Response xmlns:r="{self.namespace}">'
-                  f"<r:{self.answer_field}>{escape(self.name.upper())}-{escape(customer)}-{number}"
-                  f"</r:{self.answer_field}></r:{self.operation}Response>")
-        return Response(_envelope(answer), 200, media_type="text/xml")
+        answer = _envelope(f'<r:{self.operation}Response xmlns:r="{self.namespace}">'
+                           f"<r:{self.answer_field}>{escape(self.name.upper())}-{escape(customer)}-{number}"
+                           f"</r:{self.answer_field}></r:{self.operation}Response>")
+        if key:
+            self._answers[key] = answer
+        return Response(answer, 200, media_type="text/xml")
 
     def status(self) -> dict[str, object]:
-        """The counters: calls per customer id, total, programmed failures left."""
+        """The counters: calls and effects per customer id, total, repeats dropped, programmed failures left."""
         return {"name": self.name, "calls": dict(self.calls), "total": self.total_calls,
+                "effects": dict(self.effects), "repeats": self.repeats,
                 "failures_left": self.failures_left, "faults_left": self.faults_left}
 
     async def _status(self, _request: Request) -> Response:

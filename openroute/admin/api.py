@@ -1,6 +1,7 @@
 """The admin API (JSON over HTTP, HTTP Basic): search, detail, restart, cancel, counts, nodes and their state.
 
-Reading needs the ``web`` or the ``admin`` role, acting (restart, cancel, node state) the ``admin`` role.
+Reading needs the ``web`` or the ``admin`` role, acting (restart, cancel, mark-done, call-again, node state) the
+``admin`` role.
 
 Every state change goes through the engine (:meth:`Engine.restart`, :meth:`Engine.cancel`), so its stats,
 transition listeners and final-state hooks hear of it like of any other change.
@@ -33,6 +34,7 @@ from openroute.admin.search import (
     search_messages,
 )
 from openroute.engine import Engine
+from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
@@ -185,9 +187,15 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "lastError": r.last_error,
             "createdAt": _iso(r.created_at),
             "updatedAt": _iso(r.updated_at),
+            "idempotencyKey": r.idempotency_key,
+            "nodeId": r.node_id,
+            "startedAt": _iso(r.started_at),
+            # started, no outcome recorded: the remote may or may not have acted (mark-done / call-again)
+            "inDoubt": str(r.status) == "STARTED",
         }
         for r in calls
     ]
+    body["callsInDoubt"] = [c["callKey"] for c in body["externalCalls"] if c["inDoubt"]]
     body["children"] = [message_summary(child) for child in children]
     body["confirmation"] = None if confirmation is None else {
         "status": str(confirmation.status),
@@ -197,6 +205,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         "lastError": confirmation.last_error,
         "createdAt": _iso(confirmation.created_at),
         "sentAt": _iso(confirmation.sent_at),
+        "confirmationId": confirmation.confirmation_id,
     }
     body["transitions"] = [
         {
@@ -231,7 +240,8 @@ class AdminApi:
         self.message_counts = counts if counts is not None else MessageCounts(engine.store.engine)
 
     def routes(self) -> list[Route]:
-        """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel``, ``GET counts``,
+        """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel|mark-done|call-again``,
+        ``GET counts``,
         ``GET nodes``, ``POST nodes/{id}/state``, ``GET openapi.json``."""
         p = self.prefix
         return [
@@ -239,6 +249,8 @@ class AdminApi:
             Route(p + "/messages/{message_id}", self._guard(self.detail), methods=["GET"]),
             Route(p + "/messages/{message_id}/restart", self._guard(self.restart, act=True), methods=["POST"]),
             Route(p + "/messages/{message_id}/cancel", self._guard(self.cancel, act=True), methods=["POST"]),
+            Route(p + "/messages/{message_id}/mark-done", self._guard(self.mark_done, act=True), methods=["POST"]),
+            Route(p + "/messages/{message_id}/call-again", self._guard(self.call_again, act=True), methods=["POST"]),
             Route(f"{p}/counts", self._guard(self.counts), methods=["GET"]),
             Route(f"{p}/nodes", self._guard(self.nodes), methods=["GET"]),
             Route(p + "/nodes/{node_id}/state", self._guard(self.node_state, act=True), methods=["POST"]),
@@ -260,6 +272,8 @@ class AdminApi:
             except Exception as error:
                 if isinstance(error, IllegalTransitionError | StaleMessageError):
                     status, code = 409, type(error).__name__.removesuffix("Error").upper()
+                elif isinstance(error, NoCallInDoubtError):
+                    status, code = 409, error.code
                 elif isinstance(error, MessageNotFoundError | NodeNotFoundError):
                     status, code = 404, error.code
                 else:
@@ -337,6 +351,24 @@ class AdminApi:
         updated = await self.engine.restart(message.id, cause=f"admin:{user}")
         log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
+
+    async def mark_done(self, request: Request, user: str) -> Response:
+        """Calls in doubt of a FAILED / CANCEL message did happen: record them OK and restart the message (the
+        calls are skipped). 409 NO_CALL_IN_DOUBT when it has none, 409 ILLEGALTRANSITION when not restartable."""
+        return await self._resolve(request, user, "mark-done")
+
+    async def call_again(self, request: Request, user: str) -> Response:
+        """Calls in doubt of a FAILED / CANCEL message did not happen: restart it and make them again with the
+        same idempotency key. Same errors as ``mark-done``."""
+        return await self._resolve(request, user, "call-again")
+
+    async def _resolve(self, request: Request, user: str, action: InDoubtAction) -> Response:
+        message = await self._load(self._message_id(request))
+        done = await resolve_in_doubt(self.engine, message.id, action, cause=f"admin:{user}")
+        log.info("message %s: calls in doubt %s resolved by %s (%s), restarted", message.id,
+                 ", ".join(done.call_keys), user, action)
+        return JSONResponse({"id": message.id, "previousState": done.previous_state.value,
+                             "state": done.message.state.value, "action": action, "callKeys": list(done.call_keys)})
 
     async def cancel(self, request: Request, user: str) -> Response:
         """Cancel a message that is not final (and not PROCESSING) through :meth:`Engine.cancel`: stats,

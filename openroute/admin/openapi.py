@@ -85,6 +85,14 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
             }},
             f"{p}/messages/{{message_id}}/restart": _action(
                 "Restart a FAILED or CANCEL message", "PARTLY_FAILED, failed count 0, due now (Engine.restart)."),
+            f"{p}/messages/{{message_id}}/mark-done": _action(
+                "Calls in doubt did happen: record them OK and restart the message",
+                "For a FAILED / CANCEL message with calls in doubt (error code CALL_IN_DOUBT): the calls are recorded "
+                "OK and skipped by the next attempt. 409 NO_CALL_IN_DOUBT when it has none."),
+            f"{p}/messages/{{message_id}}/call-again": _action(
+                "Calls in doubt did not happen: restart the message and make them again",
+                "For a FAILED / CANCEL message with calls in doubt: the next attempt makes them again with the same "
+                "idempotency key. 409 NO_CALL_IN_DOUBT when it has none."),
             f"{p}/messages/{{message_id}}/cancel": _action(
                 "Cancel a message that is not final",
                 "CANCEL with error code CANCELLED; the source system is told (Engine.cancel)."),

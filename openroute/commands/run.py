@@ -184,7 +184,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
-    confirmation = ConfirmationService(store, config.confirmations.callback())
+    confirmation: ConfirmationService = config.confirmations.service(store, node_id=engine.node_id)
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,

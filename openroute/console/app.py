@@ -47,6 +47,7 @@ from openroute.admin.search import InvalidQueryError, parse_message_id
 from openroute.console import _queries
 from openroute.console._search import SEARCH_FIELDS, search_page
 from openroute.engine import Engine
+from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError
@@ -57,7 +58,9 @@ T = TypeVar("T")
 HERE = Path(__file__).parent
 CSRF_FIELD = "csrf"
 _MAX_FORM = 64 * 1024
-_NOTICES = {"restarted": "Restarted.", "cancelled": "Cancelled.", "state": "Node state changed."}
+_NOTICES = {"restarted": "Restarted.", "cancelled": "Cancelled.", "state": "Node state changed.",
+            "mark-done": "Calls in doubt marked done; restarted.",
+            "call-again": "Restarted; the calls in doubt are made again."}
 
 
 class CsrfError(ForbiddenError):
@@ -147,7 +150,7 @@ class Console:
             status, title = 400, "Bad request"
         elif isinstance(error, MessageNotFoundError | NodeNotFoundError):
             status, title = 404, "Not found"
-        elif isinstance(error, IllegalTransitionError | StaleMessageError):
+        elif isinstance(error, IllegalTransitionError | StaleMessageError | NoCallInDoubtError):
             status, title = 409, "Not possible now"
         else:
             log.exception("console request %s failed", request.url.path, exc_info=error)
@@ -214,11 +217,11 @@ class Console:
                             can_cancel=body["state"] in ("NEW", "PARTLY_FAILED", "POSTPONED", "WAITING_FOR_CHILDREN"))
 
     async def act(self, request: Request, user: str, form: dict[str, list[str]]) -> Response:
-        """Restart or cancel one message, then show it again."""
+        """Restart, cancel, mark-done or call-again one message, then show it again."""
         message_id = self._message_id(request.path_params["message_id"])
         action = request.path_params["action"]
         await self._apply(action, message_id, user)
-        done = "restarted" if action == "restart" else "cancelled"
+        done = {"restart": "restarted", "cancel": "cancelled"}.get(action, action)
         return RedirectResponse(f"{_base(request)}/messages/{message_id}?done={done}", status_code=303)
 
     async def bulk(self, request: Request, user: str, form: dict[str, list[str]]) -> Response:
@@ -250,10 +253,12 @@ class Console:
                 await self.engine.restart(message_id, cause)
             elif action == "cancel":
                 await self.engine.cancel(message_id, cause, reason=f"cancelled by operator {user}")
+            elif action in ("mark-done", "call-again"):
+                await resolve_in_doubt(self.engine, message_id, cast(InDoubtAction, action), cause)
             else:
                 raise InvalidQueryError(f"unknown action {action[:40]!r}: restart or cancel")
         except LookupError as error:
-            if isinstance(error, MessageNotFoundError):
+            if isinstance(error, MessageNotFoundError | NoCallInDoubtError):
                 raise
             raise MessageNotFoundError(f"no message {message_id}") from None
         log.info("message %s: %s by %s (console)", message_id, action, user)

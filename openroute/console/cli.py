@@ -1,4 +1,4 @@
-"""``openroute messages list|show|restart|cancel``: the operator's command line over the store or a server.
+"""``openroute messages list|show|restart|cancel|mark-done|call-again``: the operator's command line.
 
 With ``--database-url`` (default: ``OPENROUTE_DATABASE_URL``, else the SQLite file) it reads the store and acts
 through an :class:`~openroute.engine.Engine` that is not started (a restarted message is picked up by the next
@@ -11,6 +11,8 @@ JSON with ``--json``; for example::
     openroute messages restart 42 43
     openroute messages restart --state FAILED --operation setCustomer --dry-run
     openroute messages cancel --state PARTLY_FAILED --source-system ERP --yes
+    openroute messages mark-done 44      # its calls in doubt did happen: recorded OK, message restarted
+    openroute messages call-again 45     # they did not: restarted, made again with the same idempotency key
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 #: (option, admin search parameter)
 FILTERS = (
@@ -77,7 +79,9 @@ def add_parser(subparsers: Any) -> None:
     common(show)
     show.add_argument("id", type=int)
 
-    for name, what in (("restart", "restart FAILED / CANCEL messages"), ("cancel", "cancel messages not final")):
+    for name, what in (("restart", "restart FAILED / CANCEL messages"), ("cancel", "cancel messages not final"),
+                       ("mark-done", "calls in doubt did happen: record them OK and restart the messages"),
+                       ("call-again", "calls in doubt did not happen: restart the messages, make the calls again")):
         action = commands.add_parser(name, help=f"{what}: the given ids, or every message matching the filters")
         common(action)
         filters(action)
@@ -137,7 +141,7 @@ def _act(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin
     if args.ids:
         ids = list(dict.fromkeys(args.ids))
     else:
-        if action == "restart" and not params.get("state"):
+        if action in ("restart", "mark-done", "call-again") and not params.get("state"):
             params["state"] = ["FAILED"]  # only FAILED and CANCEL can be restarted; FAILED is what one means
         ids = list(backend.matching_ids(params))
     if args.dry_run:
@@ -212,11 +216,14 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
         c = detail["confirmation"]
         print(f"{'confirmation'.ljust(width)}  {c['status']} ({c['outcomeState']}, {c['attempts']} attempts)"
               f"{' ' + c['lastError'] if c.get('lastError') else ''}", file=out)
+    if detail.get("callsInDoubt"):
+        print(f"{'callsInDoubt'.ljust(width)}  {', '.join(detail['callsInDoubt'])} (started, no outcome recorded; "
+              f"resolve with: openroute messages mark-done|call-again {detail.get('id')})", file=out)
     sections = (
         ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
                                                          "nodeId", "cause")),
-        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "result",
-                                                               "lastError")),
+        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "idempotencyKey",
+                                                               "nodeId", "result", "lastError")),
         ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
     )
     for title, items, columns in sections:
@@ -306,6 +313,7 @@ class StoreBackend:
 
     async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
         from openroute.engine import Engine, EngineSettings
+        from openroute.engine.in_doubt import resolve_in_doubt
         from openroute.errors import IllegalTransitionError, StaleMessageError
         from openroute.route import RouteRegistry
 
@@ -317,6 +325,9 @@ class StoreBackend:
                 try:
                     if action == "restart":
                         updated = await engine.restart(message_id, self.cause)
+                    elif action in ("mark-done", "call-again"):
+                        resolved = await resolve_in_doubt(engine, message_id, cast(Any, action), self.cause)
+                        updated = resolved.message
                     else:
                         updated = await engine.cancel(message_id, self.cause,
                                                       reason=f"cancelled by operator {getpass.getuser()} (CLI)")

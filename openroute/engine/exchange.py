@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -20,6 +21,13 @@ import sqlalchemy as sa
 
 from openroute.child import ChildMessage
 from openroute.clock import Clock
+from openroute.engine.idempotency import (
+    CallInDoubtError,
+    InDoubt,
+    entity_idempotency_key,
+    message_idempotency_key,
+    using_idempotency_key,
+)
 from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.message import InboundMessage
@@ -29,6 +37,7 @@ from openroute.route import ExtCallScope, Route, RouteRegistry
 __all__ = ["AttemptRuntime", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
 
 T = TypeVar("T")
+log = logging.getLogger("openroute.engine")
 
 
 class EntityCallStatus(StrEnum):
@@ -40,6 +49,8 @@ class EntityCallStatus(StrEnum):
     BUSY = "BUSY"
     #: this message took the call: make it and record the outcome
     RUN = "RUN"
+    #: an earlier attempt took the call and recorded no outcome, and the caller holds calls in doubt
+    IN_DOUBT = "IN_DOUBT"
 
 
 @dataclass(frozen=True)
@@ -140,38 +151,76 @@ class Exchange:
         self.postponed_for = delay if delay is not None else timedelta(-1)  # -1: the engine's default
         self.no_effect = True
 
-    async def call_once(self, key: str, call: Callable[[], Any]) -> Any:
+    def idempotency_key(self, key: str, *, scope: ExtCallScope | Literal["message", "entity"] | None = None) -> str:
+        """The idempotency key of this message's call ``key`` (what ``ext_call(key, ...)`` hands the remote).
+
+        The same on every attempt, on every node and after an operator's restart of the message: derived from the
+        message (id, source system, correlation id) and ``key``, or with entity scope (default: the route's
+        ``ext_call_scope``) from entity type, object id and ``key``. A UUID string. Raises ``ValueError`` for a
+        bad key or scope.
+        """
+        _check_key(key)
+        message = self.message
+        if self._entity_scoped(scope):
+            assert message.object_id is not None
+            return entity_idempotency_key(message.entity_type or message.operation, message.object_id, key)
+        return message_idempotency_key(message.id, message.source_system, message.correlation_id, key)
+
+    def _entity_scoped(self, scope: ExtCallScope | Literal["message", "entity"] | None) -> bool:
+        if scope is None:
+            scope = self.route.ext_call_scope if self.route is not None else "message"
+        if scope not in tuple(ExtCallScope):
+            raise ValueError(f"scope must be 'message' or 'entity', got {scope!r}")
+        return scope == "entity" and self.message.object_id is not None
+
+    async def call_once(self, key: str, call: Callable[..., Any], *, in_doubt: InDoubt = "repeat") -> Any:
         """Run ``call`` (sync or async) at most once successfully per (message, ``key``) across attempts.
 
-        If an earlier attempt recorded success, ``call`` is skipped and the recorded (JSON) result is
-        returned. The call and its record are not one transaction: a node dying after the remote system
-        acted but before the record is committed makes the next attempt call again, so the remote side
-        should treat ``(message id, key)`` as an idempotency key. For an effect in the store's own
-        database use :meth:`call_once_in_store`, which is exactly-once.
+        If an earlier attempt recorded success, ``call`` is skipped and the recorded (JSON) result is returned.
+        Before ``call`` runs, a STARTED record (idempotency key, node, time) is committed; ``call`` gets the
+        idempotency key (:meth:`idempotency_key`) as its argument when it takes one (a parameter named
+        ``idempotency_key``, or a single required positional parameter), and the outbound clients of openroute
+        send it on their own (:func:`~openroute.engine.idempotency.current_idempotency_key`).
+
+        A STARTED record found on entry is a call *in doubt*: an earlier attempt began it and recorded no outcome
+        (its node died, or the outcome could not be written), so the remote may or may not have acted. With
+        ``in_doubt="repeat"`` (default) the call is made again with the same key (a remote that honours the key
+        drops the repeat); with ``in_doubt="hold"`` it is not made and :class:`CallInDoubtError` ends the message
+        FAILED with error code ``CALL_IN_DOUBT`` for an operator ("mark done" / "call again"). A call that raised
+        is recorded FAILED and made again, with the same key, by the next attempt. For an effect in the store's
+        own database use :meth:`call_once_in_store`, which is exactly-once.
         """
         runtime = self._require_runtime()
         _check_key(key)
-        previous = await runtime.run_db(lambda: runtime.store.get_external_call(self.message.id, key))
-        if previous is not None and previous.status is ExternalCallStatus.OK:
-            return previous.result
+        hold = _check_in_doubt(in_doubt)
+        store = runtime.store
+        message_id = self.message.id
+        idempotency_key = message_idempotency_key(message_id, self.message.source_system,
+                                                  self.message.correlation_id, key)
+        previous, started = await runtime.run_db(lambda: store.begin_external_call(
+            message_id, key, idempotency_key, runtime.node_id, runtime.clock.now(), hold_in_doubt=hold))
+        if not started:
+            assert previous is not None
+            if previous.status is ExternalCallStatus.OK:
+                return previous.result
+            raise CallInDoubtError(key, idempotency_key, f"started by node {previous.node_id} at "
+                                   f"{previous.started_at}, no outcome recorded")
+        if previous is not None and previous.status is ExternalCallStatus.STARTED:
+            log.warning("message %s: call %r was in doubt (started by node %s at %s, no outcome); making it again "
+                        "with the same idempotency key %s", message_id, key, previous.node_id, previous.started_at,
+                        idempotency_key)
         try:
-            result = call()
-            if inspect.isawaitable(result):
-                result = await result
+            result = await _invoke(call, idempotency_key)
         except BaseException as error:
-            if not isinstance(error, asyncio.CancelledError):
+            if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
                 text = f"{type(error).__name__}: {error}"
-                await runtime.run_db(
-                    lambda: runtime.store.record_external_call(
-                        self.message.id, key, ExternalCallStatus.FAILED, runtime.clock.now(), error=text
-                    )
-                )
+                await asyncio.shield(runtime.run_db(
+                    lambda: store.finish_external_call(message_id, key, False, runtime.clock.now(), error=text)
+                ))
             raise
         stored = _json_or_none(result)
         await runtime.run_db(
-            lambda: runtime.store.record_external_call(
-                self.message.id, key, ExternalCallStatus.OK, runtime.clock.now(), result=stored
-            )
+            lambda: store.finish_external_call(message_id, key, True, runtime.clock.now(), result=stored)
         )
         return result
 
@@ -200,33 +249,43 @@ class Exchange:
         return await runtime.run_db(work)
 
     async def ext_call(
-        self, key: str, call: Callable[[], Any], *, scope: ExtCallScope | Literal["message", "entity"] | None = None
+        self,
+        key: str,
+        call: Callable[..., Any],
+        *,
+        scope: ExtCallScope | Literal["message", "entity"] | None = None,
+        in_doubt: InDoubt = "repeat",
     ) -> Any:
         """Call an external system idempotently: at most one success per (message, ``key``) or per
         (entity type + object id, ``key``) with ``scope="entity"`` (default: the route's ``ext_call_scope``).
 
         A success recorded by an earlier attempt (of this message, or with entity scope of any message of the
-        same entity) is not repeated: its recorded JSON result is returned. With entity scope the record is
-        taken IN_PROGRESS before the call, so a concurrent duplicate call for the same entity and key is not
-        made: that attempt fails technically (code EXT_CALL_IN_PROGRESS) and is retried per the policy. A
-        message without an object id has no entity: entity scope then falls back to message scope.
+        same entity) is not repeated: its recorded JSON result is returned. The call carries a stable idempotency
+        key (:meth:`idempotency_key`; handed to ``call`` when it takes a parameter, see :meth:`call_once`) and is
+        recorded as started, committed, before it is made; ``in_doubt`` says what a later attempt does with a call
+        that was started and never finished: ``"repeat"`` it with the same key (default) or ``"hold"`` the message
+        for an operator (:meth:`call_once`). With entity scope the record is taken IN_PROGRESS before the call, so
+        a concurrent duplicate call for the same entity and key is not made: that attempt fails technically (code
+        EXT_CALL_IN_PROGRESS) and is retried per the policy; an IN_PROGRESS record left by a dead attempt is the
+        call in doubt. A message without an object id has no entity: entity scope then falls back to message scope.
         """
-        if scope is None:
-            scope = self.route.ext_call_scope if self.route is not None else "message"
-        if scope not in tuple(ExtCallScope):
-            raise ValueError(f"scope must be 'message' or 'entity', got {scope!r}")
-        message = self.message
-        if scope == "message" or message.object_id is None:
-            return await self.call_once(key, call)
+        entity = self._entity_scoped(scope)
+        hold = _check_in_doubt(in_doubt)
+        if not entity:
+            return await self.call_once(key, call, in_doubt=in_doubt)
         runtime = self._require_runtime()
         _check_key(key)
+        message = self.message
         entity_type = message.entity_type or message.operation
         object_id = message.object_id
+        assert object_id is not None
+        idempotency_key = entity_idempotency_key(entity_type, object_id, key)
         store = runtime.store
         now = runtime.clock.now()
         stale_before = now - runtime.processing_lease
         status, recorded = await runtime.run_db(
-            lambda: store.begin_entity_call(entity_type, object_id, key, message.id, now, stale_before)
+            lambda: store.begin_entity_call(entity_type, object_id, key, message.id, now, stale_before,
+                                            hold_in_doubt=hold)
         )
         if status == EntityCallStatus.DONE:
             return recorded
@@ -235,10 +294,11 @@ class Exchange:
                 f"call {key!r} for {entity_type} {object_id} is being made by another message",
                 ErrorCode.EXT_CALL_IN_PROGRESS.value,
             )
+        if status == EntityCallStatus.IN_DOUBT:
+            raise CallInDoubtError(key, idempotency_key, f"{entity_type} {object_id}: an earlier attempt took the "
+                                   "call and recorded no outcome")
         try:
-            result = call()
-            if inspect.isawaitable(result):
-                result = await result
+            result = await _invoke(call, idempotency_key)
         except BaseException as error:
             text = f"{type(error).__name__}: {error}"
             await asyncio.shield(runtime.run_db(
@@ -309,6 +369,43 @@ def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) 
     """Insert child messages in one transaction (duplicates of an earlier split are reported, not stored)."""
     with store.begin() as connection:
         return list(store.insert_messages(batch, connection, node_id=node_id))
+
+
+def _check_in_doubt(in_doubt: str) -> bool:
+    """True for ``"hold"``, False for ``"repeat"``; ``ValueError`` for anything else."""
+    if in_doubt not in ("repeat", "hold"):
+        raise ValueError(f"in_doubt must be 'repeat' or 'hold', got {in_doubt!r}")
+    return in_doubt == "hold"
+
+
+def _key_parameter(call: Callable[..., Any]) -> str | None:
+    """How ``call`` takes the idempotency key: "keyword", "positional" or None (it takes no argument)."""
+    try:
+        parameters = inspect.signature(call).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: called without the key
+        return None
+    named = parameters.get("idempotency_key")
+    if named is not None and named.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+        return "keyword"
+    positional = [p for p in parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                  and p.default is inspect.Parameter.empty]
+    return "positional" if len(positional) == 1 else None
+
+
+async def _invoke(call: Callable[..., Any], idempotency_key: str) -> Any:
+    """Run ``call`` (sync or async) with ``idempotency_key`` as the current key, handed to it if it takes it."""
+    with using_idempotency_key(idempotency_key):
+        how = _key_parameter(call)
+        if how == "keyword":
+            result = call(idempotency_key=idempotency_key)
+        elif how == "positional":
+            result = call(idempotency_key)
+        else:
+            result = call()
+        if inspect.isawaitable(result):
+            result = await result
+    return result
 
 
 def _check_key(key: str) -> None:

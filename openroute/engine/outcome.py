@@ -8,7 +8,10 @@ This is the one place that answers "when is a message FAILED?". A message ends F
 - a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
   count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
   policy's delay (an attempt that declared no effect retries without counting);
-- one of its child messages ends FAILED or CANCEL (the parent of a split).
+- one of its child messages ends FAILED or CANCEL (the parent of a split);
+- a call in doubt of a route that holds such calls (:class:`~openroute.engine.idempotency.CallInDoubtError`):
+  FAILED at once with error code ``CALL_IN_DOUBT``, failed count unchanged, held for an operator ("mark done" /
+  "call again", both restart it); the source system is not confirmed until it reaches its real outcome.
 
 The engine asks these functions for a :class:`Decision` and applies it through the state machine
 (:mod:`openroute.states`); nothing here touches the database, so every rule is tested without one.
@@ -23,6 +26,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from openroute.engine.idempotency import CallInDoubtError
 from openroute.errors import BusinessError, TechnicalError, ValidationError
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
 from openroute.retry import RetryPolicy
@@ -57,6 +61,8 @@ class ErrorCode(StrEnum):
     DROPPED = "DROPPED"
     CANCELLED = "CANCELLED"
     EXT_CALL_IN_PROGRESS = "EXT_CALL_IN_PROGRESS"
+    #: held for an operator: a call an earlier attempt started has no recorded outcome (see CallInDoubtError)
+    CALL_IN_DOUBT = "CALL_IN_DOUBT"
 
 
 @dataclass(frozen=True)
@@ -94,7 +100,8 @@ def after_attempt(
 
     Success: POSTPONED when the route postponed it (``postponed_for`` negative: ``postpone_interval``),
     WAITING_FOR_CHILDREN when it split, else OK. A business or validation error: FAILED at once. Any other
-    error is technical: PARTLY_FAILED with the failed count + 1 (unchanged when ``no_effect``) and due per
+    error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT): PARTLY_FAILED with the failed
+    count + 1 (unchanged when ``no_effect``) and due per
     ``policy``, or FAILED when that count exhausts the policy. Custom data or business errors that are not
     JSON turn the attempt into a validation error (the message keeps its previous custom data).
     """
@@ -120,6 +127,11 @@ def after_attempt(
         return Decision(MessageState.FAILED, changes)
     if isinstance(error, ValidationError):
         changes.update(last_error_code=ErrorCode.VALIDATION_ERROR.value, last_error_text=clip(str(error)),
+                       next_attempt_at=None)
+        return Decision(MessageState.FAILED, changes)
+    if isinstance(error, CallInDoubtError):
+        # not retried on its own: the next attempt would find the same doubt; an operator decides (no count)
+        changes.update(last_error_code=ErrorCode.CALL_IN_DOUBT.value, last_error_text=clip(error.text),
                        next_attempt_at=None)
         return Decision(MessageState.FAILED, changes)
     code = error.code if isinstance(error, TechnicalError) else type(error).__name__

@@ -3,11 +3,16 @@
 A SOAP Fault becomes a :class:`~openroute.errors.BusinessError` (the message ends FAILED with the fault kept
 for the confirmation), a transport problem a :class:`~openroute.errors.TechnicalError` (retried per the
 route's retry policy), a request zeep cannot build from the arguments a :class:`~openroute.errors.ValidationError`.
+
+Inside an ``ext_call`` / ``call_once`` every request carries the call's idempotency key as a WS-Addressing
+``MessageID`` SOAP header (``<wsa:MessageID xmlns:wsa="http://www.w3.org/2005/08/addressing">urn:uuid:KEY
+</wsa:MessageID>``), the same on every attempt of the call, so a service that honours it can drop repeats.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,7 +25,11 @@ from lxml import etree
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
+from openroute.engine.idempotency import current_idempotency_key
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
+
+#: the WS-Addressing 1.0 namespace of the ``MessageID`` header that carries the idempotency key
+WSA_NAMESPACE = "http://www.w3.org/2005/08/addressing"
 
 _MAX_TEXT = 1000
 
@@ -41,6 +50,17 @@ class SoapFaultError(BusinessError):
 
 class SoapTransportError(TechnicalError):
     """The call did not get a usable answer: timeout, connection refused, HTTP error status, broken XML."""
+
+
+def message_id_header(idempotency_key: str) -> etree._Element:
+    """The ``wsa:MessageID`` header element carrying ``idempotency_key`` (``urn:uuid:<key>`` for a UUID key)."""
+    try:
+        value = f"urn:uuid:{uuid.UUID(idempotency_key)}"
+    except ValueError:
+        value = f"urn:openroute:idempotency:{idempotency_key}"
+    header = etree.Element(f"{{{WSA_NAMESPACE}}}MessageID", nsmap={"wsa": WSA_NAMESPACE})
+    header.text = value
+    return header
 
 
 def _positive(name: str, value: float | None) -> None:
@@ -115,12 +135,23 @@ class SoapService:
         """The operation names of the bound port."""
         return frozenset(self._binding._operations)
 
-    async def call(self, operation: str, *args: Any, **kwargs: Any) -> Any:
-        """Call ``operation`` once and return zeep's answer object (or its single value)."""
+    async def call(self, operation: str, *args: Any, _idempotency_key: str | None = None, **kwargs: Any) -> Any:
+        """Call ``operation`` once and return zeep's answer object (or its single value).
+
+        The request carries ``_idempotency_key`` (default: the key of the ``ext_call`` running now, if any) as a
+        WS-Addressing ``MessageID`` header, added to any ``_soapheaders`` given.
+        """
         if operation not in self._binding._operations:
             raise ConfigurationError(
                 f"{self.name} has no operation {operation!r}; it has {sorted(self._binding._operations)}"
             )
+        key = _idempotency_key if _idempotency_key is not None else current_idempotency_key()
+        if key is not None:
+            headers = kwargs.get("_soapheaders")
+            if headers is not None and not isinstance(headers, list):
+                raise ConfigurationError("_soapheaders must be a list of header elements when an idempotency key is "
+                                         "sent")
+            kwargs["_soapheaders"] = [*(headers or []), message_id_header(key)]
         try:
             return await self._proxy[operation](*args, **kwargs)
         except zeep.exceptions.Fault as fault:

@@ -78,7 +78,7 @@ def parse_confirm(body: bytes) -> dict[str, object]:
     fields: dict[str, object] = {
         name: _text(request, name)
         for name in ("correlationId", "messageId", "sourceSystem", "processId", "service", "operation", "state",
-                     "finishedAt", "errorCode", "errorText")
+                     "finishedAt", "errorCode", "errorText", "confirmationId")
     }
     fields["businessErrors"] = [
         {"code": _text(e, "code"), "text": _text(e, "text")}

@@ -245,7 +245,7 @@ async def test_a_failing_or_hung_system_never_blocks_the_others(
         [Broken("BROKEN"), hung, HttpJsonConfirmation("CRM", receiver.url + "/json")]
     )
     policy = ConfirmationPolicy(max_attempts=3, interval=10, claim_timeout=0.5)
-    service = ConfirmationService(store, callback, policy, clock=clock, concurrency=2)
+    service = ConfirmationService(store, callback, policy, clock=clock, concurrency=2, send_timeout=0.5)
     ids = {system: add_message(store, n, source_system=system)
            for n, system in enumerate(["SLOW", "BROKEN", "CRM", "CRM2"])}
     for system, mid in ids.items():
@@ -258,7 +258,7 @@ async def test_a_failing_or_hung_system_never_blocks_the_others(
     assert (report.sent, report.retry_scheduled) == (1, 2)
     assert accepted_ids(receiver) == [str(ids["CRM"])]
     assert "RuntimeError: bug in the callback" in ((await service.get(ids["BROKEN"])).last_error or "")  # type: ignore[union-attr]
-    assert "claim timeout" in ((await service.get(ids["SLOW"])).last_error or "")  # type: ignore[union-attr]
+    assert "send timeout" in ((await service.get(ids["SLOW"])).last_error or "")  # type: ignore[union-attr]
     assert await service.get(ids["CRM2"]) is None  # no confirmation registered for CRM2
 
 

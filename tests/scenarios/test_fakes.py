@@ -43,8 +43,8 @@ async def test_the_mno_in_process_and_its_blocked_customers() -> None:
         with pytest.raises(SoapFaultError, match="customer blocked-1 is blocked in mno") as fault:
             await service.call("activateSim", customerId="blocked-1", msisdn="420777000000")
     assert fault.value.code == "Client"
-    assert mno.status() == {"name": "mno", "calls": {"C-2": 1, "blocked-1": 1}, "total": 2, "failures_left": 0,
-                            "faults_left": 0}
+    assert mno.status() == {"name": "mno", "calls": {"C-2": 1, "blocked-1": 1}, "total": 2, "effects": {"C-2": 1},
+                            "repeats": 0, "failures_left": 0, "faults_left": 0}
     mno.fail_next(3)
     mno.reset()
     assert mno.status()["total"] == 0 and mno.failures_left == 0
@@ -82,7 +82,8 @@ async def test_control_endpoints_and_bad_requests() -> None:
             assert answer.status_code == 500 and "<faultcode>s:Client</faultcode>" in answer.text
             assert "root:" not in answer.text
         status = (await client.get("http://billing.fake/calls")).json()
-    assert status == {"name": "billing", "calls": {}, "total": 0, "failures_left": 1, "faults_left": 2}
+    assert status == {"name": "billing", "calls": {}, "total": 0, "effects": {}, "repeats": 0, "failures_left": 1,
+                      "faults_left": 2}
 
 
 def test_reference_registry_mounts_the_fakes_it_uses(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,3 +101,32 @@ def test_a_wsdl_that_is_not_there_is_a_configuration_error(monkeypatch: pytest.M
     monkeypatch.setenv("OPENROUTE_BILLING_WSDL", str(tmp_path / "missing.wsdl"))
     with pytest.raises(ConfigurationError, match=r"missing\.wsdl"):
         registry()
+
+
+async def test_a_fake_drops_a_repeat_of_an_idempotency_key_and_answers_as_the_first_time() -> None:
+    billing = fake_billing()
+    async with SoapService(WSDL / "billing.wsdl", address="http://billing.fake/", http_client=billing.client()) as svc:
+        first = await svc.call("createAccount", customerId="C-7", tariff="basic", _idempotency_key="k-1")
+        billing.fail_next(1)  # a failed call acts on nothing: the same key is still new afterwards
+        with pytest.raises(SoapTransportError):
+            await svc.call("createAccount", customerId="C-7", tariff="basic", _idempotency_key="k-2")
+        repeat = await svc.call("createAccount", customerId="C-7", tariff="basic", _idempotency_key="k-1")
+        second = await svc.call("createAccount", customerId="C-7", tariff="basic", _idempotency_key="k-2")
+        unkeyed = await svc.call("createAccount", customerId="C-7", tariff="basic")
+    assert str(repeat) == str(first) == "BILLING-C-7-1" and str(second) == "BILLING-C-7-4"
+    assert str(unkeyed) == "BILLING-C-7-5"
+    assert (billing.calls["C-7"], billing.effects["C-7"], billing.repeats) == (5, 3, 1)
+
+
+async def test_soap_service_sends_the_key_of_the_running_call_on_its_own() -> None:
+    from openroute.engine.idempotency import using_idempotency_key
+
+    mno = fake_mno()
+    async with SoapService(WSDL / "mno.wsdl", address="http://mno.fake/", http_client=mno.client()) as service:
+        with using_idempotency_key("6f1c2a9e-0000-5000-8000-000000000001"):
+            first = await service.call("activateSim", customerId="C-5", msisdn="420777000000")
+            again = await service.call("activateSim", customerId="C-5", msisdn="420777000000")
+        with pytest.raises(ConfigurationError, match="_soapheaders must be a list"):
+            await service.call("activateSim", customerId="C-5", msisdn="420777000000", _idempotency_key="k",
+                               _soapheaders={"x": 1})
+    assert str(first) == str(again) and (mno.calls["C-5"], mno.effects["C-5"], mno.repeats) == (2, 1, 1)
