@@ -28,7 +28,7 @@ from openroute.errors import ConfigurationError, ValidationError
 if TYPE_CHECKING:
     from openroute.inbound.schema import RequestSchema
 
-__all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
+__all__ = ["ChannelBinding", "Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
 
 @dataclass(frozen=True)
@@ -323,3 +323,34 @@ def default_bindings(service: str, operation: str, namespace: str | None = None)
 
 # the former path of this module: openroute/__init__ imports this module before anything imports openroute.inbound
 sys.modules.setdefault("openroute.inbound.binding", sys.modules[__name__])
+
+
+@dataclass(frozen=True)
+class ChannelBinding:
+    """A route fed by a broker channel, beside (or instead of) its HTTP bindings.
+
+    ``channel`` is the messaging layer's incoming channel (bound to a connector in the configuration:
+    ``openroute.messaging.incoming.<channel>.connector``); ``json`` and ``xml`` are the checks and extractors the
+    route declared (the same as its HTTP endpoints use), applied to a JSON or an XML delivery body.
+    :mod:`openroute.inbound.channel` serves it.
+    """
+
+    channel: str
+    service: str
+    operation: str
+    json: InboundBinding | None = None
+    xml: InboundBinding | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.channel, str) or not self.channel.strip() or self.channel != self.channel.strip():
+            raise ConfigurationError(f"a channel name must be a non-empty string without surrounding spaces, "
+                                     f"got {self.channel!r}")
+        for binding in (self.json, self.xml):
+            if binding is not None and binding.key != (self.service, self.operation):
+                raise ConfigurationError(f"channel {self.channel}: binding {binding.service}/{binding.operation} "
+                                         f"is not of route {self.service}/{self.operation}")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(service, operation): the route this channel feeds."""
+        return (self.service, self.operation)
