@@ -32,6 +32,7 @@ from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
+    from openroute.inbound.channel import ChannelInbound
     from openroute.persistence import MessageStore
 
 log = logging.getLogger("openroute.server")
@@ -50,6 +51,7 @@ def create_app(
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
+    channels: ChannelInbound | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -63,6 +65,9 @@ def create_app(
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
+    broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
+    acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
@@ -78,6 +83,13 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if manage_engine:
             await engine.start()
+        if channels is not None:
+            try:
+                await channels.start()
+            except BaseException:
+                if manage_engine:
+                    await engine.stop()
+                raise
         stop = asyncio.Event()
         loop_task = None
         if confirmation is not None:
@@ -87,6 +99,8 @@ def create_app(
             yield
         finally:
             stop.set()
+            if channels is not None:
+                await channels.stop()
             if purge_task is not None:
                 await purge_task
             if loop_task is not None:
@@ -99,8 +113,9 @@ def create_app(
                 # a clean stop leaves a SQLite store in one file: openroute.db alone is a complete copy
                 await asyncio.to_thread(checkpoint_wal, engine.store)
 
+    health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
-        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
+        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health,
                 Mount("/console", app=Console(engine, admin_auth).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=lifespan,
@@ -111,6 +126,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.confirmation = confirmation
     app.state.retention = purge
+    app.state.channels = channels
     return app
 
 

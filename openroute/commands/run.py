@@ -185,14 +185,21 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
     confirmation = ConfirmationService(store, config.confirmations.callback())
+    channels = None
+    if getattr(loaded, "channels", None):
+        from openroute.inbound.channel import ChannelInbound
+
+        channels = ChannelInbound(engine, loaded.channels, config.messaging_config(),
+                                  settings=config.inbound.settings())
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy())
+                     retention=config.retention.policy(), channels=channels)
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
-               f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)")
+               f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)"
+               + (f"; channels {', '.join(channels.channels)}" if channels is not None else ""))
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager

@@ -324,7 +324,8 @@ class ChannelInbound:
                                         correlation_id=meta.correlation_id,
                                         content_type=meta.content_type or "application/octet-stream")
         try:
-            await self._dead_letters[target].send(Message(body, (outgoing,)))
+            sent = self._dead_letters[target].send(Message(body, (outgoing,)))
+            await (sent if isinstance(sent, asyncio.Future) else asyncio.wrap_future(sent))
         except Exception as failure:
             await self._redeliver(channel, message, "DEAD_LETTER_FAILED", failure)
             return
