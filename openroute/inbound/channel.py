@@ -298,9 +298,10 @@ class ChannelInbound:
     async def _redeliver(self, channel: _Channel, message: Message[Any], code: str, error: BaseException) -> None:
         """The store failed (or the node does not accept now): pause, then give the delivery back."""
         options = channel.options
-        self._delay = min(max(self._delay * 2, options.backoff), options.max_backoff)
         loop = asyncio.get_running_loop()
-        self._resume_at = max(self._resume_at, loop.time() + self._delay)
+        if loop.time() >= self._resume_at:  # deliveries failing in the same pause count once
+            self._delay = min(max(self._delay * 2, options.backoff), options.max_backoff)
+            self._resume_at = loop.time() + self._delay
         channel.stats.redelivered += 1
         log.warning("channel %s: delivery not stored (%s: %s), given back for redelivery; channels pause %.1f s",
                     channel.binding.channel, code, _one_line(error), self._delay)
