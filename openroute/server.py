@@ -32,6 +32,7 @@ from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
+    from openroute.engine.outbox import OutboxPublisher
     from openroute.inbound.channel import ChannelInbound
     from openroute.persistence import MessageStore
 
@@ -52,6 +53,7 @@ def create_app(
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
     channels: ChannelInbound | None = None,
+    outbox: OutboxPublisher | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -68,6 +70,8 @@ def create_app(
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
     broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
     acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
+    With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write outcome events in their
+    own transaction and the lifespan publishes them (``app.state.outbox``).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
@@ -75,6 +79,9 @@ def create_app(
     admin = AdminApi(engine, admin_auth)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
+    if outbox is not None:
+        engine.final_state_tx_hooks.append(outbox.writer())
+        engine.final_state_hooks.append(outbox.on_final_state)
     if confirmation is not None:
         engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
         engine.final_state_hooks.append(confirmation.on_final_state)
@@ -91,6 +98,10 @@ def create_app(
                     await engine.stop()
                 raise
         stop = asyncio.Event()
+        outbox_task = None
+        if outbox is not None:
+            await outbox.start()
+            outbox_task = asyncio.create_task(outbox.run(stop), name="outbox")
         loop_task = None
         if confirmation is not None:
             loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
@@ -110,6 +121,15 @@ def create_app(
                     log.exception("confirmation loop did not stop cleanly")
             if manage_engine:
                 await engine.stop()
+            if outbox_task is not None and outbox is not None:
+                # after the engine: the final states of its last messages are published too (or left in the outbox)
+                try:
+                    await asyncio.wait_for(outbox_task, 30)  # its round in flight ends (stop is set)
+                    await asyncio.wait_for(outbox.publish_once(), 10)
+                except (TimeoutError, Exception):  # what is not confirmed stays in the outbox for the next start
+                    log.warning("outbox: events left unpublished at stop are published after the next start")
+                await outbox.stop()
+            if manage_engine:
                 # a clean stop leaves a SQLite store in one file: openroute.db alone is a complete copy
                 await asyncio.to_thread(checkpoint_wal, engine.store)
 
@@ -127,6 +147,7 @@ def create_app(
     app.state.confirmation = confirmation
     app.state.retention = purge
     app.state.channels = channels
+    app.state.outbox = outbox
     return app
 
 

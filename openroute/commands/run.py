@@ -191,10 +191,15 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
 
         channels = ChannelInbound(engine, loaded.channels, config.messaging_config(),
                                   settings=config.inbound.settings())
+    from openroute.engine.outbox import OutboxPublisher, outcome_rules
+
+    rules = outcome_rules(config.messaging_config())
+    outbox = OutboxPublisher(store, rules, config.messaging_config(), node_id=engine.node_id) if rules else None
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy(), channels=channels)
+                     retention=config.retention.policy(), channels=channels,
+                     outbox=outbox)
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "

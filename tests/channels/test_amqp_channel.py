@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from openroute.engine import Engine, EngineSettings
-from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelInbound
 from openroute.persistence import MessageStore
 
+from openroute.engine import Engine, EngineSettings
+from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelInbound
 from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
 from tests.channels.channel_app import app as application
 

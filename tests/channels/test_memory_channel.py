@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from openroute.persistence import MessageStore
+
 from openroute import route
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
@@ -16,7 +18,6 @@ from openroute.errors import DeploymentError
 from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelDelivery, ChannelInbound
 from openroute.messaging import Message, RedeliverError
 from openroute.messaging.amqp import AmqpOutgoingMetadata
-from openroute.persistence import MessageStore
 
 
 def application() -> Application:
@@ -126,7 +127,7 @@ async def test_a_channel_without_connector_is_a_deployment_error(sqlite_url: str
     store.create_schema()
     app = application()
     engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
-    with pytest.raises(DeploymentError, match="crm-in.*has no connector"):
+    with pytest.raises(DeploymentError, match=r"crm-in.*has no connector"):
         ChannelInbound(engine, app.channels, {}, environ={})
     with pytest.raises(DeploymentError, match="requeue an invalid delivery forever"):
         ChannelInbound(engine, app.channels, {**CONFIG, "openroute.messaging.incoming.crm-in.failure-strategy":
