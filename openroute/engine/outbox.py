@@ -85,13 +85,13 @@ def outcome_rules(config: Mapping[str, Any] | MessagingConfig) -> list[OutcomeEv
         raw = channel.get("outcome-events")
         if raw in (None, "", False):
             continue
-        values = raw if isinstance(raw, list) else str(raw).split(",")
+        values = raw if isinstance(raw, list) else ("final" if raw is True else str(raw)).split(",")
         words = [str(v).strip().upper() for v in values if str(v).strip()]
         try:
             states = FINAL_STATES if words in (["FINAL"], ["TRUE"]) else frozenset(MessageState(w) for w in words)
         except ValueError as error:
             raise ConfigurationError(f"outgoing channel '{name}': outcome-events: {error}") from None
-        routes_raw = channel.get("outcome-routes") or ()
+        routes_raw = channel.get("outcome-routes") or []
         routes = routes_raw if isinstance(routes_raw, list) else str(routes_raw).split(",")
         rules.append(OutcomeEvents(name, states, tuple(str(r).strip() for r in routes if str(r).strip())))
     return rules
