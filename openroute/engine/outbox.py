@@ -33,6 +33,7 @@ from openroute.clock import Clock, SystemClock
 from openroute.errors import ConfigurationError
 from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpOutgoingMetadata
+from openroute.messaging.config import select_channels
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import FINAL_STATES
 from openroute.persistence.outbox import OutboxEvent, add_events, delete_events, lease_due, postpone_event
@@ -193,8 +194,9 @@ class OutboxPublisher:
         self.stats = OutboxStats()
         if isinstance(config, MessagingConfig):
             app = MessagingApp(config)
-        else:
-            app = MessagingApp(dict(config or {}), environ=environ)
+        else:  # only the event channels (the file may hold the routes' channels too)
+            app = MessagingApp(select_channels(dict(config or {}), (), [r.channel for r in self.rules]),
+                               environ=environ)
         app.register_connector("in-memory", app.connector("memory"))
         self.app = app
         self._emitters: dict[str, Emitter[Any]] = {}

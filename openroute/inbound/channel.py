@@ -38,7 +38,7 @@ from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, s
 from openroute.inbound.parsing import parse_json, parse_xml
 from openroute.messaging import Acknowledgment, Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, AmqpSource
-from openroute.messaging.config import ChannelConfig
+from openroute.messaging.config import ChannelConfig, select_channels
 from openroute.messaging.errors import RedeliverError
 
 __all__ = [
@@ -166,15 +166,20 @@ class ChannelInbound:
         self.settings = settings or InboundSettings()
         bindings = list(channels)
         problems: list[str] = []
-        raw = dict(config) if isinstance(config, Mapping) else {}
         for binding in bindings:
             if not isinstance(binding, ChannelBinding):
                 raise ConfigurationError(f"expected a ChannelBinding, got {binding!r}")
-            # the raw body is what is stored and checked (a decoding source would refuse a malformed body silently)
-            raw[f'openroute.messaging.incoming."{binding.channel}".decode'] = False
         if isinstance(config, MessagingConfig):
             self.app = MessagingApp(config)
         else:
+            # only this node's route channels and their dead-letter channels (the file may hold the outbox's too)
+            given = dict(config or {})
+            scope = MessagingConfig(given, environ={})
+            dead = {str(scope.channel("incoming", b.channel).get("dead-letter-channel")) for b in bindings}
+            raw = select_channels(given, [b.channel for b in bindings], dead)
+            for binding in bindings:
+                # the raw body is stored and checked (a decoding source would refuse a malformed body silently)
+                raw[f'openroute.messaging.incoming."{binding.channel}".decode'] = False
             self.app = MessagingApp(raw, environ=environ)
         self.app.register_connector(IN_MEMORY, self.app.connector("memory"))
         self._channels: dict[str, _Channel] = {}
