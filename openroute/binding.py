@@ -331,8 +331,9 @@ class ChannelBinding:
 
     ``channel`` is the messaging layer's incoming channel (bound to a connector in the configuration:
     ``openroute.messaging.incoming.<channel>.connector``); ``json`` and ``xml`` are the checks and extractors the
-    route declared (the same as its HTTP endpoints use), applied to a JSON or an XML delivery body.
-    :mod:`openroute.inbound.channel` serves it.
+    route declared (the same as its HTTP endpoints use), applied to a JSON or an XML delivery body. An ``optional``
+    channel that the configuration binds to no connector is left out (with a log line) instead of stopping the
+    start. :mod:`openroute.inbound.channel` serves it.
     """
 
     channel: str
@@ -340,6 +341,7 @@ class ChannelBinding:
     operation: str
     json: InboundBinding | None = None
     xml: InboundBinding | None = None
+    optional: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.channel, str) or not self.channel.strip() or self.channel != self.channel.strip():

@@ -187,7 +187,7 @@ class RouteBuilder(Steps):
     #: the options of the :class:`Route` it builds, under the Route's own field names (``retry_policy``,
     #: ``obsolete_check``, ``guaranteed_order``, ``ext_call_scope``, ``interceptors``, ...)
     route_fields: Mapping[str, Any] = field(default_factory=dict)
-    #: incoming channels feeding this route (:meth:`from_channel`)
+    #: incoming channels feeding this route (:meth:`from_channel`; an optional one starts with ``?``)
     channels: tuple[str, ...] = ()
 
     def _with(self, **route_fields: Any) -> Self:
@@ -224,17 +224,18 @@ class RouteBuilder(Steps):
         """Accept JSON objects at ``POST /api/<service>/<operation>``."""
         return dataclasses.replace(self, accepts_json=True)
 
-    def from_channel(self, channel: str) -> Self:
+    def from_channel(self, channel: str, *, optional: bool = False) -> Self:
         """Also (or only: without ``.soap()`` / ``.json()`` no HTTP endpoint serves the route) take messages from
         the incoming channel ``channel``, bound to a connector in the configuration
         (``openroute.messaging.incoming.<channel>.connector = "amqp"``); each delivery is checked and stored like an
-        HTTP request, then acknowledged (docs/channels.md)."""
+        HTTP request, then acknowledged (docs/channels.md). An ``optional`` channel the configuration does not bind
+        is left out at start; a required one without a connector stops the start."""
         if not isinstance(channel, str) or not channel.strip() or channel != channel.strip():
             raise DeploymentError(f"{self._what}: from_channel: a channel name must be a non-empty string without "
                                   f"surrounding spaces, got {channel!r}")
-        if channel in self.channels:
+        if channel in self.channels or f"?{channel}" in self.channels:
             raise DeploymentError(f"{self._what}: from_channel: channel {channel!r} is given twice")
-        return dataclasses.replace(self, channels=(*self.channels, channel))
+        return dataclasses.replace(self, channels=(*self.channels, f"?{channel}" if optional else channel))
 
     # -- validate -----------------------------------------------------------------------------------
     def require(self, *xpaths: str, json: str | Sequence[str] = ()) -> Self:
@@ -361,7 +362,8 @@ class RouteBuilder(Steps):
                                    accepts_json=True, channels=())._bindings()
         xml = next((b for b in both if b.content_type == "xml"), None)
         json_binding = next((b for b in both if b.content_type == "json"), None)
-        return tuple(ChannelBinding(name, self.service, self.operation, json=json_binding, xml=xml)
+        return tuple(ChannelBinding(name.removeprefix("?"), self.service, self.operation, json=json_binding, xml=xml,
+                                    optional=name.startswith("?"))
                      for name in self.channels)
 
     def _unusable_xpaths(self, bindings: Sequence[InboundBinding]) -> list[str]:

@@ -194,6 +194,11 @@ class ChannelInbound:
                 problems.append(f"channel '{binding.channel}' feeds two routes")
                 continue
             config_of = self.app.config.channel("incoming", binding.channel, known)
+            if config_of.connector is None and binding.optional:
+                log.info("channel %s of route %s/%s is not bound to a connector: not consumed (set "
+                         "openroute.messaging.incoming.%s.connector to feed the route from it)", binding.channel,
+                         binding.service, binding.operation, binding.channel)
+                continue
             if config_of.connector is None:
                 problems.append(f"channel '{binding.channel}' of route {binding.service}/{binding.operation} has no "
                                 f"connector: set openroute.messaging.incoming.{binding.channel}.connector "
