@@ -293,7 +293,11 @@ class ChannelInbound:
             channel.stats.duplicates += 1
         else:
             channel.stats.accepted += 1
-        await message.ack()
+        try:
+            await message.ack()
+        except Exception as error:  # the connection went: the broker redelivers it, acked then as a duplicate
+            log.info("channel %s: ack of stored message %s lost (%s); its redelivery will be acked as a duplicate",
+                     name, result.message_id, _one_line(error))
 
     async def _wait_resume(self) -> bool:
         """Wait out a back-off after a store failure; False when the node stops meanwhile."""

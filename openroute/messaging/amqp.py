@@ -275,6 +275,13 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
         self._drain()
         try:
             requeue = await decision
+        except BaseException:
+            # the delivery's task was cancelled (connection lost, close): whoever settles it must not wait forever;
+            # the broker redelivers it
+            if not finished.done():
+                finished.set_exception(ChannelClosedError(f"amqp channel '{self.name}': delivery abandoned"))
+                finished.exception()  # retrieved: nobody may be waiting for it
+            raise
         finally:
             self._pending.discard(decision)
         try:
@@ -284,8 +291,13 @@ class AmqpSource(Publisher[Message[Any]], Subscription):
                 await incoming.ack()
             else:
                 await incoming.reject(requeue=requeue)
-        except Exception as error:
-            finished.set_exception(error)
+        except BaseException as error:  # cancelled too (connection lost): the settler must not wait forever
+            if not finished.done():
+                finished.set_exception(error if isinstance(error, Exception) else ChannelClosedError(
+                    f"amqp channel '{self.name}': settling the delivery was cancelled"))
+                finished.exception()  # retrieved: nobody may be waiting for it
+            if not isinstance(error, Exception):
+                raise
             return
         finished.set_result(None)
 
