@@ -184,7 +184,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
-    confirmation = ConfirmationService(store, config.confirmations.callback())
+    confirmation = ConfirmationService(store, config.confirmations.callback(config.messaging_config()))
     channels = None
     if getattr(loaded, "channels", None):
         from openroute.inbound.channel import ChannelInbound

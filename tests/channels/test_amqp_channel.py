@@ -127,8 +127,8 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
     sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
 ) -> None:
     queue, dlq = queues
-    await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(30)])
-    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.2)
+    await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)])
+    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
     accept = node.engine.accept
     down = True
 
@@ -141,11 +141,11 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
-        await until(lambda: stats.redelivered >= 60)  # every delivery refused and given back, again and again
+        await until(lambda: stats.redelivered >= 30)  # deliveries refused and given back, again and again
         assert node.count() == 0 and stats.accepted == 0
         down = False
-        await until(lambda: stats.accepted == 30)  # resumed by itself after the back-off
-        assert node.count() == 30
+        await until(lambda: stats.accepted == 20)  # resumed by itself after the back-off
+        assert node.count() == 20
     finally:
         await node.stop()
     assert await ready(rabbitmq_url, queue) == 0
