@@ -191,6 +191,8 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
 
         channels = ChannelInbound(engine, loaded.channels, config.messaging_config(),
                                   settings=config.inbound.settings())
+        if not channels.channels:  # only optional channels, none of them bound
+            channels = None
     from openroute.engine.outbox import OutboxPublisher, outcome_rules
 
     rules = outcome_rules(config.messaging_config())
