@@ -1,7 +1,7 @@
 """The full-size check of persist-then-acknowledge on a channel-fed route (issue 27): ``--count`` messages
 (default 1,000) in a RabbitMQ queue, ``openroute run`` SIGKILLed ``--kills`` times (default 4) during the load and
 restarted; after each kill every message the broker no longer holds must be in the store exactly once, and at the
-end all of them, once. The in-suite version is tests/channels/test_channel_kill.py (300 messages, one kill).
+end all of them, once. The in-suite version is tests/channels/test_channel_kill.py (200 messages, one kill).
 
     python benchmarks/channel_kill.py [--count 1000] [--kills 4] [--database-url URL] [--amqp-url URL]
 

@@ -1,7 +1,7 @@
 """``openroute run`` fed by a RabbitMQ queue, SIGKILLed during a load and restarted: every message the broker no
 longer holds is in the store, exactly once (persist, then acknowledge).
 
-The in-suite load is 300 messages and one kill (two starts of the node); ``benchmarks/channel_kill.py`` runs the issue's
+The in-suite load is 200 messages and one kill (two starts of the node); ``benchmarks/channel_kill.py`` runs the issue's
 full size (>= 1,000 messages, several kills) against the same code.
 """
 
@@ -22,7 +22,7 @@ from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow]
 
-MESSAGES = 300
+MESSAGES = 200
 
 
 def write_config(tmp_path: Path, database_url: str, broker: str, queue: str) -> Path:
