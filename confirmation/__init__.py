@@ -6,6 +6,7 @@ from openroute.confirmation.callbacks import (
     DelegateConfirmationCallback,
     ExternalSystemConfirmation,
 )
+from openroute.confirmation.channel import ChannelConfirmation
 from openroute.confirmation.model import (
     BusinessErrorInfo,
     ConfirmationError,
@@ -19,6 +20,7 @@ from openroute.confirmation.transports import HttpJsonConfirmation, SoapConfirma
 
 __all__ = [
     "BusinessErrorInfo",
+    "ChannelConfirmation",
     "ConfirmationCallback",
     "ConfirmationError",
     "ConfirmationInfo",

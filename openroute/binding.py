@@ -25,7 +25,7 @@ from lxml.etree import QName
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.schema import RequestSchema, load_schema
 
-__all__ = ["Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
+__all__ = ["ChannelBinding", "Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
 
 @dataclass(frozen=True)
@@ -314,3 +314,36 @@ def default_bindings(service: str, operation: str, namespace: str | None = None)
                        soap_action=f"{service}/{operation}"),
         InboundBinding(service, operation, "json"),
     )
+
+
+@dataclass(frozen=True)
+class ChannelBinding:
+    """A route fed by a broker channel, beside (or instead of) its HTTP bindings.
+
+    ``channel`` is the messaging layer's incoming channel (bound to a connector in the configuration:
+    ``openroute.messaging.incoming.<channel>.connector``); ``json`` and ``xml`` are the checks and extractors the
+    route declared (the same as its HTTP endpoints use), applied to a JSON or an XML delivery body. An ``optional``
+    channel that the configuration binds to no connector is left out (with a log line) instead of stopping the
+    start. :mod:`openroute.inbound.channel` serves it.
+    """
+
+    channel: str
+    service: str
+    operation: str
+    json: InboundBinding | None = None
+    xml: InboundBinding | None = None
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.channel, str) or not self.channel.strip() or self.channel != self.channel.strip():
+            raise ConfigurationError(f"a channel name must be a non-empty string without surrounding spaces, "
+                                     f"got {self.channel!r}")
+        for binding in (self.json, self.xml):
+            if binding is not None and binding.key != (self.service, self.operation):
+                raise ConfigurationError(f"channel {self.channel}: binding {binding.service}/{binding.operation} "
+                                         f"is not of route {self.service}/{self.operation}")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(service, operation): the route this channel feeds."""
+        return (self.service, self.operation)

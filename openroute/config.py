@@ -271,17 +271,21 @@ class AuthConfig(_Section):
 
 
 class ConfirmationTarget(_Section):
-    """Where one source system is told a message's outcome: a SOAP endpoint or an HTTP JSON URL."""
+    """Where one source system is told a message's outcome: a SOAP endpoint, an HTTP JSON URL or an outgoing
+    channel of the ``[openroute.messaging...]`` tables (docs/channels.md)."""
 
     soap: str | None = None
     http: str | None = None
+    channel: str | None = None
     headers: dict[str, str] = {}
     timeout: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")
     def _one(self) -> ConfirmationTarget:
-        if (self.soap is None) == (self.http is None):
+        if self.channel is None and (self.soap is None) == (self.http is None):
             raise ValueError("give exactly one of soap = url or http = url")
+        if self.channel is not None and (self.soap is not None or self.http is not None):
+            raise ValueError("give exactly one of soap = url, http = url or channel = name")
         if self.soap is not None and self.headers:
             raise ValueError("headers apply to http targets only")
         return self
@@ -309,17 +313,21 @@ class ConfirmationsConfig(_Section):
                 raise ValueError(f"{name} must be positive")
         return self
 
-    def service(self, store: Any, node_id: str | None = None) -> Any:
-        """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store``."""
+    def service(self, store: Any, node_id: str | None = None, messaging: Mapping[str, Any] | None = None) -> Any:
+        """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store`` (``messaging``:
+        the ``openroute.messaging.*`` keys the channel targets are configured by)."""
         from openroute.confirmation import ConfirmationPolicy, ConfirmationService
 
-        return ConfirmationService(store, self.callback(), ConfirmationPolicy(claim_timeout=self.claim_timeout),
+        policy = ConfirmationPolicy(claim_timeout=self.claim_timeout)
+        return ConfirmationService(store, self.callback(messaging), policy,
                                    batch_size=self.batch_size, concurrency=self.concurrency,
                                    send_timeout=self.send_timeout.total_seconds(), node_id=node_id)
 
-    def callback(self) -> Any:
-        """The :class:`~openroute.confirmation.ConfirmationCallback` of these settings."""
+    def callback(self, messaging: Mapping[str, Any] | None = None) -> Any:
+        """The :class:`~openroute.confirmation.ConfirmationCallback` of these settings (``messaging``: the
+        ``openroute.messaging.*`` keys the channel targets are configured by)."""
         from openroute.confirmation import (
+            ChannelConfirmation,
             DefaultConfirmationCallback,
             DelegateConfirmationCallback,
             HttpJsonConfirmation,
@@ -331,7 +339,9 @@ class ConfirmationsConfig(_Section):
         transports: list[Any] = []
         for system, target in self.systems.items():
             try:
-                if target.soap is not None:
+                if target.channel is not None:
+                    transports.append(ChannelConfirmation(system, target.channel, messaging, timeout=target.timeout))
+                elif target.soap is not None:
                     transports.append(SoapConfirmation(system, target.soap, timeout=target.timeout))
                 else:
                     transports.append(HttpJsonConfirmation(system, target.http or "", timeout=target.timeout,

@@ -36,7 +36,7 @@ from typing import Any, Literal, Self
 from lxml import etree
 from pydantic import BaseModel
 
-from openroute.binding import Extractor, InboundBinding, ParsedPayload, QName, Validator
+from openroute.binding import ChannelBinding, Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.body import Body
 from openroute.child import ChildMessage
 from openroute.errors import ConfigurationError, DeploymentError
@@ -193,10 +193,12 @@ def steps() -> Steps:
 
 @dataclass(frozen=True)
 class RouteDefinition:
-    """What :meth:`RouteBuilder.build` produces: the engine's route and the inbound bindings that feed it."""
+    """What :meth:`RouteBuilder.build` produces: the engine's route and the inbound bindings that feed it (HTTP
+    ``bindings``; broker ``channels``)."""
 
     route: Route
     bindings: tuple[InboundBinding, ...]
+    channels: tuple[ChannelBinding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,8 @@ class RouteBuilder(Steps):
     #: the options of the :class:`Route` it builds, under the Route's own field names (``retry_policy``,
     #: ``obsolete_check``, ``guaranteed_order``, ``ext_call_scope``, ``interceptors``, ...)
     route_fields: Mapping[str, Any] = field(default_factory=dict)
+    #: incoming channels feeding this route (:meth:`from_channel`; an optional one starts with ``?``)
+    channels: tuple[str, ...] = ()
 
     def _with(self, **route_fields: Any) -> Self:
         return dataclasses.replace(self, route_fields={**self.route_fields, **route_fields})
@@ -251,6 +255,19 @@ class RouteBuilder(Steps):
     def json(self) -> Self:
         """Accept JSON objects at ``POST /api/<service>/<operation>``."""
         return dataclasses.replace(self, accepts_json=True)
+
+    def from_channel(self, channel: str, *, optional: bool = False) -> Self:
+        """Also (or only: without ``.soap()`` / ``.json()`` no HTTP endpoint serves the route) take messages from
+        the incoming channel ``channel``, bound to a connector in the configuration
+        (``openroute.messaging.incoming.<channel>.connector = "amqp"``); each delivery is checked and stored like an
+        HTTP request, then acknowledged (docs/channels.md). An ``optional`` channel the configuration does not bind
+        is left out at start; a required one without a connector stops the start."""
+        if not isinstance(channel, str) or not channel.strip() or channel != channel.strip():
+            raise DeploymentError(f"{self._what}: from_channel: a channel name must be a non-empty string without "
+                                  f"surrounding spaces, got {channel!r}")
+        if channel in self.channels or f"?{channel}" in self.channels:
+            raise DeploymentError(f"{self._what}: from_channel: channel {channel!r} is given twice")
+        return dataclasses.replace(self, channels=(*self.channels, f"?{channel}" if optional else channel))
 
     # -- validate -----------------------------------------------------------------------------------
     def require(self, *xpaths: str, json: str | Sequence[str] = ()) -> Self:
@@ -369,12 +386,27 @@ class RouteBuilder(Steps):
         try:
             built = Route(self.service, self.operation, self.chain, child_routes=children, **self.route_fields)
             bindings = self._bindings()
+            channels = self._channel_bindings()
         except ConfigurationError as error:
             raise DeploymentError(f"{what}: {error}") from None
-        problems = [f"{what}: {problem}" for problem in self._unusable_xpaths(bindings)]
+        checked = [*bindings, *(b for c in channels for b in (c.xml, c.json) if b is not None and b not in bindings)]
+        problems = [f"{what}: {problem}" for problem in self._unusable_xpaths(checked)]
         if problems:
             raise DeploymentError(problems)
-        return RouteDefinition(built, bindings)
+        return RouteDefinition(built, bindings, channels)
+
+    def _channel_bindings(self) -> tuple[ChannelBinding, ...]:
+        """One :class:`ChannelBinding` per :meth:`from_channel`, with the route's checks for JSON and XML bodies."""
+        if not self.channels:
+            return ()
+        both = dataclasses.replace(self, soap_element=self.soap_element or (None if self.soap_action else
+                                                                            self._default_element()),
+                                   accepts_json=True, channels=())._bindings()
+        xml = next((b for b in both if b.content_type == "xml"), None)
+        json_binding = next((b for b in both if b.content_type == "json"), None)
+        return tuple(ChannelBinding(name.removeprefix("?"), self.service, self.operation, json=json_binding, xml=xml,
+                                    optional=name.startswith("?"))
+                     for name in self.channels)
 
     def _unusable_xpaths(self, bindings: Sequence[InboundBinding]) -> list[str]:
         """XPaths that compile but can never be evaluated (an undeclared prefix, an unknown function): lxml only
@@ -399,7 +431,7 @@ class RouteBuilder(Steps):
     def _bindings(self) -> tuple[InboundBinding, ...]:
         soap = self.soap_element is not None or self.soap_action is not None
         serve_json = self.accepts_json
-        if not soap and not serve_json:  # neither clause given: both endpoints, the default SOAP element
+        if not soap and not serve_json and not self.channels:  # no clause given: both endpoints, default element
             soap = serve_json = True
         xml_extract = {name: pair[0] for name, pair in self.extractors.items() if pair[0] is not None}
         json_extract = {name: pair[1] for name, pair in self.extractors.items() if pair[1] is not None}
@@ -441,6 +473,7 @@ class Application:
 
     routes: RouteRegistry
     bindings: list[InboundBinding] | None
+    channels: list[ChannelBinding]
 
     # C901 over 12: accepts every shape of routes/bindings an application is given, each branch one shape
     def __init__(self, *definitions: RouteBuilder | RouteDefinition,  # noqa: C901
@@ -478,6 +511,13 @@ class Application:
                     if (kind, key) in seen and seen[(kind, key)] != owner:
                         problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
                     seen.setdefault((kind, key), owner)
+        fed: dict[str, str] = {}
+        for definition in built:
+            for channel in definition.channels:
+                owner = f"{channel.service}/{channel.operation}"
+                if channel.channel in fed and fed[channel.channel] != owner:
+                    problems.append(f"channel {channel.channel} feeds both {fed[channel.channel]} and {owner}")
+                fed.setdefault(channel.channel, owner)
         try:
             self.routes.check()
         except DeploymentError as error:
@@ -485,6 +525,8 @@ class Application:
         if problems:
             raise DeploymentError(problems)
         self.bindings = [b for d in built for b in d.bindings]
+        #: the routes' broker channels (:meth:`RouteBuilder.from_channel`)
+        self.channels = [c for d in built for c in d.channels]
 
     @classmethod
     def of(cls, routes: RouteRegistry, bindings: Iterable[InboundBinding] | None = None, *,
@@ -498,6 +540,7 @@ class Application:
         application = cls.__new__(cls)
         application._mounts, application._notes = checked_mounts(mounts), checked_notes(notes)
         application.routes, application.bindings = routes, bound
+        application.channels = []
         return application
 
     @property

@@ -18,7 +18,8 @@ Everything a caller may need to tell apart has its own class::
     ├── StaleMessageError                 another writer changed the message first
     ├── MessageDroppedByInterceptor       an interceptor dropped the message (SKIPPED)
     ├── ConfirmationError                 (openroute.confirmation) the confirmation layer
-    └── EmitterOverflowError, MessageDroppedError, ChannelClosedError   (openroute.messaging, also RuntimeError)
+    └── EmitterOverflowError, MessageDroppedError, ChannelClosedError, RedeliverError   (openroute.messaging,
+                                          also RuntimeError)
 
 "Bad configuration" has two names only: :class:`ConfigurationError` for one value that cannot work,
 :class:`DeploymentError` (the MicroProfile name) for an application that cannot be assembled.

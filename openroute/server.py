@@ -32,6 +32,8 @@ from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
+    from openroute.engine.outbox import OutboxPublisher
+    from openroute.inbound.channel import ChannelInbound
     from openroute.persistence import MessageStore
 
 log = logging.getLogger("openroute.server")
@@ -50,6 +52,8 @@ def create_app(
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
+    channels: ChannelInbound | None = None,
+    outbox: OutboxPublisher | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -63,6 +67,11 @@ def create_app(
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
+    broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
+    acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
+    With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write outcome events in their
+    own transaction and the lifespan publishes them (``app.state.outbox``).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
@@ -70,6 +79,9 @@ def create_app(
     admin = AdminApi(engine, admin_auth)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
+    if outbox is not None:
+        engine.final_state_tx_hooks.append(outbox.writer())
+        engine.final_state_hooks.append(outbox.on_final_state)
     if confirmation is not None:
         engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
         engine.final_state_hooks.append(confirmation.on_final_state)
@@ -78,7 +90,18 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if manage_engine:
             await engine.start()
+        if channels is not None:
+            try:
+                await channels.start()
+            except BaseException:
+                if manage_engine:
+                    await engine.stop()
+                raise
         stop = asyncio.Event()
+        outbox_task = None
+        if outbox is not None:
+            await outbox.start()
+            outbox_task = asyncio.create_task(outbox.run(stop), name="outbox")
         loop_task = None
         if confirmation is not None:
             loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
@@ -87,6 +110,8 @@ def create_app(
             yield
         finally:
             stop.set()
+            if channels is not None:
+                await channels.stop()
             if purge_task is not None:
                 await purge_task
             if loop_task is not None:
@@ -96,11 +121,21 @@ def create_app(
                     log.exception("confirmation loop did not stop cleanly")
             if manage_engine:
                 await engine.stop()
+            if outbox_task is not None and outbox is not None:
+                # after the engine: the final states of its last messages are published too (or left in the outbox)
+                try:
+                    await asyncio.wait_for(outbox_task, 30)  # its round in flight ends (stop is set)
+                    await asyncio.wait_for(outbox.publish_once(), 10)
+                except (TimeoutError, Exception):  # what is not confirmed stays in the outbox for the next start
+                    log.warning("outbox: events left unpublished at stop are published after the next start")
+                await outbox.stop()
+            if manage_engine:
                 # a clean stop leaves a SQLite store in one file: openroute.db alone is a complete copy
                 await asyncio.to_thread(checkpoint_wal, engine.store)
 
+    health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
-        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
+        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health,
                 Mount("/console", app=Console(engine, admin_auth).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=lifespan,
@@ -111,9 +146,26 @@ def create_app(
     app.state.metrics = metrics
     app.state.confirmation = confirmation
     app.state.retention = purge
+    app.state.channels = channels
+    app.state.outbox = outbox
     return app
 
 
+
+
+def channel_inbound(engine: Engine, channels: Iterable[Any], messaging: Mapping[str, Any],
+                    settings: Any = None) -> Any:
+    """The :class:`~openroute.inbound.channel.ChannelInbound` serving the routes fed by ``channels``, or None when
+    there are none (or only optional channels that the configuration binds to no connector).
+
+    Raises :class:`~openroute.errors.DeploymentError` for channels the configuration cannot serve."""
+    channels = list(channels)
+    if not channels:
+        return None
+    from openroute.inbound.channel import ChannelInbound
+
+    inbound = ChannelInbound(engine, channels, messaging, settings=settings)
+    return inbound if inbound.channels else None
 
 
 def checkpoint_wal(store: MessageStore) -> bool:

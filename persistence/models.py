@@ -306,6 +306,33 @@ class NodeRecord(Base):
     )
 
 
+class OutboxRecord(Base):
+    """An outcome event waiting to be published to ``channel``: written in the transaction of the state change it
+    tells of, deleted once the broker confirmed it. ``event_id`` stays the same across retries (the receiver's
+    deduplication key); ``lease_node`` / ``lease_until`` say which node publishes it now. No foreign key: deleting
+    an old message (retention) must not wait for its events."""
+
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(sa.String(36))
+    channel: Mapped[str] = mapped_column(sa.String(255))
+    message_id: Mapped[int] = mapped_column(BigId)
+    payload: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    lease_node: Mapped[str | None] = mapped_column(sa.String(100))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.UniqueConstraint("event_id", name="uq_outbox_event_id"),
+        sa.Index("ix_outbox_next_attempt", "next_attempt_at"),
+        sa.Index("ix_outbox_message", "message_id", "id"),
+    )
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -313,3 +340,4 @@ node_table: sa.Table = NodeRecord.__table__  # type: ignore[assignment]
 message_transition_table: sa.Table = MessageTransitionRecord.__table__  # type: ignore[assignment]
 entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignment]
 funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]
+outbox_table: sa.Table = OutboxRecord.__table__  # type: ignore[assignment]

@@ -1,7 +1,9 @@
 """The reference application that ``openroute run`` serves by default (``openroute_reference:registry``).
 
 * ``crm / setCustomer`` and ``crm / createCustomerExtAll`` (routes/mvno.py): billing, then the MNO, obsolete
-  detection on the customer; ``crm / changeTariff``: a guaranteed-order funnel per customer;
+  detection on the customer; ``setCustomer`` is also fed by the channel ``crm-customers`` when the configuration
+  binds it to a connector (``openroute.messaging.incoming.crm-customers.connector = "amqp"``);
+  ``crm / changeTariff``: a guaranteed-order funnel per customer;
 * ``shop / createOrder`` -> ``shop / createOrderLine`` (routes/orders.py): an order split into its lines.
 
 The billing and MNO endpoints come from ``OPENROUTE_BILLING_URL`` and ``OPENROUTE_MNO_URL`` (their WSDLs from
@@ -52,7 +54,8 @@ def external_systems(billing_url: str | None = None, mno_url: str | None = None)
 
 def _definitions(systems: ReferenceSystems) -> tuple[RouteBuilder, ...]:
     return (
-        customer_route("setCustomer", systems.billing, systems.mno),
+        # also fed by the queue "crm-customers" when the configuration binds it (docs/channels.md)
+        customer_route("setCustomer", systems.billing, systems.mno).from_channel("crm-customers", optional=True),
         customer_route("createCustomerExtAll", systems.billing, systems.mno),
         change_tariff_route(systems.billing),
         *order_routes(),

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TextIO
+from typing import Any, TextIO
 
 from openroute.persistence import MessageState, StoredMessage
 
@@ -93,7 +94,8 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
         detail = f"  ({message.last_error_code})" if message.last_error_code and message.state in shown else ""
         say(f"  #{message.id:<3} {label:<34} {arrow}{message.state.value}{detail}")
 
-    async with RouteTestKit(build_application(systems), database_url=database_url) as kit:
+    application = build_application(systems)
+    async with RouteTestKit(application, database_url=database_url) as kit:
         kit.engine.transition_listeners.append(trace)
 
         async def send(label: str, coroutine: object) -> int:
@@ -178,6 +180,8 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
             correlation_id="demo-7", source_system="SHOP"))
         await kit.settle()
 
+        await _from_a_queue(kit, application, say, sending)
+
         for message_id in report.paths:
             report.final_states[message_id] = kit.state(message_id)
             # the path as the store recorded it, one message_transition row per state change
@@ -193,6 +197,48 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
     await systems.billing.aclose()
     await systems.mno.aclose()
     return report
+
+
+async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], sending: list[str]) -> None:
+    """Step 9: a message from the queue ``crm-customers`` (the in-memory connector), acked after its commit, and
+    the outcome event its final state writes to the outbox, published to ``crm-events``."""
+    import json
+
+    from openroute.engine.outbox import OutboxPublisher, outcome_rules
+    from openroute.inbound.channel import ChannelDelivery, ChannelInbound
+    from openroute.messaging import Message
+
+    config = {
+        "openroute.messaging.incoming.crm-customers.connector": "in-memory",
+        "openroute.messaging.incoming.crm-customers.source-system": "CRM",
+        "openroute.messaging.outgoing.crm-events.connector": "in-memory",
+        "openroute.messaging.outgoing.crm-events.outcome-events": "final",
+    }
+    say("\n9. setCustomer C-900 from the queue crm-customers: stored, then acked; its outcome event published")
+    channels = ChannelInbound(kit.engine, application.channels, config, environ={})
+    outbox = OutboxPublisher(kit.engine.store, outcome_rules(config), config, node_id=kit.engine.node_id,
+                             clock=kit.clock, environ={})
+    writer = outbox.writer()
+    kit.engine.final_state_tx_hooks.append(writer)
+    await channels.start()
+    await outbox.start()
+    try:
+        sending[:] = ["setCustomer C-900 (queue)"]
+        body = json.dumps({"customerId": "C-900", "msisdn": "420777000900"})
+        delivery = ChannelDelivery(message_id="demo-9", content_type="application/json")
+        await channels.app.connector("in-memory").source("crm-customers").send(Message(body, (delivery,)))
+        sending.clear()
+        say("     acked to the queue after the commit")
+        await kit.settle()
+        await outbox.publish_once()
+        for payload in outbox.app.connector("in-memory").sink("crm-events").payloads:
+            event = json.loads(payload)
+            say(f"     event on crm-events: {event['service']}/{event['operation']} {event['correlationId']} "
+                f"{event['state']}")
+    finally:
+        kit.engine.final_state_tx_hooks.remove(writer)
+        await outbox.stop()
+        await channels.stop()
 
 
 def main() -> int:

@@ -38,13 +38,14 @@ async def test_demo_drives_messages_through_every_state(tmp_path: Path) -> None:
     assert paths["createOrder O-700"] == [S.NEW, S.PROCESSING, S.WAITING_FOR_CHILDREN, S.OK]
     assert paths["setCustomer C-800"] == [S.NEW] + [S.PROCESSING, S.PARTLY_FAILED] * 4 + [S.PROCESSING, S.FAILED]
     assert "every state" in out.getvalue()
+    assert "event on crm-events: crm/setCustomer demo-9 OK" in out.getvalue()  # from a queue, its outcome told
 
     # the store tells the same story as the transitions that were printed
     rows = _rows(tmp_path / "demo.db")
     assert {c: r["state"] for c, r in rows.items()} == {
         "demo-1": "OK", "demo-2": "OK", "demo-3a": "OK", "demo-3b": "OK", "demo-4a": "OK", "demo-4b": "SKIPPED",
         "demo-4c": "OK", "demo-5": "FAILED", "demo-6": "CANCEL", "demo-8": "FAILED", "demo-7": "OK",
-        "demo-7:1": "OK", "demo-7:2": "OK"}
+        "demo-7:1": "OK", "demo-7:2": "OK", "demo-9": "OK"}
     assert {report.final_states[int(r["id"])].value for r in rows.values()} == {"OK", "SKIPPED", "FAILED", "CANCEL"}
     assert rows["demo-2"]["failed_count"] == 1  # it was PARTLY_FAILED once before ending OK
     assert rows["demo-4b"]["last_error_code"] == "OBSOLETE"

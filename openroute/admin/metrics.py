@@ -161,8 +161,13 @@ class Metrics:
         return [Route("/metrics", self.endpoint, methods=["GET"])]
 
 
-def health_route(engine: Engine, timeout: float = 5.0) -> Route:
-    """``GET /health``: 200 when the database answers (and the engine runs), 503 with the reason otherwise."""
+def health_route(engine: Engine, timeout: float = 5.0,
+                 channels: Callable[[], Mapping[str, str]] | None = None) -> Route:
+    """``GET /health``: 200 when the database answers (and the engine runs), 503 with the reason otherwise.
+
+    With ``channels`` (``{channel: "connected" | ...}``, e.g. :meth:`ChannelInbound.health
+    <openroute.inbound.channel.ChannelInbound.health>`) the body has ``channels``, and a channel that is not
+    connected makes the status ``degraded`` (still 200: the HTTP endpoints work)."""
 
     def ping() -> None:
         with engine.store.engine.connect() as connection:
@@ -179,6 +184,10 @@ def health_route(engine: Engine, timeout: float = 5.0) -> Route:
             body["status"] = "unavailable"
             return JSONResponse(body, 503)
         body["status"] = "ok" if engine.running else "degraded"
+        if channels is not None:
+            body["channels"] = dict(channels())
+            if engine.running and any(state != "connected" for state in body["channels"].values()):
+                body["status"] = "degraded"
         return JSONResponse(body, 200 if engine.running else 503)
 
     return Route("/health", health, methods=["GET"])

@@ -179,20 +179,29 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.logs import AttemptFailureLog, log_transition
-    from openroute.server import create_app
+    from openroute.server import channel_inbound, create_app
 
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
-    confirmation: ConfirmationService = config.confirmations.service(store, node_id=engine.node_id)
+    confirmation: ConfirmationService = config.confirmations.service(store, node_id=engine.node_id,
+                                                                     messaging=config.messaging_config())
+    channels = channel_inbound(engine, getattr(loaded, "channels", None) or (), config.messaging_config(),
+                               config.inbound.settings())
+    from openroute.engine.outbox import OutboxPublisher, outcome_rules
+
+    rules = outcome_rules(config.messaging_config())
+    outbox = OutboxPublisher(store, rules, config.messaging_config(), node_id=engine.node_id) if rules else None
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy())
+                     retention=config.retention.policy(), channels=channels,
+                     outbox=outbox)
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
-               f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)")
+               f"(SOAP /soap/<service>, JSON /api/<service>/<operation>, /admin, /metrics, /health)"
+               + (f"; channels {', '.join(channels.channels)}" if channels is not None else ""))
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager

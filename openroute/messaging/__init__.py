@@ -14,6 +14,7 @@ from openroute.messaging.errors import (
     DeploymentError,
     EmitterOverflowError,
     MessageDroppedError,
+    RedeliverError,
 )
 from openroute.messaging.memory import InMemoryConnector, InMemorySink, InMemorySource
 from openroute.messaging.message import Acknowledgment, Message, Metadata
@@ -40,4 +41,5 @@ __all__ = [
     "Metadata",
     "OnOverflow",
     "OutgoingConnectorFactory",
+    "RedeliverError",
 ]

@@ -6,7 +6,9 @@ queue), ``durable`` (true), ``auto-delete`` (false), ``exchange`` + ``exchange-t
 (comma separated, default ``#``) to bind the queue, ``dead-letter-exchange`` / ``dead-letter-routing-key``
 (queue arguments), ``failure-strategy`` (``dead-letter``: nack rejects without requeue, so RabbitMQ
 dead-letters the message when the queue has a dead-letter exchange; ``requeue``: nack rejects with requeue),
-``prefetch`` (fixed prefetch; by default it follows downstream demand) and ``max-prefetch`` (cap, 1024).
+``prefetch`` (fixed prefetch; by default it follows downstream demand) and ``max-prefetch`` (cap, 1024),
+``decode`` (true: bodies decoded by content type; false: the payload is the body's ``bytes``). A nack whose reason
+is a :class:`~openroute.messaging.errors.RedeliverError` always rejects with requeue.
 
 Outgoing channel attributes: ``url``, ``exchange`` (default: the default exchange), ``exchange-type``,
 ``declare``, ``routing-key`` (default: ``queue`` or the channel name), ``queue`` (declared when set),
@@ -33,7 +35,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, 
 from openroute.messaging._drain import DrainLoop
 from openroute.messaging.config import ChannelConfig
 from openroute.messaging.connector import IncomingConnectorFactory, OutgoingConnectorFactory
-from openroute.messaging.errors import ChannelClosedError, DeploymentError
+from openroute.messaging.errors import ChannelClosedError, DeploymentError, RedeliverError
 from openroute.messaging.message import Message
 from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
 
@@ -110,6 +112,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._channel = channel
         self._queue = queue
         self._requeue = self._failure_strategy(config)
+        self._decode = config.get_bool("decode", True)
         self._fixed_prefetch = config.get_int("prefetch")
         self._max_prefetch: int = config.get_int("max-prefetch", 1024)  # type: ignore[assignment]
         if self._max_prefetch < 1 or (self._fixed_prefetch is not None and self._fixed_prefetch < 1):
@@ -138,6 +141,15 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
     def prefetch(self) -> int:
         """The prefetch count currently set on the broker channel."""
         return self._prefetch
+
+    @property
+    def connected(self) -> bool:
+        """True while the broker connection is up and this source's AMQP channel is open."""
+        if self._channel.is_closed:
+            return False
+        connection = getattr(self._channel, "_connection", None)  # aio-pika keeps its connection here
+        ready = getattr(connection, "connected", None)
+        return bool(ready.is_set()) if isinstance(ready, asyncio.Event) else True
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
         if subscriber is None:
@@ -221,12 +233,13 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             if subscriber is not None:
                 subscriber.on_error(error)
 
-    async def _on_delivery(self, incoming: AbstractIncomingMessage) -> None:
+    # C901 over 12: one delivery's outcomes (cancelled, decoded, nacked, requeued, settled) kept in one place
+    async def _on_delivery(self, incoming: AbstractIncomingMessage) -> None:  # noqa: C901
         if self._cancelled:
             await incoming.reject(requeue=True)
             return
         try:
-            payload = decode(incoming.body, incoming.content_type)
+            payload = decode(incoming.body, incoming.content_type) if self._decode else incoming.body
         except (ValueError, UnicodeDecodeError) as error:
             log.warning("amqp channel '%s': undecodable body (%r), rejected", self.name, error)
             await incoming.reject(requeue=False)
@@ -253,7 +266,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             return settle(None)
 
         def nack(reason: BaseException) -> asyncio.Future[None]:
-            return settle(self._requeue or (isinstance(reason, ChannelClosedError) and not delivery.emitted))
+            return settle(self._requeue or isinstance(reason, RedeliverError)
+                          or (isinstance(reason, ChannelClosedError) and not delivery.emitted))
 
         delivery.message = Message(payload, (metadata,), ack=ack, nack=nack)
         self._buffer.append(delivery)
@@ -261,6 +275,13 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._drain()
         try:
             requeue = await decision
+        except BaseException:
+            # the delivery's task was cancelled (connection lost, close): whoever settles it must not wait forever;
+            # the broker redelivers it
+            if not finished.done():
+                finished.set_exception(ChannelClosedError(f"amqp channel '{self.name}': delivery abandoned"))
+                finished.exception()  # retrieved: nobody may be waiting for it
+            raise
         finally:
             self._pending.discard(decision)
         try:
@@ -270,8 +291,13 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
                 await incoming.ack()
             else:
                 await incoming.reject(requeue=requeue)
-        except Exception as error:
-            finished.set_exception(error)
+        except BaseException as error:  # cancelled too (connection lost): the settler must not wait forever
+            if not finished.done():
+                finished.set_exception(error if isinstance(error, Exception) else ChannelClosedError(
+                    f"amqp channel '{self.name}': settling the delivery was cancelled"))
+                finished.exception()  # retrieved: nobody may be waiting for it
+            if not isinstance(error, Exception):
+                raise
             return
         finished.set_result(None)
 

@@ -168,6 +168,20 @@ class ChannelConfig:
         return value
 
 
+def select_channels(values: Mapping[str, Any], incoming: Iterable[str] = (),
+                    outgoing: Iterable[str] = ()) -> dict[str, Any]:
+    """The keys of ``values`` an application using only the ``incoming`` and ``outgoing`` channels needs: theirs,
+    the connectors' and the global ones (another application's channels would fail its assembly validation)."""
+    wanted = {("incoming", name) for name in incoming} | {("outgoing", name) for name in outgoing}
+    kept: dict[str, Any] = {}
+    for key, value in values.items():
+        prefix = next((p for p in PREFIXES if isinstance(key, str) and key.startswith(p)), None)
+        split = _split_key(key[len(prefix):]) if prefix is not None else None
+        if split is None or split[0] == "connector" or (split[0], split[1]) in wanted:
+            kept[key] = value
+    return kept
+
+
 class MessagingConfig:
     """All messaging configuration of one application (no global state: each app has its own)."""
 

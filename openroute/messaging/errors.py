@@ -36,3 +36,9 @@ class MessageDroppedError(OpenrouteError, RuntimeError):
 
 class ChannelClosedError(OpenrouteError, RuntimeError):
     """The channel was cancelled, completed or stopped before the message could be delivered."""
+
+
+class RedeliverError(OpenrouteError, RuntimeError):
+    """A nack reason asking the source connector to give the message back for redelivery (AMQP: reject with
+    requeue), whatever the channel's ``failure-strategy``: the consumer could not take it *now* (its store is down,
+    its node is draining), not because the message is bad."""

@@ -1,0 +1,178 @@
+"""A route fed by a RabbitMQ queue (the real broker): persist then ack, duplicates, dead letters, redelivery, two
+nodes on one queue."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageStore
+
+from openroute.engine import Engine, EngineSettings
+from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelInbound
+from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
+from tests.channels.channel_app import app as application
+
+pytestmark = pytest.mark.rabbitmq
+
+
+def config(url: str, queue: str, dlq: str) -> dict[str, Any]:
+    return {
+        "openroute.messaging.connector.amqp.url": url,
+        "openroute.messaging.incoming.crm-in.connector": "amqp",
+        "openroute.messaging.incoming.crm-in.queue": queue,
+        "openroute.messaging.incoming.crm-in.source-system": "CRM",
+        "openroute.messaging.incoming.crm-in.dead-letter-channel": "crm-dlq",
+        "openroute.messaging.outgoing.crm-dlq.connector": "amqp",
+        "openroute.messaging.outgoing.crm-dlq.queue": dlq,
+    }
+
+
+class Node:
+    """An engine and its channels on one store."""
+
+    def __init__(self, url: str, settings: dict[str, Any], broker: str, queue: str, dlq: str,
+                 **attributes: Any) -> None:
+        self.store = MessageStore(url)
+        self.engine = Engine(self.store, application.routes, EngineSettings(repoll_interval=None, **settings))
+        extra = {f"openroute.messaging.incoming.crm-in.{k.replace('_', '-')}": v for k, v in attributes.items()}
+        self.channels = ChannelInbound(self.engine, application.channels, {**config(broker, queue, dlq), **extra},
+                                       environ={})
+
+    async def start(self) -> None:
+        await self.engine.start()
+        await self.channels.start()
+
+    async def stop(self) -> None:
+        await self.channels.stop()
+        await self.engine.stop()
+        self.store.dispose()
+
+    def count(self) -> int:
+        with self.store.engine.connect() as connection:
+            return int(connection.execute(sa.text("SELECT count(*) FROM message")).scalar_one())
+
+
+@pytest.fixture
+async def queues(rabbitmq_url: str) -> AsyncIterator[tuple[str, str]]:
+    names = unique("in"), unique("dlq")
+    yield names
+    await delete(rabbitmq_url, *names)
+
+
+async def until(check: Callable[[], Awaitable[bool] | bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def schema(url: str) -> str:
+    store = MessageStore(url)
+    store.create_schema()
+    store.dispose()
+    return url
+
+
+async def test_n_published_are_n_rows_and_the_queue_is_empty(
+    sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    queue, dlq = queues
+    await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(200)])
+    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
+    await node.start()
+    try:
+        assert node.channels.health() == {"crm-in": "connected"}
+        await until(lambda: node.channels.stats("crm-in").accepted == 200)
+        assert node.count() == 200
+    finally:
+        await node.stop()
+    assert await ready(rabbitmq_url, queue) == 0  # every delivery acked (unacked ones would be back after stop)
+
+
+async def test_duplicates_are_acked_without_second_rows_and_invalid_ones_are_dead_lettered_with_the_reason(
+    sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    queue, dlq = queues
+    good = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)]
+    await publish(rabbitmq_url, queue, [*good, *good])
+    await publish(rabbitmq_url, queue, [("{broken", "bad-1"), ({"customer": {}}, "bad-2")])
+    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
+    await node.start()
+    try:
+        stats = node.channels.stats("crm-in")
+        await until(lambda: stats.accepted + stats.duplicates + stats.dead_lettered == 42)
+        assert (stats.accepted, stats.duplicates, stats.dead_lettered) == (20, 20, 2)
+        assert node.count() == 20
+    finally:
+        await node.stop()
+    assert await ready(rabbitmq_url, queue) == 0
+    dead = {m.message_id: m for m in await take_all(rabbitmq_url, dlq)}
+    assert sorted(dead) == ["bad-1", "bad-2"]
+    assert dead["bad-1"].headers[CODE_HEADER] == "MALFORMED_PAYLOAD"
+    assert "malformed JSON" in str(dead["bad-1"].headers[REASON_HEADER]) and dead["bad-1"].body == b"{broken"
+    assert "required $.customer.id" in str(dead["bad-2"].headers[REASON_HEADER])
+
+
+async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_channel_resumes(
+    sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    queue, dlq = queues
+    await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)])
+    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
+    accept = node.engine.accept
+    down = True
+
+    async def flaky(inbound: Any) -> Any:
+        if down:
+            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("the database is down"))
+        return await accept(inbound)
+
+    node.engine.accept = flaky  # type: ignore[method-assign]
+    await node.start()
+    try:
+        stats = node.channels.stats("crm-in")
+        await until(lambda: stats.redelivered >= 30)  # deliveries refused and given back, again and again
+        assert node.count() == 0 and stats.accepted == 0
+        down = False
+        await until(lambda: stats.accepted == 20)  # resumed by itself after the back-off
+        assert node.count() == 20
+    finally:
+        await node.stop()
+    assert await ready(rabbitmq_url, queue) == 0
+
+
+async def test_two_nodes_on_one_queue_store_each_message_once(
+    postgres_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    queue, dlq = queues
+    messages = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(150)]
+    schema(postgres_url)
+    nodes = [Node(postgres_url, {"node_id": f"node-{n}", "write_batch": 16}, rabbitmq_url, queue, dlq, concurrency=8)
+             for n in (1, 2)]
+    for node in nodes:
+        await node.start()
+    try:
+        await publish(rabbitmq_url, queue, [*messages, *messages])  # each one twice: the copies may reach either node
+        def settled() -> int:
+            return sum(n.channels.stats("crm-in").accepted + n.channels.stats("crm-in").duplicates for n in nodes)
+
+        await until(lambda: settled() == 300, timeout=60)
+        assert all(n.channels.stats("crm-in").accepted > 0 for n in nodes)  # both took their share
+        assert sum(n.channels.stats("crm-in").accepted for n in nodes) == 150
+        with nodes[0].store.engine.connect() as connection:
+            ids = connection.execute(sa.text("SELECT correlation_id FROM message")).scalars().all()
+        assert sorted(ids) == sorted(m for _, m in messages)
+    finally:
+        for node in nodes:
+            await node.stop()
+    assert await ready(rabbitmq_url, queue) == 0

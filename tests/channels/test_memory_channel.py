@@ -1,0 +1,135 @@
+"""A route fed by an in-memory channel: persist then ack, duplicates, dead letters, a store that is down."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageStore
+
+from openroute import route
+from openroute.dsl import Application
+from openroute.engine import Engine, EngineSettings
+from openroute.errors import DeploymentError
+from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelDelivery, ChannelInbound
+from openroute.messaging import Message, RedeliverError
+from openroute.messaging.amqp import AmqpOutgoingMetadata
+
+
+def application() -> Application:
+    return Application(
+        route("crm", "setCustomer").from_channel("crm-in").require(json="$.customer.id")
+        .object_id(json="$.customer.id").process(lambda exchange: None)
+    )
+
+
+CONFIG = {
+    "openroute.messaging.incoming.crm-in.connector": "in-memory",
+    "openroute.messaging.incoming.crm-in.source-system": "CRM",
+    "openroute.messaging.incoming.crm-in.dead-letter-channel": "crm-dlq",
+    "openroute.messaging.outgoing.crm-dlq.connector": "in-memory",
+}
+
+
+@pytest.fixture
+async def node(sqlite_url: str) -> AsyncIterator[tuple[Engine, ChannelInbound]]:
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    app = application()
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
+    await engine.start()
+    inbound = ChannelInbound(engine, app.channels, CONFIG, environ={})
+    await inbound.start()
+    try:
+        yield engine, inbound
+    finally:
+        await inbound.stop()
+        await engine.stop()
+        store.dispose()
+
+
+def send(inbound: ChannelInbound, body: Any, message_id: str | None, **headers: str) -> Any:
+    meta = ChannelDelivery(headers=headers, message_id=message_id, content_type="application/json")
+    return inbound.app.connector("in-memory").source("crm-in").send(Message(body, (meta,)))
+
+
+def rows(engine: Engine) -> list[Any]:
+    with engine.store.engine.connect() as connection:
+        return list(connection.execute(sa.text(
+            "SELECT correlation_id, source_system, object_id, state FROM message ORDER BY id")))
+
+
+async def test_a_delivery_is_stored_new_with_the_route_extraction_then_acked(node: Any) -> None:
+    engine, inbound = node
+    await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
+    stored = rows(engine)
+    assert [(r.correlation_id, r.source_system, r.object_id) for r in stored] == [("m-1", "CRM", "C1")]
+    assert inbound.stats("crm-in").accepted == 1
+    assert inbound.health() == {"crm-in": "connected"}
+
+
+async def test_a_duplicate_is_acked_without_a_second_row(node: Any) -> None:
+    engine, inbound = node
+    body = json.dumps({"customer": {"id": "C1"}})
+    await asyncio.wait_for(send(inbound, body, "m-1"), 10)
+    await asyncio.wait_for(send(inbound, body, "m-1"), 10)
+    await asyncio.wait_for(send(inbound, body, "m-1", **{"x-source-system": "ERP"}), 10)  # another system's id
+    assert [(r.correlation_id, r.source_system) for r in rows(engine)] == [("m-1", "CRM"), ("m-1", "ERP")]
+    assert inbound.stats("crm-in").duplicates == 1
+
+
+@pytest.mark.parametrize(("body", "message_id", "code", "reason"), [
+    ("{not json", "m-1", "MALFORMED_PAYLOAD", "malformed JSON"),
+    (json.dumps({"customer": {}}), "m-2", "VALIDATION_ERROR", "required $.customer.id"),
+    (json.dumps({"customer": {"id": "C1"}}), None, "VALIDATION_ERROR", "correlation id is missing"),
+    ("<a xmlns='urn:x'/>", "m-4", "MALFORMED_PAYLOAD", "expected element"),
+])
+async def test_an_invalid_delivery_goes_to_the_dead_letter_channel_with_its_reason(
+    node: Any, body: str, message_id: str | None, code: str, reason: str
+) -> None:
+    engine, inbound = node
+    if body.startswith("<"):
+        meta = ChannelDelivery(message_id=message_id, content_type="application/xml")
+        outcome = inbound.app.connector("in-memory").source("crm-in").send(Message(body, (meta,)))
+    else:
+        outcome = send(inbound, body, message_id)
+    await asyncio.wait_for(outcome, 10)  # acked: the dead-letter channel has it
+    sink = inbound.app.connector("in-memory").sink("crm-dlq")
+    [dead] = sink.received
+    headers = dead.get_metadata(AmqpOutgoingMetadata).headers
+    assert headers[CODE_HEADER] == code and reason in headers[REASON_HEADER]
+    assert dead.payload == body.encode()
+    assert rows(engine) == []
+
+
+async def test_a_store_that_fails_gives_the_delivery_back_and_pauses(node: Any, monkeypatch: Any) -> None:
+    engine, inbound = node
+
+    async def down(_inbound: Any) -> Any:
+        raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("database is down"))
+
+    monkeypatch.setattr(engine, "accept", down)
+    source = inbound.app.connector("in-memory").source("crm-in")
+    with pytest.raises(RedeliverError):
+        await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
+    assert inbound.stats("crm-in").redelivered == 1 and not source.acked
+    monkeypatch.undo()
+    await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)  # resumes by itself
+    assert len(rows(engine)) == 1
+
+
+async def test_a_channel_without_connector_is_a_deployment_error(sqlite_url: str) -> None:
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    app = application()
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
+    with pytest.raises(DeploymentError, match=r"crm-in.*has no connector"):
+        ChannelInbound(engine, app.channels, {}, environ={})
+    with pytest.raises(DeploymentError, match="requeue an invalid delivery forever"):
+        ChannelInbound(engine, app.channels, {**CONFIG, "openroute.messaging.incoming.crm-in.failure-strategy":
+                                              "requeue"}, environ={})
+    store.dispose()

@@ -1,0 +1,160 @@
+"""Outcome events through the outbox: written in the final state's transaction, published after the commit,
+deleted only once confirmed, the same event id when published again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore
+from openroute.persistence import outbox as outbox_sql
+
+from openroute.engine import Engine, EngineSettings
+from openroute.engine.outbox import EVENT_HEADER, OutboxPublisher, OutboxSettings, OutcomeEvents, outcome_rules
+from openroute.errors import BusinessError, ConfigurationError
+from openroute.message import InboundMessage
+from openroute.messaging.amqp import AmqpOutgoingMetadata
+from openroute.route import Route, RouteRegistry
+
+
+def step(exchange: Any) -> None:
+    kind = json.loads(exchange.payload)["kind"]
+    if kind == "fail":
+        raise BusinessError("REFUSED", "the customer is blocked")
+    if kind == "retry":
+        raise ConnectionError("billing is down")  # PARTLY_FAILED, retried a minute later
+
+
+ROUTES = RouteRegistry([Route("crm", "setCustomer", [step]), Route("crm", "quiet", [step])])
+MEMORY = {"openroute.messaging.outgoing.events.connector": "in-memory"}
+
+
+def message(correlation_id: str, kind: str = "ok", operation: str = "setCustomer") -> InboundMessage:
+    return InboundMessage(service="crm", operation=operation, payload=json.dumps({"kind": kind}),
+                          content_type="application/json", correlation_id=correlation_id, source_system="CRM")
+
+
+async def until(check: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+def outbox_rows(store: MessageStore) -> int:
+    with store.engine.connect() as connection:
+        return outbox_sql.pending_count(connection)
+
+
+@pytest.fixture
+async def node(store: MessageStore) -> AsyncIterator[tuple[Engine, OutboxPublisher]]:
+    engine = Engine(store, ROUTES, EngineSettings(repoll_interval=None, node_id="node-1"))
+    publisher = OutboxPublisher(store, [OutcomeEvents("events", routes=("crm/setCustomer",))], MEMORY,
+                                node_id="node-1", settings=OutboxSettings(interval=0.05), environ={})
+    engine.final_state_tx_hooks.append(publisher.writer())
+    engine.final_state_hooks.append(publisher.on_final_state)
+    await engine.start()
+    await publisher.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(publisher.run(stop))
+    try:
+        yield engine, publisher
+    finally:
+        stop.set()
+        await task
+        await publisher.stop()
+        await engine.stop()
+
+
+async def test_every_final_state_is_published_once_with_the_documented_body(node: Any) -> None:
+    engine, publisher = node
+    sink = publisher.app.connector("in-memory").sink("events")
+    await engine.accept(message("c-ok"))
+    await engine.accept(message("c-fail", "fail"))
+    await engine.accept(message("c-other-route", operation="quiet"))  # not a published route
+    await engine.wait_idle(10)
+    await until(lambda: len(sink.received) == 2)
+    stored = await engine.accept(message("c-cancel", "retry"))
+    await engine.wait_idle(10)
+    await engine.cancel(stored.message_id)  # a message made final by an operator is published too
+    await engine.wait_idle(10)
+    await until(lambda: len(sink.received) == 3)
+    events = {json.loads(m.payload)["correlationId"]: json.loads(m.payload) for m in sink.received}
+    assert set(events) == {"c-ok", "c-fail", "c-cancel"}
+    assert events["c-ok"]["state"] == "OK" and events["c-ok"]["errorCode"] is None
+    assert events["c-fail"]["state"] == "FAILED" and events["c-fail"]["errorCode"] == "REFUSED"
+    assert set(events["c-ok"]) >= {"eventId", "messageId", "correlationId", "sourceSystem", "service", "operation",
+                                   "state", "errorCode", "at"}
+    for received in sink.received:
+        metadata = received.get_metadata(AmqpOutgoingMetadata)
+        assert metadata.message_id == json.loads(received.payload)["eventId"] == metadata.headers[EVENT_HEADER]
+    await until(lambda: outbox_rows(engine.store) == 0)  # deleted once confirmed
+
+
+async def test_a_rolled_back_final_state_leaves_no_event(node: Any) -> None:
+    engine, publisher = node
+
+    def refuse(stored: Any, _connection: Any) -> None:  # runs after the outbox hook, in the same transaction
+        if stored.correlation_id == "c-rolled-back":
+            raise RuntimeError("the transaction fails after the event row was written")
+
+    engine.final_state_tx_hooks.append(refuse)
+    await engine.accept(message("c-rolled-back"))
+    await engine.accept(message("c-ok"))
+    await engine.wait_idle(10)
+    sink = publisher.app.connector("in-memory").sink("events")
+    await until(lambda: len(sink.received) == 1)
+    await asyncio.sleep(0.2)  # a few more publishing rounds
+    assert [json.loads(m.payload)["correlationId"] for m in sink.received] == ["c-ok"]
+    with engine.store.engine.connect() as connection:
+        states = dict(connection.execute(sa.text("SELECT correlation_id, state FROM message")).all())
+    assert states["c-rolled-back"] != MessageState.OK.value  # the change itself was rolled back
+    await until(lambda: outbox_rows(engine.store) == 0)
+
+
+async def test_an_event_published_but_not_marked_is_published_again_with_the_same_event_id(
+    node: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, publisher = node
+    publisher.settings = OutboxSettings(interval=0.05, lease=timedelta(milliseconds=200))
+    sink = publisher.app.connector("in-memory").sink("events")
+    delete = outbox_sql.delete_events
+    calls = {"n": 0}
+
+    def crash_once(connection: Any, ids: Any) -> int:  # the node dies between the broker's confirm and the delete
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("the database went away")
+        return delete(connection, ids)
+
+    monkeypatch.setattr("openroute.engine.outbox.delete_events", crash_once)
+    await engine.accept(message("c-1"))
+    await engine.wait_idle(10)
+    await until(lambda: len(sink.received) == 2)
+    first, second = (json.loads(m.payload) for m in sink.received)
+    assert first == second  # at least once: the same event, the same id
+    await until(lambda: outbox_rows(engine.store) == 0)
+
+
+async def test_the_configuration_names_the_channels_states_and_routes() -> None:
+    rules = outcome_rules({
+        "openroute.messaging.outgoing.events.connector": "amqp",
+        "openroute.messaging.outgoing.events.outcome-events": "final",
+        "openroute.messaging.outgoing.failures.connector": "amqp",
+        "openroute.messaging.outgoing.failures.outcome-events": "FAILED, CANCEL",
+        "openroute.messaging.outgoing.failures.outcome-routes": "crm/*",
+        "openroute.messaging.outgoing.other.connector": "amqp",
+    })
+    assert [(r.channel, sorted(r.states), r.routes) for r in rules] == [
+        ("events", ["CANCEL", "FAILED", "OK", "SKIPPED"], ()),
+        ("failures", ["CANCEL", "FAILED"], ("crm/*",)),
+    ]
+    with pytest.raises(ConfigurationError, match="final states"):
+        outcome_rules({"openroute.messaging.outgoing.e.connector": "amqp",
+                       "openroute.messaging.outgoing.e.outcome-events": "PROCESSING"})
