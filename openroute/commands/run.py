@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         server, sock = prepare(args)
     except StartupError as error:
-        print(f"openroute run: {error}", file=sys.stderr)
+        from openroute.persistence import mask_secrets
+
+        print(f"openroute run: {mask_secrets(str(error))}", file=sys.stderr)
         return error.exit_code
     try:
         server.run(sockets=[sock])

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openroute.persistence.models import FINAL_STATES, MessageState
+from openroute.persistence.secrets import mask_secrets, masked_url
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -494,7 +495,7 @@ def audit(
                for name, frame in stats.items()}
     details["violations"] = found
     settings = {
-        "url": _without_password(url), "now": now.isoformat(), "stuck_after": str(stuck),
+        "url": masked_url(url), "now": now.isoformat(), "stuck_after": str(stuck),
         "heartbeat_timeout": str(heartbeat), "grace": str(grace_td),
         "confirmation_max_attempts": confirmation_max_attempts,
         "confirmed_systems": list(confirmed_systems) if confirmed_systems is not None else None,
@@ -502,10 +503,6 @@ def audit(
     }
     return AuditResult(datetime.now(UTC), checks, collected, totals, settings, details,
                        [messages, transitions, confirmations, found])
-
-
-def _without_password(url: str) -> str:
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
 # ---- command line (``openroute spark audit``) -------------------------------------------------------------
@@ -600,5 +597,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             if running is None:  # a session the caller started stays running
                 spark.stop()
     except (AuditError, SparkSetupError) as error:
-        print(f"openroute spark audit: {error}", file=sys.stderr)
+        print(f"openroute spark audit: {mask_secrets(str(error))}", file=sys.stderr)
         return 2
