@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from openroute.admin import AdminApi, Metrics, health_route
+from openroute.admin.headers import SecurityHeaders
 from openroute.console import Console
 from openroute.engine import Engine
+from openroute.errors import ConfigurationError
 from openroute.inbound import (
     AdminAuth,
     InboundBinding,
@@ -50,6 +53,8 @@ def create_app(
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
+    allowed_origins: Iterable[str] = (),
+    metrics_auth: bool = False,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -63,11 +68,16 @@ def create_app(
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
+    console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
+    ``admin``). Every response carries the :mod:`openroute.admin.headers` security headers.
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
-    metrics = Metrics(engine, channel_counters)
+    metrics = Metrics(engine, channel_counters, auth=admin_auth if metrics_auth else None)
+    if metrics_auth and admin_auth is None:
+        raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
-    admin = AdminApi(engine, admin_auth)
+    admin = AdminApi(engine, admin_auth, allowed_origins=allowed_origins)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
     if confirmation is not None:
@@ -101,9 +111,10 @@ def create_app(
 
     app = Starlette(
         routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health_route(engine),
-                Mount("/console", app=Console(engine, admin_auth).app()),
+                Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders)],
     )
     app.state.engine = engine
     app.state.inbound = inbound

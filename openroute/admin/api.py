@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute.admin.counts import MessageCounts
+from openroute.admin.cross_site import check_origin, normalize_origins, require_json
 from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import (
     DEFAULT_LIMIT,
@@ -35,7 +36,7 @@ from openroute.admin.search import (
 from openroute.engine import Engine
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
+from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.persistence import (
     MessageState,
     MessageStore,
@@ -217,13 +218,18 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
 class AdminApi:
     """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
 
-    Without ``auth`` every admin request is refused with 401: the API is never open by accident.
+    Without ``auth`` every admin request is refused with 401: the API is never open by accident. An action (POST)
+    must send ``Content-Type: application/json`` and, when it names an ``Origin``, come from this node's own or one
+    of ``allowed_origins`` (see :mod:`openroute.admin.cross_site`).
     """
 
     def __init__(
-        self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin", counts: MessageCounts | None = None
+        self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin", counts: MessageCounts | None = None,
+        *, allowed_origins: Iterable[str] = (),
     ) -> None:
         self.engine = engine
+        #: origins besides the node's own whose pages may act (``[admin] allowed_origins``)
+        self.allowed_origins = normalize_origins(allowed_origins)
         self.store = engine.store
         self.auth = auth
         self.prefix = prefix
@@ -255,7 +261,11 @@ class AdminApi:
                 if self.auth is None:
                     raise AuthenticationError("the admin API has no users configured")
                 roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles)
+                user = self.auth.authorize(request.headers, roles, request.client.host if request.client else None)
+                if act:  # a page of another site must not act with the operator's cached credentials
+                    check_origin(request.headers, self.allowed_origins)
+                    require_json(request.headers)
+                check_no_nul(request)
                 return cast(Response, await handler(request, user))
             except Exception as error:
                 if isinstance(error, IllegalTransitionError | StaleMessageError):
@@ -272,6 +282,8 @@ class AdminApi:
                 headers = {}
                 if isinstance(error, AuthenticationError):
                     headers["WWW-Authenticate"] = 'Basic realm="openroute admin"'
+                elif isinstance(error, TooManyFailedLoginsError):
+                    headers["Retry-After"] = str(error.retry_after)
                 elif isinstance(error, ForbiddenError):
                     log.warning("admin request %s refused: %s", request.url.path, error)
                 return JSONResponse({"error": code, "reason": reason}, status, headers=headers)
@@ -380,6 +392,17 @@ class AdminApi:
             raise NodeNotFoundError(f"no node {node_id[:100]!r}") from None
         log.info("node %s set to %s by %s", node_id, state.value, user)
         return JSONResponse({"id": node_id, "state": state.value})
+
+
+def check_no_nul(request: Request) -> None:
+    """Raises InvalidQueryError (HTTP 400) when a query parameter or path part holds a NUL character, which no
+    database column stores (PostgreSQL refuses it with an error, SQLite cuts the text there)."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            raise InvalidQueryError(f"query parameter {name[:40]!r} holds a NUL character (%00)")
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidQueryError(f"{name} holds a NUL character (%00)")
 
 
 def parse_node_state(value: Any) -> NodeState:

@@ -181,6 +181,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.request_deadline import request_deadline_protocol
     from openroute.server import create_app
 
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
@@ -190,7 +191,8 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy())
+                     retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
+                     metrics_auth=config.admin.metrics_auth)
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
@@ -209,8 +211,10 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
             yield state
 
     app.router.lifespan_context = lifespan
-    # log_config None: uvicorn's records go through the handler of configure_logging, in the same format
-    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower()))
+    # log_config None: uvicorn's records go through the handler of configure_logging, in the same format;
+    # http: uvicorn's protocol with a deadline for each request to arrive whole (slow clients are cut off)
+    http = request_deadline_protocol(config.inbound.request_deadline.total_seconds())
+    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower(), http=http))
 
 
 def _bind(host: str, port: int) -> socket.socket:

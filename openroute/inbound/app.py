@@ -26,6 +26,7 @@ from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import (
     AuthenticationError,
+    TooManyFailedLoginsError,
     UnknownOperationError,
     UnsupportedMediaTypeError,
     status_and_code,
@@ -166,10 +167,10 @@ class InboundEndpoints:
         ]
 
     # -- shared steps ----------------------------------------------------------------------------------------
-    def _authenticate(self, headers: Mapping[str, str]) -> str | None:
+    def _authenticate(self, headers: Mapping[str, str], request: Request) -> str | None:
         if self.auth is None:
             return None
-        system = self.auth.authenticate(headers)
+        system = self.auth.authenticate(headers, request.client.host if request.client else None)
         require_system(system, headers.get(SOURCE_SYSTEM_HEADER))
         return system
 
@@ -250,7 +251,7 @@ class InboundEndpoints:
                 unsupported: UnsupportedMediaTypeError | None = media_error
             else:
                 unsupported = None
-            authenticated = self._authenticate(headers)
+            authenticated = self._authenticate(headers, request)
             if service not in self._xml:
                 raise UnknownOperationError(service, "*")
             if unsupported is not None:
@@ -273,7 +274,7 @@ class InboundEndpoints:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
             http_status = fault_status(version, sender, status)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _refusal_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
@@ -324,7 +325,7 @@ class InboundEndpoints:
         headers = _header_values(request.scope)
         correlation_id = headers.get(CORRELATION_HEADER)
         try:
-            authenticated = self._authenticate(headers)
+            authenticated = self._authenticate(headers, request)
             binding = self._json.get((service, operation))
             if binding is None:
                 raise UnknownOperationError(service, operation)
@@ -338,7 +339,7 @@ class InboundEndpoints:
             )
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _refusal_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
@@ -355,6 +356,15 @@ class InboundEndpoints:
             status,
             headers={"X-Correlation-Id": result.correlation_id, "X-Message-Id": str(result.message_id)},
         )
+
+
+def _refusal_headers(error: BaseException) -> dict[str, str]:
+    """The headers of a refusal: the Basic challenge of a 401, the ``Retry-After`` of a 429."""
+    if isinstance(error, AuthenticationError):
+        return {"WWW-Authenticate": 'Basic realm="openroute"'}
+    if isinstance(error, TooManyFailedLoginsError):
+        return {"Retry-After": str(error.retry_after)}
+    return {}
 
 
 def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:

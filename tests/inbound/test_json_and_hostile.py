@@ -77,6 +77,14 @@ HOSTILE_JSON = [
     (json.dumps(ORDER).encode(), {"Content-Type": "text/plain"}, 415, "UNSUPPORTED_MEDIA_TYPE", "text/plain"),
     (json.dumps(ORDER).encode(), {"Content-Type": "application/json; charset=latin-1"}, 415,
      "UNSUPPORTED_MEDIA_TYPE", "UTF-8"),
+    # text no database stores (PostgreSQL refuses NUL and lone surrogates) and numbers Python will not convert
+    (b'{"orderId": "O-\\u0000", "customer": {"id": "C"}}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "note": "a\\u0000b"}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "n\\u0000": 1}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "\\ud800", "customer": {"id": "C"}}', {}, 400, "INVALID_CHARACTER", "surrogate"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "x": ["\\udfff"]}', {}, 400, "INVALID_CHARACTER", "surrogate"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "quantity": ' + b"7" * 5000 + b"}", {}, 400, "NUMBER_TOO_LONG",
+     "digits"),
 ]
 
 
