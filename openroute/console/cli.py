@@ -394,7 +394,7 @@ class ServerBackend:
         results = []
         for message_id in ids:
             try:
-                response = self.http.post(f"/admin/messages/{message_id}/{action}")
+                response = self.http.post(f"/admin/messages/{message_id}/{action}", json={})
             except httpx.HTTPError as error:
                 raise CliError(f"cannot reach {self.http.base_url}: {error}") from None
             if response.status_code in (404, 409):
