@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from openroute.persistence import mask_secrets, masked_url
 
 from openroute.logs import configure_logging
-from openroute.persistence import mask_secrets, masked_url
 
 PLANTED = "Pl4ntedS3cret"
 #: a PostgreSQL server that is not there (port 1 refuses), with a password that must never be printed
