@@ -26,7 +26,7 @@ RETRY = {"max_attempts": 5, "interval": timedelta(seconds=30), "backoff": 2.0, "
 
 def _msisdn_is_valid(payload: ParsedPayload) -> None:
     if payload.content_type == "xml":
-        assert payload.xml is not None
+        assert payload.xml is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         value = payload.xml.findtext(f"{{{NAMESPACE}}}msisdn") or ""
     else:
         value = str(payload.json.get("msisdn", ""))

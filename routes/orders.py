@@ -17,7 +17,7 @@ RETRY = {"max_attempts": 5, "interval": timedelta(seconds=30), "backoff": 2.0}
 
 def _has_lines(payload: ParsedPayload) -> None:
     if payload.content_type == "xml":
-        assert payload.xml is not None
+        assert payload.xml is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         count = len(payload.xml.findall(f"{{{NAMESPACE}}}line"))
     else:
         lines = payload.json.get("lines")

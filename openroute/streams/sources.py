@@ -97,7 +97,7 @@ class _IteratorSubscription(Subscription):
 
     def _drain(self, subscriber: Subscriber[Any]) -> None:
         iterator = self._iterator
-        assert iterator is not None
+        assert iterator is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         on_next = subscriber.on_next
         fused_plan = self._plan
         while True:
@@ -315,7 +315,7 @@ class _AsyncIteratorSubscription(Subscription):
             if aclose is not None:
                 try:
                     await aclose()
-                except Exception:
+                except Exception:  # noqa: S110  closing an abandoned iterator: its error has no one to go to
                     pass
 
 
@@ -500,7 +500,7 @@ class _ConcatSubscription(Subscription):
 
     def start(self) -> None:
         downstream = self._downstream
-        assert downstream is not None
+        assert downstream is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         downstream.on_subscribe(self)
         if self._downstream is None:
             return
