@@ -80,6 +80,8 @@ def parse_xml(body: bytes, max_depth: int) -> etree._Element:
     try:
         root = etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as error:
+        if "Excessive depth" in str(error):  # libxml2's own limit (256 levels) reached before ours was checked
+            raise NestingTooDeepError(max_depth) from None
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
     except ValueError as error:  # e.g. an unsupported encoding declaration
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None

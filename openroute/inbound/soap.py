@@ -94,6 +94,11 @@ def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:
     # plain loops over the few children: cheaper than find() (ElementPath) or iterchildren(tag) (a matcher per call)
     namespace = _ENVELOPE_TAGS.get(root.tag)
     if namespace is None:
+        if etree.QName(root).localname == "Envelope":  # SOAP 1.1 §4.4.1 / 1.2 §5.4.7: an unknown envelope namespace
+            raise SoapVersionMismatchError(
+                f"envelope namespace {etree.QName(root).namespace or '(none)'} is no SOAP version; "
+                f"SOAP {version.name} ({version.content_type}) needs {version.namespace}"
+            )
         raise MalformedPayloadError("the request is not a SOAP envelope")
     if namespace != version.namespace:
         raise SoapVersionMismatchError(

@@ -144,6 +144,9 @@ HOSTILE_XML = [
     (b"<a>&undefined;</a>", {}, "MALFORMED_PAYLOAD", "malformed XML"),
     (b"", {}, "MALFORMED_PAYLOAD", "empty"),
     (_deep_xml(40), {}, "NESTING_TOO_DEEP", "32 levels"),
+    (_deep_xml(300), {}, "NESTING_TOO_DEEP", "32 levels"),  # past libxml2's own limit of 256 levels too
+    (b"<env:Envelope xmlns:env='urn:not:soap'><env:Body/></env:Envelope>", {}, "VERSION_MISMATCH", "no SOAP version"),
+    (b"<Envelope><Body/></Envelope>", {}, "VERSION_MISMATCH", "no SOAP version"),
     (b"<a>" + b"x" * 70_000 + b"</a>", {}, "PAYLOAD_TOO_LARGE", "65536"),
     (envelope(create_order()), {"Content-Type": "application/json"}, "UNSUPPORTED_MEDIA_TYPE", "not SOAP"),
     (envelope(create_order()), {"Content-Type": "text/xml; charset=ebcdic"}, "UNSUPPORTED_MEDIA_TYPE", "charset"),
