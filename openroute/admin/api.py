@@ -44,6 +44,7 @@ from openroute.persistence import (
     StoredMessage,
     confirmation_table,
     external_call_table,
+    mask_secrets,
     message_table,
 )
 
@@ -87,6 +88,11 @@ def node_summary(node: Mapping[str, Any], now: datetime, heartbeat_interval: tim
     }
 
 
+def _masked(text: str | None) -> str | None:
+    """An error text as shown to operators: a ``user:password@`` or ``password=`` in it (a remote's URL) masked."""
+    return None if text is None else mask_secrets(text)
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -125,7 +131,7 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "nodeId": message.node_id,
         "customData": message.custom_data,
         "businessErrors": message.business_errors,
-        "lastErrorText": message.last_error_text,
+        "lastErrorText": _masked(message.last_error_text),
         "version": message.version,
     }
 
@@ -183,7 +189,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "status": str(r.status),
             "attempts": r.attempts,
             "result": r.result,
-            "lastError": r.last_error,
+            "lastError": _masked(r.last_error),
             "createdAt": _iso(r.created_at),
             "updatedAt": _iso(r.updated_at),
         }
@@ -195,7 +201,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         "outcomeState": str(confirmation.outcome_state),
         "attempts": confirmation.attempts,
         "nextAttemptAt": _iso(confirmation.next_attempt_at),
-        "lastError": confirmation.last_error,
+        "lastError": _masked(confirmation.last_error),
         "createdAt": _iso(confirmation.created_at),
         "sentAt": _iso(confirmation.sent_at),
     }

@@ -155,9 +155,7 @@ async def test_metrics_can_require_credentials(node: Node) -> None:
     assert (await node.http.get("/metrics", headers=basic("ops", "wrong"))).status_code == 401
     viewer = await node.http.get("/metrics", headers=WEB)
     assert viewer.status_code == 200 and "openroute_accepted" in viewer.text
-
-
-async def test_metrics_are_open_by_default(node: Node) -> None:
+    # by default /metrics stays open (documented); metrics_auth without users is a configuration error
     app = create_app(node.engine, admin_auth=_users(), manage_engine=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n") as http:
         assert (await http.get("/metrics")).status_code == 200
