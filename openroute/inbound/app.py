@@ -25,6 +25,7 @@ from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import (
+    CLIENT_DISCONNECTED,
     AuthenticationError,
     TooManyFailedLoginsError,
     UnknownOperationError,
@@ -233,7 +234,9 @@ class InboundEndpoints:
         if status == 500:
             log.exception("%s request to %s failed", endpoint, path, exc_info=error)
             return status, code, "internal error (see the server log)"
-        log.info("%s request to %s refused: %s %s", endpoint, path, code, error)
+        # a client that went away (the request deadline logs its own line) is not a refusal worth a line
+        (log.debug if code == CLIENT_DISCONNECTED else log.info)("%s request to %s refused: %s %s", endpoint, path,
+                                                                   code, error)
         return status, code, str(error)
 
     # -- SOAP ------------------------------------------------------------------------------------------------

@@ -107,8 +107,16 @@ class TooManyFailedLoginsError(OpenrouteError):
         self.retry_after = retry_after
 
 
+#: the code of a request whose client went away (or was cut off by the request deadline) before its body was read
+CLIENT_DISCONNECTED = "CLIENT_DISCONNECTED"
+
+
 def status_and_code(error: BaseException) -> tuple[int, str]:
     """The HTTP status and error code an inbound or admin endpoint answers ``error`` with."""
+    from starlette.requests import ClientDisconnect
+
+    if isinstance(error, ClientDisconnect):  # nobody is left to read the answer
+        return 400, CLIENT_DISCONNECTED
     if isinstance(error, AuthenticationError):
         return 401, error.code
     if isinstance(error, ForbiddenError):
