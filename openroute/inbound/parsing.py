@@ -20,6 +20,8 @@ from openroute.inbound.errors import (
 )
 
 _MAX_REASON = 300
+#: libxml2 refuses XML nested deeper than this without huge_tree (off here): the effective limit of larger max_depth
+LIBXML2_MAX_DEPTH = 256
 
 
 def secure_parser() -> etree.XMLParser:
@@ -80,8 +82,8 @@ def parse_xml(body: bytes, max_depth: int) -> etree._Element:
     try:
         root = etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as error:
-        if "Excessive depth" in str(error):  # libxml2's own limit (256 levels) reached before ours was checked
-            raise NestingTooDeepError(max_depth) from None
+        if "Excessive depth" in str(error):  # libxml2's own limit reached before ours was checked
+            raise NestingTooDeepError(min(max_depth, LIBXML2_MAX_DEPTH)) from None
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
     except ValueError as error:  # e.g. an unsupported encoding declaration
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
