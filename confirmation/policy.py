@@ -63,7 +63,7 @@ class ConfirmationPolicy(RetryPolicy):
             raise InvalidConfirmationError(
                 f"max_interval ({values['max_interval']}) must not be shorter than interval ({values['interval']})")
         settings: dict[str, object] = {"max_attempts": max_attempts, "backoff": backoff, "jitter": jitter,
-                                       "rng": rng if rng is not None else random.Random(), **values}
+                                       "rng": rng if rng is not None else random.Random(), **values}  # noqa: S311  retry jitter, not a secret
         for name, setting in settings.items():
             object.__setattr__(self, name, setting)
         try:

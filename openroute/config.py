@@ -52,6 +52,7 @@ from openroute.errors import ConfigurationError
 
 __all__ = [
     "AdminConfig",
+    "AdminHttpConfig",
     "AuthConfig",
     "ConfirmationTarget",
     "ConfirmationsConfig",
@@ -187,6 +188,14 @@ class InboundConfig(_Section):
 
     max_body_bytes: int = Field(1024 * 1024, ge=1)
     max_depth: int = Field(64, ge=2, le=1000)
+    #: a request (headers and body) must arrive whole this long after its first byte, else the connection is closed
+    request_deadline: Duration = timedelta(seconds=30)
+
+    @model_validator(mode="after")
+    def _check(self) -> InboundConfig:
+        if not self.request_deadline > timedelta(0):
+            raise ValueError(f"request_deadline must be positive, got {self.request_deadline}")
+        return self
 
     def settings(self) -> Any:
         from openroute.inbound import InboundSettings
@@ -248,10 +257,18 @@ class AuthConfig(_Section):
 
     source_systems: dict[str, SourceSystemConfig] = {}
     admins: list[AdminConfig] = []
+    #: failed logins of one user from one client address within failed_login_window before it gets 429
+    max_failed_logins: int = Field(10, ge=1)
+    #: failed logins from one client address (any user) within failed_login_window before it gets 429
+    max_failed_logins_per_address: int = Field(50, ge=1)
+    failed_login_window: Duration = timedelta(minutes=1)
 
     def build(self) -> tuple[Any, Any]:
-        """``(SourceSystemAuth | None, AdminAuth | None)``."""
-        from openroute.inbound import AdminAuth, AdminUser, ApiKey, BasicCredentials, SourceSystemAuth
+        """``(SourceSystemAuth | None, AdminAuth | None)``, sharing one :class:`~openroute.inbound.LoginLimiter`."""
+        from openroute.inbound import AdminAuth, AdminUser, ApiKey, BasicCredentials, LoginLimiter, SourceSystemAuth
+
+        limiter = LoginLimiter(self.max_failed_logins, self.max_failed_logins_per_address,
+                               self.failed_login_window.total_seconds())
 
         inbound = None
         if self.source_systems:
@@ -263,11 +280,31 @@ class AuthConfig(_Section):
                 if system.api_key is not None:
                     items.append(ApiKey(system.api_key))
                 systems[name] = items
-            inbound = SourceSystemAuth(systems)
+            inbound = SourceSystemAuth(systems, limiter=limiter)
         admin = None
         if self.admins:
-            admin = AdminAuth(AdminUser(a.username, a.password or "", frozenset(a.roles)) for a in self.admins)
+            admin = AdminAuth((AdminUser(a.username, a.password or "", frozenset(a.roles)) for a in self.admins),
+                              limiter=limiter)
         return inbound, admin
+
+
+class AdminHttpConfig(_Section):
+    """Who may reach the admin API, the console and ``/metrics`` from where (``[admin]``)."""
+
+    #: sites (``https://ops.example:8443``) besides the node's own whose pages may act through the admin API / console
+    allowed_origins: list[str] = []
+    #: ``/metrics`` needs an admin user (roles metrics, web or admin); off: it is open to anyone who reaches the port
+    metrics_auth: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> AdminHttpConfig:
+        from openroute.admin.cross_site import normalize_origins
+
+        try:
+            normalize_origins(self.allowed_origins)
+        except ConfigurationError as error:
+            raise ValueError(str(error)) from None
+        return self
 
 
 class ConfirmationTarget(_Section):
@@ -412,6 +449,7 @@ class ServerConfig(BaseSettings):
     engine: EngineConfig = EngineConfig()
     inbound: InboundConfig = InboundConfig()
     auth: AuthConfig = AuthConfig()
+    admin: AdminHttpConfig = AdminHttpConfig()
     confirmations: ConfirmationsConfig = ConfirmationsConfig()
     retention: RetentionConfig = RetentionConfig()
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
@@ -421,6 +459,8 @@ class ServerConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _check(self) -> ServerConfig:
+        if self.admin.metrics_auth and not self.auth.admins:
+            raise ValueError("admin.metrics_auth needs admin users ([[auth.admins]]): /metrics would refuse everyone")
         for name in ("openroute", "mp"):
             unknown = sorted(set(getattr(self, name)) - {"messaging"})
             if unknown:

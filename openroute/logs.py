@@ -25,7 +25,7 @@ from openroute.interceptors import CallNext, InterceptionContext, MessageInterce
 if TYPE_CHECKING:
     from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["AttemptFailureLog", "JsonFormatter", "configure_logging", "log_transition"]
+__all__ = ["AttemptFailureLog", "JsonFormatter", "MaskingFormatter", "configure_logging", "log_transition"]
 
 #: the logger of state changes (one INFO line each)
 transitions_log = logging.getLogger("openroute.messages")
@@ -61,6 +61,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class MaskingFormatter(logging.Formatter):
+    """``inner``'s line with every credential in a URL or DSN masked (:func:`openroute.persistence.mask_secrets`):
+    a driver's error or a traceback naming a database URL never writes its password to the log."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        from openroute.persistence import mask_secrets
+
+        return mask_secrets(self.inner.format(record))
+
+
 def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
     """Send every log record (openroute's and uvicorn's) to ``stream`` (default stderr) in one format.
 
@@ -72,7 +86,7 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Text
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(MaskingFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT)))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

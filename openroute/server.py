@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from openroute.admin import AdminApi, Metrics, health_route
+from openroute.admin.headers import SecurityHeaders
 from openroute.console import Console
 from openroute.engine import Engine
+from openroute.errors import ConfigurationError
 from openroute.inbound import (
     AdminAuth,
     InboundBinding,
@@ -39,7 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("openroute.server")
 
 
-def create_app(
+# C901 over 12: one optional part of the node per keyword, each wired in one place
+def create_app(  # noqa: C901
     engine: Engine,
     bindings: Iterable[InboundBinding] | None = None,
     *,
@@ -54,6 +58,8 @@ def create_app(
     retention: RetentionPolicy | None = None,
     channels: ChannelInbound | None = None,
     outbox: OutboxPublisher | None = None,
+    allowed_origins: Iterable[str] = (),
+    metrics_auth: bool = False,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -72,11 +78,16 @@ def create_app(
     acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
     With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write outcome events in their
     own transaction and the lifespan publishes them (``app.state.outbox``).
+    ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
+    console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
+    ``admin``). Every response carries the :mod:`openroute.admin.headers` security headers.
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
-    metrics = Metrics(engine, channel_counters)
+    metrics = Metrics(engine, channel_counters, auth=admin_auth if metrics_auth else None)
+    if metrics_auth and admin_auth is None:
+        raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
-    admin = AdminApi(engine, admin_auth)
+    admin = AdminApi(engine, admin_auth, allowed_origins=allowed_origins)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
     if outbox is not None:
@@ -87,7 +98,8 @@ def create_app(
         engine.final_state_hooks.append(confirmation.on_final_state)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+    # C901 over 12: starts and stops each optional service (repoll, confirmations, retention, channels, outbox...)
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:  # noqa: C901
         if manage_engine:
             await engine.start()
         if channels is not None:
@@ -136,9 +148,10 @@ def create_app(
     health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
         routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health,
-                Mount("/console", app=Console(engine, admin_auth).app()),
+                Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=lifespan,
+        middleware=[Middleware(SecurityHeaders)],
     )
     app.state.engine = engine
     app.state.inbound = inbound

@@ -24,6 +24,7 @@ from openroute.persistence.models import (
     message_table,
     node_table,
 )
+from openroute.persistence.secrets import mask_secrets, masked_url
 from openroute.persistence.store import (
     DEFAULT_DATABASE_URL,
     ExternalCall,
@@ -64,6 +65,8 @@ __all__ = [
     "entity_call_table",
     "external_call_table",
     "funnel_lock_table",
+    "mask_secrets",
+    "masked_url",
     "message_table",
     "node_table",
 ]

@@ -78,7 +78,7 @@ def _in_statement_sizes(items: Sequence[T]) -> Iterator[Sequence[T]]:
 def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, no_error: bool = False) -> str:
     """The ``message_transition`` INSERT, with NULL written for the values a group of rows lacks. The attempt is
     read from the message row as written (failed_count + 1): one primary-key lookup, no second source."""
-    return ("INSERT INTO message_transition "
+    return ("INSERT INTO message_transition "  # noqa: S608  names are the schema's constants; values are bound parameters
             "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
             f"({mark}, {'NULL' if no_from else mark}, {mark}, {mark}, {'NULL' if no_node else mark}, "
             f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {'NULL' if no_error else mark}, {mark})")
@@ -177,9 +177,9 @@ class HotPath:
         row = "(" + ", ".join(mark for _ in INSERT_COLUMNS) + ")"
         if self.postgres:
             # one text for any batch: psycopg prepares it once and pipelines the executemany
-            self._insert_one = (f"INSERT INTO message ({columns}) VALUES {row} "
+            self._insert_one = (f"INSERT INTO message ({columns}) VALUES {row} "  # noqa: S608  names are the schema's constants; values are bound parameters
                                 "ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id")
-        self._insert_head = f"INSERT INTO message ({columns}) VALUES "
+        self._insert_head = f"INSERT INTO message ({columns}) VALUES "  # noqa: S608  names are the schema's constants; values are bound parameters
         self._sqlite_claims: dict[int, str] = {}  # by rows
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
@@ -317,7 +317,7 @@ class HotPath:
     def _sqlite_claim(self, rows: int) -> str:
         sql = self._sqlite_claims.get(rows)
         if sql is None:
-            sql = ("UPDATE message SET state = ?, version = version + 1, node_id = ?, start_process_ts = ?, "
+            sql = ("UPDATE message SET state = ?, version = version + 1, node_id = ?, start_process_ts = ?, "  # noqa: S608  names are the schema's constants; values are bound parameters
                    f"last_update_ts = ? WHERE id IN ({', '.join('?' for _ in range(rows))}) "
                    f"AND (id, version) IN ({', '.join('(?, ?)' for _ in range(rows))}) RETURNING id")
             self._sqlite_claims[rows] = sql
@@ -336,7 +336,7 @@ class HotPath:
             mark = self._mark
             assignments = "".join(f", {name} = {mark}" for name in columns)
             self._outcomes[columns] = (
-                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "
+                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
                 f"WHERE id = {mark} AND version = {mark}",
                 [self._message_processors[name] for name in columns],
             )

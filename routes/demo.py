@@ -69,7 +69,7 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
     from openroute.testing import RouteTestKit
 
     systems = external_systems(None, None)
-    assert systems.billing_fake is not None and systems.mno_fake is not None
+    assert systems.billing_fake is not None and systems.mno_fake is not None  # noqa: S101  narrows an Optional for mypy: set before this point
     report = DemoReport()
     sending: list[str] = []  # the label of the message being sent (its NEW is committed before its id is known)
     closed: list[bool] = []

@@ -325,6 +325,20 @@ def test_the_documented_example_loads(tmp_path: Path, monkeypatch: pytest.Monkey
 
     assert make_url(config.resolved_database_url()).password == "db secret"  # the URL round-trips the secret
     assert config.messaging_config() == {"openroute.messaging.incoming.orders.connector": "memory"}
+    assert config.inbound.request_deadline == timedelta(seconds=30)
+    assert config.admin.allowed_origins == ["https://ops.example"] and config.admin.metrics_auth
+    _, admin = config.auth.build()
+    assert (admin.limiter.max_failures, admin.limiter.max_failures_per_address, admin.limiter.window) == (10, 50, 60)
+
+
+def test_security_settings_are_checked_at_start() -> None:
+    assert problems(None, {"admin": {"allowed_origins": ["ops.example"]}}) == [
+        "admin: allowed_origins: 'ops.example' is not an origin like https://ops.example:8443"]
+    assert problems(None, {"admin": {"metrics_auth": True}}) == [
+        "(top level): admin.metrics_auth needs admin users ([[auth.admins]]): /metrics would refuse everyone"]
+    assert problems(None, {"inbound": {"request_deadline": 0}}) == [
+        "inbound: request_deadline must be positive, got 0:00:00"]
+    assert problems(None, {"auth": {"max_failed_logins": 0}})
 
 
 def test_retention_section_builds_the_policy_of_the_scheduled_job(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute.admin.counts import MessageCounts
+from openroute.admin.cross_site import check_origin, normalize_origins, require_json
 from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import (
     DEFAULT_LIMIT,
@@ -37,7 +38,7 @@ from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError, status_and_code
+from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.persistence import (
     MessageState,
     MessageStore,
@@ -45,6 +46,7 @@ from openroute.persistence import (
     StoredMessage,
     confirmation_table,
     external_call_table,
+    mask_secrets,
     message_table,
 )
 
@@ -88,6 +90,11 @@ def node_summary(node: Mapping[str, Any], now: datetime, heartbeat_interval: tim
     }
 
 
+def _masked(text: str | None) -> str | None:
+    """An error text as shown to operators: a ``user:password@`` or ``password=`` in it (a remote's URL) masked."""
+    return None if text is None else mask_secrets(text)
+
+
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
@@ -126,7 +133,7 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "nodeId": message.node_id,
         "customData": message.custom_data,
         "businessErrors": message.business_errors,
-        "lastErrorText": message.last_error_text,
+        "lastErrorText": _masked(message.last_error_text),
         "version": message.version,
     }
 
@@ -184,7 +191,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "status": str(r.status),
             "attempts": r.attempts,
             "result": r.result,
-            "lastError": r.last_error,
+            "lastError": _masked(r.last_error),
             "createdAt": _iso(r.created_at),
             "updatedAt": _iso(r.updated_at),
             "idempotencyKey": r.idempotency_key,
@@ -202,7 +209,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         "outcomeState": str(confirmation.outcome_state),
         "attempts": confirmation.attempts,
         "nextAttemptAt": _iso(confirmation.next_attempt_at),
-        "lastError": confirmation.last_error,
+        "lastError": _masked(confirmation.last_error),
         "createdAt": _iso(confirmation.created_at),
         "sentAt": _iso(confirmation.sent_at),
         "confirmationId": confirmation.confirmation_id,
@@ -226,13 +233,18 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
 class AdminApi:
     """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
 
-    Without ``auth`` every admin request is refused with 401: the API is never open by accident.
+    Without ``auth`` every admin request is refused with 401: the API is never open by accident. An action (POST)
+    must send ``Content-Type: application/json`` and, when it names an ``Origin``, come from this node's own or one
+    of ``allowed_origins`` (see :mod:`openroute.admin.cross_site`).
     """
 
     def __init__(
-        self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin", counts: MessageCounts | None = None
+        self, engine: Engine, auth: AdminAuth | None, prefix: str = "/admin", counts: MessageCounts | None = None,
+        *, allowed_origins: Iterable[str] = (),
     ) -> None:
         self.engine = engine
+        #: origins besides the node's own whose pages may act (``[admin] allowed_origins``)
+        self.allowed_origins = normalize_origins(allowed_origins)
         self.store = engine.store
         self.auth = auth
         self.prefix = prefix
@@ -267,7 +279,11 @@ class AdminApi:
                 if self.auth is None:
                     raise AuthenticationError("the admin API has no users configured")
                 roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles)
+                user = self.auth.authorize(request.headers, roles, request.client.host if request.client else None)
+                if act:  # a page of another site must not act with the operator's cached credentials
+                    check_origin(request.headers, self.allowed_origins)
+                    require_json(request.headers)
+                check_no_nul(request)
                 return cast(Response, await handler(request, user))
             except Exception as error:
                 if isinstance(error, IllegalTransitionError | StaleMessageError):
@@ -286,6 +302,8 @@ class AdminApi:
                 headers = {}
                 if isinstance(error, AuthenticationError):
                     headers["WWW-Authenticate"] = 'Basic realm="openroute admin"'
+                elif isinstance(error, TooManyFailedLoginsError):
+                    headers["Retry-After"] = str(error.retry_after)
                 elif isinstance(error, ForbiddenError):
                     log.warning("admin request %s refused: %s", request.url.path, error)
                 return JSONResponse({"error": code, "reason": reason}, status, headers=headers)
@@ -412,6 +430,17 @@ class AdminApi:
             raise NodeNotFoundError(f"no node {node_id[:100]!r}") from None
         log.info("node %s set to %s by %s", node_id, state.value, user)
         return JSONResponse({"id": node_id, "state": state.value})
+
+
+def check_no_nul(request: Request) -> None:
+    """Raises InvalidQueryError (HTTP 400) when a query parameter or path part holds a NUL character, which no
+    database column stores (PostgreSQL refuses it with an error, SQLite cuts the text there)."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            raise InvalidQueryError(f"query parameter {name[:40]!r} holds a NUL character (%00)")
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidQueryError(f"{name} holds a NUL character (%00)")
 
 
 def parse_node_state(value: Any) -> NodeState:

@@ -23,11 +23,15 @@ from starlette.routing import Route
 
 from openroute.admin.counts import MessageCounts
 from openroute.engine import Engine
+from openroute.inbound.auth import AdminAuth
+from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.persistence import MessageState, StoredMessage
 
 log = logging.getLogger("openroute.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: the roles that may read ``/metrics`` when it needs credentials (besides the admin role)
+METRICS_ROLES = ("metrics", "web")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
@@ -101,8 +105,12 @@ class Metrics:
         engine: Engine,
         channel_counters: Callable[[], Mapping[str, int]] | None = None,
         counts: MessageCounts | None = None,
+        *,
+        auth: AdminAuth | None = None,
     ) -> None:
         self.engine = engine
+        #: with users here, ``/metrics`` needs one with a role of :data:`METRICS_ROLES` (``[admin] metrics_auth``)
+        self.auth = auth
         self.counts = counts if counts is not None else MessageCounts(engine.store.engine)
         self.registry = CollectorRegistry(auto_describe=False)
         self.finals = Counter(
@@ -152,8 +160,21 @@ class Metrics:
         """The Prometheus text exposition (reads the store: call it off the event loop)."""
         return generate_latest(self.registry)
 
-    async def endpoint(self, _request: Request) -> Response:
-        """``GET /metrics``."""
+    async def endpoint(self, request: Request) -> Response:
+        """``GET /metrics``; with :attr:`auth` only for a user with one of :data:`METRICS_ROLES` (else 401 / 403 /
+        429 as the admin API answers)."""
+        if self.auth is not None:
+            try:
+                self.auth.authorize(request.headers, [*METRICS_ROLES, self.auth.role],
+                                    request.client.host if request.client else None)
+            except (AuthenticationError, ForbiddenError, TooManyFailedLoginsError) as error:
+                status, code = status_and_code(error)
+                headers = {}
+                if isinstance(error, AuthenticationError):
+                    headers["WWW-Authenticate"] = 'Basic realm="openroute metrics"'
+                elif isinstance(error, TooManyFailedLoginsError):
+                    headers["Retry-After"] = str(error.retry_after)
+                return JSONResponse({"error": code, "reason": str(error)}, status, headers=headers)
         return Response(await anyio.to_thread.run_sync(self.render), media_type=CONTENT_TYPE)
 
     def routes(self) -> list[Route]:

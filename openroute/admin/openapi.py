@@ -23,7 +23,11 @@ def _json(schema_ref: str, description: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema_ref}"}}}}
 
 
-_SECURED = {"401": _error("no or wrong credentials"), "403": _error("the user lacks the role")}
+_SECURED = {"401": _error("no or wrong credentials"), "403": _error("the user lacks the role"),
+            "429": _error("too many failed logins of this user from this address (Retry-After)")}
+# an action: JSON only, and from the node's own origin or one of [admin] allowed_origins
+_ACTING = {"403": _error("the user lacks the role, or the request came from another site (CROSS_SITE)"),
+           "415": _error("the body is not Content-Type: application/json")}
 _MESSAGE_ID = {"name": "message_id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}
 _TIME = {"type": "string", "format": "date-time"}
 _NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -33,9 +37,11 @@ def _action(summary: str, description: str) -> dict[str, Any]:
     return {"post": {
         "summary": summary, "description": description, "security": [{"basic": []}],
         "x-required-role": "admin", "parameters": [_MESSAGE_ID],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
         "responses": {"200": _json("ActionResult", "the new state"), "400": _error("bad message id"),
                       "404": _error("no such message"),
-                      "409": _error("not allowed from the current state, or changed meanwhile"), **_SECURED},
+                      "409": _error("not allowed from the current state, or changed meanwhile"), **_SECURED,
+                      **_ACTING},
     }}
 
 
@@ -115,7 +121,7 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
                     "properties": {"state": {"$ref": "#/components/schemas/NodeState"}}}}}},
                 "responses": {"200": _json("NodeStateResult", "the node's new state"),
                               "400": _error("not JSON, or an unknown state"), "404": _error("no such node"),
-                              **_SECURED},
+                              **_SECURED, **_ACTING},
             }},
             f"{p}/openapi.json": {"get": {
                 "summary": "This description", "security": [],

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = resolve_database_url(args)
     except ConfigurationError as error:
-        print(f"openroute db upgrade: {error}", file=sys.stderr)
+        print(f"openroute db upgrade: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIGURATION
     shown = _safe(url)
     try:
@@ -56,15 +56,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _safe(url: str) -> str:
     """``url`` with its password hidden."""
-    from sqlalchemy.engine import make_url
+    from openroute.persistence import masked_url
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
+    return masked_url(url)
 
 
 def _first_line(error: BaseException) -> str:
+    """The first line of ``error`` (the driver's own error when SQLAlchemy wraps one), credentials masked."""
+    from openroute.persistence import mask_secrets
+
     original = getattr(error, "orig", None)
     text = str(original if original is not None else error).strip() or type(error).__name__
-    return text.splitlines()[0]
+    return mask_secrets(text.splitlines()[0])

@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         server, sock = prepare(args)
     except StartupError as error:
-        print(f"openroute run: {error}", file=sys.stderr)
+        from openroute.persistence import mask_secrets
+
+        print(f"openroute run: {mask_secrets(str(error))}", file=sys.stderr)
         return error.exit_code
     try:
         server.run(sockets=[sock])
@@ -179,6 +181,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.request_deadline import request_deadline_protocol
     from openroute.server import channel_inbound, create_app
 
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
@@ -195,8 +198,8 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy(), channels=channels,
-                     outbox=outbox)
+                     retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
+                     metrics_auth=config.admin.metrics_auth, channels=channels, outbox=outbox)
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
@@ -216,8 +219,10 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
             yield state
 
     app.router.lifespan_context = lifespan
-    # log_config None: uvicorn's records go through the handler of configure_logging, in the same format
-    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower()))
+    # log_config None: uvicorn's records go through the handler of configure_logging, in the same format;
+    # http: uvicorn's protocol with a deadline for each request to arrive whole (slow clients are cut off)
+    http = request_deadline_protocol(config.inbound.request_deadline.total_seconds())
+    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower(), http=http))
 
 
 def _bind(host: str, port: int) -> socket.socket:

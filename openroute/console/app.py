@@ -20,7 +20,7 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, urlencode
@@ -38,11 +38,13 @@ from openroute.admin.api import (
     WEB_ROLE,
     MessageNotFoundError,
     NodeNotFoundError,
+    check_no_nul,
     load_message_detail,
     message_summary,
     node_summary,
     parse_node_state,
 )
+from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.search import InvalidQueryError, parse_message_id
 from openroute.console import _queries
 from openroute.console._search import SEARCH_FIELDS, search_page
@@ -50,7 +52,7 @@ from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError
+from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.persistence import FINAL_STATES, MessageState, NodeState
 
 log = logging.getLogger("openroute.console")
@@ -73,11 +75,16 @@ class Console:
     """The console of ``engine``'s store; ``auth`` as for the admin API (none configured: every page is 401).
 
     ``csrf_secret`` signs the forms' tokens; give every node the same one when a load balancer spreads an
-    operator's requests over several nodes (default: random per process).
+    operator's requests over several nodes (default: random per process). An action whose ``Origin`` is neither
+    this node's nor one of ``allowed_origins`` is refused (see :mod:`openroute.admin.cross_site`).
     """
 
-    def __init__(self, engine: Engine, auth: AdminAuth | None, *, csrf_secret: bytes | None = None) -> None:
+    def __init__(
+        self, engine: Engine, auth: AdminAuth | None, *, csrf_secret: bytes | None = None,
+        allowed_origins: Iterable[str] = (),
+    ) -> None:
         self.engine = engine
+        self.allowed_origins = normalize_origins(allowed_origins)
         self.store = engine.store
         self.auth = auth
         self._secret = csrf_secret or secrets.token_bytes(32)
@@ -110,7 +117,8 @@ class Console:
                 if self.auth is None:
                     raise AuthenticationError("the console has no users configured (see --auth-config)")
                 roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles)
+                user = self.auth.authorize(request.headers, roles, _client(request))
+                check_no_nul(request)
                 if act:
                     form = await self._form(request)
                     self._check_csrf(request, user, form)
@@ -131,9 +139,7 @@ class Console:
             raise InvalidQueryError(f"the form cannot be read: {error}") from None
 
     def _check_csrf(self, request: Request, user: str, form: dict[str, list[str]]) -> None:
-        origin = request.headers.get("origin")
-        if origin and origin != "null" and origin.split("://", 1)[-1] != request.headers.get("host", ""):
-            raise CsrfError(f"a console action from another site ({origin[:100]}) is refused; nothing was done")
+        check_origin(request.headers, self.allowed_origins)
         sent = (form.get(CSRF_FIELD) or [""])[0]
         if not hmac.compare_digest(sent.encode(), self.csrf_token(user).encode()):
             raise CsrfError("the form's CSRF token is missing or wrong (reload the page); nothing was done")
@@ -146,6 +152,9 @@ class Console:
         elif isinstance(error, ForbiddenError):
             status, title = 403, "Not allowed"
             log.warning("console request %s refused: %s", request.url.path, error)
+        elif isinstance(error, TooManyFailedLoginsError):
+            status, title = 429, "Too many failed sign-ins"
+            headers["Retry-After"] = str(error.retry_after)
         elif isinstance(error, InvalidQueryError):
             status, title = 400, "Bad request"
         elif isinstance(error, MessageNotFoundError | NodeNotFoundError):
@@ -171,7 +180,7 @@ class Console:
         if self.auth is None:
             return False
         try:
-            self.auth.authorize(request.headers, [self.auth.role])
+            self.auth.authorize(request.headers, [self.auth.role], _client(request))
         except ForbiddenError:
             return False
         return True
@@ -285,6 +294,10 @@ class Console:
         """The error code catalogue with how many messages carry each code."""
         catalogue = await self._db(lambda: _queries.error_catalogue(self.store))
         return self._render(request, user, "errors.html", catalogue=catalogue)
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client else None
 
 
 def _base(request: Request) -> str:

@@ -103,7 +103,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         finally:
             backend.close()
     except CliError as error:
-        print(f"openroute messages: {error}", file=err)
+        from openroute.persistence import mask_secrets
+
+        print(f"openroute messages: {mask_secrets(str(error))}", file=err)
         return 2
 
 
@@ -255,16 +257,17 @@ class StoreBackend:
     """Reads the store directly; acts through a (not started) engine, cause ``cli:<os user>``."""
 
     def __init__(self, url: str) -> None:
-        from openroute.persistence import MessageStore
+        from openroute.persistence import MessageStore, mask_secrets, masked_url
 
+        shown = masked_url(url)
         try:
             self.store = MessageStore(url)
             revision = self.store.current_revision()
         except Exception as error:  # a bad URL or driver: say which
-            raise CliError(f"cannot open the store {url}: {error}") from None
+            raise CliError(f"cannot open the store {shown}: {mask_secrets(str(error))}") from None
         if revision is None:
             self.store.dispose()
-            raise CliError(f"{url} has no openroute schema (run: openroute db upgrade --database-url ...)")
+            raise CliError(f"{shown} has no openroute schema (run: openroute db upgrade --database-url ...)")
         self.cause = f"cli:{getpass.getuser()}"
 
     def close(self) -> None:
@@ -405,7 +408,7 @@ class ServerBackend:
         results = []
         for message_id in ids:
             try:
-                response = self.http.post(f"/admin/messages/{message_id}/{action}")
+                response = self.http.post(f"/admin/messages/{message_id}/{action}", json={})
             except httpx.HTTPError as error:
                 raise CliError(f"cannot reach {self.http.base_url}: {error}") from None
             if response.status_code in (404, 409):

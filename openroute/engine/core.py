@@ -274,7 +274,7 @@ class Engine:
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
-        assert self._app is not None and self._permits is not None
+        assert self._app is not None and self._permits is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
         await self._app.stop(timeout=self.settings.stop_timeout)
@@ -446,7 +446,7 @@ class Engine:
         if not self._running or self._stopping or message.id in self._queued or self.node_state is NodeState.STOPPED:
             return False
         permits = self._permits
-        assert permits is not None and self._idle is not None
+        assert permits is not None and self._idle is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         if not wait and permits.locked():
             return False
         self._queued.add(message.id)  # before waiting, so repoll does not emit it a second time meanwhile

@@ -162,7 +162,7 @@ class Exchange:
         _check_key(key)
         message = self.message
         if self._entity_scoped(scope):
-            assert message.object_id is not None
+            assert message.object_id is not None  # noqa: S101  narrows an Optional for mypy: checked above
             return entity_idempotency_key(message.entity_type or message.operation, message.object_id, key)
         return message_idempotency_key(message.id, message.source_system, message.correlation_id, key)
 
@@ -200,7 +200,7 @@ class Exchange:
         previous, started = await runtime.run_db(lambda: store.begin_external_call(
             message_id, key, idempotency_key, runtime.node_id, runtime.clock.now(), hold_in_doubt=hold))
         if not started:
-            assert previous is not None
+            assert previous is not None  # noqa: S101  narrows an Optional for mypy: checked above
             if previous.status is ExternalCallStatus.OK:
                 return previous.result
             raise CallInDoubtError(key, idempotency_key, f"started by node {previous.node_id} at "
@@ -278,7 +278,7 @@ class Exchange:
         message = self.message
         entity_type = message.entity_type or message.operation
         object_id = message.object_id
-        assert object_id is not None
+        assert object_id is not None  # noqa: S101  narrows an Optional for mypy: checked above
         idempotency_key = entity_idempotency_key(entity_type, object_id, key)
         store = runtime.store
         now = runtime.clock.now()

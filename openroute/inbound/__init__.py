@@ -23,12 +23,16 @@ from openroute.inbound.errors import (
     BodyTooLargeError,
     ForbiddenError,
     ForbiddenXmlError,
+    InvalidCharacterError,
     MalformedPayloadError,
     NestingTooDeepError,
+    NumberTooLongError,
     SoapVersionMismatchError,
+    TooManyFailedLoginsError,
     UnknownOperationError,
     UnsupportedMediaTypeError,
 )
+from openroute.inbound.login_limit import LoginLimiter
 from openroute.inbound.soap import INBOUND_NS, SOAP11_NS, SOAP12_NS, TRACE_NS
 
 __all__ = [
@@ -53,12 +57,16 @@ __all__ = [
     "InboundBinding",
     "InboundEndpoints",
     "InboundSettings",
+    "InvalidCharacterError",
+    "LoginLimiter",
     "MalformedPayloadError",
     "NestingTooDeepError",
+    "NumberTooLongError",
     "ParsedPayload",
     "QName",
     "SoapVersionMismatchError",
     "SourceSystemAuth",
+    "TooManyFailedLoginsError",
     "UnknownOperationError",
     "UnsupportedMediaTypeError",
     "bindings_for",

@@ -26,7 +26,9 @@ from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.errors import (
+    CLIENT_DISCONNECTED,
     AuthenticationError,
+    TooManyFailedLoginsError,
     UnknownOperationError,
     UnsupportedMediaTypeError,
     status_and_code,
@@ -173,10 +175,10 @@ class InboundEndpoints:
         ]
 
     # -- shared steps ----------------------------------------------------------------------------------------
-    def _authenticate(self, headers: Mapping[str, str]) -> str | None:
+    def _authenticate(self, headers: Mapping[str, str], request: Request) -> str | None:
         if self.auth is None:
             return None
-        system = self.auth.authenticate(headers)
+        system = self.auth.authenticate(headers, request.client.host if request.client else None)
         require_system(system, headers.get(SOURCE_SYSTEM_HEADER))
         return system
 
@@ -241,7 +243,9 @@ class InboundEndpoints:
         if status == 500:
             log.exception("%s request to %s failed", endpoint, path, exc_info=error)
             return status, code, "internal error (see the server log)"
-        log.info("%s request to %s refused: %s %s", endpoint, path, code, error)
+        # a client that went away (the request deadline logs its own line) is not a refusal worth a line
+        (log.debug if code == CLIENT_DISCONNECTED else log.info)("%s request to %s refused: %s %s", endpoint, path,
+                                                                   code, error)
         return status, code, str(error)
 
     # -- SOAP ------------------------------------------------------------------------------------------------
@@ -259,7 +263,7 @@ class InboundEndpoints:
                 unsupported: UnsupportedMediaTypeError | None = media_error
             else:
                 unsupported = None
-            authenticated = self._authenticate(headers)
+            authenticated = self._authenticate(headers, request)
             if service not in self._xml:
                 raise UnknownOperationError(service, "*")
             if unsupported is not None:
@@ -282,7 +286,7 @@ class InboundEndpoints:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
             http_status = fault_status(version, sender, status)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _refusal_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
@@ -333,7 +337,7 @@ class InboundEndpoints:
         headers = _header_values(request.scope)
         correlation_id = headers.get(CORRELATION_HEADER)
         try:
-            authenticated = self._authenticate(headers)
+            authenticated = self._authenticate(headers, request)
             binding = self._json.get((service, operation))
             if binding is None:
                 raise UnknownOperationError(service, operation)
@@ -347,7 +351,7 @@ class InboundEndpoints:
             )
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _refusal_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
@@ -379,6 +383,15 @@ def _bound_body(body: Body | None, payload: ParsedPayload) -> Any:
 def _field_errors(error: BaseException) -> list[dict[str, str]]:
     """The field errors of a body that does not match its route's model (none for other errors)."""
     return [item.to_dict() for item in error.field_errors] if isinstance(error, InvalidBodyError) else []
+
+
+def _refusal_headers(error: BaseException) -> dict[str, str]:
+    """The headers of a refusal: the Basic challenge of a 401, the ``Retry-After`` of a 429."""
+    if isinstance(error, AuthenticationError):
+        return {"WWW-Authenticate": 'Basic realm="openroute"'}
+    if isinstance(error, TooManyFailedLoginsError):
+        return {"Retry-After": str(error.retry_after)}
+    return {}
 
 
 def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:

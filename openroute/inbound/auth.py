@@ -15,6 +15,7 @@ from typing import Any
 
 from openroute.errors import ConfigurationError
 from openroute.inbound.errors import AuthenticationError, ForbiddenError
+from openroute.inbound.login_limit import LoginLimiter
 
 API_KEY_HEADER = "x-api-key"
 
@@ -76,7 +77,11 @@ class SourceSystemAuth:
     :class:`AuthenticationError`.
     """
 
-    def __init__(self, systems: Mapping[str, Credentials | Iterable[Credentials]]) -> None:
+    def __init__(
+        self, systems: Mapping[str, Credentials | Iterable[Credentials]], *, limiter: LoginLimiter | None = None
+    ) -> None:
+        #: failed logins per (user or key, client address) and per address (see :class:`LoginLimiter`)
+        self.limiter = limiter if limiter is not None else LoginLimiter()
         self._basic: dict[str, tuple[str, str]] = {}
         self._keys: list[tuple[str, str]] = []
         if not isinstance(systems, Mapping) or not systems:
@@ -111,27 +116,36 @@ class SourceSystemAuth:
         """The configured source systems."""
         return frozenset(s for _, s in self._basic.values()) | frozenset(s for _, s in self._keys)
 
-    def authenticate(self, headers: Mapping[str, str]) -> str:
-        """The source system proven by ``headers`` (lower-case names); AuthenticationError otherwise."""
+    def authenticate(self, headers: Mapping[str, str], client: str | None = None) -> str:
+        """The source system proven by ``headers`` (lower-case names) sent from the address ``client``.
+
+        Raises AuthenticationError for missing or wrong credentials, TooManyFailedLoginsError while the user (an API
+        key counts as the user ``"api key"``) at ``client``, or ``client`` itself, failed too often."""
         key = _api_key(headers)
         if key is not None:
+            self.limiter.check("api key", client)
             found = None
             for configured, system in self._keys:  # compare with all keys so timing tells nothing
                 if _equal(key, configured):
                     found = system
             if found is None:
+                self.limiter.failed("api key", client)
                 raise AuthenticationError("invalid credentials")
             return found
         basic = _basic(headers.get("authorization"))
         if basic is None:
             raise AuthenticationError("credentials required (HTTP Basic or API key)")
         user, password = basic
+        self.limiter.check(user, client)
         expected = self._basic.get(user)
         if expected is None:
             _equal(password, password)  # same work as a known user
+            self.limiter.failed(user, client)
             raise AuthenticationError("invalid credentials")
         if not _equal(password, expected[0]):
+            self.limiter.failed(user, client)
             raise AuthenticationError("invalid credentials")
+        self.limiter.succeeded(user, client)
         return expected[1]
 
 
@@ -147,7 +161,9 @@ class AdminUser:
 class AdminAuth:
     """HTTP Basic authentication of operators; every admin endpoint needs the ``role`` (default ``admin``)."""
 
-    def __init__(self, users: Iterable[AdminUser], role: str = "admin") -> None:
+    def __init__(self, users: Iterable[AdminUser], role: str = "admin", *, limiter: LoginLimiter | None = None) -> None:
+        #: failed logins per (user, client address) and per address (see :class:`LoginLimiter`)
+        self.limiter = limiter if limiter is not None else LoginLimiter()
         self._users: dict[str, AdminUser] = {}
         for user in users:
             if not isinstance(user, AdminUser):
@@ -159,16 +175,22 @@ class AdminAuth:
             self._users[user.username] = AdminUser(user.username, user.password, frozenset(user.roles))
         self.role = role
 
-    def authorize(self, headers: Mapping[str, str], roles: Iterable[str] | None = None) -> str:
+    def authorize(
+        self, headers: Mapping[str, str], roles: Iterable[str] | None = None, client: str | None = None
+    ) -> str:
         """The user name; AuthenticationError without valid credentials, ForbiddenError without one of ``roles``
-        (default: the authenticator's ``role``)."""
+        (default: the authenticator's ``role``), TooManyFailedLoginsError while the user at the address ``client``,
+        or ``client`` itself, failed too often (the password is then not compared)."""
         basic = _basic(headers.get("authorization"))
         if basic is None:
             raise AuthenticationError("admin credentials required (HTTP Basic)")
         name, password = basic
+        self.limiter.check(name, client)
         user = self._users.get(name)
         if user is None or not _equal(password, user.password):
+            self.limiter.failed(name, client)
             raise AuthenticationError("invalid credentials")
+        self.limiter.succeeded(name, client)
         wanted = [self.role] if roles is None else list(roles)
         if not user.roles & set(wanted):
             needed = " or ".join(repr(role) for role in wanted)

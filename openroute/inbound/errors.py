@@ -37,6 +37,19 @@ class NestingTooDeepError(MalformedPayloadError):
         self.limit = limit
 
 
+class InvalidCharacterError(MalformedPayloadError):
+    """A JSON string holds a character no database column stores: NUL (``\\u0000``) or a lone UTF-16 surrogate
+    (``\\ud800``)."""
+
+    code = "INVALID_CHARACTER"
+
+
+class NumberTooLongError(MalformedPayloadError):
+    """A JSON number has more digits than Python converts (``sys.get_int_max_str_digits()``, 4300 by default)."""
+
+    code = "NUMBER_TOO_LONG"
+
+
 class SoapVersionMismatchError(MalformedPayloadError):
     """The envelope's namespace does not match the SOAP version announced by the content type."""
 
@@ -82,12 +95,34 @@ class ForbiddenError(OpenrouteError):
     code = "FORBIDDEN"
 
 
+class TooManyFailedLoginsError(OpenrouteError):
+    """Too many failed logins of this user from this address, or from this address (HTTP 429, ``Retry-After``);
+    the credentials were not checked."""
+
+    code = "TOO_MANY_FAILED_LOGINS"
+
+    def __init__(self, retry_after: int, reason: str = "too many failed logins") -> None:
+        super().__init__(f"{reason}: try again in {retry_after} s")
+        #: seconds until the oldest counted failure leaves the window
+        self.retry_after = retry_after
+
+
+#: the code of a request whose client went away (or was cut off by the request deadline) before its body was read
+CLIENT_DISCONNECTED = "CLIENT_DISCONNECTED"
+
+
 def status_and_code(error: BaseException) -> tuple[int, str]:
     """The HTTP status and error code an inbound or admin endpoint answers ``error`` with."""
+    from starlette.requests import ClientDisconnect
+
+    if isinstance(error, ClientDisconnect):  # nobody is left to read the answer
+        return 400, CLIENT_DISCONNECTED
     if isinstance(error, AuthenticationError):
         return 401, error.code
     if isinstance(error, ForbiddenError):
         return 403, error.code
+    if isinstance(error, TooManyFailedLoginsError):
+        return 429, error.code
     if isinstance(error, UnknownRouteError):
         return 404, getattr(error, "code", "UNKNOWN_OPERATION")
     if isinstance(error, PayloadTooLargeError):

@@ -10,10 +10,19 @@ from typing import Any
 
 from lxml import etree
 
-from openroute.inbound.errors import BodyTooLargeError, ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
+from openroute.inbound.errors import (
+    BodyTooLargeError,
+    ForbiddenXmlError,
+    InvalidCharacterError,
+    MalformedPayloadError,
+    NestingTooDeepError,
+    NumberTooLongError,
+)
 from openroute.schema import secure_parser
 
 _MAX_REASON = 300
+#: libxml2 refuses XML nested deeper than this without huge_tree (off here): the effective limit of larger max_depth
+LIBXML2_MAX_DEPTH = 256
 
 
 _PARSER = secure_parser()
@@ -60,6 +69,8 @@ def parse_xml(body: bytes, max_depth: int) -> etree._Element:
     try:
         root = etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as error:
+        if "Excessive depth" in str(error):  # libxml2's own limit reached before ours was checked
+            raise NestingTooDeepError(min(max_depth, LIBXML2_MAX_DEPTH)) from None
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
     except ValueError as error:  # e.g. an unsupported encoding declaration
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
@@ -115,9 +126,40 @@ def parse_json(body: bytes, max_depth: int) -> tuple[str, Any]:
         raise MalformedPayloadError(f"malformed JSON: {error.msg} at {where}") from None
     except RecursionError:
         raise NestingTooDeepError(max_depth) from None
+    except ValueError as error:  # int() refuses a number of more than sys.get_int_max_str_digits() digits
+        raise NumberTooLongError(f"malformed JSON: a number is too long ({_short(str(error))})") from None
     if not isinstance(document, dict):
         raise MalformedPayloadError(f"the JSON body must be an object, got {type(document).__name__}")
     # each level of nesting opens with a bracket: a text with at most max_depth of them cannot nest deeper
     if text.count("{") + text.count("[") > max_depth and not _depth_ok(document, max_depth):
         raise NestingTooDeepError(max_depth)
+    # raw NUL bytes are refused by the decoder and UTF-8 carries no surrogates: only an escape can bring them
+    if "\\u" in text:
+        _check_characters(document)
     return text, document
+
+
+def _check_characters(document: Any) -> None:
+    """Raises InvalidCharacterError when a key or string of ``document`` holds NUL or a lone surrogate."""
+    stack = [document]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key)
+                stack.append(item)
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            _check_text(value)
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise InvalidCharacterError("a JSON string holds a NUL character (\\u0000), which no database stores")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidCharacterError(
+            f"a JSON string holds a lone surrogate (\\u{ord(text[error.start]):04x}), which is no character"
+        ) from None

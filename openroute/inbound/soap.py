@@ -86,7 +86,8 @@ _TRACE_HEADER_TAG = f"{{{TRACE_NS}}}traceHeader"
 _TRACE_FIELD_TAGS = {f"{{{TRACE_NS}}}{name}": name for name in TRACE_FIELDS}
 
 
-def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:
+# C901 over 12: one branch per part of the envelope a sender can get wrong, each its own fault
+def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:  # noqa: C901
     """Check the envelope against ``version`` and find the single body element and the trace header.
 
     The first Header and the first Body of the envelope count, and the first element of each trace field.
@@ -94,6 +95,11 @@ def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:
     # plain loops over the few children: cheaper than find() (ElementPath) or iterchildren(tag) (a matcher per call)
     namespace = _ENVELOPE_TAGS.get(root.tag)
     if namespace is None:
+        if etree.QName(root).localname == "Envelope":  # SOAP 1.1 §4.4.1 / 1.2 §5.4.7: an unknown envelope namespace
+            raise SoapVersionMismatchError(
+                f"envelope namespace {etree.QName(root).namespace or '(none)'} is no SOAP version; "
+                f"SOAP {version.name} ({version.content_type}) needs {version.namespace}"
+            )
         raise MalformedPayloadError("the request is not a SOAP envelope")
     if namespace != version.namespace:
         raise SoapVersionMismatchError(
@@ -189,8 +195,8 @@ def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, c
 
 
 def fault_status(version: SoapVersion, sender: bool, http_status: int) -> int:
-    """HTTP status of a fault: SOAP 1.1 always 500 except before the envelope (401/403/413/415)."""
-    if http_status in (401, 403, 413, 415):
+    """HTTP status of a fault: SOAP 1.1 always 500 except before the envelope (401/403/413/415/429)."""
+    if http_status in (401, 403, 413, 415, 429):
         return http_status
     if version is SOAP11:
         return 500

@@ -437,7 +437,7 @@ class MessagingApp:
         shape, what = analysis.shape, f"function '{spec.name}'"
         tap_in = self._taps.get(spec.incoming or "")
         if shape is Shape.CONSUMER:
-            assert spec.incoming is not None
+            assert spec.incoming is not None  # noqa: S101  narrows an Optional for mypy: set before this point
             # a connector-fed channel keeps the connector's own prefetch (AMQP: the broker's, following demand)
             prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH
             consumer = ConsumerSubscriber(spec.incoming, consumer_handler(spec, analysis), self._concurrency(spec),
@@ -446,7 +446,7 @@ class MessagingApp:
             sinks.append((spec.incoming, consumer))
             return
         if shape is Shape.CONSUMER_SUBSCRIBER:
-            assert spec.incoming is not None
+            assert spec.incoming is not None  # noqa: S101  narrows an Optional for mypy: set before this point
             target = subscriber_of(spec.fn(), what)
             unwrap = unwrap_function(analysis)
             if analysis.acknowledgment is Acknowledgment.POST_PROCESSING:
@@ -480,7 +480,7 @@ class MessagingApp:
             sources[spec.outgoing] = builder.map(to_message).build()
             self._stoppable.append(self._taps[spec.outgoing])
             return
-        assert tap_in is not None
+        assert tap_in is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         if shape is Shape.PROCESSOR_VALUE:
             # requests a prefetch beyond its call slots, as a consumer does: LATEST drops only what outruns it
             prefetch = 0 if spec.incoming in self._connector_fed else DEFAULT_PREFETCH

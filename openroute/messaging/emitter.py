@@ -310,7 +310,7 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
             self._terminated = True
             self._subscriber = None
             failure = self._failure
-        assert failure is not None
+        assert failure is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         for message in pending:
             message.nack(failure)
         if subscriber is not None:
@@ -340,7 +340,7 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
                 with self._lock:
                     self._terminated = True
                     self._subscriber = None
-                assert subscriber is not None
+                assert subscriber is not None  # noqa: S101  narrows an Optional for mypy: set before this point
                 subscriber.on_complete()
 
 

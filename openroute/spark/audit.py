@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from openroute.persistence.models import FINAL_STATES, MessageState
+from openroute.persistence.secrets import mask_secrets, masked_url
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -452,7 +453,7 @@ def audit(  # noqa: C901
     for name in CHECKS:
         ids = violations[name].select(F.col("message_id").cast("long").alias("message_id"), F.lit(name).alias("check"))
         found = ids if found is None else found.unionByName(ids)
-    assert found is not None
+    assert found is not None  # noqa: S101  narrows an Optional for mypy: set before this point
     found = found.distinct().persist()
     counts = {r["check"]: int(r["count"]) for r in found.groupBy("check").count().collect()}
     first: dict[str, list[int]] = {name: [] for name in CHECKS}
@@ -468,7 +469,7 @@ def audit(  # noqa: C901
         part = frame.select(F.lit(name).alias("table"),
                             F.to_json(F.struct(*frame.columns), {"ignoreNullFields": "false"}).alias("row"))
         packed = part if packed is None else packed.unionByName(part)
-    assert packed is not None
+    assert packed is not None  # noqa: S101  narrows an Optional for mypy: set before this point
     lines: dict[str, list[str]] = {name: [] for name in stats}
     for row in packed.collect():
         lines[row["table"]].append(row["row"])
@@ -495,7 +496,7 @@ def audit(  # noqa: C901
                for name, frame in stats.items()}
     details["violations"] = found
     settings = {
-        "url": _without_password(url), "now": now.isoformat(), "stuck_after": str(stuck),
+        "url": masked_url(url), "now": now.isoformat(), "stuck_after": str(stuck),
         "heartbeat_timeout": str(heartbeat), "grace": str(grace_td),
         "confirmation_max_attempts": confirmation_max_attempts,
         "confirmed_systems": list(confirmed_systems) if confirmed_systems is not None else None,
@@ -503,10 +504,6 @@ def audit(  # noqa: C901
     }
     return AuditResult(datetime.now(UTC), checks, collected, totals, settings, details,
                        [messages, transitions, confirmations, found])
-
-
-def _without_password(url: str) -> str:
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
 # ---- command line (``openroute spark audit``) -------------------------------------------------------------
@@ -601,5 +598,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             if running is None:  # a session the caller started stays running
                 spark.stop()
     except (AuditError, SparkSetupError) as error:
-        print(f"openroute spark audit: {error}", file=sys.stderr)
+        print(f"openroute spark audit: {mask_secrets(str(error))}", file=sys.stderr)
         return 2

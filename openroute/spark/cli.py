@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from openroute.persistence.secrets import mask_secrets
+
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
@@ -308,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: PySpark is not installed: pip install 'openroute[spark]'", file=sys.stderr)
         return 2
     except SparkSetupError as problem:
-        print(f"{name}: {problem}", file=sys.stderr)
+        print(f"{name}: {mask_secrets(str(problem))}", file=sys.stderr)
         return 2
     from openroute.spark.audit import run_audit_job
 
@@ -321,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
         with progress:
             return jobs[args.spark_command](spark, args, progress)
     except (SparkSetupError, ValueError) as problem:
-        print(f"{name}: {problem}", file=sys.stderr)
+        print(f"{name}: {mask_secrets(str(problem))}", file=sys.stderr)
         return 2
     except Exception as error:  # a Java error mid-job: one line here, the stack trace in the Spark log
         from openroute.spark.session import first_line

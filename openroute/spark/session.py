@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from openroute.errors import ConfigurationError
 from openroute.persistence.models import Base, UTCDateTime
+from openroute.persistence.secrets import mask_secrets, masked_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -241,7 +242,7 @@ def first_line(error: BaseException) -> str:
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(("at ", "Traceback", "File ", "py4j")):
-            return line[:300]
+            return mask_secrets(line)[:300]
     return type(error).__name__
 
 
@@ -252,11 +253,11 @@ def jdbc_source(url: str, jdbc_path: str | os.PathLike[str] | None = None) -> Jd
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError as bad:
-        raise SparkSetupError(f"not a database URL: {url!r} ({bad})") from None
+        raise SparkSetupError(f"not a database URL: {masked_url(url)!r} ({mask_secrets(str(bad))})") from None
     backend = parsed.get_backend_name()
     driver = DRIVERS.get(backend)
     if driver is None:
-        raise SparkSetupError(f"unsupported database {backend!r} in {url!r}: use sqlite:/// or postgresql+psycopg://")
+        raise SparkSetupError(f"unsupported database {backend!r} in {masked_url(url)!r}: use sqlite:/// or postgresql+psycopg://")
     if find_driver_jar(backend, jdbc_path) is None:
         raise SparkSetupError(
             f"no {backend} JDBC driver: apt-get install -y {driver.package} (jars in /usr/share/java) "
@@ -265,7 +266,7 @@ def jdbc_source(url: str, jdbc_path: str | os.PathLike[str] | None = None) -> Jd
     properties = {"driver": driver.driver_class}
     if backend == "sqlite":
         if not parsed.database or parsed.database == ":memory:":
-            raise SparkSetupError(f"the store needs a SQLite file, got {url!r}")
+            raise SparkSetupError(f"the store needs a SQLite file, got {masked_url(url)!r}")
         path = Path(parsed.database).resolve()
         if not path.is_file():
             raise SparkSetupError(f"no SQLite store at {path}: check the database URL")
@@ -351,7 +352,7 @@ def read_table(
     try:
         bounds = (
             _reader(spark, source)
-            .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "
+            .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "  # noqa: S608  table and column are the store's own names, never input
                              f"COALESCE(MAX({column}), 0) AS hi FROM {table}")
             .option("customSchema", "n BIGINT, lo BIGINT, hi BIGINT")
             .load()

@@ -135,7 +135,7 @@ class BaseProcessor(Processor[Any, Any], Subscription):
     def _on_request(self, n: int) -> None:
         """Positive demand from downstream, upstream present."""
         upstream = self._upstream
-        assert upstream is not None
+        assert upstream is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         upstream.request(n)
 
     def _on_cancel(self) -> None:

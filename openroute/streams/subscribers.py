@@ -37,7 +37,7 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
         """Resolves with the stream's result, or fails with its error (the same object)."""
         if self._future is None:
             self._make_future()
-        assert self._future is not None
+        assert self._future is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         return self._future
 
     def _make_future(self) -> None:
@@ -165,7 +165,7 @@ class CollectSubscriber(CompletionSubscriber[Any]):
         if not self._accept(subscription):
             return
         try:
-            assert self._factory is not None
+            assert self._factory is not None  # noqa: S101  narrows an Optional for mypy: set before this point
             self._container = self._factory()
         except Exception as error:
             self._cancel_upstream()

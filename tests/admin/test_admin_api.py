@@ -191,7 +191,7 @@ async def test_detail_with_calls_children_and_confirmation(client: httpx.AsyncCl
 
 async def test_restart_failed_message(client: httpx.AsyncClient, world: World, store: MessageStore) -> None:
     message_id = world.ids["failed1"]
-    response = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    response = await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)
     assert response.status_code == 200, response.text
     assert response.json() == {"id": message_id, "previousState": "FAILED", "state": "PARTLY_FAILED"}
     restarted = store.get(message_id)
@@ -199,14 +199,14 @@ async def test_restart_failed_message(client: httpx.AsyncClient, world: World, s
     assert restarted.failed_count == 0 and restarted.next_attempt_at is not None
     due = store.due([MessageState.PARTLY_FAILED], datetime.now(UTC) + timedelta(seconds=1), 10)
     assert [m.id for m in due] == [message_id]  # the repoll will pick it up
-    again = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    again = await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)
     assert again.status_code == 409 and "PARTLY_FAILED -> PARTLY_FAILED" in again.json()["reason"]
 
 
 async def test_restart_of_ok_or_new_is_refused(client: httpx.AsyncClient, world: World, store: MessageStore) -> None:
     for name in ("ok", "new"):
         before = store.get(world.ids[name])
-        response = await client.post(f"/admin/messages/{world.ids[name]}/restart", headers=ADMIN)
+        response = await client.post(f"/admin/messages/{world.ids[name]}/restart", json={}, headers=ADMIN)
         assert response.status_code == 409 and response.json()["error"] == "ILLEGALTRANSITION"
         assert store.get(world.ids[name]) == before
 
@@ -215,7 +215,7 @@ async def test_cancel_non_final_message_runs_final_hooks(
     client: httpx.AsyncClient, world: World, store: MessageStore
 ) -> None:
     message_id = world.ids["new"]
-    response = await client.post(f"/admin/messages/{message_id}/cancel", headers=ADMIN)
+    response = await client.post(f"/admin/messages/{message_id}/cancel", json={}, headers=ADMIN)
     assert response.status_code == 200
     assert response.json() == {"id": message_id, "previousState": "NEW", "state": "CANCEL"}
     cancelled = store.get(message_id)
@@ -223,10 +223,10 @@ async def test_cancel_non_final_message_runs_final_hooks(
     assert cancelled.last_error_text == "cancelled by operator ops"
     assert [m.id for m in world.tx_finals] == [message_id] and [m.id for m in world.finals] == [message_id]
     for name in ("new", "ok", "failed1"):  # final messages cannot be cancelled
-        refused = await client.post(f"/admin/messages/{world.ids[name]}/cancel", headers=ADMIN)
+        refused = await client.post(f"/admin/messages/{world.ids[name]}/cancel", json={}, headers=ADMIN)
         assert refused.status_code == 409
     # an operator may restart a cancelled message (CANCEL -> PARTLY_FAILED, due now)
-    restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    restart = await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)
     assert restart.status_code == 200 and restart.json()["state"] == "PARTLY_FAILED"
     restarted = store.get(message_id)
     assert restarted is not None and restarted.state is MessageState.PARTLY_FAILED and restarted.failed_count == 0
@@ -235,7 +235,7 @@ async def test_cancel_non_final_message_runs_final_hooks(
         (MessageState.NEW, MessageState.CANCEL, "admin:ops"),
         (MessageState.CANCEL, MessageState.PARTLY_FAILED, "admin:ops"),
     ]
-    assert (await client.post("/admin/messages/424242/cancel", headers=ADMIN)).status_code == 404
+    assert (await client.post("/admin/messages/424242/cancel", json={}, headers=ADMIN)).status_code == 404
 
 
 async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
@@ -245,12 +245,12 @@ async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, w
                                                                                      message.id)))
     message_id = world.ids["new2"]
     before = world.engine.stats.outcomes[MessageState.CANCEL]
-    response = await client.post(f"/admin/messages/{message_id}/cancel", headers=ADMIN)
+    response = await client.post(f"/admin/messages/{message_id}/cancel", json={}, headers=ADMIN)
     assert response.status_code == 200, response.text
     assert world.engine.stats.outcomes[MessageState.CANCEL] == before + 1
     assert heard == [(MessageState.NEW, MessageState.CANCEL, message_id)]
     assert [m.id for m in world.finals] == [message_id]
-    restart = await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)
+    restart = await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)
     assert restart.status_code == 200
     assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
     rows = world.engine.store.transitions_of(message_id)

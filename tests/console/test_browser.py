@@ -114,6 +114,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
                      "--disable-component-update", "--disable-sync", "--no-first-run",
                      "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,900"):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console log: CSP violations land there
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT)
     credentials = base64.b64encode(b"ops:ops-secret").decode()
@@ -229,3 +230,25 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
     click(browser, "nav-errors")
     assert "CRM_REFUSED" in text(browser, "error-codes")
     shot(browser, "errors", tmp_path)
+
+    # the list's "select all" is the console's own script file: it runs under the content policy
+    browser.get(f"{console}/messages")
+    browser.find_element(By.ID, "select-all").click()
+    boxes = browser.find_elements(By.CSS_SELECTOR, "input[name=id]")
+    assert boxes and all(box.is_selected() for box in boxes)
+    browser.get(f"{console}/")
+    heights = {bar.get_attribute("class") for bar in browser.find_elements(By.CSS_SELECTOR, ".bars .bar")}
+    assert heights and all(h.startswith("bar h") for h in heights)
+
+    # no page of the console broke its content policy; the policy is there (an inline script is refused)
+    violations = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert violations == []
+    browser.execute_script("const s = document.createElement('script'); s.textContent = 'window.x = 1';"
+                           "document.body.appendChild(s)")
+    refused = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert refused and "inline script" in refused[0], refused
+    assert browser.execute_script("return window.x === undefined")
+    page = httpx.get(f"{console}/messages", auth=("ops", "ops-secret"), timeout=WAIT)
+    assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert "'unsafe-inline'" not in page.headers["content-security-policy"]

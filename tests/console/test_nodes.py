@@ -137,7 +137,8 @@ async def test_bad_node_state_requests(
 
 
 async def test_malformed_json_body_is_a_400(client: httpx.AsyncClient) -> None:
-    response = await client.post("/admin/nodes/node-a/state", content=b"{not json", headers=ADMIN)
+    response = await client.post("/admin/nodes/node-a/state", content=b"{not json",
+                                 headers={**ADMIN, "Content-Type": "application/json"})
     assert response.status_code == 400 and "must be JSON" in response.json()["reason"]
 
 

@@ -19,6 +19,7 @@ from openroute.inbound import (
     BasicCredentials,
     InboundBinding,
     InboundSettings,
+    LoginLimiter,
     ParsedPayload,
     QName,
     SourceSystemAuth,
@@ -75,7 +76,10 @@ async def engine(store: MessageStore) -> AsyncIterator[Engine]:
     await node.stop()
 
 
-AUTH = SourceSystemAuth({"CRM": BasicCredentials("crm", "crm-secret"), "ERP": ApiKey(API_KEY)})
+# one authenticator serves every test of the session: its limiter must not add up their refusals (the limit itself
+# is tested in test_login_limit.py)
+AUTH = SourceSystemAuth({"CRM": BasicCredentials("crm", "crm-secret"), "ERP": ApiKey(API_KEY)},
+                        limiter=LoginLimiter(max_failures=10_000, max_failures_per_address=10_000))
 SETTINGS = InboundSettings(max_body_bytes=64 * 1024, max_depth=32)
 
 

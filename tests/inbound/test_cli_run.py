@@ -173,6 +173,8 @@ def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -
         format = "json"
         [engine]
         concurrency = 2
+        [inbound]
+        request_deadline = "1s"
         [[auth.admins]]
         username = "ops"
         password_file = "ops.secret"
@@ -187,7 +189,13 @@ def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -
     assert httpx.post(f"{server.base}/api/shop/pay", json={"n": 2}, headers=headers).status_code == 202
     server.wait_for("PROCESSING -> FAILED")
     server.wait_for("PROCESSING -> OK")
-    assert httpx.get(f"{server.base}/admin/counts", auth=("ops", "ops-secret")).status_code == 200
+    counts = httpx.get(f"{server.base}/admin/counts", auth=("ops", "ops-secret"))
+    assert counts.status_code == 200 and counts.headers["x-frame-options"] == "DENY"
+    host, port = server.base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as idle:  # the request deadline of the file: 1 s
+        idle.sendall(b"GET /health HTTP/1.1\r\n")
+        assert idle.recv(100).startswith(b"HTTP/1.1 408")
+    server.wait_for("did not arrive completely within 1 s")
     assert server.stop() == 0
     assert database.exists() and not (tmp_path / "ignored.db").exists()
     records = [json.loads(line) for line in server.lines if line.strip()]  # every line parses

@@ -77,6 +77,14 @@ HOSTILE_JSON = [
     (json.dumps(ORDER).encode(), {"Content-Type": "text/plain"}, 415, "UNSUPPORTED_MEDIA_TYPE", "text/plain"),
     (json.dumps(ORDER).encode(), {"Content-Type": "application/json; charset=latin-1"}, 415,
      "UNSUPPORTED_MEDIA_TYPE", "UTF-8"),
+    # text no database stores (PostgreSQL refuses NUL and lone surrogates) and numbers Python will not convert
+    (b'{"orderId": "O-\\u0000", "customer": {"id": "C"}}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "note": "a\\u0000b"}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "n\\u0000": 1}', {}, 400, "INVALID_CHARACTER", "NUL"),
+    (b'{"orderId": "\\ud800", "customer": {"id": "C"}}', {}, 400, "INVALID_CHARACTER", "surrogate"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "x": ["\\udfff"]}', {}, 400, "INVALID_CHARACTER", "surrogate"),
+    (b'{"orderId": "O-1", "customer": {"id": "C"}, "quantity": ' + b"7" * 5000 + b"}", {}, 400, "NUMBER_TOO_LONG",
+     "digits"),
 ]
 
 
@@ -136,6 +144,9 @@ HOSTILE_XML = [
     (b"<a>&undefined;</a>", {}, "MALFORMED_PAYLOAD", "malformed XML"),
     (b"", {}, "MALFORMED_PAYLOAD", "empty"),
     (_deep_xml(40), {}, "NESTING_TOO_DEEP", "32 levels"),
+    (_deep_xml(300), {}, "NESTING_TOO_DEEP", "32 levels"),  # past libxml2's own limit of 256 levels too
+    (b"<env:Envelope xmlns:env='urn:not:soap'><env:Body/></env:Envelope>", {}, "VERSION_MISMATCH", "no SOAP version"),
+    (b"<Envelope><Body/></Envelope>", {}, "VERSION_MISMATCH", "no SOAP version"),
     (b"<a>" + b"x" * 70_000 + b"</a>", {}, "PAYLOAD_TOO_LARGE", "65536"),
     (envelope(create_order()), {"Content-Type": "application/json"}, "UNSUPPORTED_MEDIA_TYPE", "not SOAP"),
     (envelope(create_order()), {"Content-Type": "text/xml; charset=ebcdic"}, "UNSUPPORTED_MEDIA_TYPE", "charset"),

@@ -57,7 +57,7 @@ class Admin:
                                         auth=("ops", "ops-secret"))
 
     async def restart(self, message_id: int) -> httpx.Response:
-        return await self.client.post(f"/admin/messages/{message_id}/restart")
+        return await self.client.post(f"/admin/messages/{message_id}/restart", json={})
 
 
 async def _kit_with_confirmations(route_test_kit: Any, stock: Stock) -> tuple[Any, Recorder, Admin]:
