@@ -56,6 +56,7 @@ __all__ = [
     "ConfirmationTarget",
     "ConfirmationsConfig",
     "EngineConfig",
+    "ExternalSystemConfig",
     "InboundConfig",
     "LogConfig",
     "RetryConfig",
@@ -347,6 +348,63 @@ class RetentionConfig(_Section):
             raise ValueError(str(error).removeprefix("retention: ")) from None
 
 
+class BreakerConfig(_Section):
+    """The circuit breaker of one external system (see :class:`openroute.outbound.BreakerSettings`)."""
+
+    enabled: bool = True
+    failure_rate_threshold: float = Field(50.0, gt=0, le=100)
+    window_size: int = Field(100, ge=1)
+    minimum_calls: int = Field(100, ge=1)
+    open_wait: Duration = timedelta(seconds=60)
+    trial_calls: int = Field(10, ge=1)
+    trial_timeout: Duration = timedelta(seconds=30)
+    refresh: Duration = timedelta(seconds=1)
+
+    def settings(self) -> Any:
+        """The :class:`~openroute.outbound.BreakerSettings` (None when the breaker is off)."""
+        if not self.enabled:
+            return None
+        from openroute.outbound import BreakerSettings
+
+        return BreakerSettings(**self.model_dump(exclude={"enabled"}))
+
+
+class CallRecordsConfig(_Section):
+    """Whether the calls of one external system are recorded (see :class:`openroute.outbound.CallRecordSettings`)."""
+
+    enabled: bool = False
+    #: the call keys recorded: a regular expression matching the whole key (default: every call)
+    operations: str | None = None
+    secret_fields: list[str] = []
+    max_chars: int = Field(100_000, ge=100)
+
+
+class ExternalSystemConfig(_Section):
+    """One external system (``[external_systems.NAME]``; see :class:`openroute.outbound.ExternalSystem`)."""
+
+    base_url: str | None = None
+    wsdl: str | None = None
+    timeout: Duration = timedelta(seconds=10)
+    connect_timeout: Duration | None = None
+    call_timeout: Duration = timedelta(seconds=30)
+    headers: dict[str, str] = {}
+    breaker: BreakerConfig = BreakerConfig()
+    records: CallRecordsConfig = CallRecordsConfig()
+
+    def system(self, name: str) -> Any:
+        """The :class:`~openroute.outbound.ExternalSystem` of these settings."""
+        from openroute.outbound import CallRecordSettings, ExternalSystem
+
+        records = self.records
+        return ExternalSystem(
+            name, base_url=self.base_url, wsdl=self.wsdl, timeout=self.timeout.total_seconds(),
+            connect_timeout=None if self.connect_timeout is None else self.connect_timeout.total_seconds(),
+            call_timeout=self.call_timeout, headers=self.headers, breaker=self.breaker.settings(),
+            records=CallRecordSettings(records.enabled, records.operations, tuple(records.secret_fields),
+                                       records.max_chars),
+        )
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -381,6 +439,8 @@ class ServerConfig(BaseSettings):
     auth: AuthConfig = AuthConfig()
     confirmations: ConfirmationsConfig = ConfirmationsConfig()
     retention: RetentionConfig = RetentionConfig()
+    #: the external systems routes call, by name (``ext_call(..., system=NAME)``)
+    external_systems: dict[str, ExternalSystemConfig] = {}
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
     openroute: dict[str, Any] = {}
     #: the same keys in the MicroProfile spelling ``mp.messaging.*``
@@ -424,6 +484,19 @@ class ServerConfig(BaseSettings):
                 f"database_password_env names {self.database_password_env!r}, which is not set") from None
         except ArgumentError as error:
             raise ConfigurationError(f"database_url: {error}") from None
+
+    def external_system_list(self) -> list[Any]:
+        """The declared :class:`~openroute.outbound.ExternalSystem` objects (ConfigurationError naming the system for a
+        value that cannot work)."""
+        systems, problems = [], []
+        for name, declared in self.external_systems.items():
+            try:
+                systems.append(declared.system(name))
+            except ConfigurationError as error:
+                problems.append(f"external_systems.{name}: {error}")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        return systems
 
     def messaging_config(self) -> dict[str, Any]:
         """The ``openroute.messaging.*`` keys of the file, flattened for :class:`openroute.messaging.MessagingApp`."""
@@ -561,7 +634,8 @@ def load_config(
     problems = []
     # the objects' own checks (an API key's length, a confirmation URL) are configuration problems too
     for section, build in (("engine", config.engine.settings), ("inbound", config.inbound.settings),
-                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback)):
+                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback),
+                           ("external_systems", config.external_system_list)):
         try:
             build()
         except ConfigurationError as error:

@@ -88,9 +88,12 @@ class Steps:
         function: Callable[[Exchange], Any],
         *,
         scope: ExtCallScope | Literal["message", "entity"] | None = None,
+        system: str | None = None,
     ) -> Self:
         """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
-        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps."""
+        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps. ``system`` names
+        the system called (``[external_systems.NAME]`` in openroute.toml): its circuit breaker and call records
+        apply (docs/outage.md)."""
         if not isinstance(key, str) or not key or len(key) > 255:
             raise DeploymentError(f"{self._what}: ext_call: the key must be a non-empty string of at most 255 "
                                   f"characters: {key!r}")
@@ -98,9 +101,12 @@ class Steps:
             raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
         if scope is not None and scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
+        if system is not None and (not isinstance(system, str) or not system or len(system) > 100):
+            raise DeploymentError(f"{self._what}: ext_call {key!r}: system must be a name of 1-100 characters, "
+                                  f"got {system!r}")
 
         async def step(exchange: Exchange) -> Any:
-            result = await exchange.ext_call(key, lambda: function(exchange), scope=scope)
+            result = await exchange.ext_call(key, lambda: function(exchange), scope=scope, system=system)
             exchange.metadata.setdefault("ext_calls", {})[key] = result
             return result
 

@@ -179,9 +179,12 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.outbound import ExternalCalls
     from openroute.server import create_app
 
-    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
+    external_calls = ExternalCalls(store, config.external_system_list())
+    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
+                    external_calls=external_calls)
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
     confirmation = ConfirmationService(store, config.confirmations.callback())

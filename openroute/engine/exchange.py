@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -25,7 +26,7 @@ from openroute.message import InboundMessage
 from openroute.persistence import ExternalCallStatus, MessageStore, NewMessage, StoredMessage
 from openroute.route import ExtCallScope, Route, RouteRegistry
 
-__all__ = ["AttemptRuntime", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
+__all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
 
 T = TypeVar("T")
 
@@ -39,6 +40,16 @@ class EntityCallStatus(StrEnum):
     BUSY = "BUSY"
     #: this message took the call: make it and record the outcome
     RUN = "RUN"
+
+
+class CallGuard(Protocol):
+    """What stands around a call to a declared external system (``ext_call(..., system=...)``): its circuit breaker
+    and its call records. The application gives one to the engine (:class:`openroute.outbound.ExternalCalls`)."""
+
+    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
+        """Make ``call`` (sync or async) for ``message`` unless the breaker of ``system`` refuses it
+        (:class:`~openroute.errors.CircuitOpenError`), and return its result."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class AttemptRuntime:
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
     #: the node the exchange runs on (recorded with the transition rows of the messages it stores)
     node_id: str
+    #: breaker and records of calls to declared external systems (None: such calls are made unguarded)
+    calls: CallGuard | None = None
 
 
 @dataclass
@@ -171,7 +184,8 @@ class Exchange:
         return await runtime.run_db(work)
 
     async def ext_call(
-        self, key: str, call: Callable[[], Any], *, scope: ExtCallScope | Literal["message", "entity"] | None = None
+        self, key: str, call: Callable[[], Any], *, scope: ExtCallScope | Literal["message", "entity"] | None = None,
+        system: str | None = None,
     ) -> Any:
         """Call an external system idempotently: at most one success per (message, ``key``) or per
         (entity type + object id, ``key``) with ``scope="entity"`` (default: the route's ``ext_call_scope``).
@@ -181,7 +195,13 @@ class Exchange:
         taken IN_PROGRESS before the call, so a concurrent duplicate call for the same entity and key is not
         made: that attempt fails technically (code EXT_CALL_IN_PROGRESS) and is retried per the policy. A
         message without an object id has no entity: entity scope then falls back to message scope.
+
+        ``system`` names the external system called (``[external_systems.NAME]``): its circuit breaker may refuse the
+        call (:class:`~openroute.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and the call
+        is recorded when its call records are on (docs/outage.md).
         """
+        if system is not None:
+            call = self._guarded(system, key, call)
         if scope is None:
             scope = self.route.ext_call_scope if self.route is not None else "message"
         if scope not in tuple(ExtCallScope):
@@ -270,6 +290,17 @@ class Exchange:
         self.children.extend(i for i in ids if i not in self.children)
         return ids
 
+    def _guarded(self, system: str, key: str, call: Callable[[], Any]) -> Callable[[], Any]:
+        """``call`` behind the breaker and the records of ``system`` (made as it is when the engine has no guard)."""
+        if not isinstance(system, str) or not system:
+            raise ValueError(f"system must be a non-empty name, got {system!r}")
+        guard = self._require_runtime().calls
+        if guard is None:
+            _warn_unguarded(system)
+            return call
+        message = self.message
+        return lambda: guard.guard(system, key, message, call)
+
     def _require_runtime(self) -> AttemptRuntime:
         if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
@@ -304,6 +335,17 @@ def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) 
     """Insert child messages in one transaction (duplicates of an earlier split are reported, not stored)."""
     with store.begin() as connection:
         return list(store.insert_messages(batch, connection, node_id=node_id))
+
+
+_UNGUARDED: set[str] = set()
+
+
+def _warn_unguarded(system: str) -> None:
+    if system not in _UNGUARDED:
+        _UNGUARDED.add(system)
+        logging.getLogger("openroute.outbound").warning(
+            "calls to %s are made without breaker or records: the engine has no external systems (external_calls)",
+            system)
 
 
 def _check_key(key: str) -> None:
