@@ -177,7 +177,8 @@ class ExternalCalls:
         """None: call as usual; a time: the call is a trial started then. Raises CircuitOpenError."""
         node = self._nodes.setdefault(system.name, _NodeBreaker())
         row = node.row
-        if row is None or time.monotonic() - node.read_at >= settings.refresh.total_seconds():
+        if row is None or time.monotonic() - node.read_at >= settings.refresh.total_seconds() or _moving(
+                row, self.clock.now()):
             row = await self._read(system.name)
         for _ in range(_RACES):
             now = self.clock.now()
@@ -283,6 +284,14 @@ class ExternalCalls:
         except Exception as broken:
             log.warning("call %s %s for message %s was not recorded: %s: %s", system.name, key, message_id,
                         type(broken).__name__, _short(str(broken)))
+
+
+def _moving(row: BreakerRow, now: datetime) -> bool:
+    """A state the node must not trust from its cache: HALF_OPEN (trial places change with every call) and an OPEN
+    whose wait is over (another node may be making the trials)."""
+    if row.state is BreakerState.HALF_OPEN:
+        return True
+    return row.state is BreakerState.OPEN and row.open_until is not None and now >= row.open_until
 
 
 def _as_text(value: Any) -> str | None:
