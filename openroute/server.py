@@ -31,6 +31,7 @@ from openroute.loading import routes_and_bindings as routes_and_bindings  # open
 from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
+    from openroute.alerts import AlertEvaluator
     from openroute.confirmation import ConfirmationService
     from openroute.persistence import MessageStore
 
@@ -50,6 +51,7 @@ def create_app(
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
+    alerts: AlertEvaluator | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -62,7 +64,8 @@ def create_app(
     engine and stops it on shutdown, then checkpoints a SQLite store's write-ahead log into the database file.
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
-    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
+    with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
@@ -83,12 +86,15 @@ def create_app(
         if confirmation is not None:
             loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
         purge_task = None if purge is None else asyncio.create_task(purge.run(stop), name="retention")
+        alert_task = None if alerts is None else asyncio.create_task(alerts.run(stop), name="alerts")
         try:
             yield
         finally:
             stop.set()
             if purge_task is not None:
                 await purge_task
+            if alert_task is not None:
+                await alert_task
             if loop_task is not None:
                 try:
                     await asyncio.wait_for(loop_task, 30)
@@ -111,6 +117,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.confirmation = confirmation
     app.state.retention = purge
+    app.state.alerts = alerts
     return app
 
 

@@ -330,6 +330,23 @@ class CallRecordRecord(Base):
     )
 
 
+class AlertStateRecord(Base):
+    """The state of one alert rule, shared by every node (``persistence/alerts.py``): who evaluates it this period
+    (the lease) and whether it fires (Alertmanager's model: notify on firing, on repeat, once on resolving)."""
+
+    __tablename__ = "alert_state"
+
+    rule: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    firing: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    value: Mapped[int | None] = mapped_column(sa.BigInteger)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    evaluated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(100))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -339,3 +356,4 @@ entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignm
 funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]
 circuit_breaker_table: sa.Table = CircuitBreakerRecord.__table__  # type: ignore[assignment]
 call_record_table: sa.Table = CallRecordRecord.__table__  # type: ignore[assignment]
+alert_state_table: sa.Table = AlertStateRecord.__table__  # type: ignore[assignment]

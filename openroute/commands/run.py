@@ -191,7 +191,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy())
+                     retention=config.retention.policy(), alerts=config.alerts.evaluator(store, engine.node_id))
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "

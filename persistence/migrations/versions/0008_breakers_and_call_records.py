@@ -1,4 +1,4 @@
-"""circuit breaker state per external system, records of external calls
+"""circuit breaker state per external system, records of external calls, alert rule state
 
 Revision ID: 0008
 Revises: 0005
@@ -47,9 +47,22 @@ def upgrade() -> None:
     )
     op.create_index("ix_call_record_message", "call_record", ["message_id", "id"])
     op.create_index("ix_call_record_started", "call_record", ["started_at"])
+    op.create_table(
+        "alert_state",
+        sa.Column("rule", sa.String(100), primary_key=True),
+        sa.Column("firing", sa.Boolean(), nullable=False),
+        sa.Column("value", sa.BigInteger(), nullable=True),
+        sa.Column("fired_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("notified_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("resolved_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("evaluated_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("lease_owner", sa.String(100), nullable=True),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("alert_state")
     op.drop_index("ix_call_record_started", table_name="call_record")
     op.drop_index("ix_call_record_message", table_name="call_record")
     op.drop_table("call_record")
