@@ -91,7 +91,7 @@ class ExternalCalls:
     """The guard of calls to external systems (:class:`openroute.engine.exchange.CallGuard`).
 
     ``systems`` are the declared ones; a system a route names but nobody declared gets the defaults (breaker on with
-    Resilience4j's defaults, no records) and one warning. ``stats`` counts calls by (system, outcome).
+    Resilience4j's defaults, no records), said once in the log. ``stats`` counts calls by (system, outcome).
     """
 
     def __init__(self, store: MessageStore, systems: Iterable[ExternalSystem] = (), *,
@@ -108,7 +108,7 @@ class ExternalCalls:
         """The settings of system ``name`` (the defaults, with one warning, when it was not declared)."""
         found = self.systems.get(name)
         if found is None:
-            log.warning("external system %s is not declared ([external_systems.%s]): default settings", name, name)
+            log.info("external system %s is not declared ([external_systems.%s]): default settings", name, name)
             found = self.systems[name] = ExternalSystem(name)
         return found
 
