@@ -100,7 +100,7 @@ class Permit:
     retry_at: datetime | None = None
 
 
-def _next(row: BreakerRow, now: datetime, **changes: object) -> BreakerRow:
+def _next(row: BreakerRow, **changes: object) -> BreakerRow:
     return dataclasses.replace(row, version=row.version + 1, **changes)  # type: ignore[arg-type]
 
 
@@ -115,11 +115,11 @@ def permit(row: BreakerRow, settings: BreakerSettings, now: datetime) -> Permit:
             return Permit(Verdict.REFUSE, retry_at=now + settings.open_wait)
         if now < row.open_until:
             return Permit(Verdict.REFUSE, retry_at=row.open_until)
-        return Permit(Verdict.TRIAL, _next(row, now, state=BreakerState.HALF_OPEN, changed_at=now, open_until=None,
+        return Permit(Verdict.TRIAL, _next(row, state=BreakerState.HALF_OPEN, changed_at=now, open_until=None,
                                            trials=(now,), trial_successes=0, reason="trial calls after open_wait"))
     live = tuple(t for t in row.trials if now - t < settings.trial_timeout)
     if len(live) + row.trial_successes < settings.trial_calls:
-        return Permit(Verdict.TRIAL, _next(row, now, trials=(*live, now)))
+        return Permit(Verdict.TRIAL, _next(row, trials=(*live, now)))
     retry_at = min(live) + settings.trial_timeout if live else now + settings.trial_timeout
     return Permit(Verdict.REFUSE, retry_at=retry_at)
 
@@ -133,20 +133,20 @@ def failure_rate(window: Sequence[bool], settings: BreakerSettings) -> float | N
 
 def opened(row: BreakerRow, settings: BreakerSettings, now: datetime, reason: str) -> BreakerRow:
     """``row`` OPEN until ``now + open_wait``."""
-    return _next(row, now, state=BreakerState.OPEN, changed_at=now, open_until=now + settings.open_wait, trials=(),
+    return _next(row, state=BreakerState.OPEN, changed_at=now, open_until=now + settings.open_wait, trials=(),
                  trial_successes=0, forced=False, reason=reason)
 
 
 def closed(row: BreakerRow, now: datetime, reason: str) -> BreakerRow:
     """``row`` CLOSED (trials and force cleared)."""
-    return _next(row, now, state=BreakerState.CLOSED, changed_at=now, open_until=None, trials=(), trial_successes=0,
+    return _next(row, state=BreakerState.CLOSED, changed_at=now, open_until=None, trials=(), trial_successes=0,
                  forced=False, reason=reason)
 
 
 def forced(row: BreakerRow, state: BreakerState, now: datetime, by: str) -> BreakerRow:
     """An admin's choice: OPEN (until an admin closes it) or CLOSED. HALF_OPEN cannot be forced."""
     if state is BreakerState.OPEN:
-        return _next(row, now, state=BreakerState.OPEN, changed_at=now, open_until=None, trials=(),
+        return _next(row, state=BreakerState.OPEN, changed_at=now, open_until=None, trials=(),
                      trial_successes=0, forced=True, reason=f"forced open by {by}")
     if state is BreakerState.CLOSED:
         return closed(row, now, f"forced closed by {by}")
@@ -168,4 +168,4 @@ def trial_result(
     successes = row.trial_successes + 1
     if successes >= settings.trial_calls:
         return closed(row, now, f"{successes} trial calls succeeded")
-    return _next(row, now, trials=tuple(trials), trial_successes=successes)
+    return _next(row, trials=tuple(trials), trial_successes=successes)

@@ -8,6 +8,7 @@ round; each round accepts the load's messages, processes them and runs the repol
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 from openroute.persistence import MessageState, MessageStore
@@ -24,7 +25,11 @@ START = datetime(2026, 11, 25, 9, 0, tzinfo=UTC)
 MNO = ExternalSystem("MNO", call_timeout=timedelta(seconds=10), breaker=BreakerSettings(
     failure_rate_threshold=50, window_size=20, minimum_calls=10, open_wait=timedelta(seconds=20), trial_calls=2,
     trial_timeout=timedelta(seconds=10)))
-RATE, OUTAGE_START, OUTAGE_END = 4, 5, 35  # messages per (simulated) second; the MNO is down from second 5 to second 35
+# messages per (simulated) second and the outage's length; the full size: OPENROUTE_OUTAGE_RATE=20
+# OPENROUTE_OUTAGE_SECONDS=60 (minutes of run time, so not the suite's default)
+RATE = int(os.environ.get("OPENROUTE_OUTAGE_RATE", "4"))
+OUTAGE_START = 5
+OUTAGE_END = OUTAGE_START + int(os.environ.get("OPENROUTE_OUTAGE_SECONDS", "30"))
 
 
 class Collected(Notifier):
@@ -86,7 +91,8 @@ async def test_the_mno_stops_for_30_s_the_breaker_spares_it_and_every_message_en
     finally:
         await engine.stop()
         store.dispose()
-    print(f"MNO calls during the 30 s outage: {outage_calls} (of {RATE * 30} messages); drained at second {second}")
+    print(f"MNO calls during the {OUTAGE_END - OUTAGE_START} s outage: {outage_calls} "
+          f"(of {RATE * (OUTAGE_END - OUTAGE_START)} messages); drained at second {second}")
     assert outage_calls <= 30, outage_calls
     assert BreakerState.OPEN in states_seen and row is not None and row.state is BreakerState.CLOSED
     assert [n.kind.value for n in notifier.sent] == ["firing", "resolved"]
