@@ -56,6 +56,8 @@ async def test_breakers_are_listed_forced_by_an_admin_and_shown_in_metrics(
     assert body["state"] == "OPEN" and body["forced"] and body["reason"] == "forced open by admin:ops"
     states = {b["system"]: b["state"] for b in (await client.get("/admin/breakers", headers=ADMIN)).json()["breakers"]}
     assert states == {"BILLING": "CLOSED", "HLR": "OPEN"}
+    page = await client.get("/console/nodes", headers=VIEWER)
+    assert page.status_code == 200 and 'id="breaker-HLR"' in page.text and "forced open by admin:ops" in page.text
     metrics = (await client.get("/metrics")).text
     assert 'openroute_circuit_breaker_state{state="OPEN",system="HLR"} 1.0' in metrics
     assert 'openroute_circuit_breaker_state{state="CLOSED",system="HLR"} 0.0' in metrics
@@ -90,3 +92,5 @@ async def test_the_message_detail_shows_its_call_records(node: tuple[Engine, htt
     assert detail["callRecords"] == [{
         "id": 1, "system": "HLR", "callKey": "activate", "startedAt": NOW.isoformat(), "durationMs": 12,
         "outcome": "OK", "request": '{"pin": "***"}', "response": "done", "error": None}]
+    page = await client.get(f"/console/messages/{accepted.message_id}", headers=VIEWER)
+    assert page.status_code == 200 and 'id="call-records"' in page.text and "{&#34;pin&#34;: &#34;***&#34;}" in page.text
