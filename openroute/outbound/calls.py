@@ -103,13 +103,14 @@ class ExternalCalls:
         self.records = CallRecordStore(store)
         self.stats: Counter[tuple[str, str]] = Counter()
         self._nodes: dict[str, _NodeBreaker] = {}
+        self._undeclared: dict[str, ExternalSystem] = {}
 
     def system(self, name: str) -> ExternalSystem:
         """The settings of system ``name`` (the defaults, with one warning, when it was not declared)."""
-        found = self.systems.get(name)
+        found = self.systems.get(name) or self._undeclared.get(name)
         if found is None:
             log.info("external system %s is not declared ([external_systems.%s]): default settings", name, name)
-            found = self.systems[name] = ExternalSystem(name)
+            found = self._undeclared[name] = ExternalSystem(name)
         return found
 
     async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
