@@ -142,14 +142,15 @@ async def test_a_breaker_opened_by_one_node_stops_the_other(postgres_url: str) -
         clock.advance(timedelta(seconds=20))
         import asyncio
 
-        gate = asyncio.Event()
+        gate, trial_running = asyncio.Event(), asyncio.Event()
 
         async def held() -> str:
+            trial_running.set()  # A holds the trial place from here on
             await gate.wait()
             return "ok"
 
         first = asyncio.ensure_future(attempt(a, message, held))
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(trial_running.wait(), 10)
         assert await attempt(b, message, lambda: "ok") == "refused", "the trial place is taken by node A"
         gate.set()
         assert await first == "ok"
@@ -193,7 +194,9 @@ def test_masking_covers_json_xml_and_form_fields() -> None:
     assert mask("GET /x?user=a&password=secret&y=1", ["password"]) == "GET /x?user=a&password=***&y=1"
 
 
-async def test_message_state_after_an_open_breaker_is_postponed_without_an_attempt(store: MessageStore) -> None:
+async def test_an_open_breaker_postpones_the_message_without_an_attempt_and_retention_prunes_records(
+    store: MessageStore,
+) -> None:
     from openroute.engine import Engine, EngineSettings
     from openroute.route import Route, RouteRegistry
 
@@ -223,5 +226,13 @@ async def test_message_state_after_an_open_breaker_is_postponed_without_an_attem
         await engine.wait_idle(10)
         row = store.get(accepted.message_id)
         assert row is not None and row.state is MessageState.OK and reached == [1]
+        # the call was recorded (HLR records "activate.*"); the retention job prunes it with its message
+        assert [r.outcome for r in CallRecordStore(store).of_message(row.id)] == ["OK"]
+        from openroute.retention import RetentionJob, RetentionPolicy
+
+        job = RetentionJob(store, RetentionPolicy(keep={"OK": timedelta(0)}),
+                           now=lambda: clock.now() + timedelta(seconds=1))
+        assert job.run_once() == {MessageState.OK: 1}
+        assert CallRecordStore(store).of_message(row.id) == [] and store.get(row.id) is None
     finally:
         await engine.stop()
