@@ -213,3 +213,59 @@ notifiers = ["pager"]
     config = load_config(path)
     evaluator = config.alerts.evaluator(MessageStore(f"sqlite:///{tmp_path}/a.db"), "n1")
     assert [rule.name for rule in evaluator.rules] == ["failed"] and list(evaluator.notifiers) == ["ops"]
+
+
+class SmtpSink:
+    """A minimal SMTP server on 127.0.0.1 that keeps the messages it receives (enough for smtplib's dialogue)."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.recipients: list[str] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"220 sink ready\r\n")
+        data: list[str] | None = None
+        while line := await reader.readline():
+            text = line.decode().rstrip("\r\n")
+            if data is not None:
+                if text == ".":
+                    self.messages.append("\n".join(data))
+                    data = None
+                    writer.write(b"250 queued\r\n")
+                else:
+                    data.append(text)
+                continue
+            verb = text.split(" ")[0].upper()
+            if verb == "EHLO":
+                writer.write(b"250 sink\r\n")
+            elif verb == "RCPT":
+                self.recipients.append(text)
+                writer.write(b"250 ok\r\n")
+            elif verb == "DATA":
+                data = []
+                writer.write(b"354 go on\r\n")
+            elif verb == "QUIT":
+                writer.write(b"221 bye\r\n")
+                await writer.drain()
+                break
+            else:
+                writer.write(b"250 ok\r\n")
+            await writer.drain()
+        writer.close()
+
+
+async def test_the_smtp_notifier_sends_one_mail_per_notification() -> None:
+    from openroute.alerts import SmtpNotifier
+
+    sink = SmtpSink()
+    server = await asyncio.start_server(sink.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        notifier = SmtpNotifier("mail", "127.0.0.1", ["ops@example.com"], sender="openroute@example.com", port=port)
+        await notifier.notify(Notification("breaker-open", NotificationKind.FIRING, 1, 0, NOW, "a breaker is open"))
+    finally:
+        server.close()
+        await server.wait_closed()
+    [mail] = sink.messages
+    assert "Subject: [openroute] alert breaker-open firing: 1 > 0" in mail and "rule: breaker-open" in mail
+    assert [r.split(":", 1)[1] for r in sink.recipients] == ["<ops@example.com>"]
