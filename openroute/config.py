@@ -57,6 +57,7 @@ __all__ = [
     "ConfirmationTarget",
     "ConfirmationsConfig",
     "EngineConfig",
+    "ExternalSystemConfig",
     "InboundConfig",
     "LogConfig",
     "RetryConfig",
@@ -417,6 +418,155 @@ class RetentionConfig(_Section):
             raise ValueError(str(error).removeprefix("retention: ")) from None
 
 
+class BreakerConfig(_Section):
+    """The circuit breaker of one external system (see :class:`openroute.outbound.BreakerSettings`)."""
+
+    enabled: bool = True
+    failure_rate_threshold: float = Field(50.0, gt=0, le=100)
+    window_size: int = Field(100, ge=1)
+    minimum_calls: int = Field(100, ge=1)
+    open_wait: Duration = timedelta(seconds=60)
+    trial_calls: int = Field(10, ge=1)
+    trial_timeout: Duration = timedelta(seconds=30)
+    refresh: Duration = timedelta(seconds=1)
+
+    def settings(self) -> Any:
+        """The :class:`~openroute.outbound.BreakerSettings` (None when the breaker is off)."""
+        if not self.enabled:
+            return None
+        from openroute.outbound import BreakerSettings
+
+        return BreakerSettings(**self.model_dump(exclude={"enabled"}))
+
+
+class CallRecordsConfig(_Section):
+    """Whether the calls of one external system are recorded (see :class:`openroute.outbound.CallRecordSettings`)."""
+
+    enabled: bool = False
+    #: the call keys recorded: a regular expression matching the whole key (default: every call)
+    operations: str | None = None
+    secret_fields: list[str] = []
+    max_chars: int = Field(100_000, ge=100)
+
+
+class ExternalSystemConfig(_Section):
+    """One external system (``[external_systems.NAME]``; see :class:`openroute.outbound.ExternalSystem`)."""
+
+    base_url: str | None = None
+    wsdl: str | None = None
+    timeout: Duration = timedelta(seconds=10)
+    connect_timeout: Duration | None = None
+    call_timeout: Duration = timedelta(seconds=30)
+    headers: dict[str, str] = {}
+    breaker: BreakerConfig = BreakerConfig()
+    records: CallRecordsConfig = CallRecordsConfig()
+
+    def system(self, name: str) -> Any:
+        """The :class:`~openroute.outbound.ExternalSystem` of these settings."""
+        from openroute.outbound import CallRecordSettings, ExternalSystem
+
+        records = self.records
+        return ExternalSystem(
+            name, base_url=self.base_url, wsdl=self.wsdl, timeout=self.timeout.total_seconds(),
+            connect_timeout=None if self.connect_timeout is None else self.connect_timeout.total_seconds(),
+            call_timeout=self.call_timeout, headers=self.headers, breaker=self.breaker.settings(),
+            records=CallRecordSettings(records.enabled, records.operations, tuple(records.secret_fields),
+                                       records.max_chars),
+        )
+
+
+class NotifierConfig(_Section):
+    """Where alert notifications go (``[alerts.notifiers.NAME]``): ``type`` webhook, smtp or log."""
+
+    type: Literal["webhook", "smtp", "log"]
+    url: str | None = None
+    headers: dict[str, str] = {}
+    timeout: float = Field(10.0, gt=0)
+    host: str | None = None
+    port: int = Field(25, ge=1, le=65535)
+    sender: str = "openroute@localhost"
+    recipients: list[str] = []
+    username: str | None = None
+    password: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+    starttls: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> NotifierConfig:
+        object.__setattr__(self, "password", _secret(self, "password"))
+        if self.type == "webhook" and self.url is None:
+            raise ValueError("a webhook notifier needs url")
+        if self.type == "smtp" and (self.host is None or not self.recipients):
+            raise ValueError("an smtp notifier needs host and recipients")
+        return self
+
+    def notifier(self, name: str) -> Any:
+        """The :class:`~openroute.alerts.Notifier` of these settings."""
+        from openroute.alerts import LogNotifier, SmtpNotifier, WebhookNotifier
+
+        if self.type == "webhook":
+            return WebhookNotifier(name, self.url or "", headers=self.headers, timeout=self.timeout)
+        if self.type == "smtp":
+            return SmtpNotifier(name, self.host or "", self.recipients, sender=self.sender, port=self.port,
+                                username=self.username, password=self.password, starttls=self.starttls,
+                                timeout=self.timeout)
+        return LogNotifier(name)
+
+
+class AlertRuleConfig(_Section):
+    """One alert rule (``[alerts.rules.NAME]``; see :class:`openroute.alerts.AlertRule`)."""
+
+    enabled: bool = True
+    description: str = ""
+    states: list[str] = []
+    source_system: str | None = None
+    service: str | None = None
+    operation: str | None = None
+    error_code: str | None = None
+    window: Duration | None = None
+    older_than: Duration | None = None
+    sql: str | None = None
+    limit: int = Field(0, ge=0)
+    interval: Duration = timedelta(minutes=1)
+    repeat_interval: Duration = timedelta(hours=4)
+    notifiers: list[str] = []
+
+
+class AlertsConfig(_Section):
+    """Alert rules over the store and where they notify (docs/outage.md); without rules no evaluator runs."""
+
+    notifiers: dict[str, NotifierConfig] = {}
+    rules: dict[str, AlertRuleConfig] = {}
+
+    def evaluator(self, store: Any, node_id: str) -> Any:
+        """The :class:`~openroute.alerts.AlertEvaluator` of these settings (None without enabled rules).
+
+        Raises ConfigurationError for a rule or notifier that cannot work (named)."""
+        from openroute.alerts import AlertEvaluator, AlertRule, LogNotifier
+
+        rules = []
+        for name, rule in self.rules.items():
+            rules.append(AlertRule(name, **rule.model_dump()))
+        if not any(rule.enabled for rule in rules):
+            return None
+        notifiers = [config.notifier(name) for name, config in self.notifiers.items()] or [LogNotifier()]
+        return AlertEvaluator(store, rules, notifiers, node_id=node_id)
+
+    def check(self) -> None:
+        """Build the rules and notifiers once (their own checks) without a store."""
+        from openroute.alerts import AlertRule
+
+        names = set(self.notifiers)
+        for name, rule in self.rules.items():
+            AlertRule(name, **rule.model_dump())
+            unknown = sorted(set(rule.notifiers) - names)
+            if unknown:
+                raise ConfigurationError(f"rules.{name}: notifiers {unknown} are not configured")
+        for name, config in self.notifiers.items():
+            config.notifier(name)
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -452,6 +602,9 @@ class ServerConfig(BaseSettings):
     admin: AdminHttpConfig = AdminHttpConfig()
     confirmations: ConfirmationsConfig = ConfirmationsConfig()
     retention: RetentionConfig = RetentionConfig()
+    #: the external systems routes call, by name (``ext_call(..., system=NAME)``)
+    external_systems: dict[str, ExternalSystemConfig] = {}
+    alerts: AlertsConfig = AlertsConfig()
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
     openroute: dict[str, Any] = {}
     #: the same keys in the MicroProfile spelling ``mp.messaging.*``
@@ -497,6 +650,19 @@ class ServerConfig(BaseSettings):
                 f"database_password_env names {self.database_password_env!r}, which is not set") from None
         except ArgumentError as error:
             raise ConfigurationError(f"database_url: {error}") from None
+
+    def external_system_list(self) -> list[Any]:
+        """The declared :class:`~openroute.outbound.ExternalSystem` objects (ConfigurationError naming the system for a
+        value that cannot work)."""
+        systems, problems = [], []
+        for name, declared in self.external_systems.items():
+            try:
+                systems.append(declared.system(name))
+            except ConfigurationError as error:
+                problems.append(f"external_systems.{name}: {error}")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
+        return systems
 
     def messaging_config(self) -> dict[str, Any]:
         """The ``openroute.messaging.*`` keys of the file, flattened for :class:`openroute.messaging.MessagingApp`."""
@@ -634,7 +800,8 @@ def load_config(
     problems = []
     # the objects' own checks (an API key's length, a confirmation URL) are configuration problems too
     for section, build in (("engine", config.engine.settings), ("inbound", config.inbound.settings),
-                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback)):
+                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback),
+                           ("external_systems", config.external_system_list), ("alerts", config.alerts.check)):
         try:
             build()
         except ConfigurationError as error:

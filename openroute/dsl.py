@@ -105,6 +105,7 @@ class Steps:
         *,
         scope: ExtCallScope | Literal["message", "entity"] | None = None,
         in_doubt: Literal["repeat", "hold"] = "repeat",
+        system: str | None = None,
     ) -> Self:
         """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
         succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps.
@@ -112,7 +113,8 @@ class Steps:
         ``function(exchange)`` gets the call's idempotency key as ``idempotency_key=`` when it has a parameter of
         that name (it can also ask ``exchange.idempotency_key(key)``); ``in_doubt`` says what happens to a call an
         earlier attempt started and never finished: ``"repeat"`` it with the same key or ``"hold"`` the message for
-        an operator."""
+        an operator. ``system`` names the system called (``[external_systems.NAME]`` in openroute.toml): its circuit
+        breaker and call records apply (docs/outage.md)."""
         if not isinstance(key, str) or not key or len(key) > 255:
             raise DeploymentError(f"{self._what}: ext_call: the key must be a non-empty string of at most 255 "
                                   f"characters: {key!r}")
@@ -120,6 +122,9 @@ class Steps:
             raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
         if scope is not None and scope not in tuple(ExtCallScope):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
+        if system is not None and (not isinstance(system, str) or not system or len(system) > 100):
+            raise DeploymentError(f"{self._what}: ext_call {key!r}: system must be a name of 1-100 characters, "
+                                  f"got {system!r}")
         if in_doubt not in ("repeat", "hold"):
             raise DeploymentError(f"{self._what}: ext_call {key!r}: in_doubt must be 'repeat' or 'hold', "
                                   f"got {in_doubt!r}")
@@ -131,7 +136,7 @@ class Steps:
                 if takes_key
                 else (lambda: function(exchange))
             )
-            result = await exchange.ext_call(key, call, scope=scope, in_doubt=in_doubt)
+            result = await exchange.ext_call(key, call, scope=scope, in_doubt=in_doubt, system=system)
             exchange.metadata.setdefault("ext_calls", {})[key] = result
             return result
 

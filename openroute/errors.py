@@ -14,6 +14,7 @@ Everything a caller may need to tell apart has its own class::
     ├── UnknownRouteError (LookupError)   no route for (service, operation)
     ├── BusinessError                     a business rule refused the message (FAILED at once)
     ├── TechnicalError                    a transient failure (retried)
+    │   └── CircuitOpenError              an external system's circuit breaker refused the call (POSTPONED)
     ├── IllegalTransitionError            the state machine has no such transition
     ├── StaleMessageError                 another writer changed the message first
     ├── MessageDroppedByInterceptor       an interceptor dropped the message (SKIPPED)
@@ -27,12 +28,14 @@ Everything a caller may need to tell apart has its own class::
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from openroute.messaging.errors import DeploymentError, OpenrouteError
 
 __all__ = [
     "BusinessError",
+    "CircuitOpenError",
     "ConfigurationError",
     "DeploymentError",
     "IllegalTransitionError",
@@ -100,6 +103,18 @@ class TechnicalError(OpenrouteError):
         super().__init__(text)
         self.code = code
         self.text = text
+
+
+class CircuitOpenError(TechnicalError):
+    """The circuit breaker of external system ``system`` is open (or its trial calls are all taken): the call was
+    not made. The message is POSTPONED until ``retry_at`` without counting an attempt (``engine/outcome.py``)."""
+
+    def __init__(self, system: str, retry_at: datetime, state: str = "OPEN") -> None:
+        super().__init__(f"the circuit breaker of {system} is {state}: call not made, retry at {retry_at.isoformat()}",
+                         "CIRCUIT_OPEN")
+        self.system = system
+        self.retry_at = retry_at
+        self.state = state
 
 
 class IllegalTransitionError(OpenrouteError):

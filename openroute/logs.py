@@ -19,7 +19,7 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from openroute.errors import BusinessError, MessageDroppedByInterceptor
+from openroute.errors import BusinessError, CircuitOpenError, MessageDroppedByInterceptor
 from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
 
 if TYPE_CHECKING:
@@ -125,7 +125,8 @@ def log_transition(previous: MessageState | None, message: StoredMessage) -> Non
 
 class AttemptFailureLog(MessageInterceptor):
     """Engine-wide interceptor logging every failed attempt: a technical error at WARNING with its traceback, a
-    business error at INFO (its code and text are stored with the message). The error goes on unchanged."""
+    business error at INFO (its code and text are stored with the message), a call an open circuit breaker refused at
+    DEBUG (the opening itself is logged once). The error goes on unchanged."""
 
     async def around_delivery(self, context: InterceptionContext, call_next: CallNext) -> None:
         try:
@@ -137,7 +138,9 @@ class AttemptFailureLog(MessageInterceptor):
             route = f"{message.service}/{message.operation}"
             extra = {"message_id": message.id, "correlation_id": message.correlation_id, "route": route,
                      "attempt": message.failed_count + 1}
-            if isinstance(error, BusinessError):
+            if isinstance(error, CircuitOpenError):  # the breaker's opening was logged once; this is its effect
+                failures_log.debug("message %s %s postponed: %s", message.id, route, error, extra=extra)
+            elif isinstance(error, BusinessError):
                 failures_log.info("message %s %s attempt %d: business error %s: %s", message.id, route,
                                   message.failed_count + 1, error.code, error.text, extra=extra)
             else:

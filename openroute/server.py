@@ -34,6 +34,7 @@ from openroute.loading import routes_and_bindings as routes_and_bindings  # open
 from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
+    from openroute.alerts import AlertEvaluator
     from openroute.confirmation import ConfirmationService
     from openroute.engine.outbox import OutboxPublisher
     from openroute.inbound.channel import ChannelInbound
@@ -60,6 +61,7 @@ def create_app(  # noqa: C901
     outbox: OutboxPublisher | None = None,
     allowed_origins: Iterable[str] = (),
     metrics_auth: bool = False,
+    alerts: AlertEvaluator | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -72,7 +74,8 @@ def create_app(  # noqa: C901
     engine and stops it on shutdown, then checkpoints a SQLite store's write-ahead log into the database file.
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
-    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
+    with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
     broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
     acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
@@ -118,6 +121,7 @@ def create_app(  # noqa: C901
         if confirmation is not None:
             loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
         purge_task = None if purge is None else asyncio.create_task(purge.run(stop), name="retention")
+        alert_task = None if alerts is None else asyncio.create_task(alerts.run(stop), name="alerts")
         try:
             yield
         finally:
@@ -126,6 +130,8 @@ def create_app(  # noqa: C901
                 await channels.stop()
             if purge_task is not None:
                 await purge_task
+            if alert_task is not None:
+                await alert_task
             if loop_task is not None:
                 try:
                     await asyncio.wait_for(loop_task, 30)
@@ -161,6 +167,7 @@ def create_app(  # noqa: C901
     app.state.retention = purge
     app.state.channels = channels
     app.state.outbox = outbox
+    app.state.alerts = alerts
     return app
 
 

@@ -333,6 +333,65 @@ class OutboxRecord(Base):
     )
 
 
+class CircuitBreakerRecord(Base):
+    """The circuit breaker of one external system, shared by every node (``persistence/breaker.py``).
+
+    Every change is a conditional update on ``version``, so two nodes never both win one transition.
+    ``trials`` holds the start times (ISO 8601) of the trial calls in flight while HALF_OPEN.
+    """
+
+    __tablename__ = "circuit_breaker"
+
+    system: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    state: Mapped[str] = mapped_column(sa.String(16))
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    open_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    trials: Mapped[list[str]] = mapped_column(Json, default=list)
+    trial_successes: Mapped[int] = mapped_column(sa.Integer, default=0)
+    forced: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    reason: Mapped[str | None] = mapped_column(sa.Text)
+    version: Mapped[int] = mapped_column(sa.Integer, default=0)
+
+
+class CallRecordRecord(Base):
+    """The request and response (or error) of one external call, kept when the system's call records are on."""
+
+    __tablename__ = "call_record"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    message_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("message.id", ondelete="CASCADE"))
+    system: Mapped[str] = mapped_column(sa.String(100))
+    call_key: Mapped[str] = mapped_column(sa.String(255))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    duration_ms: Mapped[int] = mapped_column(sa.Integer)
+    outcome: Mapped[str] = mapped_column(sa.String(32))
+    request: Mapped[str | None] = mapped_column(sa.Text)
+    response: Mapped[str | None] = mapped_column(sa.Text)
+    error: Mapped[str | None] = mapped_column(sa.Text)
+
+    __table_args__ = (
+        sa.Index("ix_call_record_message", "message_id", "id"),
+        sa.Index("ix_call_record_started", "started_at"),
+    )
+
+
+class AlertStateRecord(Base):
+    """The state of one alert rule, shared by every node (``persistence/alerts.py``): who evaluates it this period
+    (the lease) and whether it fires (Alertmanager's model: notify on firing, on repeat, once on resolving)."""
+
+    __tablename__ = "alert_state"
+
+    rule: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    firing: Mapped[bool] = mapped_column(sa.Boolean, default=False)
+    value: Mapped[int | None] = mapped_column(sa.BigInteger)
+    fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    notified_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    evaluated_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(100))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -341,3 +400,6 @@ message_transition_table: sa.Table = MessageTransitionRecord.__table__  # type: 
 entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignment]
 funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]
 outbox_table: sa.Table = OutboxRecord.__table__  # type: ignore[assignment]
+circuit_breaker_table: sa.Table = CircuitBreakerRecord.__table__  # type: ignore[assignment]
+call_record_table: sa.Table = CallRecordRecord.__table__  # type: ignore[assignment]
+alert_state_table: sa.Table = AlertStateRecord.__table__  # type: ignore[assignment]

@@ -52,8 +52,8 @@ def customer_route(operation: str, billing: SoapService, mno: SoapService) -> Ro
         .entity_type("customer")
         .obsolete_check()
         .retry(**RETRY)
-        .ext_call("billing", create_account)
-        .ext_call("mno", activate_sim)
+        .ext_call("billing", create_account, system="BILLING")
+        .ext_call("mno", activate_sim, system="MNO")
         .process(remember, name="remember-ids")
     )
 
@@ -75,5 +75,5 @@ def change_tariff_route(billing: SoapService) -> RouteBuilder:
         .object_id("m:customerId", json="$.customerId")
         .funnel("m:customerId", json="$.customerId", guaranteed_order=True)
         .retry(**RETRY)
-        .ext_call("billing", change)
+        .ext_call("billing", change, system="BILLING")
     )

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.admin.breakers import BreakerAdmin
 from openroute.admin.counts import MessageCounts
 from openroute.admin.cross_site import check_origin, normalize_origins, require_json
 from openroute.admin.openapi import admin_openapi
@@ -49,6 +50,7 @@ from openroute.persistence import (
     mask_secrets,
     message_table,
 )
+from openroute.persistence.call_records import CallRecordStore
 
 log = logging.getLogger("openroute.admin")
 T = TypeVar("T")
@@ -184,6 +186,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             sa.select(confirmation_table).where(k.message_id == message_id)
         ).first()
         transitions = store.transitions_of(message_id, connection)
+        records = CallRecordStore(store).of_message(message_id, connection)
     body = message_detail(message)
     body["externalCalls"] = [
         {
@@ -203,6 +206,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         for r in calls
     ]
     body["callsInDoubt"] = [c["callKey"] for c in body["externalCalls"] if c["inDoubt"]]
+    body["callRecords"] = [record.to_json() for record in records]
     body["children"] = [message_summary(child) for child in children]
     body["confirmation"] = None if confirmation is None else {
         "status": str(confirmation.status),
@@ -250,11 +254,13 @@ class AdminApi:
         self.prefix = prefix
         #: state counts of ``GET counts`` (final states cached, see :class:`MessageCounts`)
         self.message_counts = counts if counts is not None else MessageCounts(engine.store.engine)
+        #: ``GET breakers``, ``POST breakers/{system}/state``
+        self.breakers = BreakerAdmin(engine)
 
     def routes(self) -> list[Route]:
         """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel|mark-done|call-again``,
-        ``GET counts``,
-        ``GET nodes``, ``POST nodes/{id}/state``, ``GET openapi.json``."""
+        ``GET counts``, ``GET nodes``, ``POST nodes/{id}/state``, ``GET breakers``, ``POST breakers/{system}/state``,
+        ``GET openapi.json``."""
         p = self.prefix
         return [
             Route(f"{p}/messages", self._guard(self.search), methods=["GET"]),
@@ -266,6 +272,8 @@ class AdminApi:
             Route(f"{p}/counts", self._guard(self.counts), methods=["GET"]),
             Route(f"{p}/nodes", self._guard(self.nodes), methods=["GET"]),
             Route(p + "/nodes/{node_id}/state", self._guard(self.node_state, act=True), methods=["POST"]),
+            Route(f"{p}/breakers", self._guard(self.breakers.list), methods=["GET"]),
+            Route(p + "/breakers/{system}/state", self._guard(self.breakers.force, act=True), methods=["POST"]),
             Route(f"{p}/openapi.json", self.openapi, methods=["GET"]),
         ]
 

@@ -25,7 +25,9 @@ from openroute.admin.counts import MessageCounts
 from openroute.engine import Engine
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.outbound import ExternalCalls
 from openroute.persistence import MessageState, StoredMessage
+from openroute.persistence.breaker import BreakerState, BreakerStore
 
 log = logging.getLogger("openroute.metrics")
 
@@ -91,6 +93,31 @@ class _EngineCollector(Collector):
             except Exception:
                 log.exception("channel counters failed")
         yield passed
+        yield from _breaker_metrics(self.engine)
+
+
+def _breaker_metrics(engine: Engine) -> Iterator[Metric]:
+    """The state of every stored circuit breaker (the cluster's truth) and this node's external calls by outcome."""
+    states = GaugeMetricFamily(
+        "openroute_circuit_breaker_state", "1 for the current state of each external system's circuit breaker",
+        labels=["system", "state"],
+    )
+    try:
+        for row in BreakerStore(engine.store).all():
+            for state in BreakerState:
+                states.add_metric([row.system, state.value], 1.0 if row.state is state else 0.0)
+    except Exception:  # a scrape must still answer when the database is down
+        log.exception("cannot read the circuit breakers for /metrics")
+    yield states
+    calls = CounterMetricFamily(
+        "openroute_external_calls", "Calls of this node to external systems by outcome (REFUSED: by the breaker)",
+        labels=["system", "outcome"],
+    )
+    guard = engine.external_calls
+    if isinstance(guard, ExternalCalls):
+        for (system, outcome), count in sorted(guard.stats.items()):
+            calls.add_metric([system, str(outcome)], count)
+    yield calls
 
 
 class Metrics:

@@ -74,8 +74,8 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "openroute admin API", "version": "1",
-                 "description": "Search, inspect, restart and cancel messages; nodes and their state. HTTP Basic: "
-                                "the web role reads, the admin role acts."},
+                 "description": "Search, inspect, restart and cancel messages; nodes and their state; circuit "
+                                "breakers. HTTP Basic: the web role reads, the admin role acts."},
         "paths": {
             f"{p}/messages": {"get": {
                 "summary": "Search messages, newest first, in keyset pages",
@@ -123,6 +123,22 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
                               "400": _error("not JSON, or an unknown state"), "404": _error("no such node"),
                               **_SECURED, **_ACTING},
             }},
+            f"{p}/breakers": {"get": {
+                "summary": "The circuit breaker of every external system", "security": [{"basic": []}],
+                "x-required-role": "web",
+                "responses": {"200": _json("Breakers", "the breakers"), **_SECURED},
+            }},
+            f"{p}/breakers/{{system}}/state": {"post": {
+                "summary": "Force a circuit breaker OPEN (until an admin closes it) or CLOSED",
+                "security": [{"basic": []}], "x-required-role": "admin",
+                "parameters": [{"name": "system", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["state"],
+                    "properties": {"state": {"type": "string", "enum": ["OPEN", "CLOSED"]}}}}}},
+                "responses": {"200": _json("Breaker", "the breaker's new state"),
+                              "400": _error("not JSON, or a state other than OPEN / CLOSED"),
+                              "415": _error("the body is not application/json"), **_SECURED},
+            }},
             f"{p}/openapi.json": {"get": {
                 "summary": "This description", "security": [],
                 "responses": {"200": {"description": "the OpenAPI document",
@@ -150,6 +166,7 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
                     "lastErrorText": {"type": ["string", "null"]}, "nodeId": {"type": ["string", "null"]},
                     "version": {"type": "integer"},
                     "externalCalls": {"type": "array", "items": {"type": "object"}},
+                    "callRecords": {"type": "array", "items": {"type": "object"}},
                     "children": {"type": "array", "items": {"$ref": "#/components/schemas/MessageSummary"}},
                     "confirmation": {"type": ["object", "null"]},
                     "transitions": {"type": "array", "items": {"type": "object", "properties": {
@@ -169,6 +186,13 @@ def admin_openapi(prefix: str = "/admin") -> dict[str, Any]:
                     "stoppedAt": _NULLABLE_TIME}},
                 "Nodes": {"type": "object", "properties": {
                     "nodes": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}}}},
+                "Breaker": {"type": "object", "properties": {
+                    "system": {"type": "string"}, "state": {"type": "string", "enum": ["CLOSED", "OPEN", "HALF_OPEN"]},
+                    "since": _TIME, "openUntil": _NULLABLE_TIME, "forced": {"type": "boolean"},
+                    "reason": {"type": ["string", "null"]}, "trialsInFlight": {"type": "integer"},
+                    "trialSuccesses": {"type": "integer"}, "declared": {"type": "boolean"}}},
+                "Breakers": {"type": "object", "properties": {
+                    "breakers": {"type": "array", "items": {"$ref": "#/components/schemas/Breaker"}}}},
                 "NodeStateResult": {"type": "object", "properties": {
                     "id": {"type": "string"}, "state": {"$ref": "#/components/schemas/NodeState"}}},
             },

@@ -181,10 +181,13 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.outbound import ExternalCalls
     from openroute.request_deadline import request_deadline_protocol
     from openroute.server import channel_inbound, create_app
 
-    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()])
+    external_calls = ExternalCalls(store, config.external_system_list())
+    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
+                    external_calls=external_calls)
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
     confirmation: ConfirmationService = config.confirmations.service(store, node_id=engine.node_id,
@@ -199,7 +202,8 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
                      retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
-                     metrics_auth=config.admin.metrics_auth, channels=channels, outbox=outbox)
+                     metrics_auth=config.admin.metrics_auth, channels=channels, outbox=outbox,
+                     alerts=config.alerts.evaluator(store, engine.node_id))
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "

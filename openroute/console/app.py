@@ -44,6 +44,7 @@ from openroute.admin.api import (
     node_summary,
     parse_node_state,
 )
+from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.search import InvalidQueryError, parse_message_id
 from openroute.console import _queries
@@ -54,6 +55,7 @@ from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.persistence import FINAL_STATES, MessageState, NodeState
+from openroute.persistence.breaker import BreakerStore
 
 log = logging.getLogger("openroute.console")
 T = TypeVar("T")
@@ -273,11 +275,13 @@ class Console:
         log.info("message %s: %s by %s (console)", message_id, action, user)
 
     async def nodes(self, request: Request, user: str) -> Response:
-        """Nodes with their heartbeat, liveness and state; RUN / drain / stop buttons."""
+        """Nodes with their heartbeat, liveness and state; RUN / drain / stop buttons; the circuit breakers."""
         rows = await self._db(self.store.nodes)
+        breakers = await self._db(BreakerStore(self.store).all)
         now, interval = self.engine.clock.now(), self.engine.settings.heartbeat_interval
         return self._render(request, user, "nodes.html", nodes=[node_summary(row, now, interval) for row in rows],
-                            node_states=list(NodeState), this_node=self.engine.node_id)
+                            node_states=list(NodeState), this_node=self.engine.node_id,
+                            breakers=[breaker_summary(row, now) for row in breakers])
 
     async def node_state(self, request: Request, user: str, form: dict[str, list[str]]) -> Response:
         """Set a node's state (drain = HANDLES_EXISTING_MESSAGES)."""

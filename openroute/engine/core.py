@@ -29,7 +29,7 @@ from openroute import states
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
-from openroute.engine.exchange import AttemptRuntime, Exchange
+from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.errors import (
     BusinessError,
     ConfigurationError,
@@ -149,6 +149,8 @@ class Engine:
     ``openroute db upgrade`` or ``MessageStore.create_schema()``). ``final_state_hooks`` are awaited once
     per message after the commit that made it final (OK, FAILED, SKIPPED, CANCEL); ``final_state_tx_hooks``
     run inside that very transaction (e.g. to insert the confirmation row), so they commit or fail with it.
+    ``external_calls`` guards the calls of ``ext_call(..., system=...)`` steps (breaker, call records): an
+    :class:`openroute.outbound.ExternalCalls`.
     """
 
     def __init__(
@@ -160,6 +162,7 @@ class Engine:
         clock: Clock | None = None,
         node_id: str | None = None,
         interceptors: Sequence[MessageInterceptor] = (),
+        external_calls: CallGuard | None = None,
     ) -> None:
         if not isinstance(routes, RouteRegistry):
             raise ConfigurationError(f"routes must be a RouteRegistry, got {routes!r}")
@@ -195,8 +198,10 @@ class Engine:
         self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
         self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
         # what every exchange may ask of this engine: the same for all of them, so built once
+        #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
+        self.external_calls = external_calls
         self._runtime = AttemptRuntime(
-            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id
+            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id, external_calls
         )
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -24,6 +24,7 @@ from openroute.clock import Clock
 from openroute.engine.idempotency import (
     CallInDoubtError,
     InDoubt,
+    current_idempotency_key,
     entity_idempotency_key,
     message_idempotency_key,
     using_idempotency_key,
@@ -34,7 +35,7 @@ from openroute.message import InboundMessage
 from openroute.persistence import ExternalCallStatus, MessageStore, NewMessage, StoredMessage
 from openroute.route import ExtCallScope, Route, RouteRegistry
 
-__all__ = ["AttemptRuntime", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
+__all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
 
 T = TypeVar("T")
 log = logging.getLogger("openroute.engine")
@@ -53,6 +54,16 @@ class EntityCallStatus(StrEnum):
     IN_DOUBT = "IN_DOUBT"
 
 
+class CallGuard(Protocol):
+    """What stands around a call to a declared external system (``ext_call(..., system=...)``): its circuit breaker
+    and its call records. The application gives one to the engine (:class:`openroute.outbound.ExternalCalls`)."""
+
+    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
+        """Make ``call`` (sync or async) for ``message`` unless the breaker of ``system`` refuses it
+        (:class:`~openroute.errors.CircuitOpenError`), and return its result."""
+        ...
+
+
 @dataclass(frozen=True)
 class AttemptRuntime:
     """What an exchange needs from the engine that runs it, and nothing more.
@@ -68,6 +79,8 @@ class AttemptRuntime:
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
     #: the node the exchange runs on (recorded with the transition rows of the messages it stores)
     node_id: str
+    #: breaker and records of calls to declared external systems (None: such calls are made unguarded)
+    calls: CallGuard | None = None
 
 
 @dataclass
@@ -255,6 +268,7 @@ class Exchange:
         *,
         scope: ExtCallScope | Literal["message", "entity"] | None = None,
         in_doubt: InDoubt = "repeat",
+        system: str | None = None,
     ) -> Any:
         """Call an external system idempotently: at most one success per (message, ``key``) or per
         (entity type + object id, ``key``) with ``scope="entity"`` (default: the route's ``ext_call_scope``).
@@ -268,7 +282,13 @@ class Exchange:
         a concurrent duplicate call for the same entity and key is not made: that attempt fails technically (code
         EXT_CALL_IN_PROGRESS) and is retried per the policy; an IN_PROGRESS record left by a dead attempt is the
         call in doubt. A message without an object id has no entity: entity scope then falls back to message scope.
+
+        ``system`` names the external system called (``[external_systems.NAME]``): its circuit breaker may refuse the
+        call (:class:`~openroute.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and the call
+        is recorded when its call records are on (docs/outage.md).
         """
+        if system is not None:
+            call = self._guarded(system, key, call)
         entity = self._entity_scoped(scope)
         hold = _check_in_doubt(in_doubt)
         if not entity:
@@ -359,6 +379,25 @@ class Exchange:
         self.children.extend(i for i in ids if i not in self.children)
         return ids
 
+    def _guarded(self, system: str, key: str, call: Callable[..., Any]) -> Callable[[], Any]:
+        """``call`` behind the breaker and the records of ``system`` (made as it is when the engine has no guard)."""
+        if not isinstance(system, str) or not system:
+            raise ValueError(f"system must be a non-empty name, got {system!r}")
+        guard = self._require_runtime().calls
+        if guard is None:
+            _warn_unguarded(system)
+            return call
+        message = self.message
+
+        def keyed() -> Any:  # the guard makes a call of no argument: the key is handed on as _invoke would
+            how = _key_parameter(call)
+            if how is None:
+                return call()
+            idempotency_key = current_idempotency_key()
+            return call(idempotency_key=idempotency_key) if how == "keyword" else call(idempotency_key)
+
+        return lambda: guard.guard(system, key, message, keyed)
+
     def _require_runtime(self) -> AttemptRuntime:
         if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
@@ -406,6 +445,17 @@ async def _invoke(call: Callable[..., Any], idempotency_key: str) -> Any:
         if inspect.isawaitable(result):
             result = await result
     return result
+
+
+_UNGUARDED: set[str] = set()
+
+
+def _warn_unguarded(system: str) -> None:
+    if system not in _UNGUARDED:
+        _UNGUARDED.add(system)
+        logging.getLogger("openroute.outbound").warning(
+            "calls to %s are made without breaker or records: the engine has no external systems (external_calls)",
+            system)
 
 
 def _check_key(key: str) -> None:

@@ -13,6 +13,9 @@ This is the one place that answers "when is a message FAILED?". A message ends F
   FAILED at once with error code ``CALL_IN_DOUBT``, failed count unchanged, held for an operator ("mark done" /
   "call again", both restart it); the source system is not confirmed until it reaches its real outcome.
 
+A call that meets an open circuit breaker (:class:`~openroute.errors.CircuitOpenError`) fails nothing: the
+message goes POSTPONED until the breaker may let calls through again, its failed count unchanged.
+
 The engine asks these functions for a :class:`Decision` and applies it through the state machine
 (:mod:`openroute.states`); nothing here touches the database, so every rule is tested without one.
 """
@@ -27,7 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from openroute.engine.idempotency import CallInDoubtError
-from openroute.errors import BusinessError, TechnicalError, ValidationError
+from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
 from openroute.retry import RetryPolicy
 
@@ -63,6 +66,7 @@ class ErrorCode(StrEnum):
     EXT_CALL_IN_PROGRESS = "EXT_CALL_IN_PROGRESS"
     #: held for an operator: a call an earlier attempt started has no recorded outcome (see CallInDoubtError)
     CALL_IN_DOUBT = "CALL_IN_DOUBT"
+    CIRCUIT_OPEN = "CIRCUIT_OPEN"
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,9 @@ def after_attempt(
 
     Success: POSTPONED when the route postponed it (``postponed_for`` negative: ``postpone_interval``),
     WAITING_FOR_CHILDREN when it split, else OK. A business or validation error: FAILED at once. Any other
-    error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT): PARTLY_FAILED with the failed
-    count + 1 (unchanged when ``no_effect``) and due per
+    error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT; a :class:`CircuitOpenError`:
+    POSTPONED until its ``retry_at``, no attempt counted): PARTLY_FAILED with the failed count + 1 (unchanged when
+    ``no_effect``) and due per
     ``policy``, or FAILED when that count exhausts the policy. Custom data or business errors that are not
     JSON turn the attempt into a validation error (the message keeps its previous custom data).
     """
@@ -134,6 +139,11 @@ def after_attempt(
         changes.update(last_error_code=ErrorCode.CALL_IN_DOUBT.value, last_error_text=clip(error.text),
                        next_attempt_at=None)
         return Decision(MessageState.FAILED, changes)
+    if isinstance(error, CircuitOpenError):
+        # the call was not made: no attempt counted, not due before the breaker may let calls through
+        changes.update(last_error_code=ErrorCode.CIRCUIT_OPEN.value, last_error_text=clip(str(error)),
+                       next_attempt_at=max(error.retry_at, now))
+        return Decision(MessageState.POSTPONED, changes)
     code = error.code if isinstance(error, TechnicalError) else type(error).__name__
     changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"))
     if no_effect:

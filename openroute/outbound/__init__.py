@@ -1,5 +1,28 @@
-"""Calling external systems from route steps (SOAP via zeep)."""
+"""Calling external systems from route steps: SOAP via zeep, HTTP via httpx, each system declared once with its
+circuit breaker and call records (docs/outage.md).
 
+    from openroute.outbound import ExternalCalls, ExternalHttpClient, ExternalSystem, SoapService
+"""
+
+from openroute.outbound.breaker import BreakerSettings, BreakerState
+from openroute.outbound.calls import CallContext, CallOutcome, ExternalCalls, current_call
+from openroute.outbound.http import IDEMPOTENCY_KEY_HEADER, ExternalHttpClient
 from openroute.outbound.soap import SoapFaultError, SoapService, SoapTransportError
+from openroute.outbound.systems import CallRecordSettings, ExternalSystem, mask
 
-__all__ = ["SoapFaultError", "SoapService", "SoapTransportError"]
+__all__ = [
+    "IDEMPOTENCY_KEY_HEADER",
+    "BreakerSettings",
+    "BreakerState",
+    "CallContext",
+    "CallOutcome",
+    "CallRecordSettings",
+    "ExternalCalls",
+    "ExternalHttpClient",
+    "ExternalSystem",
+    "SoapFaultError",
+    "SoapService",
+    "SoapTransportError",
+    "current_call",
+    "mask",
+]

@@ -1,0 +1,114 @@
+"""Breaker benchmark: what the circuit breaker check (and the call records) cost per message, interleaved.
+
+    python benchmarks/breaker_bench.py [--count 5000] [--repeat 3] [--senders 64] [--database URL]
+
+Three variants of one route whose single step is ``ext_call("activate", instant call)``, each on a fresh database
+(created from ``--database``, a PostgreSQL server URL whose database is used as the admin connection), run in turn
+per repetition so the machine's noise falls on all three:
+
+* ``plain``: ``ext_call`` without a system (no breaker);
+* ``breaker``: ``ext_call(..., system="HLR")`` through ``ExternalCalls`` (breaker CLOSED, records off): the check
+  reads the shared row at most once per ``refresh`` (1 s) while the calls succeed;
+* ``records``: the same with call records on (one INSERT per call).
+
+It prints completed msgs/s (min / median / max) and the ratios breaker / plain and records / plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, StoredMessage
+
+from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalSystem
+from openroute.route import Route, RouteRegistry
+
+VARIANTS = ("plain", "breaker", "records")
+
+
+async def run(url: str, variant: str, count: int, senders: int) -> float:
+    store = MessageStore(url)
+    store.create_schema()
+    system = None if variant == "plain" else "HLR"
+
+    async def activate(exchange: object) -> None:
+        await exchange.ext_call("activate", lambda: {"ok": True}, system=system)  # type: ignore[attr-defined]
+
+    calls = ExternalCalls(store, [ExternalSystem("HLR", records=CallRecordSettings(enabled=variant == "records"))])
+    engine = Engine(store, RouteRegistry([Route("bench", "activate", [activate])]),
+                    EngineSettings(node_id="bench", repoll_interval=None),
+                    external_calls=None if variant == "plain" else calls)
+    done = asyncio.Event()
+    finished = 0
+
+    async def on_final(_message: StoredMessage) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == count:
+            done.set()
+
+    engine.final_state_hooks.append(on_final)
+    await engine.start()
+    next_index = 0
+
+    async def sender() -> None:
+        nonlocal next_index
+        while next_index < count:
+            i = next_index
+            next_index += 1
+            await engine.accept(InboundMessage("bench", "activate", "{}", "application/json", f"b-{i}", "bench"))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(sender() for _ in range(senders)))
+    await asyncio.wait_for(done.wait(), 600)
+    elapsed = time.perf_counter() - started
+    await engine.stop()
+    ok = store.count_by_state().get(MessageState.OK, 0)
+    store.dispose()
+    if ok != count:
+        raise SystemExit(f"{variant}: {ok} of {count} OK")
+    return count / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--senders", type=int, default=64)
+    parser.add_argument("--database", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    args = parser.parse_args()
+    admin = sa.create_engine(args.database, isolation_level="AUTOCOMMIT")
+    results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    ratios: dict[str, list[float]] = {"breaker": [], "records": []}
+    for repetition in range(args.repeat):
+        this: dict[str, float] = {}
+        for variant in VARIANTS:
+            name = f"breaker_bench_{uuid.uuid4().hex[:8]}"
+            with admin.connect() as connection:
+                connection.execute(sa.text(f"CREATE DATABASE {name}"))
+            try:
+                url = sa.engine.make_url(args.database).set(database=name).render_as_string(hide_password=False)
+                this[variant] = asyncio.run(run(url, variant, args.count, args.senders))
+            finally:
+                with admin.connect() as connection:
+                    connection.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
+            results[variant].append(this[variant])
+        for variant in ("breaker", "records"):
+            ratios[variant].append(this[variant] / this["plain"])
+        print(f"repetition {repetition + 1}: " + ", ".join(f"{v} {this[v]:,.0f} msgs/s" for v in VARIANTS))
+    for variant in VARIANTS:
+        values = results[variant]
+        print(f"{variant:8s} completed msgs/s min / median / max: "
+              f"{min(values):,.0f} / {statistics.median(values):,.0f} / {max(values):,.0f}")
+    for variant, values in ratios.items():
+        print(f"{variant} / plain: {min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""Records of external calls: the request and response (or error) of each call, with its message, time, duration and
+outcome. They go with their message (``ON DELETE CASCADE``), so the retention job prunes them too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from openroute.persistence.models import call_record_table
+from openroute.persistence.store import MessageStore
+
+__all__ = ["CallRecord", "CallRecordStore"]
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One recorded external call (``id`` is None before it is stored)."""
+
+    message_id: int
+    system: str
+    call_key: str
+    started_at: datetime
+    duration_ms: int
+    #: OK, BUSINESS_ERROR, FAILED or TIMEOUT
+    outcome: str
+    request: str | None = None
+    response: str | None = None
+    error: str | None = None
+    id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form the admin API shows."""
+        return {
+            "id": self.id, "system": self.system, "callKey": self.call_key, "startedAt": self.started_at.isoformat(),
+            "durationMs": self.duration_ms, "outcome": self.outcome, "request": self.request,
+            "response": self.response, "error": self.error,
+        }
+
+
+class CallRecordStore:
+    """The ``call_record`` table of ``store``."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+
+    def add(self, record: CallRecord, connection: sa.Connection | None = None) -> int:
+        """Store ``record``; returns its id."""
+        values = {name: getattr(record, name) for name in (
+            "message_id", "system", "call_key", "started_at", "duration_ms", "outcome", "request", "response",
+            "error")}
+        statement = sa.insert(call_record_table).values(**values).returning(call_record_table.c.id)
+        return int(self.store.run(lambda c: c.execute(statement).scalar_one(), connection))
+
+    def of_message(self, message_id: int, connection: sa.Connection | None = None) -> list[CallRecord]:
+        """The records of ``message_id``'s calls, oldest first."""
+        table = call_record_table
+        query = sa.select(table).where(table.c.message_id == message_id).order_by(table.c.id)
+        return self.store.run(lambda c: [CallRecord(
+            message_id=r.message_id, system=r.system, call_key=r.call_key, started_at=r.started_at,
+            duration_ms=r.duration_ms, outcome=r.outcome, request=r.request, response=r.response, error=r.error,
+            id=r.id) for r in c.execute(query)], connection)
