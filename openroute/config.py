@@ -154,6 +154,8 @@ class EngineConfig(_Section):
     db_threads: int = Field(4, ge=1)
     stop_timeout: float = Field(30.0, ge=0)
     heartbeat_interval: Duration = timedelta(seconds=30)
+    #: seconds a sender is told to wait (Retry-After) while the database is unreachable
+    store_retry_after: int = Field(5, ge=1)
     default_retry: RetryConfig = RetryConfig()
 
     @model_validator(mode="before")

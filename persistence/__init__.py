@@ -24,6 +24,7 @@ from openroute.persistence.models import (
     message_table,
     node_table,
 )
+from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable
 from openroute.persistence.store import (
     DEFAULT_DATABASE_URL,
     ExternalCall,
@@ -57,13 +58,16 @@ __all__ = [
     "NewMessage",
     "NodeRecord",
     "NodeState",
+    "StoreOutage",
     "StoredMessage",
     "alembic_config",
     "confirmation_table",
     "create_store_engine",
+    "describe_error",
     "entity_call_table",
     "external_call_table",
     "funnel_lock_table",
+    "is_store_unreachable",
     "message_table",
     "node_table",
 ]

@@ -38,6 +38,7 @@ from openroute.errors import (
     NodeNotAcceptingError,
     PayloadTooLargeError,
     StaleMessageError,
+    StoreUnavailableError,
     UnknownRouteError,
     ValidationError,
 )
@@ -110,9 +111,12 @@ class EngineSettings:
     stop_timeout: float = 30.0
     #: how often the node refreshes its heartbeat row
     heartbeat_interval: timedelta = timedelta(seconds=30)
+    #: seconds a sender is told to wait (``Retry-After``) while the database is unreachable
+    store_retry_after: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads"):
+        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads",
+                     "store_retry_after"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("processing_lease", "new_pickup_age", "postpone_interval", "heartbeat_interval"):
@@ -207,6 +211,7 @@ class Engine:
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
         self._scheduler: Any = None
+        self._outages_recovered = 0  # store outages whose stranded PROCESSING messages were repaired
         self._running = False
         self._stopping = False
         self._closed = False
@@ -363,14 +368,21 @@ class Engine:
         Returns after the commit. A repeated (source system, correlation id) is answered with
         ``duplicate=True`` and the existing message; nothing is stored twice. Raises
         :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
-        :class:`NodeNotAcceptingError` when an operator drained or stopped this node.
+        :class:`NodeNotAcceptingError` when an operator drained or stopped this node,
+        :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
         if self.node_state is not NodeState.RUN:
             raise NodeNotAcceptingError(self.node_id, self.node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now())
-        outcome = await self._writer.enqueue_grouped(self._insert_group, new)
+        try:
+            outcome = await self._writer.enqueue_grouped(self._insert_group, new)
+        except Exception as error:
+            if self.store.outage.failed(error, "storing an inbound message"):
+                raise StoreUnavailableError(self.settings.store_retry_after) from None
+            raise
+        self.store.outage.succeeded()
         message = outcome.message
         if outcome.duplicate:
             self.stats.duplicates += 1
@@ -495,8 +507,11 @@ class Engine:
                 result = await self._process(message, background=True)
                 if isinstance(result, asyncio.Future):
                     written = result
-        except Exception:
-            log.exception("processing message %s failed outside the route", message.id)
+        except Exception as error:
+            if self.store.outage.failed(error, "processing"):
+                log.debug("message %s left for repoll: the store is unreachable", message.id)
+            else:
+                log.exception("processing message %s failed outside the route", message.id)
         finally:
             self._in_flight -= 1
             if written is None:
@@ -508,8 +523,9 @@ class Engine:
     def _written(self, message_id: int, done: asyncio.Future[Any]) -> None:
         """A background outcome write (see :meth:`_consume`) is over."""
         self._writing.discard(done)
-        if not done.cancelled() and done.exception() is not None:
-            log.error("processing message %s failed outside the route", message_id, exc_info=done.exception())
+        error = None if done.cancelled() else done.exception()
+        if error is not None and not self.store.outage.failed(error, "writing an outcome"):
+            log.error("processing message %s failed outside the route", message_id, exc_info=error)
         self._done_with(message_id)
 
     # -- processing -----------------------------------------------------------------------------
@@ -776,13 +792,17 @@ class Engine:
             log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
                      self.stats.repaired - repaired, self.stats.reemitted - reemitted)
 
-    async def _repair_stuck(self, now: datetime, node_id: str | None, cutoff: datetime | None) -> None:
+    async def _repair_stuck(
+        self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()
+    ) -> None:
         limit = self.settings.repoll_batch
         far = cutoff if cutoff is not None else now + timedelta(days=36500)
         stuck = await self._run_db(
             lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
         )
         for message in stuck:
+            if message.id in skip:
+                continue
             try:
                 route: Route | None = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
@@ -793,9 +813,23 @@ class Engine:
 
     async def _repoll_job(self) -> None:
         try:
+            await self._recover_after_outage()
             await self.repoll_once()
-        except Exception:
-            log.exception("repoll failed")
+        except Exception as error:
+            if not self.store.outage.failed(error, "repoll"):
+                log.exception("repoll failed")
+        else:
+            self.store.outage.succeeded()
+
+    async def _recover_after_outage(self) -> None:
+        """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
+        could not be written), instead of leaving them to the processing lease."""
+        outages = self.store.outage.outages
+        if outages == self._outages_recovered:
+            return
+        now = self.clock.now()
+        await self._repair_stuck(now, node_id=self.node_id, cutoff=None, skip=frozenset(self._queued))
+        self._outages_recovered = outages
 
     async def _heartbeat_job(self) -> None:
         try:
@@ -803,8 +837,11 @@ class Engine:
             if state is not None and state is not self.node_state:
                 log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
                 self.node_state = state
-        except Exception:
-            log.exception("heartbeat failed")
+        except Exception as error:
+            if not self.store.outage.failed(error, "heartbeat"):
+                log.exception("heartbeat failed")
+        else:
+            self.store.outage.succeeded()
 
     # -- helpers --------------------------------------------------------------------------------
     async def _run_db(self, work: Callable[[], T]) -> T:

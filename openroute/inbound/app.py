@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute.engine import AcceptResult, Engine, InboundMessage
-from openroute.errors import ConfigurationError, ValidationError
+from openroute.errors import ConfigurationError, StoreUnavailableError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.binding import InboundBinding, ParsedPayload
 from openroute.inbound.errors import (
@@ -229,6 +229,9 @@ class InboundEndpoints:
     @staticmethod
     def _classify(error: BaseException, endpoint: str, path: str) -> tuple[int, str, str]:
         status, code = status_and_code(error)
+        if isinstance(error, StoreUnavailableError):  # the store's outage log has the one line of the outage
+            log.debug("%s request to %s refused: %s", endpoint, path, code)
+            return status, code, str(error)
         if status == 500:
             log.exception("%s request to %s failed", endpoint, path, exc_info=error)
             return status, code, "internal error (see the server log)"
@@ -273,7 +276,7 @@ class InboundEndpoints:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
             http_status = fault_status(version, sender, status)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _error_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
@@ -338,7 +341,7 @@ class InboundEndpoints:
             )
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
-            extra = {"WWW-Authenticate": 'Basic realm="openroute"'} if isinstance(error, AuthenticationError) else {}
+            extra = _error_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
@@ -366,6 +369,17 @@ def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:
         if key not in values:
             values[key] = value.decode("latin-1")
     return values
+
+
+def _error_headers(error: BaseException) -> dict[str, str]:
+    """The headers an error answer carries besides the correlation id: the challenge of a 401, the wait of a
+    "try later" (429, 503)."""
+    if isinstance(error, AuthenticationError):
+        return {"WWW-Authenticate": 'Basic realm="openroute"'}
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, int):
+        return {"Retry-After": str(retry_after)}
+    return {}
 
 
 def _check_json_type(content_type: str | None) -> None:
