@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from openroute import states
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
+from openroute.engine._funnel_wake import FunnelWake
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
 from openroute.engine.exchange import AttemptRuntime, Exchange
 from openroute.errors import (
@@ -187,6 +188,8 @@ class Engine:
         #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
         self.node_state = NodeState.RUN
         # parent messages a child's final transition completed, by child id (set in the writer thread)
+        # the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
+        self._funnels_taken: dict[int, int | None] = {}
         self._completed_parents: dict[int, StoredMessage] = {}
         self._writer = GroupCommitWriter(
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
@@ -202,6 +205,8 @@ class Engine:
         self._runtime = AttemptRuntime(
             self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id
         )
+        # wakes the next message of a funnel when its holder ends (in-process; other nodes by NOTIFY on PostgreSQL)
+        self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False))
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
@@ -249,6 +254,7 @@ class Engine:
         stored: NodeState | None = await self._run_db(lambda: self.store.node_state(self.node_id))
         self.node_state = stored or NodeState.RUN
         self._running = True
+        self._funnel_wake.start()
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
         await self.repoll_once(new_cutoff=now)
@@ -294,6 +300,7 @@ class Engine:
         if self._idle is not None:
             self._idle.set()
         self._running = False
+        await self._funnel_wake.stop()
         with contextlib.suppress(Exception):
             await self._run_db(lambda: self.store.node_stopped(self.node_id, self.clock.now()))
         await self._close_resources()
@@ -543,6 +550,7 @@ class Engine:
             log.debug("message %s in %s is not claimable", message.id, message.state)
             return None
         if claimed is None:
+            self._funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
             self.stats.lost_claims += 1
             return None
         self.stats.claimed += 1
@@ -599,20 +607,27 @@ class Engine:
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
                 and await self._run_db(lambda: self.store.newer_ok_exists(message))):
+            self._funnels_taken.pop(message.id, None)  # SKIPPED frees the funnel it may have taken
             return await self._apply(message, outcomes.obsolete(message), now)
         funnel = message.funnel_value
         if funnel is None:
             return None
         blocker: int | None = None
-        if route.guaranteed_order:
-            blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
-        if blocker is None:
-            blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
+        if message.id in self._funnels_taken:  # taken in the claim's transaction
+            blocker = self._funnels_taken.pop(message.id)
+        else:
+            if route.guaranteed_order:
+                blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
+            if blocker is None:
+                blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
         if blocker is None:
             return None
         decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
         held = await self._apply(message, decision, now)
-        return held if held is not None else message
+        if held is None:
+            return message
+        self._funnel_wake.held(held, blocker)
+        return held
 
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
         """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
@@ -704,14 +719,18 @@ class Engine:
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
+            self._funnel_wake.discard(message.id)
             self.stats.stale_writes += 1
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         except BaseException:
             self._completed_parents.pop(message.id, None)
+            self._funnel_wake.discard(message.id)
             raise
         self.stats.outcomes[target] += 1
         self._notify(message.state, updated)
+        if updated.funnel_value is not None:
+            self._funnel_wake.committed(updated)
         parent = self._completed_parents.pop(updated.id, None)
         if final:
             await self._run_final_hooks(updated)
@@ -726,6 +745,8 @@ class Engine:
         now = self.clock.now()
         claimable = [m for m in batch if states.is_legal(m.state, MessageState.PROCESSING)]
         won = {m.id: m for m in states.claim(self.store, claimable, self.node_id, now, connection)} if claimable else {}
+        if won:
+            self._take_funnels(won.values(), now, connection)
         results: list[Any] = []
         for message in batch:
             if not states.is_legal(message.state, MessageState.PROCESSING):
@@ -734,13 +755,30 @@ class Engine:
                 results.append(won.pop(message.id, None))  # a second copy of the same message gets None
         return results
 
+    def _take_funnels(self, claimed: Iterable[StoredMessage], now: datetime, connection: sa.Connection) -> None:
+        """Writer thread, in the claim's transaction: take the funnels of the claimed funnel messages (routes without
+        guaranteed order), one commit less per message than a transaction of its own; :meth:`_hold_back` reads the
+        outcome. In funnel order, so two nodes' claims lock funnel rows in the same order."""
+        for message in sorted((m for m in claimed if m.funnel_value is not None),
+                              key=lambda m: (m.funnel_value or "", m.id)):
+            try:
+                route = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                continue
+            if not route.guaranteed_order:
+                funnel = message.funnel_value or ""
+                self._funnels_taken[message.id] = self.store.acquire_funnel(funnel, message.id, now, connection)
+
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
-        for result in states.transition_many(self.store, batch, connection, node_id=self.node_id):
+        for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
+                                   strict=True):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
+            if result.funnel_value is not None and FunnelWake.releases(request[0].state, result):
+                self._funnel_wake.released_in(result, connection)
             if states.is_final(result.state):
                 for hook in self.final_state_tx_hooks:
                     hook(result, connection)
