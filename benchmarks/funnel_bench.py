@@ -27,9 +27,10 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from openroute.persistence import MessageState, MessageStore
+
 from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
-from openroute.persistence import MessageState, MessageStore
 from openroute.route import Route, RouteRegistry
 
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -383,6 +383,8 @@ class ServerConfig(BaseSettings):
     auth: AuthConfig = AuthConfig()
     confirmations: ConfirmationsConfig = ConfirmationsConfig()
     retention: RetentionConfig = RetentionConfig()
+    #: throttling rules ``system.operation = "limit/interval"`` (either part ``*``); none: no throttling
+    throttling: dict[str, str | dict[str, str]] = {}
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
     openroute: dict[str, Any] = {}
     #: the same keys in the MicroProfile spelling ``mp.messaging.*``
@@ -426,6 +428,13 @@ class ServerConfig(BaseSettings):
                 f"database_password_env names {self.database_password_env!r}, which is not set") from None
         except ArgumentError as error:
             raise ConfigurationError(f"database_url: {error}") from None
+
+    def throttling_rules(self) -> list[Any]:
+        """The :class:`~openroute.inbound.throttling.ThrottleRule` list of ``throttling`` (ConfigurationError if
+        one is malformed)."""
+        from openroute.inbound.throttling import parse_rules
+
+        return parse_rules(self.throttling)
 
     def messaging_config(self) -> dict[str, Any]:
         """The ``openroute.messaging.*`` keys of the file, flattened for :class:`openroute.messaging.MessagingApp`."""
@@ -563,7 +572,8 @@ def load_config(
     problems = []
     # the objects' own checks (an API key's length, a confirmation URL) are configuration problems too
     for section, build in (("engine", config.engine.settings), ("inbound", config.inbound.settings),
-                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback)):
+                           ("auth", config.auth.build), ("confirmations", config.confirmations.callback),
+                           ("throttling", config.throttling_rules)):
         try:
             build()
         except ConfigurationError as error:

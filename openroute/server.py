@@ -32,6 +32,7 @@ from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
+    from openroute.inbound.throttling import Throttling
     from openroute.persistence import MessageStore
 
 log = logging.getLogger("openroute.server")
@@ -50,6 +51,7 @@ def create_app(
     confirmation_interval: float = 10.0,
     mounts: Sequence[tuple[str, Any]] = (),
     retention: RetentionPolicy | None = None,
+    throttling: Throttling | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -63,10 +65,12 @@ def create_app(
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``).
+    With ``throttling`` inbound requests pass its rules first (:mod:`openroute.inbound.throttling`).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters)
-    inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
+    inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request,
+                               throttling=throttling)
     admin = AdminApi(engine, admin_auth)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)

@@ -17,12 +17,14 @@ from openroute.persistence.models import (
     MessageState,
     NodeRecord,
     NodeState,
+    ThrottleCounterRecord,
     confirmation_table,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
     message_table,
     node_table,
+    throttle_counter_table,
 )
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable
 from openroute.persistence.store import (
@@ -37,6 +39,7 @@ from openroute.persistence.store import (
     alembic_config,
     create_store_engine,
 )
+from openroute.persistence.throttle import ThrottleCounters
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -60,6 +63,8 @@ __all__ = [
     "NodeState",
     "StoreOutage",
     "StoredMessage",
+    "ThrottleCounterRecord",
+    "ThrottleCounters",
     "alembic_config",
     "confirmation_table",
     "create_store_engine",
@@ -70,4 +75,5 @@ __all__ = [
     "is_store_unreachable",
     "message_table",
     "node_table",
+    "throttle_counter_table",
 ]

@@ -288,6 +288,21 @@ class NodeRecord(Base):
     )
 
 
+class ThrottleCounterRecord(Base):
+    """Requests of one source system and operation counted in one fixed window of its throttling rule.
+
+    ``window_start`` is the window's start in milliseconds since the epoch; rows of earlier windows are deleted
+    when the next window of the same system and operation begins.
+    """
+
+    __tablename__ = "throttle_counter"
+
+    source_system: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    operation: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    window_start: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(sa.Integer)
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -295,3 +310,4 @@ node_table: sa.Table = NodeRecord.__table__  # type: ignore[assignment]
 message_transition_table: sa.Table = MessageTransitionRecord.__table__  # type: ignore[assignment]
 entity_call_table: sa.Table = EntityCallRecord.__table__  # type: ignore[assignment]
 funnel_lock_table: sa.Table = FunnelLockRecord.__table__  # type: ignore[assignment]
+throttle_counter_table: sa.Table = ThrottleCounterRecord.__table__  # type: ignore[assignment]

@@ -173,6 +173,15 @@ def _open_store(url: str, *, migrate: bool) -> Any:
                                     f"{shown}` or start with `openroute run --migrate`")
 
 
+def _throttling(config: Any, store: Any) -> Any:
+    """The inbound throttling of ``[throttling]`` with counters in ``store``; None without rules (the default)."""
+    from openroute.inbound.throttling import Throttling
+    from openroute.persistence import ThrottleCounters
+
+    rules = config.throttling_rules()
+    return Throttling(rules, ThrottleCounters(store)) if rules else None
+
+
 def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     import uvicorn
 
@@ -188,7 +197,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
                      settings=config.inbound.settings(), confirmation=confirmation,
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy())
+                     retention=config.retention.policy(), throttling=_throttling(config, store))
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "

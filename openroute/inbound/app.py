@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 from starlette.requests import Request
@@ -41,6 +41,9 @@ from openroute.inbound.soap import (
     soap_version_of,
     wsdl_document,
 )
+
+if TYPE_CHECKING:
+    from openroute.inbound.throttling import Throttling
 
 log = logging.getLogger("openroute.inbound")
 
@@ -103,7 +106,8 @@ class InboundEndpoints:
 
     Each binding must have a route in ``engine.routes``; at most one XML and one JSON binding per
     (service, operation). With ``auth`` every request must authenticate as a source system and may only
-    send as that system; without it the source system comes from the trace header (required).
+    send as that system; without it the source system comes from the trace header (required). With
+    ``throttling`` every request passes its source system's rule for the operation before anything is stored.
     """
 
     def __init__(
@@ -114,8 +118,10 @@ class InboundEndpoints:
         auth: SourceSystemAuth | None = None,
         settings: InboundSettings | None = None,
         observer: RequestObserver | None = None,
+        throttling: Throttling | None = None,
     ) -> None:
         self.engine = engine
+        self.throttling = throttling
         self.auth = auth
         self.settings = settings or InboundSettings()
         self.observer = observer
@@ -201,6 +207,8 @@ class InboundEndpoints:
         self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
         headers: dict[str, str],
     ) -> AcceptResult:
+        if self.throttling is not None:
+            await self.throttling.check(trace.source_system, binding.operation)
         extracted = binding.check(payload)
         return await self.engine.accept(
             InboundMessage(
