@@ -188,9 +188,9 @@ class Engine:
         #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
         self.node_state = NodeState.RUN
         # parent messages a child's final transition completed, by child id (set in the writer thread)
+        self._completed_parents: dict[int, StoredMessage] = {}
         # the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
         self._funnels_taken: dict[int, int | None] = {}
-        self._completed_parents: dict[int, StoredMessage] = {}
         self._writer = GroupCommitWriter(
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
@@ -515,6 +515,7 @@ class Engine:
                 if isinstance(result, asyncio.Future):
                     written = result
         except Exception as error:
+            self._funnels_taken.pop(message.id, None)  # its claim may have been committed before the failure
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
             else:
