@@ -43,7 +43,10 @@ class FunnelWake:
     """Wakes the messages ``node_id`` postponed for a funnel when the funnel is released (see the module doc).
 
     ``run_db(work)`` runs blocking database work off the loop; ``emit(message)`` queues a message for processing
-    (False when it is already queued or the node has no room: repoll then takes it).
+    (False when it is already queued or the node has no room: repoll then takes it). With ``claim``, the messages a
+    release finds are handed to it in the release's transaction (writer thread) and it returns them as they are to
+    be emitted (claimed ones PROCESSING); ``unclaim(message)`` gives back a claimed message that could not be
+    emitted.
     """
 
     def __init__(
@@ -52,11 +55,16 @@ class FunnelWake:
         node_id: str,
         run_db: Callable[[Callable[[], Any]], Awaitable[Any]],
         emit: Callable[[StoredMessage], Awaitable[bool]],
+        *,
+        claim: Callable[[list[StoredMessage], sa.Connection], list[StoredMessage]] | None = None,
+        unclaim: Callable[[StoredMessage], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self._run_db = run_db
         self._emit = emit
+        self._claim = claim
+        self._unclaim = unclaim
         self._notify = store.dialect == "postgresql"
         self._tasks: set[asyncio.Future[Any]] = set()
         # messages to wake, found in a release's transaction, by the releasing message's id (set by the writer thread)
@@ -95,7 +103,10 @@ class FunnelWake:
         """Writer thread, in the transaction that frees ``message``'s funnel: notify the other nodes (at the commit)
         and find the message to wake, queued by :meth:`committed` once the transaction is committed."""
         assert message.funnel_value is not None
-        self._found[message.id] = self._released(message.funnel_value, connection)
+        found = self._released(message.funnel_value, connection)
+        if found and self._claim is not None:
+            found = self._claim(found, connection)
+        self._found[message.id] = found
 
     def committed(self, message: StoredMessage) -> None:
         """On the loop, after the commit of a change of ``message``: wake what its release found."""
@@ -146,6 +157,8 @@ class FunnelWake:
         for message in messages:
             if await self._emit(message):
                 self.woken += 1
+            elif message.state is MessageState.PROCESSING and self._unclaim is not None:
+                await self._unclaim(message)
 
     def _from_other_node(self, funnel: str) -> None:
         self._spawn(self._wake_from_notification(funnel))

@@ -206,7 +206,10 @@ class Engine:
             self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id
         )
         # wakes the next message of a funnel when its holder ends (in-process; other nodes by NOTIFY on PostgreSQL)
-        self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False))
+        self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False),
+                                       claim=self._claim_woken, unclaim=self._unclaim_woken)
+        # funnel messages claimed in their funnel's release transaction, not yet taken by a worker
+        self._preclaimed: set[int] = set()
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
@@ -545,17 +548,24 @@ class Engine:
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
-        try:
-            claimed = await self._writer.enqueue_grouped(self._claim_group, message)
-        except IllegalTransitionError:
-            log.debug("message %s in %s is not claimable", message.id, message.state)
-            return None
+        preclaimed = message.id in self._preclaimed
+        self._preclaimed.discard(message.id)  # (an id left by a release transaction that was rolled back goes too)
+        if preclaimed and message.state is MessageState.PROCESSING:  # claimed by its funnel's release (_claim_woken)
+            claimed: StoredMessage | None = message
+            previous = MessageState.POSTPONED
+        else:
+            previous = message.state
+            try:
+                claimed = await self._writer.enqueue_grouped(self._claim_group, message)
+            except IllegalTransitionError:
+                log.debug("message %s in %s is not claimable", message.id, message.state)
+                return None
         if claimed is None:
             self._funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
             self.stats.lost_claims += 1
             return None
         self.stats.claimed += 1
-        self._notify(message.state, claimed)
+        self._notify(previous, claimed)
         try:
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
@@ -769,6 +779,40 @@ class Engine:
             if not route.guaranteed_order:
                 funnel = message.funnel_value or ""
                 self._funnels_taken[message.id] = self.store.acquire_funnel(funnel, message.id, now, connection)
+
+    def _claim_woken(self, waiting: list[StoredMessage], connection: sa.Connection) -> list[StoredMessage]:
+        """Writer thread, in the transaction that frees a funnel: claim the messages this node postponed for it and
+        take the funnel for them, so a woken message runs right after the commit without a claim and a funnel
+        transaction of its own. Messages of guaranteed-order routes are only woken (their order check needs a read)."""
+        now = self.clock.now()
+        result: list[StoredMessage] = []
+        for message in waiting:
+            try:
+                route = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                continue
+            if route.guaranteed_order or message.id in self._queued:
+                result.append(message)
+                continue
+            won = states.claim(self.store, [message], self.node_id, now, connection)
+            if won:
+                claimed = won[0]
+                self._funnels_taken[claimed.id] = self.store.acquire_funnel(
+                    claimed.funnel_value or "", claimed.id, now, connection)
+                self._preclaimed.add(claimed.id)
+                result.append(claimed)
+        return result
+
+    async def _unclaim_woken(self, message: StoredMessage) -> None:
+        """A message claimed by its funnel's release could not be queued (no room, stopping): POSTPONED again, due at
+        once, for repoll."""
+        if message.id not in self._preclaimed:
+            return
+        self._preclaimed.discard(message.id)
+        self._funnels_taken.pop(message.id, None)
+        now = self.clock.now()
+        decision = outcomes.held_by_funnel(message.funnel_value or "", message.id, now, timedelta(0))
+        await self._apply(message, decision, now)
 
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
