@@ -156,6 +156,8 @@ class EngineConfig(_Section):
     db_threads: int = Field(4, ge=1)
     stop_timeout: float = Field(30.0, ge=0)
     heartbeat_interval: Duration = timedelta(seconds=30)
+    #: seconds a sender is told to wait (Retry-After) while the database is unreachable
+    store_retry_after: int = Field(5, ge=1)
     default_retry: RetryConfig = RetryConfig()
 
     @model_validator(mode="before")
@@ -605,6 +607,8 @@ class ServerConfig(BaseSettings):
     #: the external systems routes call, by name (``ext_call(..., system=NAME)``)
     external_systems: dict[str, ExternalSystemConfig] = {}
     alerts: AlertsConfig = AlertsConfig()
+    #: throttling rules ``system.operation = "limit/interval"`` (either part ``*``); none: no throttling
+    throttling: dict[str, str | dict[str, str]] = {}
     #: the messaging layer's ``openroute.messaging.*`` keys (read by :mod:`openroute.messaging.config`)
     openroute: dict[str, Any] = {}
     #: the same keys in the MicroProfile spelling ``mp.messaging.*``
@@ -663,6 +667,13 @@ class ServerConfig(BaseSettings):
         if problems:
             raise ConfigurationError("; ".join(problems))
         return systems
+
+    def throttling_rules(self) -> list[Any]:
+        """The :class:`~openroute.inbound.throttling.ThrottleRule` list of ``throttling`` (ConfigurationError if
+        one is malformed)."""
+        from openroute.inbound.throttling import parse_rules
+
+        return parse_rules(self.throttling)
 
     def messaging_config(self) -> dict[str, Any]:
         """The ``openroute.messaging.*`` keys of the file, flattened for :class:`openroute.messaging.MessagingApp`."""
@@ -801,7 +812,8 @@ def load_config(
     # the objects' own checks (an API key's length, a confirmation URL) are configuration problems too
     for section, build in (("engine", config.engine.settings), ("inbound", config.inbound.settings),
                            ("auth", config.auth.build), ("confirmations", config.confirmations.callback),
-                           ("external_systems", config.external_system_list), ("alerts", config.alerts.check)):
+                           ("external_systems", config.external_system_list), ("alerts", config.alerts.check),
+                           ("throttling", config.throttling_rules)):
         try:
             build()
         except ConfigurationError as error:

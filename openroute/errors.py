@@ -18,6 +18,9 @@ Everything a caller may need to tell apart has its own class::
     ├── IllegalTransitionError            the state machine has no such transition
     ├── StaleMessageError                 another writer changed the message first
     ├── MessageDroppedByInterceptor       an interceptor dropped the message (SKIPPED)
+    ├── NodeNotAcceptingError             an operator drained or stopped this node (HTTP 503)
+    ├── StoreUnavailableError             the database cannot be reached now; nothing stored (HTTP 503)
+    ├── ThrottledError                    the source system sent over its throttling limit (HTTP 429)
     ├── ConfirmationError                 (openroute.confirmation) the confirmation layer
     └── EmitterOverflowError, MessageDroppedError, ChannelClosedError, RedeliverError   (openroute.messaging,
                                           also RuntimeError)
@@ -44,7 +47,9 @@ __all__ = [
     "OpenrouteError",
     "PayloadTooLargeError",
     "StaleMessageError",
+    "StoreUnavailableError",
     "TechnicalError",
+    "ThrottledError",
     "UnknownRouteError",
     "ValidationError",
 ]
@@ -154,3 +159,34 @@ class NodeNotAcceptingError(OpenrouteError):
         super().__init__(f"node {node_id} is {state} and takes no new messages; nothing was stored")
         self.node_id = node_id
         self.state = state
+
+
+class StoreUnavailableError(OpenrouteError):
+    """The message store cannot be reached now (database down, connection lost): nothing was stored; the sender
+    should try again after ``retry_after`` seconds (HTTP 503 with ``Retry-After``, SOAP Server fault)."""
+
+    code = "STORE_UNAVAILABLE"
+
+    def __init__(self, retry_after: int = 5) -> None:
+        super().__init__(
+            f"the message store is unreachable; nothing was stored, retry in {retry_after} s"
+        )
+        self.retry_after = retry_after
+
+
+class ThrottledError(OpenrouteError):
+    """The source system sent more requests of the operation than its throttling rule allows: nothing was stored;
+    the window frees up after ``retry_after`` seconds (HTTP 429 with ``Retry-After``, SOAP fault ``THROTTLED``)."""
+
+    code = "THROTTLED"
+
+    def __init__(self, source_system: str, operation: str, limit: int, interval: float, retry_after: int) -> None:
+        super().__init__(
+            f"source system {source_system!r} sent more than {limit} {operation!r} requests in {interval:g} s; "
+            f"nothing was stored, retry in {retry_after} s"
+        )
+        self.source_system = source_system
+        self.operation = operation
+        self.limit = limit
+        self.interval = interval
+        self.retry_after = retry_after

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
     from openroute.engine.outbox import OutboxPublisher
     from openroute.inbound.channel import ChannelInbound
+    from openroute.inbound.throttling import Throttling
     from openroute.persistence import MessageStore
 
 log = logging.getLogger("openroute.server")
@@ -62,6 +63,7 @@ def create_app(  # noqa: C901
     allowed_origins: Iterable[str] = (),
     metrics_auth: bool = False,
     alerts: AlertEvaluator | None = None,
+    throttling: Throttling | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -84,12 +86,14 @@ def create_app(  # noqa: C901
     ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
     console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
     ``admin``). Every response carries the :mod:`openroute.admin.headers` security headers.
+    With ``throttling`` inbound requests pass its rules first (:mod:`openroute.inbound.throttling`).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     metrics = Metrics(engine, channel_counters, auth=admin_auth if metrics_auth else None)
     if metrics_auth and admin_auth is None:
         raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
-    inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request)
+    inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request,
+                               throttling=throttling)
     admin = AdminApi(engine, admin_auth, allowed_origins=allowed_origins)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
@@ -186,6 +190,15 @@ def channel_inbound(engine: Engine, channels: Iterable[Any], messaging: Mapping[
 
     inbound = ChannelInbound(engine, channels, messaging, settings=settings)
     return inbound if inbound.channels else None
+
+
+def inbound_throttling(rules: Sequence[Any], store: MessageStore) -> Throttling | None:
+    """The inbound throttling of ``rules`` (``[throttling]``) with counters shared through ``store``; None without
+    rules (the default: nothing is counted)."""
+    from openroute.inbound.throttling import Throttling
+    from openroute.persistence import ThrottleCounters
+
+    return Throttling(list(rules), ThrottleCounters(store)) if rules else None
 
 
 def checkpoint_wal(store: MessageStore) -> bool:

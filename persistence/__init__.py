@@ -17,13 +17,16 @@ from openroute.persistence.models import (
     MessageState,
     NodeRecord,
     NodeState,
+    ThrottleCounterRecord,
     confirmation_table,
     entity_call_table,
     external_call_table,
     funnel_lock_table,
     message_table,
     node_table,
+    throttle_counter_table,
 )
+from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable
 from openroute.persistence.secrets import mask_secrets, masked_url
 from openroute.persistence.store import (
     DEFAULT_DATABASE_URL,
@@ -37,6 +40,7 @@ from openroute.persistence.store import (
     alembic_config,
     create_store_engine,
 )
+from openroute.persistence.throttle import ThrottleCounters
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -58,15 +62,21 @@ __all__ = [
     "NewMessage",
     "NodeRecord",
     "NodeState",
+    "StoreOutage",
     "StoredMessage",
+    "ThrottleCounterRecord",
+    "ThrottleCounters",
     "alembic_config",
     "confirmation_table",
     "create_store_engine",
+    "describe_error",
     "entity_call_table",
     "external_call_table",
     "funnel_lock_table",
+    "is_store_unreachable",
     "mask_secrets",
     "masked_url",
     "message_table",
     "node_table",
+    "throttle_counter_table",
 ]

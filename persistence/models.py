@@ -392,6 +392,21 @@ class AlertStateRecord(Base):
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class ThrottleCounterRecord(Base):
+    """Requests of one source system and operation counted in one fixed window of its throttling rule.
+
+    ``window_start`` is the window's start in milliseconds since the epoch; rows of earlier windows are deleted
+    when the next window of the same system and operation begins.
+    """
+
+    __tablename__ = "throttle_counter"
+
+    source_system: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    operation: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    window_start: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(sa.Integer)
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -403,3 +418,4 @@ outbox_table: sa.Table = OutboxRecord.__table__  # type: ignore[assignment]
 circuit_breaker_table: sa.Table = CircuitBreakerRecord.__table__  # type: ignore[assignment]
 call_record_table: sa.Table = CallRecordRecord.__table__  # type: ignore[assignment]
 alert_state_table: sa.Table = AlertStateRecord.__table__  # type: ignore[assignment]
+throttle_counter_table: sa.Table = ThrottleCounterRecord.__table__  # type: ignore[assignment]

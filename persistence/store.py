@@ -38,6 +38,7 @@ from openroute.persistence.models import (
     message_transition_table,
     node_table,
 )
+from openroute.persistence.outage import StoreOutage
 from sqlalchemy.dialects import postgresql, sqlite
 
 DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
@@ -296,6 +297,8 @@ class MessageStore:
         # the per-message statements (insert, claim, outcome, transition row) run as SQL text on the driver's cursor
         self._hot = HotPath(self.engine.dialect)
         self._checked_columns: set[tuple[str, ...]] = set()  # column sets a transition was allowed to write
+        #: whether the database is known to be unreachable now (every user of this store reports to it)
+        self.outage = StoreOutage()
 
     # -- schema ---------------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:

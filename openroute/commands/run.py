@@ -183,7 +183,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.logs import AttemptFailureLog, log_transition
     from openroute.outbound import ExternalCalls
     from openroute.request_deadline import request_deadline_protocol
-    from openroute.server import channel_inbound, create_app
+    from openroute.server import channel_inbound, create_app, inbound_throttling
 
     external_calls = ExternalCalls(store, config.external_system_list())
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
@@ -203,7 +203,8 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
                      confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
                      retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
                      metrics_auth=config.admin.metrics_auth, channels=channels, outbox=outbox,
-                     alerts=config.alerts.evaluator(store, engine.node_id))
+                     alerts=config.alerts.evaluator(store, engine.node_id),
+                     throttling=inbound_throttling(config.throttling_rules(), store))
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from openroute import states
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
+from openroute.engine._funnel_wake import FunnelWake
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.errors import (
@@ -38,6 +39,7 @@ from openroute.errors import (
     NodeNotAcceptingError,
     PayloadTooLargeError,
     StaleMessageError,
+    StoreUnavailableError,
     UnknownRouteError,
     ValidationError,
 )
@@ -110,9 +112,12 @@ class EngineSettings:
     stop_timeout: float = 30.0
     #: how often the node refreshes its heartbeat row
     heartbeat_interval: timedelta = timedelta(seconds=30)
+    #: seconds a sender is told to wait (``Retry-After``) while the database is unreachable
+    store_retry_after: int = 5
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads"):
+        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads",
+                     "store_retry_after"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("processing_lease", "new_pickup_age", "postpone_interval", "heartbeat_interval"):
@@ -187,6 +192,8 @@ class Engine:
         self.node_state = NodeState.RUN
         # parent messages a child's final transition completed, by child id (set in the writer thread)
         self._completed_parents: dict[int, StoredMessage] = {}
+        # the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
+        self._funnels_taken: dict[int, int | None] = {}
         self._writer = GroupCommitWriter(
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
@@ -203,6 +210,11 @@ class Engine:
         self._runtime = AttemptRuntime(
             self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id, external_calls
         )
+        # wakes the next message of a funnel when its holder ends (in-process; other nodes by NOTIFY on PostgreSQL)
+        self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False),
+                                       claim=self._claim_woken, unclaim=self._unclaim_woken)
+        # funnel messages claimed in their funnel's release transaction, not yet taken by a worker
+        self._preclaimed: set[int] = set()
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
@@ -212,6 +224,7 @@ class Engine:
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
         self._scheduler: Any = None
+        self._outages_recovered = 0  # store outages whose stranded PROCESSING messages were repaired
         self._running = False
         self._stopping = False
         self._closed = False
@@ -249,6 +262,7 @@ class Engine:
         stored: NodeState | None = await self._run_db(lambda: self.store.node_state(self.node_id))
         self.node_state = stored or NodeState.RUN
         self._running = True
+        self._funnel_wake.start()
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
         await self.repoll_once(new_cutoff=now)
@@ -294,6 +308,7 @@ class Engine:
         if self._idle is not None:
             self._idle.set()
         self._running = False
+        await self._funnel_wake.stop()
         with contextlib.suppress(Exception):
             await self._run_db(lambda: self.store.node_stopped(self.node_id, self.clock.now()))
         await self._close_resources()
@@ -369,14 +384,21 @@ class Engine:
         Returns after the commit. A repeated (source system, correlation id) is answered with
         ``duplicate=True`` and the existing message; nothing is stored twice. Raises
         :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
-        :class:`NodeNotAcceptingError` when an operator drained or stopped this node.
+        :class:`NodeNotAcceptingError` when an operator drained or stopped this node,
+        :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
         """
         if self.node_state is not NodeState.RUN:
             raise NodeNotAcceptingError(self.node_id, self.node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now())
-        outcome = await self._writer.enqueue_grouped(self._insert_group, new)
+        try:
+            outcome = await self._writer.enqueue_grouped(self._insert_group, new)
+        except Exception as error:
+            if self.store.outage.failed(error, "storing an inbound message"):
+                raise StoreUnavailableError(self.settings.store_retry_after) from None
+            raise
+        self.store.outage.succeeded()
         message = outcome.message
         if outcome.duplicate:
             self.stats.duplicates += 1
@@ -501,8 +523,12 @@ class Engine:
                 result = await self._process(message, background=True)
                 if isinstance(result, asyncio.Future):
                     written = result
-        except Exception:
-            log.exception("processing message %s failed outside the route", message.id)
+        except Exception as error:
+            self._funnels_taken.pop(message.id, None)  # its claim may have been committed before the failure
+            if self.store.outage.failed(error, "processing"):
+                log.debug("message %s left for repoll: the store is unreachable", message.id)
+            else:
+                log.exception("processing message %s failed outside the route", message.id)
         finally:
             self._in_flight -= 1
             if written is None:
@@ -514,8 +540,9 @@ class Engine:
     def _written(self, message_id: int, done: asyncio.Future[Any]) -> None:
         """A background outcome write (see :meth:`_consume`) is over."""
         self._writing.discard(done)
-        if not done.cancelled() and done.exception() is not None:
-            log.error("processing message %s failed outside the route", message_id, exc_info=done.exception())
+        error = None if done.cancelled() else done.exception()
+        if error is not None and not self.store.outage.failed(error, "writing an outcome"):
+            log.error("processing message %s failed outside the route", message_id, exc_info=error)
         self._done_with(message_id)
 
     # -- processing -----------------------------------------------------------------------------
@@ -527,16 +554,24 @@ class Engine:
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
-        try:
-            claimed = await self._writer.enqueue_grouped(self._claim_group, message)
-        except IllegalTransitionError:
-            log.debug("message %s in %s is not claimable", message.id, message.state)
-            return None
+        preclaimed = message.id in self._preclaimed
+        self._preclaimed.discard(message.id)  # (an id left by a release transaction that was rolled back goes too)
+        if preclaimed and message.state is MessageState.PROCESSING:  # claimed by its funnel's release (_claim_woken)
+            claimed: StoredMessage | None = message
+            previous = MessageState.POSTPONED
+        else:
+            previous = message.state
+            try:
+                claimed = await self._writer.enqueue_grouped(self._claim_group, message)
+            except IllegalTransitionError:
+                log.debug("message %s in %s is not claimable", message.id, message.state)
+                return None
         if claimed is None:
+            self._funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
             self.stats.lost_claims += 1
             return None
         self.stats.claimed += 1
-        self._notify(message.state, claimed)
+        self._notify(previous, claimed)
         try:
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
@@ -589,20 +624,27 @@ class Engine:
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
                 and await self._run_db(lambda: self.store.newer_ok_exists(message))):
+            self._funnels_taken.pop(message.id, None)  # SKIPPED frees the funnel it may have taken
             return await self._apply(message, outcomes.obsolete(message), now)
         funnel = message.funnel_value
         if funnel is None:
             return None
         blocker: int | None = None
-        if route.guaranteed_order:
-            blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
-        if blocker is None:
-            blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
+        if message.id in self._funnels_taken:  # taken in the claim's transaction
+            blocker = self._funnels_taken.pop(message.id)
+        else:
+            if route.guaranteed_order:
+                blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
+            if blocker is None:
+                blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
         if blocker is None:
             return None
         decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
         held = await self._apply(message, decision, now)
-        return held if held is not None else message
+        if held is None:
+            return message
+        self._funnel_wake.held(held, blocker)
+        return held
 
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
         """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
@@ -694,14 +736,18 @@ class Engine:
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
+            self._funnel_wake.discard(message.id)
             self.stats.stale_writes += 1
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         except BaseException:
             self._completed_parents.pop(message.id, None)
+            self._funnel_wake.discard(message.id)
             raise
         self.stats.outcomes[target] += 1
         self._notify(message.state, updated)
+        if updated.funnel_value is not None:
+            self._funnel_wake.committed(updated)
         parent = self._completed_parents.pop(updated.id, None)
         if final:
             await self._run_final_hooks(updated)
@@ -716,6 +762,8 @@ class Engine:
         now = self.clock.now()
         claimable = [m for m in batch if states.is_legal(m.state, MessageState.PROCESSING)]
         won = {m.id: m for m in states.claim(self.store, claimable, self.node_id, now, connection)} if claimable else {}
+        if won:
+            self._take_funnels(won.values(), now, connection)
         results: list[Any] = []
         for message in batch:
             if not states.is_legal(message.state, MessageState.PROCESSING):
@@ -724,13 +772,64 @@ class Engine:
                 results.append(won.pop(message.id, None))  # a second copy of the same message gets None
         return results
 
+    def _take_funnels(self, claimed: Iterable[StoredMessage], now: datetime, connection: sa.Connection) -> None:
+        """Writer thread, in the claim's transaction: take the funnels of the claimed funnel messages (routes without
+        guaranteed order), one commit less per message than a transaction of its own; :meth:`_hold_back` reads the
+        outcome. In funnel order, so two nodes' claims lock funnel rows in the same order."""
+        for message in sorted((m for m in claimed if m.funnel_value is not None),
+                              key=lambda m: (m.funnel_value or "", m.id)):
+            try:
+                route = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                continue
+            if not route.guaranteed_order:
+                funnel = message.funnel_value or ""
+                self._funnels_taken[message.id] = self.store.acquire_funnel(funnel, message.id, now, connection)
+
+    def _claim_woken(self, waiting: list[StoredMessage], connection: sa.Connection) -> list[StoredMessage]:
+        """Writer thread, in the transaction that frees a funnel: claim the messages this node postponed for it and
+        take the funnel for them, so a woken message runs right after the commit without a claim and a funnel
+        transaction of its own. Messages of guaranteed-order routes are only woken (their order check needs a read)."""
+        now = self.clock.now()
+        result: list[StoredMessage] = []
+        for message in waiting:
+            try:
+                route = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                continue
+            if route.guaranteed_order or message.id in self._queued:
+                result.append(message)
+                continue
+            won = states.claim(self.store, [message], self.node_id, now, connection)
+            if won:
+                claimed = won[0]
+                self._funnels_taken[claimed.id] = self.store.acquire_funnel(
+                    claimed.funnel_value or "", claimed.id, now, connection)
+                self._preclaimed.add(claimed.id)
+                result.append(claimed)
+        return result
+
+    async def _unclaim_woken(self, message: StoredMessage) -> None:
+        """A message claimed by its funnel's release could not be queued (no room, stopping): POSTPONED again, due at
+        once, for repoll."""
+        if message.id not in self._preclaimed:
+            return
+        self._preclaimed.discard(message.id)
+        self._funnels_taken.pop(message.id, None)
+        now = self.clock.now()
+        decision = outcomes.held_by_funnel(message.funnel_value or "", message.id, now, timedelta(0))
+        await self._apply(message, decision, now)
+
     def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
-        for result in states.transition_many(self.store, batch, connection, node_id=self.node_id):
+        for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
+                                   strict=True):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
+            if result.funnel_value is not None and FunnelWake.releases(request[0].state, result):
+                self._funnel_wake.released_in(result, connection)
             if states.is_final(result.state):
                 for hook in self.final_state_tx_hooks:
                     hook(result, connection)
@@ -782,13 +881,17 @@ class Engine:
             log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
                      self.stats.repaired - repaired, self.stats.reemitted - reemitted)
 
-    async def _repair_stuck(self, now: datetime, node_id: str | None, cutoff: datetime | None) -> None:
+    async def _repair_stuck(
+        self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()
+    ) -> None:
         limit = self.settings.repoll_batch
         far = cutoff if cutoff is not None else now + timedelta(days=36500)
         stuck = await self._run_db(
             lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
         )
         for message in stuck:
+            if message.id in skip:
+                continue
             try:
                 route: Route | None = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
@@ -799,9 +902,23 @@ class Engine:
 
     async def _repoll_job(self) -> None:
         try:
+            await self._recover_after_outage()
             await self.repoll_once()
-        except Exception:
-            log.exception("repoll failed")
+        except Exception as error:
+            if not self.store.outage.failed(error, "repoll"):
+                log.exception("repoll failed")
+        else:
+            self.store.outage.succeeded()
+
+    async def _recover_after_outage(self) -> None:
+        """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
+        could not be written), instead of leaving them to the processing lease."""
+        outages = self.store.outage.outages
+        if outages == self._outages_recovered:
+            return
+        now = self.clock.now()
+        await self._repair_stuck(now, node_id=self.node_id, cutoff=None, skip=frozenset(self._queued))
+        self._outages_recovered = outages
 
     async def _heartbeat_job(self) -> None:
         try:
@@ -809,8 +926,11 @@ class Engine:
             if state is not None and state is not self.node_state:
                 log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
                 self.node_state = state
-        except Exception:
-            log.exception("heartbeat failed")
+        except Exception as error:
+            if not self.store.outage.failed(error, "heartbeat"):
+                log.exception("heartbeat failed")
+        else:
+            self.store.outage.succeeded()
 
     # -- helpers --------------------------------------------------------------------------------
     async def _run_db(self, work: Callable[[], T]) -> T:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 from starlette.requests import Request
@@ -23,12 +23,11 @@ from starlette.routing import Route
 from openroute.binding import InboundBinding, ParsedPayload
 from openroute.body import Body, InvalidBodyError
 from openroute.engine import AcceptResult, Engine
-from openroute.errors import ConfigurationError, ValidationError
+from openroute.errors import ConfigurationError, StoreUnavailableError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.errors import (
     CLIENT_DISCONNECTED,
     AuthenticationError,
-    TooManyFailedLoginsError,
     UnknownOperationError,
     UnsupportedMediaTypeError,
     status_and_code,
@@ -46,6 +45,9 @@ from openroute.inbound.soap import (
     wsdl_document,
 )
 from openroute.message import InboundMessage
+
+if TYPE_CHECKING:
+    from openroute.inbound.throttling import Throttling
 
 log = logging.getLogger("openroute.inbound")
 
@@ -108,7 +110,8 @@ class InboundEndpoints:
 
     Each binding must have a route in ``engine.routes``; at most one XML and one JSON binding per
     (service, operation). With ``auth`` every request must authenticate as a source system and may only
-    send as that system; without it the source system comes from the trace header (required).
+    send as that system; without it the source system comes from the trace header (required). With
+    ``throttling`` every request passes its source system's rule for the operation before anything is stored.
     """
 
     def __init__(
@@ -119,8 +122,10 @@ class InboundEndpoints:
         auth: SourceSystemAuth | None = None,
         settings: InboundSettings | None = None,
         observer: RequestObserver | None = None,
+        throttling: Throttling | None = None,
     ) -> None:
         self.engine = engine
+        self.throttling = throttling
         self.auth = auth
         self.settings = settings or InboundSettings()
         self.observer = observer
@@ -210,6 +215,8 @@ class InboundEndpoints:
         self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
         headers: dict[str, str],
     ) -> AcceptResult:
+        if self.throttling is not None:
+            await self.throttling.check(trace.source_system, binding.operation)
         extracted = binding.check(payload)
         body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
         return await self.engine.accept(
@@ -240,6 +247,9 @@ class InboundEndpoints:
     @staticmethod
     def _classify(error: BaseException, endpoint: str, path: str) -> tuple[int, str, str]:
         status, code = status_and_code(error)
+        if isinstance(error, StoreUnavailableError):  # the store's outage log has the one line of the outage
+            log.debug("%s request to %s refused: %s", endpoint, path, code)
+            return status, code, str(error)
         if status == 500:
             log.exception("%s request to %s failed", endpoint, path, exc_info=error)
             return status, code, "internal error (see the server log)"
@@ -286,7 +296,7 @@ class InboundEndpoints:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
             http_status = fault_status(version, sender, status)
-            extra = _refusal_headers(error)
+            extra = _error_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("soap", code, http_status, started)
@@ -351,7 +361,7 @@ class InboundEndpoints:
             )
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
-            extra = _refusal_headers(error)
+            extra = _error_headers(error)
             if correlation_id:
                 extra["X-Correlation-Id"] = correlation_id
             self._observe("json", code, status, started)
@@ -385,15 +395,6 @@ def _field_errors(error: BaseException) -> list[dict[str, str]]:
     return [item.to_dict() for item in error.field_errors] if isinstance(error, InvalidBodyError) else []
 
 
-def _refusal_headers(error: BaseException) -> dict[str, str]:
-    """The headers of a refusal: the Basic challenge of a 401, the ``Retry-After`` of a 429."""
-    if isinstance(error, AuthenticationError):
-        return {"WWW-Authenticate": 'Basic realm="openroute"'}
-    if isinstance(error, TooManyFailedLoginsError):
-        return {"Retry-After": str(error.retry_after)}
-    return {}
-
-
 def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:
     """The request's headers by lower-case name, the first of repeated ones, as Starlette's ``Headers.get``
     gives them: one pass instead of a scan of the raw list for each of the request's ~7 lookups."""
@@ -403,6 +404,17 @@ def _header_values(scope: Mapping[str, Any]) -> dict[str, str]:
         if key not in values:
             values[key] = value.decode("latin-1")
     return values
+
+
+def _error_headers(error: BaseException) -> dict[str, str]:
+    """The headers an error answer carries besides the correlation id: the challenge of a 401, the wait of a
+    "try later" (429, 503)."""
+    if isinstance(error, AuthenticationError):
+        return {"WWW-Authenticate": 'Basic realm="openroute"'}
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, int):
+        return {"Retry-After": str(retry_after)}
+    return {}
 
 
 def _check_json_type(content_type: str | None) -> None:

@@ -10,6 +10,8 @@ from openroute.errors import (
     NodeNotAcceptingError,
     OpenrouteError,
     PayloadTooLargeError,
+    StoreUnavailableError,
+    ThrottledError,
     UnknownRouteError,
     ValidationError,
 )
@@ -131,6 +133,8 @@ def status_and_code(error: BaseException) -> tuple[int, str]:
         return 415, error.code
     if isinstance(error, ValidationError):
         return 400, getattr(error, "code", "VALIDATION_ERROR")
-    if isinstance(error, NodeNotAcceptingError):
+    if isinstance(error, NodeNotAcceptingError | StoreUnavailableError):
         return 503, error.code
+    if isinstance(error, ThrottledError):
+        return 429, error.code
     return 500, "INTERNAL_ERROR"

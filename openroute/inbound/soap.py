@@ -195,8 +195,9 @@ def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, c
 
 
 def fault_status(version: SoapVersion, sender: bool, http_status: int) -> int:
-    """HTTP status of a fault: SOAP 1.1 always 500 except before the envelope (401/403/413/415/429)."""
-    if http_status in (401, 403, 413, 415, 429):
+    """HTTP status of a fault: SOAP 1.1 always 500 except before the envelope (401/403/413/415) and for "try
+    later" (429 throttled, 503 store unreachable or node drained), whose status tells a client to retry."""
+    if http_status in (401, 403, 413, 415, 429, 503):
         return http_status
     if version is SOAP11:
         return 500

@@ -1,0 +1,169 @@
+"""Throttling of inbound requests per source system and operation, as OpenHub's ``throttling.<system>.<operation>``.
+
+Rules map ``system.operation`` (either part ``*``) to ``limit/interval``: at most ``limit`` requests per fixed
+window of ``interval`` (seconds, or a duration such as ``60s``, ``1m``). The most specific rule of a request
+applies: ``CRM.setCustomer`` over ``CRM.*`` over ``*.setCustomer`` over ``*.*``. Whatever rule applies, requests
+are counted per real source system and operation (``*.*`` = 60/60 gives every system 60 per minute for each of its
+operations). A request over the limit is refused (:class:`~openroute.errors.ThrottledError`: HTTP 429 with
+``Retry-After``, SOAP fault ``THROTTLED``) before anything is stored, and is not counted. The counters live in the
+store (:class:`~openroute.persistence.ThrottleCounters`), so all nodes on one database share them.
+
+    from openroute.inbound.throttling import Throttling
+    throttling = Throttling.from_rules({"CRM.setCustomer": "10/60", "*.*": "100/60s"}, store)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError
+from openroute.persistence import MessageStore, ThrottleCounters
+
+__all__ = ["ThrottleRule", "Throttling", "parse_rules"]
+
+WILDCARD = "*"
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_VALUE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+@dataclass(frozen=True)
+class ThrottleRule:
+    """At most ``limit`` requests per ``interval`` seconds for ``source_system`` / ``operation`` (``*``: any)."""
+
+    source_system: str
+    operation: str
+    limit: int
+    interval: float
+
+    def __post_init__(self) -> None:
+        key = f"throttling.{self.source_system}.{self.operation}"
+        if not self.source_system or not self.operation:
+            raise ConfigurationError(f"{key}: the system and the operation must not be empty (use '*')")
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ConfigurationError(f"{key}: the limit must be an integer >= 1, got {self.limit!r}")
+        if not self.interval >= 0.001:
+            raise ConfigurationError(f"{key}: the interval must be at least 1 ms, got {self.interval!r} s")
+
+    @property
+    def specificity(self) -> int:
+        """3 for an exact rule, 2 for ``system.*``, 1 for ``*.operation``, 0 for ``*.*``."""
+        return (2 if self.source_system != WILDCARD else 0) + (1 if self.operation != WILDCARD else 0)
+
+
+def _rule(system: str, operation: str, value: object) -> ThrottleRule:
+    if not isinstance(value, str) or (match := _VALUE.match(value)) is None:
+        raise ConfigurationError(
+            f"throttling.{system}.{operation}: expected 'limit/interval' such as '60/60' or '10/1m', got {value!r}")
+    limit, amount, unit = match.groups()
+    return ThrottleRule(system, operation, int(limit), float(amount) * _UNITS[unit or "s"])
+
+
+def parse_rules(rules: Mapping[str, object]) -> list[ThrottleRule]:
+    """The rules of the ``[throttling]`` table: ``{"CRM": {"setCustomer": "10/60"}}`` (TOML
+    ``throttling.CRM.setCustomer = "10/60"``) or flat ``{"CRM.setCustomer": "10/60"}``. Raises ConfigurationError
+    naming every bad key."""
+    parsed: list[ThrottleRule] = []
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for key, value in rules.items():
+        items: Iterable[tuple[str, str, object]]
+        if isinstance(value, Mapping):
+            items = [(key, operation, limit) for operation, limit in value.items()]
+        else:
+            system, dot, operation = key.partition(".")
+            if not dot:
+                problems.append(f"throttling.{key}: give 'system.operation = \"limit/interval\"' "
+                                f"or a [throttling.{key}] table")
+                continue
+            items = [(system, operation, value)]
+        for system, operation, limit in items:
+            try:
+                rule = _rule(str(system), str(operation), limit)
+            except ConfigurationError as error:
+                problems.append(str(error))
+                continue
+            if (rule.source_system, rule.operation) in seen:
+                problems.append(f"throttling.{system}.{operation}: given twice")
+                continue
+            seen.add((rule.source_system, rule.operation))
+            parsed.append(rule)
+    if problems:
+        raise ConfigurationError("\n".join(problems))
+    return parsed
+
+
+class Throttling:
+    """The throttling rules of the inbound endpoints and their shared counters (see the module doc).
+
+    ``clock`` gives seconds since the epoch (the nodes share the windows, so it is wall-clock time).
+    """
+
+    def __init__(self, rules: Iterable[ThrottleRule], counters: ThrottleCounters,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.rules = {(rule.source_system, rule.operation): rule for rule in rules}
+        self.counters = counters
+        self.clock = clock
+        # requests waiting for the next counting transaction, and whether one is running
+        self._pending: list[tuple[tuple[str, str, int, int], asyncio.Future[int | None]]] = []
+        self._counting = False
+        self._counter_task: asyncio.Future[None] | None = None
+
+    @classmethod
+    def from_rules(cls, rules: Mapping[str, object], store: MessageStore,
+                   clock: Callable[[], float] = time.time) -> Throttling:
+        """Throttling by the ``[throttling]`` table ``rules`` (see :func:`parse_rules`) with counters in ``store``."""
+        return cls(parse_rules(rules), ThrottleCounters(store), clock)
+
+    def rule_for(self, source_system: str, operation: str) -> ThrottleRule | None:
+        """The most specific rule of a request (exact, ``system.*``, ``*.operation``, ``*.*``), None if none."""
+        rules = self.rules
+        return (rules.get((source_system, operation)) or rules.get((source_system, WILDCARD))
+                or rules.get((WILDCARD, operation)) or rules.get((WILDCARD, WILDCARD)))
+
+    async def _count(self) -> None:
+        """Count the waiting requests, in one transaction per batch (those that arrive meanwhile wait for the next):
+        a transaction per request cost a third of the inbound throughput (docs/performance.md)."""
+        store = self.counters.store
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    counts = await asyncio.to_thread(self.counters.take_many, [request for request, _ in batch])
+                except Exception as error:
+                    unreachable = store.outage.failed(error, "counting a request for throttling")
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(StoreUnavailableError() if unreachable else error)
+                    continue
+                store.outage.succeeded()
+                for (_, future), count in zip(batch, counts, strict=True):
+                    if not future.done():
+                        future.set_result(count)
+        finally:
+            self._counting = False
+
+    async def check(self, source_system: str, operation: str) -> None:
+        """Count a request of ``source_system`` / ``operation`` under its rule (nothing to do without one).
+
+        Raises :class:`ThrottledError` when the window is full (the request is not counted) and
+        :class:`StoreUnavailableError` when the counters cannot be reached (nothing counted)."""
+        rule = self.rule_for(source_system, operation)
+        if rule is None:
+            return
+        now = self.clock()
+        window = int(rule.interval * 1000)
+        start = int(now * 1000) // window * window
+        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._pending.append(((source_system, operation, start, rule.limit), future))
+        if not self._counting:
+            self._counting = True
+            self._counter_task = asyncio.ensure_future(self._count())
+        count = await future
+        if count is None:
+            retry_after = max(1, math.ceil((start + window) / 1000 - now))
+            raise ThrottledError(source_system, operation, rule.limit, rule.interval, retry_after)
