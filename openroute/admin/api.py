@@ -335,7 +335,8 @@ class AdminApi:
         when this node's engine runs (else the next repoll of any node takes it)."""
         message = await self._load(self._message_id(request))
         updated = await self.engine.restart(message.id, cause=f"admin:{user}")
-        log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
+        log.info("message %s restarted by %s from %s (admin API) (%s -> %s)", message.id, user, _address(request),
+                 message.state.value, updated.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def cancel(self, request: Request, user: str) -> Response:
@@ -343,7 +344,8 @@ class AdminApi:
         transition listeners and final-state hooks hear of it, so the source system is told like any outcome."""
         message = await self._load(self._message_id(request))
         updated = await self.engine.cancel(message.id, f"admin:{user}", reason=f"cancelled by operator {user}")
-        log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
+        log.info("message %s cancelled by %s from %s (admin API) (%s -> %s)", message.id, user, _address(request),
+                 message.state.value, updated.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def counts(self, _request: Request, _user: str) -> Response:
@@ -380,6 +382,11 @@ class AdminApi:
             raise NodeNotFoundError(f"no node {node_id[:100]!r}") from None
         log.info("node %s set to %s by %s", node_id, state.value, user)
         return JSONResponse({"id": node_id, "state": state.value})
+
+
+def _address(request: Request) -> str:
+    """The caller's address for the log (``?`` when the server does not know it)."""
+    return request.client.host if request.client is not None else "?"
 
 
 def parse_node_state(value: Any) -> NodeState:

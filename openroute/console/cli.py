@@ -255,7 +255,10 @@ class StoreBackend:
         if revision is None:
             self.store.dispose()
             raise CliError(f"{url} has no openroute schema (run: openroute db upgrade --database-url ...)")
-        self.cause = f"cli:{getpass.getuser()}"
+        import socket
+
+        # who and from where, in the transition rows and the log line of each action
+        self.cause = f"cli:{getpass.getuser()}@{socket.gethostname()}"[:255]
 
     def close(self) -> None:
         self.store.dispose()
@@ -304,7 +307,10 @@ class StoreBackend:
     async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
         from openroute.engine import Engine, EngineSettings
         from openroute.errors import IllegalTransitionError, StaleMessageError
+        from openroute.logs import ensure_action_log, log_action
         from openroute.route import RouteRegistry
+
+        ensure_action_log()
 
         engine = Engine(self.store, RouteRegistry(), EngineSettings(repoll_interval=None, db_threads=1,
                                                                     node_id=f"cli-{os.getpid()}"))
@@ -312,11 +318,14 @@ class StoreBackend:
         try:
             for message_id in ids:
                 try:
+                    before = await asyncio.to_thread(self.store.get, message_id)
                     if action == "restart":
                         updated = await engine.restart(message_id, self.cause)
                     else:
                         updated = await engine.cancel(message_id, self.cause,
                                                       reason=f"cancelled by operator {getpass.getuser()} (CLI)")
+                    log_action(f"{action}ed" if action == "restart" else "cancelled", message_id,
+                               before.state.value if before is not None else "?", updated.state.value, self.cause)
                     results.append({"id": message_id, "ok": True, "detail": updated.state.value})
                 except (LookupError, IllegalTransitionError, StaleMessageError) as error:
                     results.append({"id": message_id, "ok": False, "detail": str(error)})
