@@ -32,7 +32,8 @@ from openroute.interceptors import CallNext, InterceptionContext, MessageInterce
 if TYPE_CHECKING:
     from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["AttemptFailureLog", "JsonFormatter", "TransitionLog", "configure_logging", "ensure_action_log", "log_action", "log_transition"]
+__all__ = ["AttemptFailureLog", "JsonFormatter", "TransitionLog", "configure_logging", "ensure_action_log",
+           "log_action", "log_transition"]
 
 #: the logger of state changes (one INFO line each)
 transitions_log = logging.getLogger("openroute.messages")

@@ -138,7 +138,7 @@ async def test_a_business_error_is_one_line_without_a_traceback(route_test_kit,
 
 
 class _Unavailable(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+    def do_GET(self) -> None:
         self.send_response(503)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -24,6 +24,7 @@ from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    SEARCH_PARAMS,
     TEXT_FILTERS,
     InvalidQueryError,
     Page,
@@ -55,7 +56,7 @@ MAX_PAGE_SIZE = MAX_LIMIT
 DEFAULT_PAGE_SIZE = DEFAULT_LIMIT
 _TEXT_FILTERS = TEXT_FILTERS
 # page_size is the old name of limit, still accepted
-_KNOWN_PARAMS = frozenset({*TEXT_FILTERS, "state", "received_from", "received_to", "cursor", "limit", "page_size"})
+_KNOWN_PARAMS = frozenset({*SEARCH_PARAMS, "cursor", "limit", "page_size"})
 
 
 class MessageNotFoundError(OpenrouteError, LookupError):
@@ -125,6 +126,7 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "customData": message.custom_data,
         "businessErrors": message.business_errors,
         "lastErrorText": message.last_error_text,
+        "lastErrorTrace": message.last_error_trace,
         "version": message.version,
     }
 
@@ -206,6 +208,8 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "nodeId": t["node_id"],
             "attempt": t["attempt"],
             "errorCode": t["error_code"],
+            "errorText": t["error_text"],
+            "errorTrace": t["error_trace"],
             "cause": t["cause"],
         }
         for t in transitions
@@ -288,12 +292,16 @@ class AdminApi:
     async def search(self, request: Request, _user: str) -> Response:
         """Messages matching the filters, newest first, in keyset pages (``limit`` up to 500, ``cursor``).
 
+        Filters: ``state`` (repeat), the equality filters, the receive-time window and what went wrong:
+        ``error_code`` (repeat or comma-separate for a list), ``error_text``, ``payload_text`` (text inside).
+
         The answer holds ``items``, ``nextCursor`` (absent on the last page), ``total`` and ``countEstimated``
         (the total is exact up to 1,000 matches, else the database's estimate).
         """
         params = dict(request.query_params)
         _check_params(params)
-        filters = parse_filters({**params, "state": request.query_params.getlist("state")})
+        filters = parse_filters({**params, "state": request.query_params.getlist("state"),
+                                 "error_code": request.query_params.getlist("error_code")})
         size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
         limit = _parse_int(size_name, params.get(size_name), DEFAULT_LIMIT, 1, MAX_LIMIT)
         cursor = params.get("cursor")

@@ -10,6 +10,8 @@ JSON with ``--json``; for example::
     openroute messages show 42 --json
     openroute messages restart 42 43
     openroute messages restart --state FAILED --operation setCustomer --dry-run
+    openroute messages list --error-code HLR_DOWN --error-code TIMEOUT --payload-text 420777
+    openroute messages restart --error-code HLR_DOWN --received-from 2024-03-01T08:00:00+00:00
     openroute messages cancel --state PARTLY_FAILED --source-system ERP --yes
 """
 
@@ -35,7 +37,13 @@ FILTERS = (
     ("--entity-type", "entity_type"),
     ("--received-from", "received_from"),
     ("--received-to", "received_to"),
+    ("--error-text", "error_text"),
+    ("--payload-text", "payload_text"),
 )
+_FILTER_HELP = {
+    "--error-text": "text inside the current error text (any case; SQLite scans, PostgreSQL uses an index)",
+    "--payload-text": "text inside the payload (any case; SQLite scans, PostgreSQL uses an index)",
+}
 LIST_COLUMNS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "failedCount",
                 "lastErrorCode", "receivedAt")
 #: messages acted on by one bulk command at most
@@ -61,8 +69,10 @@ def add_parser(subparsers: Any) -> None:
 
     def filters(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--state", action="append", default=[], help="a state (repeat for several)")
+        parser.add_argument("--error-code", action="append", default=[],
+                            help="the current error code (repeat, or comma-separate, for several)")
         for option, _ in FILTERS:
-            parser.add_argument(option, default=None)
+            parser.add_argument(option, default=None, help=_FILTER_HELP.get(option))
 
     listing = commands.add_parser("list", help="messages matching the filters, newest first")
     common(listing)
@@ -167,6 +177,8 @@ def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if getattr(args, "state", None):
         params["state"] = list(args.state)
+    if getattr(args, "error_code", None):
+        params["error_code"] = list(args.error_code)
     for option, name in FILTERS:
         value = getattr(args, option.lstrip("-").replace("-", "_"), None)
         if value is not None:

@@ -204,7 +204,7 @@ class Exchange:
         if status == EntityCallStatus.BUSY:
             raise TechnicalError(
                 f"call {key!r} for {entity_type} {object_id} is being made by another message",
-                ErrorCode.EXT_CALL_IN_PROGRESS.value,
+                code=ErrorCode.EXT_CALL_IN_PROGRESS.value,
             )
         try:
             result = call()

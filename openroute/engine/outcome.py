@@ -38,8 +38,8 @@ __all__ = [
     "clip",
     "dropped",
     "error_trace",
-    "is_expected_error",
     "held_by_funnel",
+    "is_expected_error",
     "obsolete",
     "parent_outcome",
     "restarted",
@@ -104,6 +104,13 @@ def error_trace(error: BaseException) -> str | None:
     return text if len(text) <= MAX_ERROR_TRACE else "..." + text[-(MAX_ERROR_TRACE - 3):]
 
 
+def _cleared(message: StoredMessage) -> Mapping[str, Any]:
+    """The changes that end ``message``'s current error (none when it has none: most messages)."""
+    if message.last_error_code is None and message.last_error_text is None and message.last_error_trace is None:
+        return {}
+    return NO_ERROR
+
+
 def after_attempt(
     message: StoredMessage,
     error: BaseException | None,
@@ -137,8 +144,7 @@ def after_attempt(
         error = ValidationError(f"custom data or business errors are not JSON: {bad}")
     changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors)}
     if error is None:
-        if message.last_error_code is not None or message.last_error_text is not None or message.last_error_trace:
-            changes.update(NO_ERROR)
+        changes.update(_cleared(message))
         if postponed_for is not None:
             delay = postponed_for if postponed_for >= timedelta(0) else postpone_interval
             return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
@@ -192,7 +198,7 @@ def parent_outcome(parent: StoredMessage, children: Sequence[StoredMessage]) -> 
             "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
         })
     if all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
-        return Decision(MessageState.OK, {"next_attempt_at": None, **NO_ERROR})
+        return Decision(MessageState.OK, {"next_attempt_at": None, **_cleared(parent)})
     return None
 
 
