@@ -58,9 +58,9 @@ def _check(tokens: list[str]) -> str | None:
         rest = rest[1:]
     for token in rest:
         option = token.strip("[](),").split("=", 1)[0]
-        if option.startswith("-") and option not in ("-", "--") and not option[1:].isdigit():
-            if option not in parser._option_string_actions:
-                return f"{parser.prog} has no option {option}"
+        is_option = option.startswith("-") and option not in ("-", "--") and not option[1:].isdigit()
+        if is_option and option not in parser._option_string_actions:
+            return f"{parser.prog} has no option {option}"
     return None
 
 
