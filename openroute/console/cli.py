@@ -191,6 +191,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     text = str(value)
+    if "\n" in text or "\t" in text:  # one cell, one line (an error's text may span several)
+        text = " ".join(text.split())
     return text.replace("T", " ")[:23] if isinstance(value, str) and len(text) > 19 and text[10:11] == "T" else text
 
 
@@ -223,7 +225,7 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
               f"{' ' + c['lastError'] if c.get('lastError') else ''}", file=out)
     sections = (
         ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
-                                                         "nodeId", "cause")),
+                                                         "nodeId", "cause", "errorText")),
         ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "result",
                                                                "lastError")),
         ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
@@ -233,6 +235,11 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
             print(f"\n{title}:", file=out)
             _table([{k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in i.items()} for i in items],
                    columns, out)
+    traces = [t for t in detail.get("transitions") or [] if t.get("errorTrace")]
+    if traces:  # the traceback of the newest unexpected error
+        last = traces[-1]
+        print(f"\ntraceback ({last['fromState']} -> {last['toState']}, attempt {last['attempt']}):", file=out)
+        print(last["errorTrace"], file=out)
     print(f"\npayload ({detail.get('contentType')}):", file=out)
     print(pretty_payload(detail.get("payload") or "", detail.get("contentType") or ""), file=out)
 

@@ -172,3 +172,30 @@ def test_against_a_server(server: str, store: MessageStore, ids: dict[str, int],
     monkeypatch.delenv("OPENROUTE_ADMIN_USER", raising=False)
     code, _, err = cli(capsys, "messages", "list", "--url", server)
     assert code == 2 and "--url needs --user" in err
+
+
+def test_search_by_what_went_wrong_and_restart_the_matches(
+    store: MessageStore, ids: dict[str, int], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    db = ("--database-url", store.url)
+    code, out, _ = cli(capsys, "messages", "list", "--error-code", "REFUSED", "--error-code", "OTHER", *db, "--json")
+    assert code == 0 and {m["id"] for m in json.loads(out)["items"]} == {ids["failed1"], ids["failed2"]}
+    code, out, _ = cli(capsys, "messages", "list", "--payload-text", "<AMOUNT>10", "--error-text", "blocked", *db,
+                       "--json")
+    assert code == 0 and [m["id"] for m in json.loads(out)["items"]] == [ids["failed2"]]
+    caplog.set_level("INFO", logger="openroute.actions")
+    monkeypatch.setattr("sys.stdin", Tty("y\n"))
+    code, out, err = cli(capsys, "messages", "restart", "--error-code", "REFUSED", "--service", "billing", *db)
+    assert code == 0 and "Restart 1 messages? [y/N]" in err
+    assert store.get(ids["failed2"]).state is MessageState.PARTLY_FAILED
+    assert store.get(ids["failed1"]).state is MessageState.FAILED
+    cause = store.transitions_of(ids["failed2"])[-1]["cause"]
+    assert cause.startswith("cli:") and "@" in cause  # who and from which host
+    assert f"message {ids['failed2']} restarted by {cause} (FAILED -> PARTLY_FAILED)" in caplog.messages
+
+
+def test_show_prints_each_failures_text(store: MessageStore, ids: dict[str, int],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "messages", "show", str(ids["failed1"]), "--database-url", store.url)
+    assert code == 0 and "customer blocked" in out.split("state path:")[1]
