@@ -45,6 +45,8 @@
     if (timer !== null) { window.clearInterval(timer); timer = null; }
   }
 
+  // for a look from the browser's console (and the browser test): is the refresh running?
+  window.openrouteLive = { running: function () { return timer !== null; }, refresh: refresh };
   button.hidden = false;
   button.addEventListener("click", function () {
     paused = !paused;
