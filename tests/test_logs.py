@@ -234,3 +234,38 @@ def test_text_format_and_chatty_libraries(root_logging: None) -> None:
 def test_bad_logging_settings(root_logging: None, level: str, fmt: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         configure_logging(level, fmt)
+
+
+async def test_a_restart_by_the_cli_is_its_own_line_and_the_server_logs_what_follows(
+        route_test_kit, caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from openroute.cli import main
+
+    blocked = {"on": True}
+
+    def check(exchange: object) -> None:
+        if blocked["on"]:
+            raise BusinessError("NO_CREDIT", "customer has no credit")
+
+    kit = await route_test_kit(Application(route("shop", "pay").json().process(check)),
+                               start=datetime.now(UTC) - timedelta(minutes=1))
+    kit.engine.transition_listeners.append(TransitionLog())
+    caplog.set_level(logging.INFO, logger="openroute")
+    sent = await kit.send_json("shop", "pay", {"n": 1}, correlation_id="c-cli")
+    await kit.settle()
+    kit.assert_state(sent.message_id, "FAILED")
+    blocked["on"] = False
+    # openroute messages restart: another process in real life, writing to the same store
+    code = await asyncio.to_thread(main, ["messages", "restart", str(sent.message_id), "--yes",
+                                          "--database-url", kit.store.url])
+    assert code == 0
+    cause = kit.store.transitions_of(sent.message_id)[-1]["cause"]
+    assert cause.startswith("cli:") and "@" in cause
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"message {sent.message_id} restarted by {cause} (FAILED -> PARTLY_FAILED)" in lines
+    await kit.advance(minutes=2)  # the server's repoll takes the restarted message
+    kit.assert_state(sent.message_id, "OK")
+    assert (f"message {sent.message_id} shop/pay PROCESSING -> OK attempt 1 correlation c-cli"
+            in [r.getMessage() for r in caplog.records])
