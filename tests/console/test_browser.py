@@ -235,11 +235,11 @@ def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, b
     page shows the traceback of a step's unexpected error."""
     from datetime import UTC, datetime
 
+    from openroute.persistence import NewMessage
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     from openroute import states
-    from openroute.persistence import NewMessage
 
     console = f"{served.url}/console"
     browser.get(f"{console}/")
