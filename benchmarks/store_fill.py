@@ -12,6 +12,8 @@ Rows are deterministic functions of their number ``g`` (1..n), so the benchmarks
   ``entity_type`` = ``customer``
 * ``receive_ts`` = ``start`` + ``g`` seconds (1M rows span ~11.6 days; one hour holds 3,600 rows)
 * ``state``: as given, or for a mixed fill 97 % OK, 2 % FAILED, 1 % PARTLY_FAILED (by ``g % 100``)
+* ``payload`` = ``<order id="{g}"/>``; FAILED and PARTLY_FAILED rows of a mixed fill have ``last_error_code``
+  ``HLR_DOWN`` (even ``g``) or ``TIMEOUT`` (odd ``g``) and ``last_error_text`` ``hlr {g} is down`` / ``timeout {g}``
 """
 
 from __future__ import annotations
@@ -65,12 +67,18 @@ def fill(
     service, operation = (f"'{route[0]}'", f"'{route[1]}'") if route else (
         f"'svc' {concat} (g % 5)", f"'op' {concat} (g % 4)")
     started = "NULL" if new else ts
+    code = text = "NULL"
+    if state == MIXED:
+        failing = "g % 100 < 3"
+        code = f"CASE WHEN {failing} THEN (CASE WHEN g % 2 = 0 THEN 'HLR_DOWN' ELSE 'TIMEOUT' END) END"
+        text = (f"CASE WHEN {failing} THEN (CASE WHEN g % 2 = 0 THEN 'hlr ' {concat} g {concat} ' is down' "
+                f"ELSE 'timeout ' {concat} g END) END")
     node = "NULL" if new else "'node-aged'"
     select = (
         f"SELECT '{prefix}-' {concat} g, 'src' {concat} (g % 4), 'p-' {concat} (g / 10), "
         f"{service}, {operation}, 'obj-' {concat} (g % 100000), 'customer', NULL, "
-        f"'<order/>', 'text/xml', {json_obj}, {state_sql}, 0, {ts}, NULL, {started}, {ts}, NULL, {node}, "
-        f"{json_obj}, {json_list}, NULL, NULL, NULL, {version} FROM {series}"
+        f"'<order id=\"' {concat} g {concat} '\"/>', 'text/xml', {json_obj}, {state_sql}, 0, {ts}, NULL, "
+        f"{started}, {ts}, NULL, {node}, {json_obj}, {json_list}, {code}, {text}, NULL, {version} FROM {series}"
     )
     connection.execute(sa.text(f"{head}INSERT INTO message ({_COLUMNS}) {select}"))
 

@@ -49,14 +49,16 @@ class BusinessErrorInfo:
 class ConfirmationRequest:
     """The final outcome of one message, as told to the system that sent it (keyword arguments only).
 
-    ``state`` is ``"OK"``, ``"FAILED"`` or ``"CANCEL"``. ``message_id`` is the store's id of the message (an int or a
-    string; it is sent as text). ``finished_at`` should be an aware UTC datetime. ``confirmation_id`` is the stable id
+    ``state`` is ``"OK"``, ``"FAILED"`` or ``"CANCEL"``. ``message_id`` is the store's id of the message, an
+    integer as in the accept answer (``xs:long`` in the confirmation's XSD, a JSON number). ``finished_at`` should be
+    an aware UTC datetime. ``error_code`` / ``error_text`` are the error of the final state only (an OK message has
+    none, whatever its earlier attempts met). ``confirmation_id`` is the stable id
     of this confirmation (the same on every attempt to send it; persisted confirmations always have one): the
     transports send it in the body and as the ``Idempotency-Key`` / ``X-Confirmation-Id`` HTTP headers, so the
     source system can drop a repeat.
     """
 
-    message_id: int | str
+    message_id: int
     correlation_id: str
     source_system: str
     process_id: str | None = None
@@ -70,12 +72,8 @@ class ConfirmationRequest:
     confirmation_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.message_id is None or isinstance(self.message_id, bool) or (
-            not isinstance(self.message_id, int | str)
-        ):
-            raise InvalidConfirmationError(f"message_id must be an int or a string, got {self.message_id!r}")
-        if isinstance(self.message_id, str) and not self.message_id:
-            raise InvalidConfirmationError("message_id must not be empty")
+        if isinstance(self.message_id, bool) or not isinstance(self.message_id, int) or self.message_id < 1:
+            raise InvalidConfirmationError(f"message_id must be a positive integer, got {self.message_id!r}")
         for name in ("correlation_id", "source_system"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
@@ -115,7 +113,7 @@ class ConfirmationRequest:
         """The JSON document sent by :class:`~confirmation.HttpJsonConfirmation` (camelCase, like the SOAP body)."""
         return {
             "correlationId": self.correlation_id,
-            "messageId": str(self.message_id),
+            "messageId": self.message_id,
             "sourceSystem": self.source_system,
             "processId": self.process_id,
             "service": self.service,

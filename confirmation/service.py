@@ -184,8 +184,9 @@ def request_from_message(
         service=row.service,
         operation=row.operation,
         business_errors=_business_errors(row.business_errors),
-        error_code=row.last_error_code,
-        error_text=row.last_error_text,
+        # the final state's error only: an OK message that failed before has no error (its history has them)
+        error_code=None if outcome_state == "OK" else row.last_error_code,
+        error_text=None if outcome_state == "OK" else row.last_error_text,
         finished_at=row.last_update_ts,
     )
 

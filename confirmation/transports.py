@@ -89,7 +89,7 @@ class SoapConfirmation(ExternalSystemConfirmation):
         try:
             answer = await self._service.confirm(
                 correlationId=request.correlation_id,
-                messageId=str(request.message_id),
+                messageId=request.message_id,
                 sourceSystem=request.source_system,
                 processId=request.process_id,
                 service=request.service,

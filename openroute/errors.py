@@ -85,9 +85,14 @@ class UnknownRouteError(OpenrouteError, LookupError):
 
 
 class BusinessError(OpenrouteError):
-    """A business rule refused the message: it ends FAILED at once, the error is kept for the confirmation."""
+    """A business rule refused the message: it ends FAILED at once, the error is kept for the confirmation.
 
-    def __init__(self, code: str, text: str) -> None:
+    ``BusinessError("NO_CREDIT", "the customer has no credit")`` or, as for :class:`TechnicalError`, with keywords:
+    ``BusinessError(code="NO_CREDIT", message="the customer has no credit")`` (``text=`` is the older keyword).
+    """
+
+    def __init__(self, code: str, message: str | None = None, *, text: str | None = None) -> None:
+        text = _one_text(message, text)
         super().__init__(f"{code}: {text}")
         self.code = code
         self.text = text
@@ -101,10 +106,14 @@ class TechnicalError(OpenrouteError):
     """A transient failure (network, remote system down): the message is retried per its RetryPolicy.
 
     Any exception a step raises that is not a validation or business error is treated the same way;
-    this class only lets a step choose the error code stored with the message.
+    this class only lets a step choose the error code stored with the message, and is logged without a
+    traceback. ``TechnicalError("billing is down")`` or with keywords, as for :class:`BusinessError`:
+    ``TechnicalError(code="BILLING_DOWN", message="billing is down")``. The code is a keyword only, so the two
+    errors never take their arguments in opposite orders.
     """
 
-    def __init__(self, text: str, code: str = "TECHNICAL_ERROR") -> None:
+    def __init__(self, message: str | None = None, *, code: str = "TECHNICAL_ERROR", text: str | None = None) -> None:
+        text = _one_text(message, text)
         super().__init__(text)
         self.code = code
         self.text = text
@@ -116,10 +125,18 @@ class CircuitOpenError(TechnicalError):
 
     def __init__(self, system: str, retry_at: datetime, state: str = "OPEN") -> None:
         super().__init__(f"the circuit breaker of {system} is {state}: call not made, retry at {retry_at.isoformat()}",
-                         "CIRCUIT_OPEN")
+                         code="CIRCUIT_OPEN")
         self.system = system
         self.retry_at = retry_at
         self.state = state
+
+
+def _one_text(message: str | None, text: str | None) -> str:
+    if message is None and text is None:
+        raise TypeError("the error needs its message (message=...)")
+    if message is not None and text is not None:
+        raise TypeError("give message= or text=, not both")
+    return message if message is not None else str(text)
 
 
 class IllegalTransitionError(OpenrouteError):

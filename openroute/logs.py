@@ -1,14 +1,20 @@
-"""The server's log: one format (text or JSON lines) for openroute and uvicorn, a line per state change and the
-traceback of every failed attempt.
+"""The server's log: one format (text or JSON lines) for openroute and uvicorn, one line per event.
 
     from openroute.logs import configure_logging, log_transition, AttemptFailureLog
     configure_logging("INFO", "json")
     engine = Engine(store, routes, interceptors=[AttemptFailureLog()])
     engine.transition_listeners.append(log_transition)
 
-A state change reads ``message 12 crm/setCustomer PROCESSING -> PARTLY_FAILED attempt 1 error TIMEOUT
-correlation c-7``; in JSON the same values are fields (``message_id``, ``correlation_id``, ``route``,
-``from_state``, ``to_state``, ``attempt``, ``error_code``).
+A state change reads ``message 12 crm/setCustomer PROCESSING -> PARTLY_FAILED attempt 1 error TIMEOUT (billing is
+down) correlation c-7``: a failed attempt is that one line, with its error code and cause; in JSON the same values are
+fields (``message_id``, ``correlation_id``, ``route``, ``from_state``, ``to_state``, ``attempt``, ``error_code``,
+``error_text``). The attempt is the one the change belongs to, as in the message's ``message_transition`` rows. A
+claim (``-> PROCESSING``) is logged at DEBUG: the attempt's outcome line follows it.
+
+Tracebacks are for unexpected errors only (:func:`openroute.engine.outcome.is_expected_error`): at most one WARNING
+per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems never
+print one. The routine INFO lines of libraries (httpx, httpcore, zeep, apscheduler, alembic, the AMQP clients, py4j)
+are shown from WARNING up, unless the level is DEBUG.
 """
 
 from __future__ import annotations
@@ -19,23 +25,31 @@ import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from openroute.errors import BusinessError, CircuitOpenError, MessageDroppedByInterceptor
+from openroute.engine.outcome import is_expected_error
+from openroute.errors import MessageDroppedByInterceptor
 from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
 
 if TYPE_CHECKING:
     from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["AttemptFailureLog", "JsonFormatter", "MaskingFormatter", "configure_logging", "log_transition"]
+__all__ = ["AttemptFailureLog", "JsonFormatter", "MaskingFormatter", "TransitionLog", "configure_logging",
+           "ensure_action_log", "log_action", "log_transition"]
 
 #: the logger of state changes (one INFO line each)
 transitions_log = logging.getLogger("openroute.messages")
-#: the logger of failed attempts (WARNING with the traceback)
+#: the logger of unexpected errors of attempts (WARNING with the traceback, once per message and error)
 failures_log = logging.getLogger("openroute.failures")
+#: the logger of operators' actions (restart, cancel) made outside a server: CLI, Spark
+actions_log = logging.getLogger("openroute.actions")
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 #: attributes every LogRecord has; anything else given with ``extra=`` becomes a JSON field
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "taskName"}
-_CHATTY = ("alembic", "apscheduler")
+#: libraries whose INFO lines are routine (one per request, per job run...): WARNING unless the level is DEBUG
+_CHATTY = ("alembic", "apscheduler", "httpx", "httpcore", "zeep", "aio_pika", "aiormq", "pika", "py4j", "urllib3",
+           "asyncio", "multipart", "hpack")
+#: longest error text in a state change's line (the store keeps the whole text)
+_LOG_ERROR_TEXT = 300
 _UVICORN = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 
@@ -101,32 +115,91 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Text
         logger.setLevel(logging.NOTSET)
 
 
-def log_transition(previous: MessageState | None, message: StoredMessage) -> None:
-    """Engine transition listener: one INFO line per committed state change."""
-    if not transitions_log.isEnabledFor(logging.INFO):
+class TransitionLog:
+    """Engine transition listener: one line per committed state change (INFO; a claim at DEBUG).
+
+    It remembers each claimed message's attempt number until its outcome, so an outcome line names the attempt
+    that ran, as the store's transition row does (a failed count after a failure counts that failure already).
+    """
+
+    _REMEMBERED = 100_000
+
+    def __init__(self) -> None:
+        self._attempts: dict[int, int] = {}
+
+    def __call__(self, previous: MessageState | None, message: StoredMessage) -> None:
+        target = message.state.value
+        if target == "PROCESSING":
+            if len(self._attempts) >= self._REMEMBERED:  # outcomes lost to another writer: forget the oldest
+                for key in list(self._attempts)[: self._REMEMBERED // 10]:
+                    del self._attempts[key]
+            self._attempts[message.id] = message.failed_count + 1
+            level = logging.DEBUG
+        else:
+            level = logging.INFO
+        if not transitions_log.isEnabledFor(level):
+            if previous is not None and previous.value == "PROCESSING":
+                self._attempts.pop(message.id, None)
+            return
+        source = "-" if previous is None else previous.value
+        route = f"{message.service}/{message.operation}"
+        if previous is not None and source == "PROCESSING":
+            attempt = self._attempts.pop(message.id, None)
+            if attempt is None:  # claimed before this listener was attached: as the store counts it
+                failing = target in ("PARTLY_FAILED", "FAILED")
+                attempt = max(message.failed_count, 1) if failing else message.failed_count + 1
+        else:
+            attempt = message.failed_count + 1
+        code = message.last_error_code if target not in ("OK", "PROCESSING", "NEW", "WAITING_FOR_CHILDREN") else None
+        error_text = message.last_error_text if code else None
+        text = f"message {message.id} {route} {source} -> {target} attempt {attempt}"
+        if code:
+            text += f" error {code}"
+            if error_text:
+                shown = " ".join(error_text.split())  # one line, whatever the error's text holds
+                shown = shown if len(shown) <= _LOG_ERROR_TEXT else shown[:_LOG_ERROR_TEXT - 3] + "..."
+                text += f" ({shown})"
+        text += f" correlation {message.correlation_id}"
+        transitions_log.log(level, text, extra={
+            "message_id": message.id, "correlation_id": message.correlation_id, "route": route,
+            "from_state": None if previous is None else source, "to_state": target, "attempt": attempt,
+            "error_code": code, "error_text": error_text,
+        })
+
+
+#: the listener :func:`openroute.commands.run` attaches (one per process is enough)
+log_transition = TransitionLog()
+
+
+def log_action(action: str, message_id: int, previous: str, state: str, by: str) -> None:
+    """One INFO line for an operator's action made outside a server (``openroute messages``, Spark):
+    ``message 42 restarted by cli:ann@host (FAILED -> PARTLY_FAILED)``. A server's log shows the message's next
+    state change when its repoll takes it."""
+    actions_log.info("message %s %s by %s (%s -> %s)", message_id, action, by, previous, state,
+                     extra={"message_id": message_id, "action": action, "by": by, "from_state": previous,
+                            "to_state": state})
+
+
+def ensure_action_log(stream: TextIO | None = None) -> None:
+    """A command run outside a server (``openroute messages``, Spark) shows its :func:`log_action` lines on
+    ``stream`` (default stderr) when logging is not configured otherwise."""
+    if logging.getLogger().handlers or actions_log.handlers:
         return
-    source = "-" if previous is None else previous.value
-    target = message.state.value
-    route = f"{message.service}/{message.operation}"
-    failing = target in ("PARTLY_FAILED", "FAILED") or (previous is not None and target == "SKIPPED")
-    # a failed attempt has been counted already; any other change belongs to the attempt after the failed ones
-    attempt = max(message.failed_count, 1) if failing and target != "SKIPPED" else message.failed_count + 1
-    code = message.last_error_code if failing else None
-    text = f"message {message.id} {route} {source} -> {target} attempt {attempt}"
-    if code:
-        text += f" error {code}"
-    text += f" correlation {message.correlation_id}"
-    transitions_log.info(text, extra={
-        "message_id": message.id, "correlation_id": message.correlation_id, "route": route,
-        "from_state": None if previous is None else source, "to_state": target, "attempt": attempt,
-        "error_code": code,
-    })
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    actions_log.addHandler(handler)
+    actions_log.setLevel(logging.INFO)
 
 
 class AttemptFailureLog(MessageInterceptor):
-    """Engine-wide interceptor logging every failed attempt: a technical error at WARNING with its traceback, a
-    business error at INFO (its code and text are stored with the message), a call an open circuit breaker refused at
-    DEBUG (the opening itself is logged once). The error goes on unchanged."""
+    """Engine-wide interceptor logging the traceback of an attempt's unexpected error (WARNING), at most once per
+    message and error. Expected errors (business, validation, technical, remote systems' errors) print nothing
+    here: the state change's line names their code and cause. The error goes on unchanged."""
+
+    _REMEMBERED = 10_000
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, str], None] = {}
 
     async def around_delivery(self, context: InterceptionContext, call_next: CallNext) -> None:
         try:
@@ -134,17 +207,21 @@ class AttemptFailureLog(MessageInterceptor):
         except MessageDroppedByInterceptor:
             raise
         except Exception as error:
-            message = context.message
-            route = f"{message.service}/{message.operation}"
-            extra = {"message_id": message.id, "correlation_id": message.correlation_id, "route": route,
-                     "attempt": message.failed_count + 1}
-            if isinstance(error, CircuitOpenError):  # the breaker's opening was logged once; this is its effect
-                failures_log.debug("message %s %s postponed: %s", message.id, route, error, extra=extra)
-            elif isinstance(error, BusinessError):
-                failures_log.info("message %s %s attempt %d: business error %s: %s", message.id, route,
-                                  message.failed_count + 1, error.code, error.text, extra=extra)
-            else:
-                failures_log.warning("message %s %s attempt %d failed: %s: %s", message.id, route,
-                                     message.failed_count + 1, type(error).__name__, error, exc_info=error,
-                                     extra=extra)
+            if not is_expected_error(error):
+                self._log(context, error)
             raise
+
+    def _log(self, context: InterceptionContext, error: Exception) -> None:
+        message = context.message
+        key = (message.id, f"{type(error).__qualname__}: {error}")
+        if key in self._seen:
+            return
+        if len(self._seen) >= self._REMEMBERED:
+            self._seen.clear()
+        self._seen[key] = None
+        route = f"{message.service}/{message.operation}"
+        attempt = message.failed_count + 1
+        failures_log.warning("message %s %s attempt %d failed: %s: %s", message.id, route, attempt,
+                             type(error).__name__, error, exc_info=error,
+                             extra={"message_id": message.id, "correlation_id": message.correlation_id,
+                                    "route": route, "attempt": attempt})

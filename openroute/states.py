@@ -92,10 +92,14 @@ def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, An
     """The ``changes`` that differ from the snapshot: an UPDATE writes only those (no JSON rewritten for nothing).
 
     The snapshot's version pins the row, so a value equal to the snapshot's is the value the row holds. The error
-    code is always passed on: the change's ``message_transition`` row records it even when it repeats.
+    (code, text, traceback) is always passed on: the change's ``message_transition`` row records it even when it
+    repeats.
     """
     return {name: value for name, value in changes.items()
-            if name == "last_error_code" or getattr(message, name, _MISSING) != value}
+            if name in _ERROR_COLUMNS or getattr(message, name, _MISSING) != value}
+
+
+_ERROR_COLUMNS = frozenset({"last_error_code", "last_error_text", "last_error_trace"})
 
 
 _MISSING = object()

@@ -347,7 +347,7 @@ class CallRecorder:
     result: Any = field(default_factory=lambda: {"ok": True})
     fail_first: int = 0
     error: Callable[[], BaseException] | BaseException = field(
-        default=lambda: TechnicalError("remote system unavailable", "DOWN"))
+        default=lambda: TechnicalError("remote system unavailable", code="DOWN"))
     calls: int = 0
     arguments: list[Any] = field(default_factory=list)
 

@@ -42,8 +42,10 @@ INSERT_COLUMNS: tuple[str, ...] = (
     "last_error_code", "last_error_text", "parent_id", "version",
 )
 
-#: a ``message_transition`` row: (message id, from state, to state, at, node id, error code, cause)
-TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str]
+#: a ``message_transition`` row: (message id, from state, to state, at, node id, error code, cause, what to add to
+#: the failed count for the attempt (1, or 0 for a counted failure), error text, error traceback)
+TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str, int,
+                      str | None, str | None]
 
 # SQLite allows 32,766 parameters per statement: 25 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
@@ -75,13 +77,16 @@ def _in_statement_sizes(items: Sequence[T]) -> Iterator[Sequence[T]]:
         first += size
 
 
-def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, no_error: bool = False) -> str:
+def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, no_error: bool = False,
+                       no_text: bool = False, no_trace: bool = False) -> str:
     """The ``message_transition`` INSERT, with NULL written for the values a group of rows lacks. The attempt is
-    read from the message row as written (failed_count + 1): one primary-key lookup, no second source."""
+    read from the message row as written (failed_count + 1, or + 0 for a counted failure): one primary-key
+    lookup, no second source."""
     return ("INSERT INTO message_transition "  # noqa: S608  names are the schema's constants; values are bound parameters
-            "(message_id, from_state, to_state, at, node_id, attempt, error_code, cause) VALUES "
-            f"({mark}, {'NULL' if no_from else mark}, {mark}, {mark}, {'NULL' if no_node else mark}, "
-            f"(SELECT failed_count + 1 FROM message WHERE id = {mark}), {'NULL' if no_error else mark}, {mark})")
+            "(message_id, from_state, to_state, at, node_id, attempt, error_code, error_text, error_trace, cause) "
+            f"VALUES ({mark}, {'NULL' if no_from else mark}, {mark}, {mark}, {'NULL' if no_node else mark}, "
+            f"(SELECT failed_count + {mark} FROM message WHERE id = {mark}), {'NULL' if no_error else mark}, "
+            f"{'NULL' if no_text else mark}, {'NULL' if no_trace else mark}, {mark})")
 
 
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
@@ -185,11 +190,8 @@ class HotPath:
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         self._transition = _transition_insert(mark)
-        # SQLite: by which of the optional values (from state, node, error code) a group of rows lacks
-        self._transitions: dict[tuple[bool, bool, bool], str] = {
-            (no_from, no_node, no_error): _transition_insert(mark, no_from, no_node, no_error)
-            for no_from in (False, True) for no_node in (False, True) for no_error in (False, True)
-        }
+        # SQLite: by which of the optional values (from state, node, error code, text, trace) a group of rows lacks
+        self._transitions: dict[tuple[bool, bool, bool, bool, bool], str] = {}
         self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None]]] = {}
 
     # -- running statements -----------------------------------------------------------------------
@@ -374,30 +376,39 @@ class HotPath:
                 try:
                     parameters = [
                         (message_id, None if before is None else optional(before), state(after), timestamp(at), node,
-                         message_id, error, cause)
-                        for message_id, before, after, at, node, error, cause in rows
+                         offset, message_id, error, text, trace, cause)
+                        for message_id, before, after, at, node, error, cause, offset, text, trace in rows
                     ]
                 except (ValueError, TypeError, LookupError) as error:
                     raise _bad_parameter(self._transition, error) from error
                 self._run(connection, cursor, self._transition, parameters, True)
                 return
             # usually one group: the rows of one kind of change lack the same values
-            groups: dict[tuple[bool, bool, bool], list[list[Any]]] = {}
+            groups: dict[tuple[bool, bool, bool, bool, bool], list[list[Any]]] = {}
             try:
-                for message_id, before, after, at, node, code, cause in rows:
+                for message_id, before, after, at, node, code, cause, offset, text, trace in rows:
                     values = [message_id] if before is None else [message_id, optional(before)]
                     values.append(state(after))
                     values.append(timestamp(at))
                     if node is not None:
                         values.append(node)
+                    values.append(offset)
                     values.append(message_id)
                     if code is not None:
                         values.append(code)
+                    if text is not None:
+                        values.append(text)
+                    if trace is not None:
+                        values.append(trace)
                     values.append(cause)
-                    groups.setdefault((before is None, node is None, code is None), []).append(values)
+                    absent = (before is None, node is None, code is None, text is None, trace is None)
+                    groups.setdefault(absent, []).append(values)
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():
-                self._run(connection, cursor, self._transitions[absent], group, True)
+                sql = self._transitions.get(absent)
+                if sql is None:
+                    sql = self._transitions[absent] = _transition_insert(self._mark, *absent)
+                self._run(connection, cursor, sql, group, True)
         finally:
             cursor.close()

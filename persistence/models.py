@@ -145,6 +145,8 @@ class MessageRecord(Base):
     last_error_text: Mapped[str | None] = mapped_column(sa.Text)
     parent_id: Mapped[int | None] = mapped_column(BigId, sa.ForeignKey("message.id"))
     version: Mapped[int] = mapped_column(sa.Integer, default=0)
+    #: the traceback of the unexpected error that ended the current state (migration 0009); None for expected errors
+    last_error_trace: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (
         sa.UniqueConstraint("source_system", "correlation_id", name="uq_message_source_correlation"),
@@ -168,6 +170,13 @@ class MessageRecord(Base):
         sa.Index("ix_message_correlation", "correlation_id"),
         sa.Index("ix_message_object", "object_id", "receive_ts"),
         sa.Index("ix_message_process", "process_id", "receive_ts"),
+        # search by error code (migration 0009)
+        sa.Index("ix_message_error_code", "last_error_code", "receive_ts"),
+        # search by text in the payload or the error (migration 0009): trigram indexes, PostgreSQL only (pg_trgm)
+        sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",
+                 postgresql_ops={"payload": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
+        sa.Index("ix_message_error_text_trgm", "last_error_text", postgresql_using="gin",
+                 postgresql_ops={"last_error_text": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
     )
 
 
@@ -270,8 +279,10 @@ class MessageTransitionRecord(Base):
     """One state change of a message, written in the transaction of the change itself.
 
     ``from_state`` is None for the row written when the message is stored; ``attempt`` is the message's
-    ``failed_count + 1`` at the change; ``cause`` says who asked for it: ``engine``, ``admin:<user>``,
+    ``failed_count + 1`` at the change, except for a counted failure, which belongs to the attempt that failed
+    (the failed count after it); ``cause`` says who asked for it: ``engine``, ``admin:<user>``, ``cli:<user>``,
     ``reprocess:<job id>``, ``repair`` (a PROCESSING message of a dead node), ``archive``...
+    ``error_text`` and ``error_trace`` keep the error of the change (the message row keeps only the current one).
     """
 
     __tablename__ = "message_transition"
@@ -285,6 +296,8 @@ class MessageTransitionRecord(Base):
     attempt: Mapped[int] = mapped_column(sa.Integer, default=1)
     error_code: Mapped[str | None] = mapped_column(sa.String(100))
     cause: Mapped[str] = mapped_column(sa.String(255), default="engine")
+    error_text: Mapped[str | None] = mapped_column(sa.Text)
+    error_trace: Mapped[str | None] = mapped_column(sa.Text)
 
     __table_args__ = (sa.Index("ix_message_transition_message", "message_id", "id"),)
 

@@ -55,6 +55,7 @@ TRANSITION_COLUMNS = frozenset(
         "business_errors",
         "last_error_code",
         "last_error_text",
+        "last_error_trace",
         "node_id",
         "start_process_ts",
     }
@@ -133,6 +134,8 @@ class StoredMessage:
     last_error_text: str | None
     parent_id: int | None
     version: int
+    #: the traceback of the unexpected error of the current state (None for expected errors and no error)
+    last_error_trace: str | None = None
 
     @classmethod
     def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:
@@ -229,9 +232,18 @@ def _transition_row(
     node_id: str | None,
     error_code: str | None,
     cause: str,
+    changes: Mapping[str, Any] | None = None,
 ) -> TransitionRow:
-    """One ``message_transition`` row (its attempt is read from the message row when it is written)."""
-    return (message_id, from_state, to_state, at, node_id, error_code, cause)
+    """One ``message_transition`` row (its attempt is read from the message row when it is written).
+
+    The attempt is ``failed_count + 1`` as written, except for a change out of PROCESSING that counts a failure
+    (``changes`` sets the failed count): that one belongs to the attempt that failed, the new failed count. The row
+    keeps the change's error text and traceback (from ``changes``) when it has an error code."""
+    counted = changes is not None and from_state is MessageState.PROCESSING and "failed_count" in changes
+    text = trace = None
+    if error_code is not None and changes is not None:
+        text, trace = changes.get("last_error_text"), changes.get("last_error_trace")
+    return (message_id, from_state, to_state, at, node_id, error_code, cause, 0 if counted else 1, text, trace)
 
 
 def row_to_message(row: sa.Row[Any]) -> StoredMessage:
@@ -476,7 +488,8 @@ class MessageStore:
                 for index, item in zip(indexes, items, strict=True):
                     flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == 1
             self._record_transitions(conn, [
-                _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why)
+                _transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why,
+                                item[5])
                 for item, why, written in zip(batch, causes, flags, strict=True)
                 if written
             ])
@@ -542,10 +555,12 @@ class MessageStore:
         self._hot.record_transitions(conn, rows)
 
     def transitions_of(self, message_id: int, connection: sa.Connection | None = None) -> list[dict[str, Any]]:
-        """The recorded state changes of ``message_id``, oldest first (from_state None for the insert)."""
+        """The recorded state changes of ``message_id``, oldest first (from_state None for the insert), each with
+        its error code, error text and traceback (None when the change had none)."""
         t = message_transition_table.c
         query = (
-            sa.select(t.from_state, t.to_state, t.at, t.node_id, t.attempt, t.error_code, t.cause)
+            sa.select(t.from_state, t.to_state, t.at, t.node_id, t.attempt, t.error_code, t.cause, t.error_text,
+                      t.error_trace)
             .where(t.message_id == message_id)
             .order_by(t.id)
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,8 +41,8 @@ class FreshDatabases:
         self._base = admin_url.rsplit("/", 1)[0]
 
     def take(self) -> str:
-        """The URL of a new, empty database for the caller alone."""
-        name = f"openroute_t_{uuid.uuid4().hex[:12]}"
+        """The URL of a new, empty database for the caller alone, named ``openroute_t_<unix time>_<random>``."""
+        name = f"{PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
         with self._admin.connect() as connection:
             connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
         return f"{self._base}/{name}"
@@ -51,19 +52,56 @@ class FreshDatabases:
         with self._admin.connect() as connection:
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
+    def sweep(self, before: float) -> list[str]:
+        """Drop the test databases (``openroute_t_...``) made before the unix time ``before`` that a run left
+        behind (a killed run cannot drop its own); returns their names. The time is read from the name, or for
+        an older name without one from the creation of its ``PG_VERSION`` file."""
+        dropped = []
+        with self._admin.connect() as connection:
+            rows = connection.execute(sa.text(
+                "SELECT datname, oid FROM pg_database WHERE datname LIKE 'openroute\\_t\\_%'")).all()
+            for name, oid in rows:
+                made = _made_at(name)
+                if made is None:
+                    try:
+                        made = connection.execute(sa.text(
+                            "SELECT extract(epoch FROM (pg_stat_file('base/' || :oid || '/PG_VERSION')).modification)"
+                        ), {"oid": str(oid)}).scalar_one()
+                    except sa.exc.DBAPIError:
+                        continue  # not allowed to read it: leave the database alone
+                if made is not None and float(made) < before:
+                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                    dropped.append(name)
+        return dropped
+
     def close(self) -> None:
         self._admin.dispose()
+
+
+#: the name prefix of every PostgreSQL database the tests make
+PREFIX = "openroute_t_"
+#: leftovers are dropped when older than the run and than this (other runs may share the server meanwhile)
+LEFTOVER_AGE = 3600.0
+
+
+def _made_at(name: str) -> float | None:
+    stamp = name[len(PREFIX):].split("_", 1)[0]
+    return float(stamp) if stamp.isdigit() and len(stamp) >= 9 else None
 
 
 @pytest.fixture(scope="session")
 def fresh_databases() -> Iterator[FreshDatabases]:
     """The run's maker of empty PostgreSQL databases."""
     require("PostgreSQL", postgres_problem)
+    started = time.time()
     databases = FreshDatabases(POSTGRES_ADMIN_URL)
     try:
         yield databases
     finally:
-        databases.close()
+        try:  # at the end of the run: leftovers of earlier (killed) runs, never a database of a run still going
+            databases.sweep(min(started, time.time() - LEFTOVER_AGE))
+        finally:
+            databases.close()
 
 
 @pytest.fixture

@@ -1,18 +1,22 @@
-"""openroute/logs.py: a line per state change, failed attempts with their traceback, one format for everything."""
+"""openroute/logs.py: a line per state change (a failed attempt's cause in it), tracebacks for unexpected errors
+only, one format for everything."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
+import httpx
 import pytest
 
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError
-from openroute.logs import AttemptFailureLog, JsonFormatter, configure_logging, log_transition
+from openroute.logs import AttemptFailureLog, JsonFormatter, TransitionLog, configure_logging
 
 
 def _fine(exchange: object) -> None:
@@ -52,8 +56,8 @@ def root_logging() -> Iterator[None]:
 
 async def test_every_state_change_is_one_info_line(route_test_kit, caplog: pytest.LogCaptureFixture) -> None:
     kit = await route_test_kit(_application(), interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(log_transition)
-    caplog.set_level(logging.INFO, logger="openroute")
+    kit.engine.transition_listeners.append(TransitionLog())
+    caplog.set_level(logging.DEBUG, logger="openroute")
     ok = await kit.send_json("shop", "order", {"n": 1}, correlation_id="c-ok")
     pay = await kit.send_json("shop", "pay", {"n": 2}, correlation_id="c-pay")
     await kit.settle()
@@ -63,45 +67,126 @@ async def test_every_state_change_is_one_info_line(route_test_kit, caplog: pytes
     kit.assert_state(pay.message_id, "FAILED")
 
     changes = [r for r in caplog.records if r.name == "openroute.messages"]
-    assert all(r.levelno == logging.INFO for r in changes)
-    lines = [r.getMessage() for r in changes]
-    assert f"message {ok.message_id} shop/order - -> NEW attempt 1 correlation c-ok" in lines
-    assert f"message {ok.message_id} shop/order NEW -> PROCESSING attempt 1 correlation c-ok" in lines
-    assert f"message {ok.message_id} shop/order PROCESSING -> OK attempt 1 correlation c-ok" in lines
+    info = [r.getMessage() for r in changes if r.levelno == logging.INFO]
+    debug = [r.getMessage() for r in changes if r.levelno == logging.DEBUG]
+    assert f"message {ok.message_id} shop/order - -> NEW attempt 1 correlation c-ok" in info
+    assert f"message {ok.message_id} shop/order NEW -> PROCESSING attempt 1 correlation c-ok" in debug
+    assert f"message {ok.message_id} shop/order PROCESSING -> OK attempt 1 correlation c-ok" in info
     assert (f"message {pay.message_id} shop/pay PROCESSING -> PARTLY_FAILED attempt 1 error ConnectionError "
-            "correlation c-pay") in lines
-    assert f"message {pay.message_id} shop/pay PARTLY_FAILED -> PROCESSING attempt 2 correlation c-pay" in lines
+            "(ConnectionError: billing is down) correlation c-pay") in info
+    assert f"message {pay.message_id} shop/pay PARTLY_FAILED -> PROCESSING attempt 2 correlation c-pay" in debug
     assert (f"message {pay.message_id} shop/pay PROCESSING -> FAILED attempt 2 error ConnectionError "
-            "correlation c-pay") in lines
+            "(ConnectionError: billing is down) correlation c-pay") in info
     last = changes[-1]
     assert (last.message_id, last.correlation_id, last.route) == (pay.message_id, "c-pay", "shop/pay")
     assert (last.from_state, last.to_state, last.attempt, last.error_code) == (
         "PROCESSING", "FAILED", 2, "ConnectionError")
+    # the store numbers the attempts as the log does
+    stored = [(t["from_state"], t["to_state"], t["attempt"]) for t in kit.store.transitions_of(pay.message_id)]
+    assert [(None if a is None else a.value, b.value, n) for a, b, n in stored] == [
+        (None, "NEW", 1), ("NEW", "PROCESSING", 1), ("PROCESSING", "PARTLY_FAILED", 1),
+        ("PARTLY_FAILED", "PROCESSING", 2), ("PROCESSING", "FAILED", 2)]
 
     repoll = [r.getMessage() for r in caplog.records if r.name == "openroute.engine"]
     assert "repoll: 0 stuck message(s) repaired, 1 due or unclaimed message(s) queued" in repoll
 
+    # a ConnectionError is expected (a remote system is down): no traceback, the state line says it all
+    assert [r for r in caplog.records if r.name == "openroute.failures"] == []
+
+
+def _broken(exchange: object) -> None:
+    raise KeyError("customerId")
+
+
+async def test_an_unexpected_error_logs_its_traceback_once_and_stores_it(route_test_kit,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    app = Application(route("shop", "bug").json().retry(max_attempts=3, interval=timedelta(seconds=60))
+                      .process(_broken))
+    kit = await route_test_kit(app, interceptors=[AttemptFailureLog()])
+    kit.engine.transition_listeners.append(TransitionLog())
+    caplog.set_level(logging.INFO, logger="openroute")
+    sent = await kit.send_json("shop", "bug", {"n": 1}, correlation_id="c-bug")
+    await kit.settle()
+    await kit.advance(minutes=2)
+    await kit.advance(minutes=2)
+    kit.assert_state(sent.message_id, "FAILED")
     failures = [r for r in caplog.records if r.name == "openroute.failures"]
-    assert [r.levelno for r in failures] == [logging.WARNING, logging.WARNING]
-    assert failures[0].exc_info is not None and isinstance(failures[0].exc_info[1], ConnectionError)
-    assert failures[0].getMessage() == (
-        f"message {pay.message_id} shop/pay attempt 1 failed: ConnectionError: billing is down")
+    assert len(failures) == 1 and failures[0].levelno == logging.WARNING  # three attempts, the same error: once
+    assert failures[0].exc_info is not None and isinstance(failures[0].exc_info[1], KeyError)
+    assert failures[0].getMessage() == f"message {sent.message_id} shop/bug attempt 1 failed: KeyError: 'customerId'"
+    message = kit.message(sent.message_id)
+    assert message.last_error_trace is not None and "raise KeyError" in message.last_error_trace
+    history = kit.store.transitions_of(sent.message_id)
+    failed = [t for t in history if t["error_code"] == "KeyError"]
+    assert len(failed) == 3 and all("Traceback" in t["error_trace"] for t in failed)
+    assert failed[0]["error_text"] == "KeyError: 'customerId'"
 
 
-async def test_a_business_error_is_logged_without_a_traceback(route_test_kit,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_business_error_is_one_line_without_a_traceback(route_test_kit,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
     kit = await route_test_kit(_application(), interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(log_transition)
+    kit.engine.transition_listeners.append(TransitionLog())
     caplog.set_level(logging.INFO, logger="openroute")
     sent = await kit.send_json("shop", "refund", {"n": 3}, correlation_id="c-refund")
     await kit.settle()
     kit.assert_state(sent.message_id, "FAILED")
     assert len(kit.message(sent.message_id).business_errors) == 1  # the log interceptor adds nothing
-    failure = next(r for r in caplog.records if r.name == "openroute.failures")
-    assert failure.levelno == logging.INFO and failure.exc_info is None
-    assert failure.getMessage().endswith("business error NO_CREDIT: customer has no credit")
+    assert [r for r in caplog.records if r.name == "openroute.failures"] == []
+    assert all(r.exc_info is None for r in caplog.records)
     assert (f"message {sent.message_id} shop/refund PROCESSING -> FAILED attempt 1 error NO_CREDIT "
-            "correlation c-refund") in [r.getMessage() for r in caplog.records]
+            "(customer has no credit) correlation c-refund") in [r.getMessage() for r in caplog.records]
+
+
+class _Unavailable(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def failing_remote() -> Iterator[str]:
+    """A real HTTP server on loopback that answers every request 503."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Unavailable)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/hlr"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_200_messages_with_a_failing_remote_log_at_most_3_lines_each(
+        route_test_kit, failing_remote: str, root_logging: None) -> None:
+    client = httpx.AsyncClient(timeout=5)
+
+    async def ask_hlr(exchange: object) -> None:
+        response = await client.get(failing_remote)
+        response.raise_for_status()
+
+    app = Application(route("hlr", "lookup").json().retry(max_attempts=2, interval=timedelta(seconds=60))
+                      .process(ask_hlr))
+    kit = await route_test_kit(app, interceptors=[AttemptFailureLog()])
+    kit.engine.transition_listeners.append(TransitionLog())
+    stream = io.StringIO()
+    configure_logging("INFO", "text", stream)
+    try:
+        sent = [await kit.send_json("hlr", "lookup", {"n": n}, correlation_id=f"c-{n}") for n in range(200)]
+        await kit.settle(timeout=60)
+        await kit.advance(minutes=2, timeout=60)
+    finally:
+        await client.aclose()
+    assert {kit.message(s.message_id).state.value for s in sent} == {"FAILED"}
+    lines = stream.getvalue().splitlines()
+    assert len(lines) <= 3 * 200 + 10, "\n".join(lines[:20])
+    assert not any("Traceback" in line for line in lines)
+    assert not any("httpx" in line or "HTTP Request" in line for line in lines)
+    failed = [line for line in lines if f"message {sent[7].message_id} " in line]
+    assert len(failed) == 3
+    assert "PROCESSING -> FAILED attempt 2 error HTTPStatusError (HTTPStatusError: Server error '503 Service " \
+           "Unavailable'" in failed[-1]
 
 
 def test_json_lines_carry_the_extra_fields_and_the_traceback() -> None:
@@ -149,3 +234,38 @@ def test_text_format_and_chatty_libraries(root_logging: None) -> None:
 def test_bad_logging_settings(root_logging: None, level: str, fmt: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         configure_logging(level, fmt)
+
+
+async def test_a_restart_by_the_cli_is_its_own_line_and_the_server_logs_what_follows(
+        route_test_kit, caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    from datetime import UTC, datetime
+
+    from openroute.cli import main
+
+    blocked = {"on": True}
+
+    def check(exchange: object) -> None:
+        if blocked["on"]:
+            raise BusinessError("NO_CREDIT", "customer has no credit")
+
+    kit = await route_test_kit(Application(route("shop", "pay").json().process(check)),
+                               start=datetime.now(UTC) - timedelta(minutes=1))
+    kit.engine.transition_listeners.append(TransitionLog())
+    caplog.set_level(logging.INFO, logger="openroute")
+    sent = await kit.send_json("shop", "pay", {"n": 1}, correlation_id="c-cli")
+    await kit.settle()
+    kit.assert_state(sent.message_id, "FAILED")
+    blocked["on"] = False
+    # openroute messages restart: another process in real life, writing to the same store
+    code = await asyncio.to_thread(main, ["messages", "restart", str(sent.message_id), "--yes",
+                                          "--database-url", kit.store.url])
+    assert code == 0
+    cause = kit.store.transitions_of(sent.message_id)[-1]["cause"]
+    assert cause.startswith("cli:") and "@" in cause
+    lines = [r.getMessage() for r in caplog.records]
+    assert f"message {sent.message_id} restarted by {cause} (FAILED -> PARTLY_FAILED)" in lines
+    await kit.advance(minutes=2)  # the server's repoll takes the restarted message
+    kit.assert_state(sent.message_id, "OK")
+    assert (f"message {sent.message_id} shop/pay PROCESSING -> OK attempt 1 correlation c-cli"
+            in [r.getMessage() for r in caplog.records])

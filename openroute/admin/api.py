@@ -27,6 +27,7 @@ from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
+    SEARCH_PARAMS,
     TEXT_FILTERS,
     InvalidQueryError,
     Page,
@@ -61,7 +62,7 @@ MAX_PAGE_SIZE = MAX_LIMIT
 DEFAULT_PAGE_SIZE = DEFAULT_LIMIT
 _TEXT_FILTERS = TEXT_FILTERS
 # page_size is the old name of limit, still accepted
-_KNOWN_PARAMS = frozenset({*TEXT_FILTERS, "state", "received_from", "received_to", "cursor", "limit", "page_size"})
+_KNOWN_PARAMS = frozenset({*SEARCH_PARAMS, "cursor", "limit", "page_size"})
 
 
 class MessageNotFoundError(OpenrouteError, LookupError):
@@ -136,6 +137,7 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "customData": message.custom_data,
         "businessErrors": message.business_errors,
         "lastErrorText": _masked(message.last_error_text),
+        "lastErrorTrace": _masked(message.last_error_trace),
         "version": message.version,
     }
 
@@ -226,6 +228,8 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "nodeId": t["node_id"],
             "attempt": t["attempt"],
             "errorCode": t["error_code"],
+            "errorText": t["error_text"],
+            "errorTrace": t["error_trace"],
             "cause": t["cause"],
         }
         for t in transitions
@@ -328,12 +332,16 @@ class AdminApi:
     async def search(self, request: Request, _user: str) -> Response:
         """Messages matching the filters, newest first, in keyset pages (``limit`` up to 500, ``cursor``).
 
+        Filters: ``state`` (repeat), the equality filters, the receive-time window and what went wrong:
+        ``error_code`` (repeat or comma-separate for a list), ``error_text``, ``payload_text`` (text inside).
+
         The answer holds ``items``, ``nextCursor`` (absent on the last page), ``total`` and ``countEstimated``
         (the total is exact up to 1,000 matches, else the database's estimate).
         """
         params = dict(request.query_params)
         _check_params(params)
-        filters = parse_filters({**params, "state": request.query_params.getlist("state")})
+        filters = parse_filters({**params, "state": request.query_params.getlist("state"),
+                                 "error_code": request.query_params.getlist("error_code")})
         size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
         limit = _parse_int(size_name, params.get(size_name), DEFAULT_LIMIT, 1, MAX_LIMIT)
         cursor = params.get("cursor")
@@ -375,7 +383,8 @@ class AdminApi:
         when this node's engine runs (else the next repoll of any node takes it)."""
         message = await self._load(self._message_id(request))
         updated = await self.engine.restart(message.id, cause=f"admin:{user}")
-        log.info("message %s restarted by %s (was %s)", message.id, user, message.state.value)
+        log.info("message %s restarted by %s from %s (admin API) (%s -> %s)", message.id, user, _address(request),
+                 message.state.value, updated.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def mark_done(self, request: Request, user: str) -> Response:
@@ -401,7 +410,8 @@ class AdminApi:
         transition listeners and final-state hooks hear of it, so the source system is told like any outcome."""
         message = await self._load(self._message_id(request))
         updated = await self.engine.cancel(message.id, f"admin:{user}", reason=f"cancelled by operator {user}")
-        log.info("message %s cancelled by %s (was %s)", message.id, user, message.state.value)
+        log.info("message %s cancelled by %s from %s (admin API) (%s -> %s)", message.id, user, _address(request),
+                 message.state.value, updated.state.value)
         return JSONResponse({"id": updated.id, "previousState": message.state.value, "state": updated.state.value})
 
     async def counts(self, _request: Request, _user: str) -> Response:
@@ -449,6 +459,11 @@ def check_no_nul(request: Request) -> None:
     for name, value in request.path_params.items():
         if isinstance(value, str) and "\x00" in value:
             raise InvalidQueryError(f"{name} holds a NUL character (%00)")
+
+
+def _address(request: Request) -> str:
+    """The caller's address for the log (``?`` when the server does not know it)."""
+    return request.client.host if request.client is not None else "?"
 
 
 def parse_node_state(value: Any) -> NodeState:

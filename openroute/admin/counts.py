@@ -2,7 +2,8 @@
 
 Messages that are not final (the backlog) are counted exactly on every call with a query a state index
 answers (its cost follows the backlog, not the table). Final messages only accumulate: counting them reads the
-whole table, so their counts are a cached value refreshed at most every ``final_ttl`` seconds. The per-route
+whole table, so their counts are a cached value refreshed at most every ``final_ttl`` seconds (default 5: no older
+than the console's refresh). The per-route
 counts of ``/metrics`` are cached for ``route_ttl`` seconds.
 """
 
@@ -39,7 +40,7 @@ class MessageCounts:
     def __init__(
         self,
         engine: sa.Engine,
-        final_ttl: float = 60.0,
+        final_ttl: float = 5.0,
         route_ttl: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:

@@ -148,7 +148,8 @@ def _error_classes() -> Iterator[type[BaseException]]:
 
 def error_catalogue(store: MessageStore) -> list[ErrorCode]:
     """The error codes openroute defines (error classes with a ``code``, the engine's own codes) and every other
-    code found as a message's last error (business error codes of the routes), with how many messages have it."""
+    code found as a message's current error (business error codes of the routes), with how many messages have it
+    now (a message that ended OK has none: its earlier errors are in its transition history)."""
     import openroute.admin.api  # load the error classes the catalogue lists
     import openroute.inbound.errors  # noqa: F401
 

@@ -11,7 +11,12 @@ import sqlalchemy as sa
 
 from openroute.admin.api import search_conditions
 from openroute.admin.search import DEFAULT_LIMIT, MAX_LIMIT, InvalidQueryError, Page
-from openroute.persistence import MessageStore, message_table
+from openroute.persistence import MessageState, MessageStore, message_table
+
+#: the states a restart takes a message from
+RESTARTABLE = (MessageState.FAILED.value, MessageState.CANCEL.value)
+#: most messages one "restart all matching" takes
+BULK_LIMIT = 100_000
 
 #: the search form's text fields (name, label), in the order shown; ``state`` is a set of checkboxes
 SEARCH_FIELDS = (
@@ -24,6 +29,9 @@ SEARCH_FIELDS = (
     ("entity_type", "Entity type"),
     ("received_from", "Received from"),
     ("received_to", "Received before"),
+    ("error_code", "Error code(s)"),
+    ("error_text", "Text in the error"),
+    ("payload_text", "Text in the payload"),
 )
 
 def _decode(cursor: str) -> int:
@@ -40,20 +48,53 @@ def _encode(message_id: int) -> str:
     return base64.urlsafe_b64encode(str(message_id).encode()).decode().rstrip("=")
 
 
-def search_page(store: MessageStore, params: Any) -> Page:
-    """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
-    strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``. Empty values are ignored
-    (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
+def restartable_ids(store: MessageStore, params: Any) -> tuple[list[int], tuple[str, ...]]:
+    """The ids (oldest first) of the messages matching the search ``params`` that a restart can take, and the
+    states searched: the chosen FAILED / CANCEL states, FAILED when none is chosen (as ``openroute messages
+    restart``). Raises :class:`InvalidQueryError` for bad parameters, a choice of states none of which can be
+    restarted, or more than :data:`BULK_LIMIT` matches."""
+    flat, states, _cursor, _limit = _flatten(params)
+    if states:
+        wanted = tuple(s for s in dict.fromkeys(s.upper() for s in states) if s in RESTARTABLE)
+        if not wanted:
+            raise InvalidQueryError(f"only {' and '.join(RESTARTABLE)} messages can be restarted; the search "
+                                    f"asks for {', '.join(states)}")
+    else:
+        wanted = (MessageState.FAILED.value,)
+    conditions = search_conditions(flat, list(wanted))
+    c = message_table.c
+    with store.engine.connect() as connection:
+        ids = list(connection.execute(
+            sa.select(c.id).where(*conditions).order_by(c.id).limit(BULK_LIMIT + 1)).scalars())
+    if len(ids) > BULK_LIMIT:
+        raise InvalidQueryError(f"more than {BULK_LIMIT} messages match: narrow the search")
+    return [int(i) for i in ids], wanted
+
+
+def _flatten(params: Any) -> tuple[dict[str, Any], list[str], str | None, str | None]:
+    """(filters, states, cursor, limit) of search parameters; empty values are ignored (a blank form field)."""
     flat: dict[str, Any] = {}
     states: list[str] = []
+    codes: list[str] = []
     items = params.multi_items() if hasattr(params, "multi_items") else _pairs(params)
     for key, value in items:
         if key == "state":
             states.append(value)
+        elif key == "error_code":
+            if value != "":
+                codes.append(value)
         elif value != "":
             flat[key] = value
-    cursor = flat.pop("cursor", None)
-    raw_limit = flat.pop("limit", None)
+    if codes:
+        flat["error_code"] = codes
+    return flat, states, flat.pop("cursor", None), flat.pop("limit", None)
+
+
+def search_page(store: MessageStore, params: Any) -> Page:
+    """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
+    strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``. Empty values are ignored
+    (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
+    flat, states, cursor, raw_limit = _flatten(params)
     try:
         limit = DEFAULT_LIMIT if raw_limit is None else int(raw_limit)
     except ValueError:

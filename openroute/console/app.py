@@ -48,7 +48,7 @@ from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.search import InvalidQueryError, parse_message_id
 from openroute.console import _queries
-from openroute.console._search import SEARCH_FIELDS, search_page
+from openroute.console._search import SEARCH_FIELDS, restartable_ids, search_page
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
@@ -100,6 +100,7 @@ class Console:
             Route("/", self._page(self.dashboard), methods=["GET"]),
             Route("/messages", self._page(self.messages), methods=["GET"]),
             Route("/messages/bulk", self._page(self.bulk, act=True), methods=["POST"]),
+            Route("/messages/restart-matching", self._page(self.restart_matching, act=True), methods=["POST"]),
             Route("/messages/{message_id}", self._page(self.detail), methods=["GET"]),
             Route("/messages/{message_id}/{action}", self._page(self.act, act=True), methods=["POST"]),
             Route("/nodes", self._page(self.nodes), methods=["GET"]),
@@ -117,7 +118,7 @@ class Console:
         async def endpoint(request: Request) -> Response:
             try:
                 if self.auth is None:
-                    raise AuthenticationError("the console has no users configured (see --auth-config)")
+                    raise AuthenticationError("the console has no users configured (see docs/console.md)")
                 roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
                 user = self.auth.authorize(request.headers, roles, _client(request))
                 check_no_nul(request)
@@ -231,7 +232,7 @@ class Console:
         """Restart, cancel, mark-done or call-again one message, then show it again."""
         message_id = self._message_id(request.path_params["message_id"])
         action = request.path_params["action"]
-        await self._apply(action, message_id, user)
+        await self._apply(action, message_id, user, request)
         done = {"restart": "restarted", "cancel": "cancelled"}.get(action, action)
         return RedirectResponse(f"{_base(request)}/messages/{message_id}?done={done}", status_code=303)
 
@@ -249,7 +250,7 @@ class Console:
         results = []
         for message_id in ids:
             try:
-                await self._apply(action, message_id, user)
+                await self._apply(action, message_id, user, request)
                 results.append((message_id, True, "done"))
             except (MessageNotFoundError, IllegalTransitionError, StaleMessageError) as error:
                 results.append((message_id, False, str(error)))
@@ -257,7 +258,31 @@ class Console:
         return self._render(request, user, "bulk.html", action=action, results=results,
                             back="?" + back if back and not back.startswith(("/", "http")) else "")
 
-    async def _apply(self, action: str, message_id: int, user: str) -> None:
+    async def restart_matching(self, request: Request, user: str, form: dict[str, list[str]]) -> Response:
+        """"Restart all matching" of a search: first a page with the count asking to confirm, then (``confirm``
+        with the ``expected`` count still right) each message restarted through the engine, as one by one."""
+        query = (form.get("query") or [""])[0]
+        if len(query) > 8000:
+            raise InvalidQueryError("the search is too long")
+        pairs = parse_qs(query, keep_blank_values=True, max_num_fields=200)
+        ids, restartable = await self._db(lambda: restartable_ids(self.store, pairs))
+        expected = (form.get("expected") or [""])[0]
+        if (form.get("confirm") or [""])[0] != "yes" or expected != str(len(ids)):
+            return self._render(request, user, "restart_matching.html", ids=ids, query=query,
+                                restartable=restartable, changed=expected if expected else None)
+        results = []
+        for message_id in ids:
+            try:
+                await self._apply("restart", message_id, user, request)
+                results.append((message_id, True, "done"))
+            except (MessageNotFoundError, IllegalTransitionError, StaleMessageError) as error:
+                results.append((message_id, False, str(error)))
+        done = sum(1 for _id, ok, _text in results if ok)
+        log.info("restart of all %d matching (%s) by %s from %s (console): %d done, %d refused", len(ids), query,
+                 user, _address(request), done, len(results) - done)
+        return self._render(request, user, "bulk.html", action="restart", results=results, back="?" + query)
+
+    async def _apply(self, action: str, message_id: int, user: str, request: Request | None = None) -> None:
         cause = f"console:{user}"
         try:
             if action == "restart":
@@ -272,7 +297,8 @@ class Console:
             if isinstance(error, MessageNotFoundError | NoCallInDoubtError):
                 raise
             raise MessageNotFoundError(f"no message {message_id}") from None
-        log.info("message %s: %s by %s (console)", message_id, action, user)
+        log.info("message %s: %s by %s from %s (console)", message_id, action, user,
+                 _address(request) if request is not None else "?")
 
     async def nodes(self, request: Request, user: str) -> Response:
         """Nodes with their heartbeat, liveness and state; RUN / drain / stop buttons; the circuit breakers."""
@@ -302,6 +328,10 @@ class Console:
 
 def _client(request: Request) -> str | None:
     return request.client.host if request.client else None
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else "?"
 
 
 def _base(request: Request) -> str:

@@ -10,6 +10,8 @@ JSON with ``--json``; for example::
     openroute messages show 42 --json
     openroute messages restart 42 43
     openroute messages restart --state FAILED --operation setCustomer --dry-run
+    openroute messages list --error-code HLR_DOWN --error-code TIMEOUT --payload-text 420777
+    openroute messages restart --error-code HLR_DOWN --received-from 2024-03-01T08:00:00+00:00
     openroute messages cancel --state PARTLY_FAILED --source-system ERP --yes
     openroute messages mark-done 44      # its calls in doubt did happen: recorded OK, message restarted
     openroute messages call-again 45     # they did not: restarted, made again with the same idempotency key
@@ -37,7 +39,13 @@ FILTERS = (
     ("--entity-type", "entity_type"),
     ("--received-from", "received_from"),
     ("--received-to", "received_to"),
+    ("--error-text", "error_text"),
+    ("--payload-text", "payload_text"),
 )
+_FILTER_HELP = {
+    "--error-text": "text inside the current error text (any case; SQLite scans, PostgreSQL uses an index)",
+    "--payload-text": "text inside the payload (any case; SQLite scans, PostgreSQL uses an index)",
+}
 LIST_COLUMNS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "failedCount",
                 "lastErrorCode", "receivedAt")
 #: messages acted on by one bulk command at most
@@ -66,8 +74,10 @@ def add_parser(subparsers: Any) -> None:
 
     def filters(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--state", action="append", default=[], help="a state (repeat for several)")
+        parser.add_argument("--error-code", action="append", default=[],
+                            help="the current error code (repeat, or comma-separate, for several)")
         for option, _ in FILTERS:
-            parser.add_argument(option, default=None)
+            parser.add_argument(option, default=None, help=_FILTER_HELP.get(option))
 
     listing = commands.add_parser("list", help="messages matching the filters, newest first")
     common(listing)
@@ -176,6 +186,8 @@ def _filter_params(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {}
     if getattr(args, "state", None):
         params["state"] = list(args.state)
+    if getattr(args, "error_code", None):
+        params["error_code"] = list(args.error_code)
     for option, name in FILTERS:
         value = getattr(args, option.lstrip("-").replace("-", "_"), None)
         if value is not None:
@@ -188,6 +200,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     text = str(value)
+    if "\n" in text or "\t" in text:  # one cell, one line (an error's text may span several)
+        text = " ".join(text.split())
     return text.replace("T", " ")[:23] if isinstance(value, str) and len(text) > 19 and text[10:11] == "T" else text
 
 
@@ -223,7 +237,7 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
               f"resolve with: openroute messages mark-done|call-again {detail.get('id')})", file=out)
     sections = (
         ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
-                                                         "nodeId", "cause")),
+                                                         "nodeId", "cause", "errorText")),
         ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "idempotencyKey",
                                                                "nodeId", "result", "lastError")),
         ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
@@ -233,6 +247,11 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
             print(f"\n{title}:", file=out)
             _table([{k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in i.items()} for i in items],
                    columns, out)
+    traces = [t for t in detail.get("transitions") or [] if t.get("errorTrace")]
+    if traces:  # the traceback of the newest unexpected error
+        last = traces[-1]
+        print(f"\ntraceback ({last['fromState']} -> {last['toState']}, attempt {last['attempt']}):", file=out)
+        print(last["errorTrace"], file=out)
     print(f"\npayload ({detail.get('contentType')}):", file=out)
     print(pretty_payload(detail.get("payload") or "", detail.get("contentType") or ""), file=out)
 
@@ -268,7 +287,10 @@ class StoreBackend:
         if revision is None:
             self.store.dispose()
             raise CliError(f"{shown} has no openroute schema (run: openroute db upgrade --database-url ...)")
-        self.cause = f"cli:{getpass.getuser()}"
+        import socket
+
+        # who and from where, in the transition rows and the log line of each action
+        self.cause = f"cli:{getpass.getuser()}@{socket.gethostname()}"[:255]
 
     def close(self) -> None:
         self.store.dispose()
@@ -318,7 +340,10 @@ class StoreBackend:
         from openroute.engine import Engine, EngineSettings
         from openroute.engine.in_doubt import resolve_in_doubt
         from openroute.errors import IllegalTransitionError, StaleMessageError
+        from openroute.logs import ensure_action_log, log_action
         from openroute.route import RouteRegistry
+
+        ensure_action_log()
 
         engine = Engine(self.store, RouteRegistry(), EngineSettings(repoll_interval=None, db_threads=1,
                                                                     node_id=f"cli-{os.getpid()}"))
@@ -326,6 +351,7 @@ class StoreBackend:
         try:
             for message_id in ids:
                 try:
+                    before = await asyncio.to_thread(self.store.get, message_id)
                     if action == "restart":
                         updated = await engine.restart(message_id, self.cause)
                     elif action in ("mark-done", "call-again"):
@@ -334,6 +360,8 @@ class StoreBackend:
                     else:
                         updated = await engine.cancel(message_id, self.cause,
                                                       reason=f"cancelled by operator {getpass.getuser()} (CLI)")
+                    log_action(f"{action}ed" if action == "restart" else "cancelled", message_id,
+                               before.state.value if before is not None else "?", updated.state.value, self.cause)
                     results.append({"id": message_id, "ok": True, "detail": updated.state.value})
                 except (LookupError, IllegalTransitionError, StaleMessageError) as error:
                     results.append({"id": message_id, "ok": False, "detail": str(error)})

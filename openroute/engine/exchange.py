@@ -312,7 +312,7 @@ class Exchange:
         if status == EntityCallStatus.BUSY:
             raise TechnicalError(
                 f"call {key!r} for {entity_type} {object_id} is being made by another message",
-                ErrorCode.EXT_CALL_IN_PROGRESS.value,
+                code=ErrorCode.EXT_CALL_IN_PROGRESS.value,
             )
         if status == EntityCallStatus.IN_DOUBT:
             raise CallInDoubtError(key, idempotency_key, f"{entity_type} {object_id}: an earlier attempt took the "

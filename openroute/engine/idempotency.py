@@ -53,7 +53,7 @@ class CallInDoubtError(TechnicalError):
     def __init__(self, call_key: str, idempotency_key: str, detail: str) -> None:
         super().__init__(
             f"call {call_key!r} (idempotency key {idempotency_key}) is in doubt: {detail}; held for an operator "
-            "(mark done / call again)", CALL_IN_DOUBT,
+            "(mark done / call again)", code=CALL_IN_DOUBT,
         )
         self.call_key = call_key
         self.idempotency_key = idempotency_key

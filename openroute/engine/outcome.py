@@ -23,6 +23,7 @@ The engine asks these functions for a :class:`Decision` and applies it through t
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -43,7 +44,9 @@ __all__ = [
     "cancelled",
     "clip",
     "dropped",
+    "error_trace",
     "held_by_funnel",
+    "is_expected_error",
     "obsolete",
     "parent_outcome",
     "restarted",
@@ -51,6 +54,12 @@ __all__ = [
 
 #: longest ``last_error_text`` stored (longer texts are clipped with "...")
 MAX_ERROR_TEXT = 4000
+#: longest ``last_error_trace`` stored (the traceback of an unexpected error; its end, where the error was raised, kept)
+MAX_ERROR_TRACE = 8000
+#: the current error of a state that has none (an attempt that succeeded ends every earlier error)
+NO_ERROR: Mapping[str, Any] = {"last_error_code": None, "last_error_text": None, "last_error_trace": None}
+#: modules whose errors are failures of a remote system (expected: retried, logged without a traceback)
+_REMOTE_MODULES = ("httpx", "httpcore", "zeep", "aio_pika", "aiormq", "pamqp", "psycopg", "h11", "ssl")
 
 
 class ErrorCode(StrEnum):
@@ -87,6 +96,31 @@ def clip(text: str) -> str:
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 3] + "..."
 
 
+def is_expected_error(error: BaseException) -> bool:
+    """True for the failures a route expects: business and validation errors, :class:`TechnicalError` and errors
+    of remote systems (network and OS errors, timeouts, errors of the HTTP/SOAP/AMQP clients). They are stored and
+    logged by code and text; anything else is a bug somewhere and keeps its traceback."""
+    if isinstance(error, BusinessError | ValidationError | TechnicalError | OSError | TimeoutError):
+        return True
+    return any(type(error).__module__.split(".", 1)[0] == name for name in _REMOTE_MODULES)
+
+
+def error_trace(error: BaseException) -> str | None:
+    """The traceback text of an unexpected ``error`` (its last :data:`MAX_ERROR_TRACE` characters), None for an
+    expected one (see :func:`is_expected_error`)."""
+    if is_expected_error(error):
+        return None
+    text = "".join(traceback.format_exception(error)).rstrip()
+    return text if len(text) <= MAX_ERROR_TRACE else "..." + text[-(MAX_ERROR_TRACE - 3):]
+
+
+def _cleared(message: StoredMessage) -> Mapping[str, Any]:
+    """The changes that end ``message``'s current error (none when it has none: most messages)."""
+    if message.last_error_code is None and message.last_error_text is None and message.last_error_trace is None:
+        return {}
+    return NO_ERROR
+
+
 def after_attempt(
     message: StoredMessage,
     error: BaseException | None,
@@ -103,7 +137,8 @@ def after_attempt(
     """The outcome of one processing attempt of ``message`` that ended with ``error`` (None: the steps ran).
 
     Success: POSTPONED when the route postponed it (``postponed_for`` negative: ``postpone_interval``),
-    WAITING_FOR_CHILDREN when it split, else OK. A business or validation error: FAILED at once. Any other
+    WAITING_FOR_CHILDREN when it split, else OK; each clears the current error (earlier failures stay in the
+    message's transition rows). A business or validation error: FAILED at once. Any other
     error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT; a :class:`CircuitOpenError`:
     POSTPONED until its ``retry_at``, no attempt counted): PARTLY_FAILED with the failed count + 1 (unchanged when
     ``no_effect``) and due per
@@ -121,6 +156,7 @@ def after_attempt(
         error = ValidationError(f"custom data or business errors are not JSON: {bad}")
     changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors)}
     if error is None:
+        changes.update(_cleared(message))
         if postponed_for is not None:
             delay = postponed_for if postponed_for >= timedelta(0) else postpone_interval
             return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
@@ -128,11 +164,12 @@ def after_attempt(
         return Decision(target, {**changes, "next_attempt_at": None})
     if isinstance(error, BusinessError):
         changes["business_errors"].append(error.to_dict())
-        changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None)
+        changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None,
+                       last_error_trace=None)
         return Decision(MessageState.FAILED, changes)
     if isinstance(error, ValidationError):
         changes.update(last_error_code=ErrorCode.VALIDATION_ERROR.value, last_error_text=clip(str(error)),
-                       next_attempt_at=None)
+                       next_attempt_at=None, last_error_trace=None)
         return Decision(MessageState.FAILED, changes)
     if isinstance(error, CallInDoubtError):
         # not retried on its own: the next attempt would find the same doubt; an operator decides (no count)
@@ -145,7 +182,8 @@ def after_attempt(
                        next_attempt_at=max(error.retry_at, now))
         return Decision(MessageState.POSTPONED, changes)
     code = error.code if isinstance(error, TechnicalError) else type(error).__name__
-    changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"))
+    changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
+                   last_error_trace=error_trace(error))
     if no_effect:
         # the route declared this attempt did nothing: retry, but it does not count
         changes["next_attempt_at"] = now + policy.delay(max(message.failed_count, 1))
@@ -165,6 +203,7 @@ def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Dec
         "next_attempt_at": now if due is not None else None,
         "last_error_code": ErrorCode.PROCESSING_ABANDONED.value,
         "last_error_text": f"node {message.node_id} did not finish processing (started {message.start_process_ts})",
+        "last_error_trace": None,
     })
 
 
@@ -181,7 +220,7 @@ def parent_outcome(parent: StoredMessage, children: Sequence[StoredMessage]) -> 
             "last_error_text": "child messages ended FAILED or CANCEL: " + ", ".join(str(c.id) for c in failed),
         })
     if all(c.state in (MessageState.OK, MessageState.SKIPPED) for c in children):
-        return Decision(MessageState.OK, {"next_attempt_at": None})
+        return Decision(MessageState.OK, {"next_attempt_at": None, **_cleared(parent)})
     return None
 
 
@@ -190,6 +229,7 @@ def obsolete(message: StoredMessage) -> Decision:
     return Decision(MessageState.SKIPPED, {
         "next_attempt_at": None, "last_error_code": ErrorCode.OBSOLETE.value,
         "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
+        "last_error_trace": None,
     })
 
 
@@ -198,6 +238,7 @@ def held_by_funnel(funnel: str, blocker: int, now: datetime, postpone_interval: 
     return Decision(MessageState.POSTPONED, {
         "next_attempt_at": now + postpone_interval, "last_error_code": ErrorCode.FUNNEL.value,
         "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
+        "last_error_trace": None,
     })
 
 
@@ -210,6 +251,7 @@ def dropped(message: StoredMessage, reason: str, custom_data: Any) -> Decision:
     return Decision(MessageState.SKIPPED, {
         "next_attempt_at": None, "custom_data": custom_data,
         "last_error_code": ErrorCode.DROPPED.value, "last_error_text": clip(reason),
+        "last_error_trace": None,
     })
 
 
@@ -218,6 +260,7 @@ def cancelled(reason: str | None = None) -> Decision:
     return Decision(MessageState.CANCEL, {
         "next_attempt_at": None, "last_error_code": ErrorCode.CANCELLED.value,
         "last_error_text": clip(reason or "cancelled"),
+        "last_error_trace": None,
     })
 
 

@@ -143,7 +143,7 @@ class ExternalCalls:
                 _current.reset(token)
         except TimeoutError:
             outcome = CallOutcome.TIMEOUT
-            error = TechnicalError(f"{system}.{key}: no answer within {limit.total_seconds():g} s", "TIMEOUT")
+            error = TechnicalError(f"{system}.{key}: no answer within {limit.total_seconds():g} s", code="TIMEOUT")
         except (BusinessError, ValidationError) as answered:
             outcome, error = CallOutcome.BUSINESS_ERROR, answered
         except Exception as failed:  # a cancelled task (the node stops) passes: a trial's place frees itself

@@ -117,16 +117,17 @@ class ExternalHttpClient:
             response = await self._client.request(method, url, content=body, params=params, headers=sent,
                                                    timeout=timeout)
         except httpx.TimeoutException as error:
-            raise TechnicalError(f"{where}: timeout ({type(error).__name__})", "TIMEOUT") from None
+            raise TechnicalError(f"{where}: timeout ({type(error).__name__})", code="TIMEOUT") from None
         except httpx.HTTPError as error:
-            raise TechnicalError(f"{where}: {type(error).__name__}: {_short(str(error))}", "CONNECTION_ERROR") from None
+            raise TechnicalError(f"{where}: {type(error).__name__}: {_short(str(error))}",
+                                 code="CONNECTION_ERROR") from None
         if context is not None:
             context.response = _record_text(settings, f"HTTP {response.status_code}", response.content)
         else:  # inside a guarded call the guard logs the one line
             log.debug("call %s: HTTP %s in %d ms", where, response.status_code, (time.perf_counter() - started) * 1000)
         status = response.status_code
         if status >= 500 or status in _TECHNICAL_STATUSES:
-            raise TechnicalError(f"{where}: HTTP {status}: {_short(response.text)}", f"HTTP_{status}")
+            raise TechnicalError(f"{where}: HTTP {status}: {_short(response.text)}", code=f"HTTP_{status}")
         if status >= 400:
             raise BusinessError(f"HTTP_{status}", f"{where}: {_short(response.text)}")
         return response
@@ -160,7 +161,8 @@ def _json(response: httpx.Response, name: str) -> Any:
     try:
         return response.json()
     except ValueError:
-        raise TechnicalError(f"{name}: the answer is not JSON: {_short(response.text)}", "INVALID_RESPONSE") from None
+        raise TechnicalError(f"{name}: the answer is not JSON: {_short(response.text)}",
+                             code="INVALID_RESPONSE") from None
 
 
 def _record_text(settings: ExternalSystem, first_line: str, body: bytes | None) -> str:

@@ -111,7 +111,8 @@ class SoapService:
                 transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
                 self._zeep = zeep.AsyncClient(location, transport=transport, settings=settings)
         except (httpx.HTTPError, zeep.exceptions.TransportError) as error:
-            raise SoapTransportError(f"cannot load WSDL {location}: {_short(str(error))}", "WSDL_UNAVAILABLE") from None
+            raise SoapTransportError(f"cannot load WSDL {location}: {_short(str(error))}",
+                                     code="WSDL_UNAVAILABLE") from None
         except (zeep.exceptions.Error, etree.XMLSyntaxError, OSError) as error:
             raise ConfigurationError(f"invalid WSDL {location}: {_short(str(error))}") from None
         try:
@@ -161,27 +162,27 @@ class SoapService:
             text = _short(fault.message or "SOAP Fault without a reason")
             if code in self.technical_fault_codes:
                 reason = f"{self.name}.{operation}: SOAP Fault {code}: {text}"
-                raise SoapTransportError(reason, f"SOAP_{code}") from None
+                raise SoapTransportError(reason, code=f"SOAP_{code}") from None
             raise SoapFaultError(self.name, code, text, detail) from None
         except zeep.exceptions.TransportError as error:
             # zeep reports an unparsable 200 answer as a transport error too
             kind = f"HTTP_{error.status_code}" if error.status_code >= 400 else "INVALID_RESPONSE"
             reason = f"{self.name}.{operation}: HTTP {error.status_code}: {_short(error.message)}"
-            raise SoapTransportError(reason, kind) from None
+            raise SoapTransportError(reason, code=kind) from None
         except httpx.TimeoutException as error:
             raise SoapTransportError(
-                f"{self.name}.{operation}: timeout calling {self.address} ({type(error).__name__})", "TIMEOUT"
+                f"{self.name}.{operation}: timeout calling {self.address} ({type(error).__name__})", code="TIMEOUT"
             ) from None
         except httpx.HTTPError as error:
             raise SoapTransportError(
                 f"{self.name}.{operation}: cannot call {self.address}: {type(error).__name__}: {_short(str(error))}",
-                "CONNECTION_ERROR",
+                code="CONNECTION_ERROR",
             ) from None
         except (zeep.exceptions.ValidationError, TypeError) as error:
             raise ValidationError(f"{self.name}.{operation}: invalid request: {_short(str(error))}") from None
         except (zeep.exceptions.Error, etree.XMLSyntaxError) as error:
             raise SoapTransportError(
-                f"{self.name}.{operation}: invalid SOAP answer: {_short(str(error))}", "INVALID_RESPONSE"
+                f"{self.name}.{operation}: invalid SOAP answer: {_short(str(error))}", code="INVALID_RESPONSE"
             ) from None
 
     async def aclose(self) -> None:

@@ -337,7 +337,7 @@ def audit(  # noqa: C901
     )
     per_route = Window.partitionBy("service", "operation").orderBy(F.desc("count"), "code")
     stats["top_errors"] = (
-        messages.where(F.col("last_error_code").isNotNull())
+        messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != "OK"))  # the current error only
         .groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(F.count("*").alias("count"))
         .withColumn("rank", F.row_number().over(per_route)).where(F.col("rank") <= top).drop("rank")
     )

@@ -420,6 +420,20 @@ def _apply_batch(
     return restarted, skipped, already, moved, missing
 
 
+def _log_batch(job_id: str, batch: int, restarted: int, skipped: int) -> None:
+    """One line per applied batch (who: the job, the OS user and host); each message's transition row has the
+    cause ``reprocess:<job id>``, and a server's log shows its next state change when its repoll takes it."""
+    import getpass
+    import socket
+
+    from openroute.logs import actions_log, ensure_action_log
+
+    ensure_action_log()
+    actions_log.info("reprocess job %s batch %d by %s@%s: %d message(s) restarted, %d skipped as obsolete", job_id,
+                     batch, getpass.getuser(), socket.gethostname(), restarted, skipped,
+                     extra={"action": "reprocess", "job_id": job_id, "restarted": restarted, "skipped": skipped})
+
+
 def apply_plan(
     spark: SparkSession,
     url: str,
@@ -468,6 +482,8 @@ def apply_plan(
             moved.extend(outcome[3])
             missing.extend(outcome[4])
             batches += 1
+            if outcome[0] or outcome[1]:
+                _log_batch(job_id, batches, outcome[0], outcome[1])
             pacer.released_now(outcome[0] + outcome[1])
             if progress is not None:
                 progress(ApplyResult(restarted, skipped, already, list(moved), list(missing), batches))

@@ -203,6 +203,29 @@ async def test_restart_failed_message(client: httpx.AsyncClient, world: World, s
     assert again.status_code == 409 and "PARTLY_FAILED -> PARTLY_FAILED" in again.json()["reason"]
 
 
+async def test_search_by_what_went_wrong(client: httpx.AsyncClient, world: World) -> None:
+    ids = world.ids
+    failed = {ids["failed1"], ids["failed2"]}
+    assert {m["id"] for m in (await search(client, error_code="REFUSED"))["items"]} == failed
+    assert {m["id"] for m in (await search(client, error_code=["REFUSED", "OTHER"]))["items"]} == failed
+    assert (await search(client, error_code="REFUSED", service="billing"))["total"] == 1
+    assert {m["id"] for m in (await search(client, error_text="BLOCKED"))["items"]} == failed
+    assert [m["id"] for m in (await search(client, payload_text='"fail": 2'))["items"]] == [ids["failed2"]]
+    assert (await search(client, payload_text="fail", state="OK"))["total"] == 0
+    too_many = await client.get("/admin/messages", params={"error_code": ",".join(f"C{i}" for i in range(51))},
+                                headers=ADMIN)
+    assert too_many.status_code == 400 and "error_code" in too_many.json()["reason"]
+
+
+async def test_restart_is_logged_with_who_and_from_where(client: httpx.AsyncClient, world: World,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="openroute.admin")
+    message_id = world.ids["failed2"]
+    assert (await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)).status_code == 200
+    assert (f"message {message_id} restarted by ops from 127.0.0.1 (admin API) (FAILED -> PARTLY_FAILED)"
+            in [r.getMessage() for r in caplog.records])
+
+
 async def test_restart_of_ok_or_new_is_refused(client: httpx.AsyncClient, world: World, store: MessageStore) -> None:
     for name in ("ok", "new"):
         before = store.get(world.ids[name])

@@ -80,6 +80,8 @@ def parse_confirm(body: bytes) -> dict[str, object]:
         for name in ("correlationId", "messageId", "sourceSystem", "processId", "service", "operation", "state",
                      "finishedAt", "errorCode", "errorText", "confirmationId")
     }
+    if fields["messageId"] is not None:
+        fields["messageId"] = int(str(fields["messageId"]))  # xs:long, as in the accept answer
     fields["businessErrors"] = [
         {"code": _text(e, "code"), "text": _text(e, "text")}
         for e in request.findall(f"{{{NS}}}businessErrors/{{{NS}}}businessError")

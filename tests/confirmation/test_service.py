@@ -119,7 +119,7 @@ async def test_enqueue_rejects_bad_input(store: MessageStore, clock: FakeClock) 
     service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
     with pytest.raises(InvalidConfirmationError, match="not in the store"):
         await service.enqueue(request_for(424242))
-    with pytest.raises(InvalidConfirmationError, match="integer message id"):
+    with pytest.raises(InvalidConfirmationError, match="positive integer"):
         await service.enqueue(request_for("abc"))  # type: ignore[arg-type]
     with pytest.raises(InvalidConfirmationError, match="ConfirmationRequest"):
         await service.enqueue({"message_id": 1})  # type: ignore[arg-type]
@@ -165,7 +165,7 @@ async def test_confirmations_arrive_exactly_once_despite_failures(
     retried = [i for i in infos if i.attempts == 2]  # type: ignore[union-attr]
     assert all("receiver is down" in (i.last_error or "") for i in retried)  # type: ignore[union-attr]
     states = {r["messageId"]: r["state"] for r in receiver.snapshot()}
-    assert [states[str(m)] for m in ids] == ["OK", "FAILED", "CANCEL", "OK"]
+    assert [states[m] for m in ids] == ["OK", "FAILED", "CANCEL", "OK"]
 
 
 @pytest.mark.parametrize("failure", ["fault", "http500"])

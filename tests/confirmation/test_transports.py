@@ -50,7 +50,7 @@ async def test_soap_confirmation_sends_every_field(receiver: Receiver) -> None:
         await soap.aclose()
     [got] = receiver.snapshot()
     assert got["correlationId"] == "corr-7"
-    assert got["messageId"] == "7"
+    assert got["messageId"] == 7
     assert got["sourceSystem"] == "CRM"
     assert got["processId"] == "proc-1"
     assert (got["service"], got["operation"]) == ("customer", "create")
@@ -64,7 +64,7 @@ async def test_soap_confirmation_sends_every_field(receiver: Receiver) -> None:
 async def test_soap_confirmation_optional_fields_may_be_absent(receiver: Receiver, state: str) -> None:
     soap = SoapConfirmation("CRM", receiver.url + "/soap")
     try:
-        await soap.confirm(ConfirmationRequest(message_id="m-1", correlation_id="c", source_system="CRM", state=state))
+        await soap.confirm(ConfirmationRequest(message_id=1, correlation_id="c", source_system="CRM", state=state))
     finally:
         await soap.aclose()
     [got] = receiver.snapshot()
@@ -139,7 +139,7 @@ async def test_http_json_confirmation(receiver: Receiver) -> None:
         await http.aclose()
     [got] = receiver.snapshot()
     assert got["_headers"]["x-api-key"] == "secret"  # type: ignore[index]
-    assert got["messageId"] == "7" and got["state"] == "FAILED"
+    assert got["messageId"] == 7 and got["state"] == "FAILED"
     assert got["businessErrors"] == [{"code": "E1", "text": "unknown customer"}, {"code": "E2", "text": "no address"}]
     assert datetime.fromisoformat(str(got["finishedAt"])) == FINISHED
 
@@ -221,7 +221,7 @@ async def test_delegate_picks_the_system_confirmation(receiver: Receiver) -> Non
     finally:
         await delegate.aclose()
     got = receiver.snapshot()
-    assert [(g["messageId"], g["sourceSystem"]) for g in got] == [("1", "ERP"), ("2", "CRM")]
+    assert [(g["messageId"], g["sourceSystem"]) for g in got] == [(1, "ERP"), (2, "CRM")]
     assert "_headers" in got[1] and "_headers" not in got[0]  # CRM went over JSON, ERP over SOAP
 
 
@@ -241,6 +241,7 @@ def test_delegate_rejects_duplicates_and_wrong_types() -> None:
         ({"message_id": None}, "message_id"),
         ({"message_id": ""}, "message_id"),
         ({"message_id": True}, "message_id"),
+        ({"message_id": "7"}, "message_id"),  # an integer, as in the accept answer
         ({"correlation_id": ""}, "correlation_id"),
         ({"source_system": None}, "source_system"),
         ({"business_errors": ("E1",)}, "BusinessErrorInfo"),

@@ -228,7 +228,9 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
     assert refused.status_code == 503 and refused.json()["error"] == "NODE_NOT_ACCEPTING"
 
     click(browser, "nav-errors")
-    assert "CRM_REFUSED" in text(browser, "error-codes")
+    # the catalogue counts current errors: the restarted message ended OK, its CRM_REFUSED is history now
+    catalogue = text(browser, "error-codes")
+    assert "CANCELLED engine an operator cancelled the message" in catalogue and "CRM_REFUSED" not in catalogue
     shot(browser, "errors", tmp_path)
 
     # the list's "select all" is the console's own script file: it runs under the content policy
@@ -252,3 +254,50 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
     assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert "'unsafe-inline'" not in page.headers["content-security-policy"]
+
+def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, browser: Any) -> None:
+    """Issue 26: counts and lists refresh every 5 s without a reload, the refresh can be paused, and the detail
+    page shows the traceback of a step's unexpected error."""
+    from datetime import UTC, datetime
+
+    from openroute.persistence import NewMessage
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from openroute import states
+
+    console = f"{served.url}/console"
+    browser.get(f"{console}/")
+    assert text(browser, "count-NEW") == "0"
+    browser.execute_script("window.sameDocument = true")  # gone if the page were reloaded
+    stored = served.store.insert_message(NewMessage(
+        service="orders", operation="create", payload="{}", content_type="application/json",
+        correlation_id="order-live", source_system="CRM", receive_ts=datetime.now(UTC))).message
+    WebDriverWait(browser, WAIT).until(lambda driver: text(driver, "count-NEW") == "1")
+    assert browser.execute_script("return window.sameDocument") is True
+
+    # the list of a search refreshes too, and the operator can stop it
+    browser.get(f"{console}/messages?state=NEW")
+    assert browser.execute_script("return window.openrouteLive.running()") is True
+    now = datetime.now(UTC)
+    claimed = states.claim(served.store, [stored], "console-node", now)[0]
+    trace = 'Traceback (most recent call last):\n  File "steps.py", line 9, in enrich\nKeyError: \'customer\''
+    states.transition(served.store, claimed, MessageState.PARTLY_FAILED, now, {
+        "failed_count": 1, "last_error_code": "KeyError", "last_error_text": "KeyError: 'customer'",
+        "last_error_trace": trace})
+    WebDriverWait(browser, WAIT).until(lambda driver: "0 matching" in text(driver, "result-count"))
+    browser.find_element(By.ID, "live-toggle").click()
+    assert browser.find_element(By.ID, "live-toggle").text == "resume refresh"
+    assert browser.execute_script("return window.openrouteLive.running()") is False
+    browser.refresh()  # paused stays paused in this browser
+    assert browser.execute_script("return window.openrouteLive.running()") is False
+    browser.find_element(By.ID, "live-toggle").click()
+    assert browser.execute_script("return window.openrouteLive.running()") is True
+
+    # the detail shows the traceback of the failed step
+    browser.get(f"{console}/messages/{stored.id}")
+    assert "KeyError" in text(browser, "last-error")
+    assert 'File "steps.py", line 9, in enrich' in browser.find_element(By.ID, "last-error-trace").text
+    trace_cell = browser.find_element(By.CSS_SELECTOR, "details.trace")
+    trace_cell.find_element(By.TAG_NAME, "summary").click()
+    assert "KeyError: 'customer'" in trace_cell.find_element(By.TAG_NAME, "pre").text

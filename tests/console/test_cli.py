@@ -207,3 +207,30 @@ def test_messages_and_spark_read_the_database_url_of_the_config_file(
     config.write_text('database_url = 42\n', encoding="utf-8")
     code, _, err = cli(capsys, "messages", "list", "--config", str(config))
     assert code == 2 and "openroute messages: configuration" in err and "database_url" in err
+
+
+def test_search_by_what_went_wrong_and_restart_the_matches(
+    store: MessageStore, ids: dict[str, int], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    db = ("--database-url", store.url)
+    code, out, _ = cli(capsys, "messages", "list", "--error-code", "REFUSED", "--error-code", "OTHER", *db, "--json")
+    assert code == 0 and {m["id"] for m in json.loads(out)["items"]} == {ids["failed1"], ids["failed2"]}
+    code, out, _ = cli(capsys, "messages", "list", "--payload-text", "<AMOUNT>10", "--error-text", "blocked", *db,
+                       "--json")
+    assert code == 0 and [m["id"] for m in json.loads(out)["items"]] == [ids["failed2"]]
+    caplog.set_level("INFO", logger="openroute.actions")
+    monkeypatch.setattr("sys.stdin", Tty("y\n"))
+    code, out, err = cli(capsys, "messages", "restart", "--error-code", "REFUSED", "--service", "billing", *db)
+    assert code == 0 and "Restart 1 messages? [y/N]" in err
+    assert store.get(ids["failed2"]).state is MessageState.PARTLY_FAILED
+    assert store.get(ids["failed1"]).state is MessageState.FAILED
+    cause = store.transitions_of(ids["failed2"])[-1]["cause"]
+    assert cause.startswith("cli:") and "@" in cause  # who and from which host
+    assert f"message {ids['failed2']} restarted by {cause} (FAILED -> PARTLY_FAILED)" in caplog.messages
+
+
+def test_show_prints_each_failures_text(store: MessageStore, ids: dict[str, int],
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "messages", "show", str(ids["failed1"]), "--database-url", store.url)
+    assert code == 0 and "customer blocked" in out.split("state path:")[1]

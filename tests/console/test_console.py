@@ -286,3 +286,62 @@ async def test_processing_after_a_console_restart_ends_ok(client: httpx.AsyncCli
         assert "console:ops" in path.group(1)
     finally:
         await world.engine.stop()
+
+
+async def test_search_by_what_went_wrong_and_restart_all_matching(client: httpx.AsyncClient, world: World) -> None:
+    """Issue 26: find the messages an outage hit (error code, error text, payload text), then restart them all in
+    one action, after a confirmation that shows the count; through the engine, as one by one."""
+    ids = world.ids
+    failed = {ids["failed1"], ids["failed2"]}
+    assert set(ids_listed(await page(client, "/console/messages?error_code=REFUSED"))) == failed
+    assert set(ids_listed(await page(client, "/console/messages?error_code=REFUSED&error_code=X"))) == failed
+    assert set(ids_listed(await page(client, "/console/messages?error_text=blocked&service=billing"))) == {
+        ids["failed2"]}
+    html = await page(client, "/console/messages?payload_text=%3Camount%3E10")
+    assert ids_listed(html) == [ids["failed2"]]
+    assert 'id="restart-matching"' in html and "data-live" in html and "/static/live.js" in html
+    token = csrf_of(html)
+    query = "error_code=REFUSED"
+    asked = await client.post("/console/messages/restart-matching", data={"csrf": token, "query": query},
+                              headers=ADMIN)
+    assert asked.status_code == 200 and 'id="restart-count">2 messages in FAILED' in asked.text
+    assert {world.store.get(i).state for i in failed} == {MessageState.FAILED}  # only asked, nothing done
+    stale = await client.post("/console/messages/restart-matching", headers=ADMIN,
+                              data={"csrf": token, "query": query, "confirm": "yes", "expected": "5"})
+    assert 'id="count-changed"' in stale.text  # the count moved since the page was shown: asked again
+    assert {world.store.get(i).state for i in failed} == {MessageState.FAILED}
+    done = await client.post("/console/messages/restart-matching", headers=ADMIN,
+                             data={"csrf": token, "query": query, "confirm": "yes", "expected": "2"})
+    assert done.status_code == 200 and done.text.count('class="ok"') == 2
+    assert {world.store.get(i).state for i in failed} == {MessageState.PARTLY_FAILED}
+    assert {world.store.transitions_of(i)[-1]["cause"] for i in failed} == {"console:ops"}
+    none_left = await client.post("/console/messages/restart-matching", data={"csrf": token, "query": query},
+                                  headers=ADMIN)
+    assert 'id="restart-count">0 messages' in none_left.text and 'id="confirm-restart"' not in none_left.text
+    wrong = await client.post("/console/messages/restart-matching", headers=ADMIN,
+                              data={"csrf": token, "query": "state=NEW"})
+    assert wrong.status_code == 400 and "can be restarted" in wrong.text
+    refused = await client.post("/console/messages/restart-matching", data={"query": query}, headers=ADMIN)
+    assert refused.status_code == 403  # no CSRF token: nothing done
+
+
+async def test_detail_shows_the_history_of_errors_and_the_traceback(client: httpx.AsyncClient,
+                                                                    world: World) -> None:
+    from datetime import UTC, datetime
+
+    from openroute import states
+
+    message = world.store.get(world.ids["new2"])
+    now = datetime.now(UTC)
+    claimed = states.claim(world.store, [message], "n", now)[0]
+    trace = 'Traceback (most recent call last):\n  File "step.py", line 3\nKeyError: \'customer\''
+    failed = states.transition(world.store, claimed, MessageState.PARTLY_FAILED, now, {
+        "failed_count": 1, "last_error_code": "KeyError", "last_error_text": "KeyError: 'customer'",
+        "last_error_trace": trace})
+    claimed = states.claim(world.store, [failed], "n", now)[0]
+    states.transition(world.store, claimed, MessageState.OK, now, {
+        "last_error_code": None, "last_error_text": None, "last_error_trace": None})
+    html = await page(client, f"/console/messages/{message.id}")
+    assert re.search(r'id="last-error">\s*</td>', html)  # OK: no current error
+    assert "<b>KeyError</b> KeyError: &#39;customer&#39;" in html  # the failure stays in the state path
+    assert 'id="trace-3"' in html and "File &#34;step.py&#34;, line 3" in html

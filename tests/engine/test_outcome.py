@@ -77,7 +77,7 @@ def test_custom_data_that_is_not_json_is_a_validation_error_keeping_the_old_data
 
 
 def test_a_technical_error_counts_and_is_retried_until_the_policy_is_exhausted() -> None:
-    first = attempt(TechnicalError("billing down", "BILLING_DOWN"))
+    first = attempt(TechnicalError("billing down", code="BILLING_DOWN"))
     assert first.target is MessageState.PARTLY_FAILED
     assert first.changes["failed_count"] == 1
     assert first.changes["next_attempt_at"] == NOW + timedelta(seconds=10)
@@ -139,7 +139,36 @@ def test_obsolete_funnel_dropped_cancel_and_restart_decisions() -> None:
     assert dropped.target is MessageState.SKIPPED and dropped.changes["custom_data"] == {"seen": 1}
     assert dropped.changes["last_error_code"] == "DROPPED" and dropped.changes["last_error_text"] == "spam"
     assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {
-        "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled"})
+        "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled",
+        "last_error_trace": None})
     assert outcome.cancelled("asked by crm").changes["last_error_text"] == "asked by crm"
     assert outcome.restarted(NOW) == outcome.Decision(  # a new attempt history: no business errors carried over
         MessageState.PARTLY_FAILED, {"next_attempt_at": NOW, "failed_count": 0, "business_errors": []})
+
+
+def test_success_ends_the_current_error_and_history_keeps_it() -> None:
+    """Issue 26: an attempt that succeeds after failures leaves no current error (the transition rows keep them)."""
+    failed_before = message(failed_count=1, last_error_code="HLR_DOWN", last_error_text="hlr is down",
+                            state=MessageState.PROCESSING)
+    decision = attempt(None, failed_before)
+    assert decision.target is MessageState.OK
+    assert (decision.changes["last_error_code"], decision.changes["last_error_text"],
+            decision.changes["last_error_trace"]) == (None, None, None)
+    assert "last_error_code" not in attempt(None).changes  # nothing to clear: nothing written
+    parent = message(state=MessageState.WAITING_FOR_CHILDREN, last_error_code="FUNNEL", last_error_text="held")
+    done = outcome.parent_outcome(parent, [message(id=8, state=MessageState.OK)])
+    assert done is not None and done.changes["last_error_code"] is None
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (TechnicalError("down", code="HLR_DOWN"), True), (ConnectionError("refused"), True), (TimeoutError(), True),
+    (BusinessError("NO_CREDIT", "none"), True), (KeyError("x"), False), (ZeroDivisionError(), False)])
+def test_only_unexpected_errors_keep_a_traceback(error: Exception, expected: bool) -> None:
+    assert outcome.is_expected_error(error) is expected
+    try:
+        raise error
+    except Exception as raised:
+        trace = outcome.error_trace(raised)
+    assert (trace is None) is expected
+    if not expected:
+        assert trace is not None and trace.startswith("Traceback") and len(trace) <= outcome.MAX_ERROR_TRACE

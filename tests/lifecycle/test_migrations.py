@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from openroute.persistence import MessageState, MessageStore, NewMessage
-from openroute.persistence.store import alembic_config
+from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence.store import _insert_values, alembic_config
 
-from openroute import states
 from openroute.admin import parse_filters, search_messages
 from tests.lifecycle.conftest import START
 
@@ -25,19 +24,29 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         store.upgrade("0003")
         assert store.current_revision() == "0003"
         ids = []
-        for i in range(5):
-            new = NewMessage(service="s", operation="o", payload="{}", content_type="application/json",
-                             correlation_id=f"m-{i}", source_system="crm", receive_ts=START, object_id=f"obj-{i % 2}",
-                             process_id="p-1")
-            ids.append(store.insert_message(new).message.id)
-        done = states.transition(store, states.claim(store, [store.get(ids[0])], "n", START)[0], MessageState.OK,
-                                 START)
-        before = [store.get(i) for i in ids]
+        with store.engine.begin() as connection:  # the rows as 0003 knew them (no column of a later migration)
+            for i in range(5):
+                new = NewMessage(service="s", operation="o", payload="{}", content_type="application/json",
+                                 correlation_id=f"m-{i}", source_system="crm", receive_ts=START,
+                                 object_id=f"obj-{i % 2}", process_id="p-1")
+                values = _insert_values(new)
+                if i == 0:  # ended OK after a failed attempt, its error left on the row before 0009
+                    values.update(state=MessageState.OK, failed_count=1, last_error_code="HLR_DOWN",
+                                  last_error_text="hlr is down")
+                if i == 1:  # FAILED keeps its error
+                    values.update(state=MessageState.FAILED, last_error_code="HLR_DOWN", last_error_text="down")
+                ids.append(connection.execute(sa.insert(message_table).values(values)).inserted_primary_key[0])
 
         store.upgrade()
 
         assert store.current_revision() == MessageStore.head_revision()
-        assert [store.get(i) for i in ids] == before and before[0] == done
+        after = [store.get(i) for i in ids]
+        assert [m.correlation_id for m in after] == [f"m-{i}" for i in range(5)]  # type: ignore[union-attr]
+        # migration 0009: an OK message has no current error any more; a FAILED one keeps its own
+        assert (after[0].state, after[0].last_error_code, after[0].last_error_text) == (  # type: ignore[union-attr]
+            MessageState.OK, None, None)
+        assert after[1].last_error_code == "HLR_DOWN"  # type: ignore[union-attr]
+        before = after
         indexes = {i["name"]: i["column_names"] for i in sa.inspect(store.engine).get_indexes("message")}
         for name, columns in SEARCH_INDEXES.items():
             assert indexes.get(name) == columns
@@ -49,6 +58,9 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
             config.attributes["connection"] = connection
             command.downgrade(config, "0003")
         names = {i["name"] for i in sa.inspect(store.engine).get_indexes("message")}
-        assert not names & set(SEARCH_INDEXES) and [store.get(i) for i in ids] == before
+        assert not names & set(SEARCH_INDEXES)
+        with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
+            kept = connection.execute(sa.text("SELECT id, correlation_id, state FROM message ORDER BY id")).all()
+        assert [tuple(r) for r in kept] == [(m.id, m.correlation_id, m.state.value) for m in before]
     finally:
         store.dispose()

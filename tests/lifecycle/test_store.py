@@ -31,7 +31,12 @@ def test_migrations_build_exactly_the_models(store: MessageStore) -> None:
     with store.engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     # SQLite cannot tell a timezone-aware timestamp from a naive one; nothing else may differ
-    relevant = [d for d in differences if not (isinstance(d, list) and d and d[0][0] == "modify_type")]
+    # Alembic does not read Index.ddl_if: the trigram indexes exist on PostgreSQL only (migration 0009)
+    dialect = store.engine.dialect.name
+    elsewhere = {i.name for table in Base.metadata.tables.values() for i in table.indexes
+                 if i._ddl_if is not None and i._ddl_if.dialect not in (None, dialect)}
+    relevant = [d for d in differences if not (isinstance(d, list) and d and d[0][0] == "modify_type")
+                and not (isinstance(d, tuple) and d[0] == "add_index" and d[1].name in elsewhere)]
     assert relevant == []
     names = set(sa.inspect(store.engine).get_table_names())
     assert {"message", "external_call", "confirmation", "node", "alembic_version"} <= names

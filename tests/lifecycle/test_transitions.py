@@ -82,9 +82,10 @@ async def test_partly_failed_then_failed_then_admin_restart_then_ok(
     assert _path(store, sent.message_id) == [
         (None, S.NEW, 1, None, "engine", "node-1"),
         (S.NEW, S.PROCESSING, 1, None, "engine", "node-1"),
-        (S.PROCESSING, S.PARTLY_FAILED, 2, "MNO_DOWN", "engine", "node-1"),
+        # a failed attempt is numbered as the attempt that failed (the log says the same, issue 26)
+        (S.PROCESSING, S.PARTLY_FAILED, 1, "MNO_DOWN", "engine", "node-1"),
         (S.PARTLY_FAILED, S.PROCESSING, 2, None, "engine", "node-1"),
-        (S.PROCESSING, S.FAILED, 3, "MNO_DOWN", "engine", "node-1"),
+        (S.PROCESSING, S.FAILED, 2, "MNO_DOWN", "engine", "node-1"),
         (S.FAILED, S.PARTLY_FAILED, 1, None, "admin:ann", "node-1"),
         (S.PARTLY_FAILED, S.PROCESSING, 1, None, "engine", "node-1"),
         (S.PROCESSING, S.OK, 1, None, "engine", "node-1"),
@@ -132,7 +133,7 @@ async def test_repair_of_a_dead_node_is_recorded_as_repair(
     assert _path(store, message.id) == [
         (None, S.NEW, 1, None, "engine", "dead-node"),
         (S.NEW, S.PROCESSING, 1, None, "engine", "dead-node"),
-        (S.PROCESSING, S.PARTLY_FAILED, 2, "PROCESSING_ABANDONED", "repair", "node-1"),
+        (S.PROCESSING, S.PARTLY_FAILED, 1, "PROCESSING_ABANDONED", "repair", "node-1"),
         (S.PARTLY_FAILED, S.PROCESSING, 2, None, "engine", "node-1"),
         (S.PROCESSING, S.OK, 2, None, "engine", "node-1"),
     ]
@@ -195,7 +196,7 @@ async def test_obsolete_skip_and_split_children(database_url: str, route_test_ki
     assert [row[:4] for row in _path(store, older.message_id)] == [
         (None, S.NEW, 1, None),
         (S.NEW, S.PROCESSING, 1, None),
-        (S.PROCESSING, S.PARTLY_FAILED, 2, "MNO_DOWN"),
+        (S.PROCESSING, S.PARTLY_FAILED, 1, "MNO_DOWN"),
         (S.PARTLY_FAILED, S.PROCESSING, 2, None),
         (S.PROCESSING, S.SKIPPED, 2, "OBSOLETE"),
     ]
