@@ -1,7 +1,7 @@
 """circuit breaker state per external system, records of external calls, alert rule state
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-11-25 20:00:00
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

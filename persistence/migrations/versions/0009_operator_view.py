@@ -1,7 +1,7 @@
 """current error apart from history; search by error code, error text and payload text; step tracebacks
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0008
 Create Date: 2026-11-25 20:00:00
 
 - ``message.last_error_trace``: the traceback of the unexpected error of the current state (truncated).
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0005"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

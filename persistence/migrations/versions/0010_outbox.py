@@ -1,7 +1,7 @@
 """the outbox: outcome events written in the transaction of a state change, published to a channel after it
 
 Revision ID: 0010
-Revises: 0005
+Revises: 0009
 Create Date: 2026-11-25 19:50:00
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0010"
-down_revision = "0005"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
