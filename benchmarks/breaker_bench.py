@@ -25,7 +25,8 @@ import uuid
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalSystem
 from openroute.route import Route, RouteRegistry
 

@@ -12,8 +12,9 @@ from openroute.persistence import MessageStore
 from openroute.persistence.call_records import CallRecord, CallRecordStore
 
 from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
 from openroute.inbound import AdminAuth, AdminUser
+from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, ExternalCalls, ExternalSystem
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app

@@ -33,7 +33,8 @@ from openroute.alerts import (
     decide,
 )
 from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, InboundMessage
+from openroute.engine import Engine, EngineSettings
+from openroute.message import InboundMessage
 from openroute.route import Route as RouteDefinition
 from openroute.route import RouteRegistry
 

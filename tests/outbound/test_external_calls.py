@@ -15,8 +15,8 @@ from openroute.persistence.call_records import CallRecordStore
 
 from openroute import BusinessError, TechnicalError
 from openroute.clock import ManualClock
-from openroute.engine import InboundMessage
 from openroute.errors import CircuitOpenError
+from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, BreakerState, CallRecordSettings, ExternalCalls, ExternalSystem
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from openroute import BusinessError, ConfigurationError, TechnicalError
 from openroute.clock import ManualClock
-from openroute.engine import InboundMessage
+from openroute.message import InboundMessage
 from openroute.outbound import (
     IDEMPOTENCY_KEY_HEADER,
     CallRecordSettings,
