@@ -221,7 +221,7 @@ async def test_restart_is_logged_with_who_and_from_where(client: httpx.AsyncClie
                                                          caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="openroute.admin")
     message_id = world.ids["failed2"]
-    assert (await client.post(f"/admin/messages/{message_id}/restart", headers=ADMIN)).status_code == 200
+    assert (await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)).status_code == 200
     assert (f"message {message_id} restarted by ops from 127.0.0.1 (admin API) (FAILED -> PARTLY_FAILED)"
             in [r.getMessage() for r in caplog.records])
 

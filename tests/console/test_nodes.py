@@ -148,5 +148,5 @@ async def test_web_role_reads_but_cannot_act(client: httpx.AsyncClient, engine: 
     assert (await client.get("/admin/messages", headers=WEB)).status_code == 200
     assert (await client.get(f"/admin/messages/{message_id}", headers=WEB)).status_code == 200
     assert (await client.get("/admin/counts", headers=WEB)).status_code == 200
-    refused = await client.post(f"/admin/messages/{message_id}/cancel", headers=WEB)
+    refused = await client.post(f"/admin/messages/{message_id}/cancel", json={}, headers=WEB)
     assert refused.status_code == 403 and "'admin'" in refused.json()["reason"]

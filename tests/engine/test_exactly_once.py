@@ -151,15 +151,15 @@ async def test_a_held_call_in_doubt_waits_for_the_operator(kit_on: Any, monkeypa
         assert detail["callsInDoubt"] == ["billing"] and detail["lastErrorCode"] == "CALL_IN_DOUBT"
         call = detail["externalCalls"][0]
         assert call["inDoubt"] and call["status"] == "STARTED" and call["idempotencyKey"] == remote.keys[0]
-        done = await client.post(f"/admin/messages/{ids[0]}/mark-done", headers=ADMIN)
+        done = await client.post(f"/admin/messages/{ids[0]}/mark-done", json={}, headers=ADMIN)
         assert done.status_code == 200, done.text
         assert done.json() == {"id": ids[0], "previousState": "FAILED", "state": "PARTLY_FAILED",
                                "action": "mark-done", "callKeys": ["billing"]}
-        again = await client.post(f"/admin/messages/{ids[1]}/call-again", headers=ADMIN)
+        again = await client.post(f"/admin/messages/{ids[1]}/call-again", json={}, headers=ADMIN)
         assert again.status_code == 200 and again.json()["state"] == "PARTLY_FAILED"
-        none = await client.post(f"/admin/messages/{ids[0]}/call-again", headers=ADMIN)
+        none = await client.post(f"/admin/messages/{ids[0]}/call-again", json={}, headers=ADMIN)
         assert none.status_code == 409 and none.json()["error"] == "ILLEGALTRANSITION"  # PARTLY_FAILED now
-        refused = await client.post(f"/admin/messages/{ids[2]}/mark-done", headers={})
+        refused = await client.post(f"/admin/messages/{ids[2]}/mark-done", json={}, headers={})
         assert refused.status_code == 401
         # the console shows the doubt and offers both answers
         html = (await client.get(f"/console/messages/{ids[3]}", headers=ADMIN)).text
