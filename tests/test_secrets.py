@@ -107,8 +107,9 @@ async def test_error_texts_shown_to_operators_mask_credentials(sqlite_url: str, 
     import httpx
     from openroute.persistence import MessageStore
 
-    from openroute.engine import Engine, EngineSettings, InboundMessage
+    from openroute.engine import Engine, EngineSettings
     from openroute.inbound import AdminAuth, AdminUser
+    from openroute.message import InboundMessage
     from openroute.retry import RetryPolicy
     from openroute.route import Route, RouteRegistry
     from openroute.server import create_app

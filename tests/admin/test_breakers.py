@@ -67,8 +67,8 @@ async def test_breakers_are_listed_forced_by_an_admin_and_shown_in_metrics(
 
 
 @pytest.mark.parametrize(("content", "headers", "status", "reason"), [
-    ('{"state": "OPEN"}', {"Content-Type": "text/plain"}, 415, "must be application/json"),
-    ("state=OPEN", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "must be application/json"),
+    ('{"state": "OPEN"}', {"Content-Type": "text/plain"}, 415, "needs Content-Type: application/json"),
+    ("state=OPEN", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "needs Content-Type: application/json"),
     ("{not json", {"Content-Type": "application/json"}, 400, "must be JSON"),
     ('{"state": "HALF_OPEN"}', {"Content-Type": "application/json"}, 400, "state must be OPEN or CLOSED"),
 ])

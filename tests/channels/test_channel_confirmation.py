@@ -54,7 +54,7 @@ async def test_over_rabbitmq_a_refused_publish_raises_and_a_routed_one_arrives(r
     try:
         await routed.confirm(REQUEST)
         [received] = await take_all(rabbitmq_url, queue)
-        assert json.loads(received.body)["messageId"] == "7" and received.message_id.startswith("7:")
+        assert json.loads(received.body)["messageId"] == 7 and received.message_id.startswith("7:")
     finally:
         await routed.aclose()
         await delete(rabbitmq_url, queue)
