@@ -228,8 +228,8 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "nodeId": t["node_id"],
             "attempt": t["attempt"],
             "errorCode": t["error_code"],
-            "errorText": t["error_text"],
-            "errorTrace": t["error_trace"],
+            "errorText": _masked(t["error_text"]),
+            "errorTrace": _masked(t["error_trace"]),
             "cause": t["cause"],
         }
         for t in transitions
