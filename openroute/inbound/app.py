@@ -33,7 +33,7 @@ from openroute.inbound.errors import (
     status_and_code,
 )
 from openroute.inbound.openapi import InboundContract
-from openroute.inbound.parsing import check_content_length, parse_json, parse_xml, read_limited
+from openroute.inbound.parsing import check_content_length, parse_json, parse_timestamp, parse_xml, read_limited
 from openroute.inbound.soap import (
     SOAP11,
     SoapVersion,
@@ -93,16 +93,6 @@ class _Trace:
     timestamp: datetime | None
 
 
-def _timestamp(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"timestamp {value[:60]!r} is not an ISO 8601 date-time") from None
-    if parsed.tzinfo is None:
-        raise ValidationError(f"timestamp {value[:60]!r} has no time zone")
-    return parsed
 
 
 class InboundEndpoints:
@@ -208,7 +198,7 @@ class InboundEndpoints:
             generated=generated,
             source_system=source,
             process_id=soap.get("processId") or headers.get(PROCESS_HEADER),
-            timestamp=_timestamp(soap.get("timestamp") or headers.get(TIMESTAMP_HEADER)),
+            timestamp=parse_timestamp(soap.get("timestamp") or headers.get(TIMESTAMP_HEADER)),
         )
 
     async def _accept(

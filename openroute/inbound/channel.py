@@ -25,7 +25,6 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 from lxml import etree
@@ -35,7 +34,7 @@ from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
 from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
-from openroute.inbound.parsing import parse_json, parse_xml
+from openroute.inbound.parsing import parse_json, parse_timestamp, parse_xml
 from openroute.message import InboundMessage
 from openroute.messaging import Acknowledgment, Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, AmqpSource
@@ -394,7 +393,7 @@ class ChannelInbound:
         return InboundMessage(
             service=binding.service, operation=binding.operation, payload=payload.text, content_type=content_type,
             correlation_id=correlation, source_system=source, process_id=_text(headers.get(options.process_header)),
-            message_timestamp=_timestamp(_text(headers.get(options.timestamp_header))), headers=stored_headers,
+            message_timestamp=parse_timestamp(_text(headers.get(options.timestamp_header))), headers=stored_headers,
             object_id=extracted.object_id, entity_type=extracted.entity_type, funnel_value=extracted.funnel_value,
         )
 
@@ -438,16 +437,6 @@ def _text(value: Any) -> str | None:
     return text or None
 
 
-def _timestamp(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"timestamp {value[:60]!r} is not an ISO 8601 date-time") from None
-    if parsed.tzinfo is None:
-        raise ValidationError(f"timestamp {value[:60]!r} has no time zone")
-    return parsed
 
 
 def _one_line(error: BaseException) -> str:

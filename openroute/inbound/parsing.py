@@ -6,10 +6,12 @@ import functools
 import itertools
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from lxml import etree
 
+from openroute.errors import ValidationError
 from openroute.inbound.errors import (
     BodyTooLargeError,
     ForbiddenXmlError,
@@ -163,3 +165,17 @@ def _check_text(text: str) -> None:
         raise InvalidCharacterError(
             f"a JSON string holds a lone surrogate (\\u{ord(text[error.start]):04x}), which is no character"
         ) from None
+
+
+def parse_timestamp(value: str | None) -> datetime | None:
+    """The sender's timestamp of a message (trace header, SOAP trace element or broker header): an aware ISO 8601
+    date-time, or None when absent. Raises ValidationError (nothing stored) for text that is not one."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(f"timestamp {value[:60]!r} is not an ISO 8601 date-time") from None
+    if parsed.tzinfo is None:
+        raise ValidationError(f"timestamp {value[:60]!r} has no time zone")
+    return parsed
