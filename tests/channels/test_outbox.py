@@ -174,6 +174,13 @@ async def test_a_database_outage_keeps_the_events_and_rolls_back_the_changes_it_
             await gate.wait()  # PROCESSING while the database goes away
 
     routes = RouteRegistry([Route("crm", "setCustomer", [held_step])])
+    held: list[int] = []
+
+    def held_states() -> set[str]:
+        with postgres_store.engine.connect() as connection:
+            return set(connection.execute(sa.text("SELECT state FROM message WHERE id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)), {"ids": held}).scalars())
+
     with proxy_to(postgres_url) as proxy:
         store = MessageStore(proxy.url(postgres_url))
         engine = Engine(store, routes, EngineSettings(repoll_interval=timedelta(seconds=0.2), node_id="outage-node"))
@@ -189,8 +196,10 @@ async def test_a_database_outage_keeps_the_events_and_rolls_back_the_changes_it_
         try:
             for number in range(10):
                 await engine.accept(message(f"before-{number}"))
-            held = [await engine.accept(message(f"held-{number}", "held")) for number in range(5)]
-            await until(lambda: engine.in_flight == 5 and outbox_rows(postgres_store) == 10)
+            for number in range(5):
+                held.append((await engine.accept(message(f"held-{number}", "held"))).message_id)
+            # their claims committed (a worker counts in in_flight before its claim's commit)
+            await until(lambda: held_states() == {MessageState.PROCESSING.value} and outbox_rows(postgres_store) == 10)
             proxy.cut()
             task = asyncio.create_task(publisher.run(stop))  # the publisher starts during the outage
             gate.set()  # the held messages end OK, but their transactions fail with the connection
@@ -198,10 +207,7 @@ async def test_a_database_outage_keeps_the_events_and_rolls_back_the_changes_it_
             await until(lambda: publisher.stats.failed_rounds >= 2)
             assert sink.received == []
             assert outbox_rows(postgres_store) == 10  # the interrupted final states left no event
-            with postgres_store.engine.connect() as connection:
-                states = connection.execute(sa.text("SELECT state FROM message WHERE id IN :ids").bindparams(
-                    sa.bindparam("ids", expanding=True)), {"ids": [h.message_id for h in held]}).scalars().all()
-            assert set(states) == {MessageState.PROCESSING.value}
+            assert held_states() == {MessageState.PROCESSING.value}  # and were rolled back themselves
             proxy.restore()
             await until(lambda: len(sink.received) == 15 and outbox_rows(postgres_store) == 0, timeout=60)
         finally:
