@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 from openroute.persistence import MessageStore  # noqa: E402
 
 from tests.channels.amqp_helpers import delete, publish, ready, unique  # noqa: E402
+from tests.channels.run_config import write_run_config  # noqa: E402
 from tests.channels.test_channel_kill import (  # noqa: E402
     leased_events,
     stored,
     wait_events,
     wait_rows,
-    write_config,
 )
 from tests.inbound.test_cli_run import Server, _environment  # noqa: E402
 
@@ -51,7 +51,7 @@ def main() -> int:
     store.create_schema()
     store.dispose()
     queue, events = unique("kill-bench"), unique("kill-bench-events")
-    config = write_config(folder, url, args.amqp_url, queue, events)
+    config = write_run_config(folder, url, args.amqp_url, queue, events=events, node_id="kill-bench-node")
     in_flight: set[str] = set()
     ids = [f"m-{i}" for i in range(args.count)]
     failures = 0

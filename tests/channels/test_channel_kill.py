@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,36 +20,12 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
 from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
+from tests.channels.run_config import write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow]
 
 MESSAGES = 200
-
-
-def write_config(tmp_path: Path, database_url: str, broker: str, queue: str, events: str) -> Path:
-    path = tmp_path / "openroute.toml"
-    path.write_text(textwrap.dedent(f'''
-        database_url = "{database_url}"
-        routes = "tests.channels.channel_app:app"
-
-        [engine]
-        node_id = "kill-node"                  # the restarted node takes back what its killed run held
-
-        [openroute.messaging.connector.amqp]
-        url = "{broker}"
-
-        [openroute.messaging.incoming.crm-in]
-        connector = "amqp"
-        queue = "{queue}"
-        source-system = "CRM"
-
-        [openroute.messaging.outgoing.crm-events]
-        connector = "amqp"
-        queue = "{events}"
-        outcome-events = "final"
-    '''))
-    return path
 
 
 def stored(url: str) -> list[str]:
@@ -87,7 +62,8 @@ def test_sigkill_during_a_load_loses_and_doubles_nothing(tmp_path: Path, rabbitm
     store.create_schema()
     store.dispose()
     queue, events = unique("kill"), unique("kill-events")
-    config = write_config(tmp_path, url, rabbitmq_url, queue, events)
+    # a fixed node id: the restarted node takes back the outbox leases its killed run held
+    config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events, node_id="kill-node")
     ids = [f"m-{i}" for i in range(MESSAGES)]
     in_flight_at_kills: set[str] = set()
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
 from tests.channels.amqp_helpers import delete, publish, take_all, unique
+from tests.channels.run_config import write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = pytest.mark.rabbitmq
@@ -26,24 +26,7 @@ def test_run_serves_the_channel_and_publishes_the_outcomes(tmp_path: Path, rabbi
     store.create_schema()
     store.dispose()
     queue, events = unique("run-in"), unique("run-events")
-    config = tmp_path / "openroute.toml"
-    config.write_text(textwrap.dedent(f'''
-        database_url = "{url}"
-        routes = "tests.channels.channel_app:app"
-
-        [openroute.messaging.connector.amqp]
-        url = "{rabbitmq_url}"
-
-        [openroute.messaging.incoming.crm-in]
-        connector = "amqp"
-        queue = "{queue}"
-        source-system = "CRM"
-
-        [openroute.messaging.outgoing.crm-events]
-        connector = "amqp"
-        queue = "{events}"
-        outcome-events = "final"
-    '''))
+    config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events)
     try:
         server = Server(["--config", str(config)], ROOT, _environment())
         line = server.wait_for("serving")
@@ -70,23 +53,7 @@ def test_two_run_processes_on_one_queue_store_each_message_once(
     store = MessageStore(postgres_url)
     store.create_schema()
     queue = unique("two-nodes")
-    config = tmp_path / "openroute.toml"
-    config.write_text(textwrap.dedent(f'''
-        database_url = "{postgres_url}"
-        routes = "tests.channels.channel_app:app"
-
-        [engine]
-        concurrency = 8
-        queue_size = 8
-
-        [openroute.messaging.connector.amqp]
-        url = "{rabbitmq_url}"
-
-        [openroute.messaging.incoming.crm-in]
-        connector = "amqp"
-        queue = "{queue}"
-        source-system = "CRM"
-    '''))
+    config = write_run_config(tmp_path, postgres_url, rabbitmq_url, queue, concurrency=8, queue_size=8)
     messages = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(150)]
     servers = []
     try:
