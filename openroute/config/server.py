@@ -123,9 +123,10 @@ class ServerConfig(BaseSettings):
 
     def messaging_config(self) -> dict[str, Any]:
         """The ``openroute.messaging.*`` keys of the file, flattened for :class:`openroute.messaging.MessagingApp`."""
-        from openroute.messaging.config import _flatten
+        from openroute.messaging.config import flatten_tables
 
-        return _flatten({name: table for name, table in (("openroute", self.openroute), ("mp", self.mp)) if table})
+        tables = {name: table for name, table in (("openroute", self.openroute), ("mp", self.mp)) if table}
+        return flatten_tables(tables)
 
     @classmethod
     def settings_customise_sources(
