@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from openroute.binding import ParsedPayload
     from openroute.child import ChildMessage
     from openroute.clock import Clock, ManualClock, SystemClock
-    from openroute.dsl import Application, RouteBuilder, RouteDefinition, Steps, parsed, route, steps
+    from openroute.dsl import Application, RouteBuilder, RouteDefinition, parsed, route
     from openroute.engine.core import Engine, EngineSettings
     from openroute.engine.exchange import Exchange
     from openroute.errors import (
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from openroute.persistence import MessageState
     from openroute.retry import RetryPolicy
     from openroute.route import ExtCallScope, Route, RouteRegistry, Step
+    from openroute.sub_route import Steps, steps
 
 __version__ = "0.1.0"
 
@@ -47,8 +48,7 @@ _HOMES = {
     "ParsedPayload": "openroute.binding",
     "ChildMessage": "openroute.child",
     **dict.fromkeys(("Clock", "ManualClock", "SystemClock"), "openroute.clock"),
-    **dict.fromkeys(("Application", "RouteBuilder", "RouteDefinition", "Steps", "parsed", "route", "steps"),
-                    "openroute.dsl"),
+    **dict.fromkeys(("Application", "RouteBuilder", "RouteDefinition", "parsed", "route"), "openroute.dsl"),
     **dict.fromkeys(("Engine", "EngineSettings"), "openroute.engine.core"),
     "Exchange": "openroute.engine.exchange",
     **dict.fromkeys(("BusinessError", "ConfigurationError", "DeploymentError", "MessageDroppedByInterceptor",
@@ -58,6 +58,7 @@ _HOMES = {
     "MessageState": "openroute.persistence",
     "RetryPolicy": "openroute.retry",
     **dict.fromkeys(("ExtCallScope", "Route", "RouteRegistry", "Step"), "openroute.route"),
+    **dict.fromkeys(("Steps", "steps"), "openroute.sub_route"),
 }
 
 __all__ = [

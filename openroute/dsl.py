@@ -26,174 +26,23 @@ template. ``build()`` (and :class:`Application`) check the definition and raise
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from lxml import etree
 from pydantic import BaseModel
 
 from openroute.binding import ChannelBinding, Extractor, InboundBinding, ParsedPayload, QName, Validator
 from openroute.body import Body
-from openroute.child import ChildMessage
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.interceptors import MessageInterceptor
 from openroute.retry import RetryPolicy
-from openroute.route import ExtCallScope, Route, RouteRegistry, Step
+from openroute.route import ExtCallScope, Route, RouteRegistry
+from openroute.sub_route import Steps
 
-__all__ = ["Application", "RouteBuilder", "RouteDefinition", "Steps", "route", "steps"]
-
-ChildSpec = ChildMessage | str | Mapping[str, Any]
-
-#: what a step receives: the attempt's :class:`openroute.Exchange` (typed ``Any`` here, as ``Step`` in
-#: :mod:`openroute.route`, so that definitions do not import the runtime)
-_Exchange = Any
-
-
-def _takes_idempotency_key(function: Callable[..., Any]) -> bool:
-    """Whether ``function`` has a parameter ``idempotency_key`` that can be passed by keyword."""
-    try:
-        parameter = inspect.signature(function).parameters.get("idempotency_key")
-    except (TypeError, ValueError):
-        return False
-    return parameter is not None and parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                        inspect.Parameter.KEYWORD_ONLY)
-
-
-def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
-    function.__name__ = name
-    function.__qualname__ = name
-    return function
-
-
-@dataclass(frozen=True)
-class Steps:
-    """A reusable chain of processing steps (a sub-route), inlined where a route ``.call()``\\ s it."""
-
-    chain: tuple[Step, ...] = ()
-    child_routes: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def _what(self) -> str:
-        """How error messages name this definition."""
-        return "sub-route"
-
-    def _with_step(self, step: Step, child: tuple[str, str] | None = None) -> Self:
-        children = self.child_routes + ((child,) if child is not None and child not in self.child_routes else ())
-        return dataclasses.replace(self, chain=(*self.chain, step), child_routes=children)
-
-    def process(self, function: Callable[[_Exchange], Any], name: str | None = None) -> Self:
-        """A step: ``function(exchange)``, plain or async; its return value becomes ``exchange.result``."""
-        if not callable(function):
-            raise DeploymentError(f"{self._what}: process: {function!r} is not callable")
-        if name is None:
-            return self._with_step(function)
-
-        async def step(exchange: _Exchange) -> Any:
-            result = function(exchange)
-            return await result if inspect.isawaitable(result) else result
-
-        return self._with_step(_named(step, name))
-
-    def ext_call(
-        self,
-        key: str,
-        function: Callable[[_Exchange], Any],
-        *,
-        scope: ExtCallScope | Literal["message", "entity"] | None = None,
-        in_doubt: Literal["repeat", "hold"] = "repeat",
-        system: str | None = None,
-    ) -> Self:
-        """A step calling an external system once (``Exchange.ext_call``): skipped when an earlier attempt
-        succeeded. The result is kept in ``exchange.metadata["ext_calls"][key]`` for later steps.
-
-        ``function(exchange)`` gets the call's idempotency key as ``idempotency_key=`` when it has a parameter of
-        that name (it can also ask ``exchange.idempotency_key(key)``); ``in_doubt`` says what happens to a call an
-        earlier attempt started and never finished: ``"repeat"`` it with the same key or ``"hold"`` the message for
-        an operator. ``system`` names the system called (``[external_systems.NAME]`` in openroute.toml): its circuit
-        breaker and call records apply (docs/outage.md)."""
-        if not isinstance(key, str) or not key or len(key) > 255:
-            raise DeploymentError(f"{self._what}: ext_call: the key must be a non-empty string of at most 255 "
-                                  f"characters: {key!r}")
-        if not callable(function):
-            raise DeploymentError(f"{self._what}: ext_call {key!r}: {function!r} is not callable")
-        if scope is not None and scope not in tuple(ExtCallScope):
-            raise DeploymentError(f"{self._what}: ext_call {key!r}: scope must be 'message' or 'entity', got {scope!r}")
-        if system is not None and (not isinstance(system, str) or not system or len(system) > 100):
-            raise DeploymentError(f"{self._what}: ext_call {key!r}: system must be a name of 1-100 characters, "
-                                  f"got {system!r}")
-        if in_doubt not in ("repeat", "hold"):
-            raise DeploymentError(f"{self._what}: ext_call {key!r}: in_doubt must be 'repeat' or 'hold', "
-                                  f"got {in_doubt!r}")
-        takes_key = _takes_idempotency_key(function)
-
-        async def step(exchange: _Exchange) -> Any:
-            call: Callable[..., Any] = (
-                (lambda idempotency_key: function(exchange, idempotency_key=idempotency_key))  # type: ignore[call-arg]
-                if takes_key
-                else (lambda: function(exchange))
-            )
-            result = await exchange.ext_call(key, call, scope=scope, in_doubt=in_doubt, system=system)
-            exchange.metadata.setdefault("ext_calls", {})[key] = result
-            return result
-
-        return self._with_step(_named(step, f"ext_call:{key}"))
-
-    def split(self, function: Callable[[_Exchange], Iterable[ChildSpec]], *, into: str | tuple[str, str],
-              service: str | None = None) -> Self:
-        """A step that splits the message into child messages of the route ``into`` (an operation of the same
-        service, or (service, operation)). ``function(exchange)`` returns the children: :class:`ChildMessage`,
-        a payload string, or a mapping (sent as JSON). The parent waits for them (see ``Exchange.split``)."""
-        if not callable(function):
-            raise DeploymentError(f"{self._what}: split: {function!r} is not callable")
-        if isinstance(into, tuple):
-            if len(into) != 2 or not all(isinstance(part, str) and part for part in into):
-                raise DeploymentError(f"{self._what}: split: into must be an operation or (service, operation), "
-                                      f"got {into!r}")
-            target_service: str | None = into[0]
-            operation = into[1]
-        elif isinstance(into, str) and into:
-            target_service, operation = service, into
-        else:
-            raise DeploymentError(f"{self._what}: split: into must be an operation or (service, operation), "
-                                  f"got {into!r}")
-
-        async def step(exchange: _Exchange) -> list[int]:
-            produced = function(exchange)
-            if inspect.isawaitable(produced):
-                produced = await produced
-            chosen = target_service or exchange.message.service
-            children = [_child(item, chosen, operation) for item in produced]
-            ids: list[int] = await exchange.split(children)
-            return ids
-
-        return self._with_step(_named(step, f"split:{operation}"), (target_service or "", operation))
-
-    def call(self, sub_route: Steps) -> Self:
-        """Inline the steps of ``sub_route`` (built with :func:`steps`) here."""
-        if not isinstance(sub_route, Steps) or isinstance(sub_route, RouteBuilder):
-            raise DeploymentError(f"{self._what}: call: expected a sub-route made with steps(), got {sub_route!r}")
-        children = self.child_routes + tuple(c for c in sub_route.child_routes if c not in self.child_routes)
-        return dataclasses.replace(self, chain=(*self.chain, *sub_route.chain), child_routes=children)
-
-
-def _child(item: ChildSpec, service: str, operation: str) -> ChildMessage:
-    if isinstance(item, ChildMessage):
-        return item if item.service else dataclasses.replace(item, service=service)
-    if isinstance(item, str):
-        return ChildMessage(payload=item, operation=operation, service=service)
-    if isinstance(item, Mapping):
-        return ChildMessage(payload=json.dumps(item), operation=operation, service=service,
-                            content_type="application/json")
-    raise TypeError(f"a split function must produce ChildMessage, str or mapping items, got {type(item).__name__}")
-
-
-def steps() -> Steps:
-    """Start a reusable sub-route: ``enrich = steps().process(load).process(check)``; use it with ``.call()``."""
-    return Steps()
+__all__ = ["Application", "RouteBuilder", "RouteDefinition", "route"]
 
 
 @dataclass(frozen=True)
@@ -209,6 +58,8 @@ class RouteDefinition:
 @dataclass(frozen=True)
 class RouteBuilder(Steps):
     """The fluent builder of one route (start it with :func:`route`)."""
+
+    is_route: ClassVar[bool] = True
 
     service: str = ""
     operation: str = ""
@@ -480,49 +331,19 @@ class Application:
     bindings: list[InboundBinding] | None
     channels: list[ChannelBinding]
 
-    # C901 over 12: accepts every shape of routes/bindings an application is given, each branch one shape
-    def __init__(self, *definitions: RouteBuilder | RouteDefinition,  # noqa: C901
+    def __init__(self, *definitions: RouteBuilder | RouteDefinition,
                  mounts: Iterable[tuple[str, Any]] = (), notes: Iterable[str] = ()) -> None:
         self._mounts, self._notes = checked_mounts(mounts), checked_notes(notes)
         problems: list[str] = []
-        built: list[RouteDefinition] = []
-        for definition in definitions:
-            if isinstance(definition, RouteBuilder):
-                try:
-                    built.append(definition.build())
-                except DeploymentError as error:
-                    problems.extend(error.problems)
-            elif isinstance(definition, RouteDefinition):
-                built.append(definition)
-            else:
-                problems.append(f"expected a route builder or definition, got {definition!r}")
+        built = _built(definitions, problems)
         self.routes = RouteRegistry()
         for definition in built:
             try:
                 self.routes.register(definition.route)
             except DeploymentError as error:
                 problems.extend(error.problems)
-        seen: dict[tuple[str, str], str] = {}
-        for definition in built:
-            for binding in definition.bindings:
-                keys = []
-                if binding.content_type == "xml":
-                    if binding.request_element is not None:
-                        keys.append(("SOAP element", f"{binding.service} {binding.request_element}"))
-                    if binding.soap_action:
-                        keys.append(("SOAPAction", f"{binding.service} {binding.soap_action}"))
-                for kind, key in keys:
-                    owner = f"{binding.service}/{binding.operation}"
-                    if (kind, key) in seen and seen[(kind, key)] != owner:
-                        problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
-                    seen.setdefault((kind, key), owner)
-        fed: dict[str, str] = {}
-        for definition in built:
-            for channel in definition.channels:
-                owner = f"{channel.service}/{channel.operation}"
-                if channel.channel in fed and fed[channel.channel] != owner:
-                    problems.append(f"channel {channel.channel} feeds both {fed[channel.channel]} and {owner}")
-                fed.setdefault(channel.channel, owner)
+        problems.extend(_shared_soap_keys(built))
+        problems.extend(_shared_channels(built))
         try:
             self.routes.check()
         except DeploymentError as error:
@@ -560,6 +381,55 @@ class Application:
 
     def __repr__(self) -> str:
         return f"Application({', '.join(f'{r.service}/{r.operation}' for r in self.routes)})"
+
+
+def _built(definitions: Sequence[RouteBuilder | RouteDefinition], problems: list[str]) -> list[RouteDefinition]:
+    """The definitions, builders built; what cannot be built goes to ``problems``."""
+    built: list[RouteDefinition] = []
+    for definition in definitions:
+        if isinstance(definition, RouteBuilder):
+            try:
+                built.append(definition.build())
+            except DeploymentError as error:
+                problems.extend(error.problems)
+        elif isinstance(definition, RouteDefinition):
+            built.append(definition)
+        else:
+            problems.append(f"expected a route builder or definition, got {definition!r}")
+    return built
+
+
+def _shared_soap_keys(built: Sequence[RouteDefinition]) -> list[str]:
+    """A SOAP element or SOAPAction of a service bound to two routes."""
+    problems: list[str] = []
+    seen: dict[tuple[str, str], str] = {}
+    for definition in built:
+        for binding in definition.bindings:
+            keys = []
+            if binding.content_type == "xml":
+                if binding.request_element is not None:
+                    keys.append(("SOAP element", f"{binding.service} {binding.request_element}"))
+                if binding.soap_action:
+                    keys.append(("SOAPAction", f"{binding.service} {binding.soap_action}"))
+            for kind, key in keys:
+                owner = f"{binding.service}/{binding.operation}"
+                if (kind, key) in seen and seen[(kind, key)] != owner:
+                    problems.append(f"{kind} {key} is bound to both {seen[(kind, key)]} and {owner}")
+                seen.setdefault((kind, key), owner)
+    return problems
+
+
+def _shared_channels(built: Sequence[RouteDefinition]) -> list[str]:
+    """A broker channel feeding two routes."""
+    problems: list[str] = []
+    fed: dict[str, str] = {}
+    for definition in built:
+        for channel in definition.channels:
+            owner = f"{channel.service}/{channel.operation}"
+            if channel.channel in fed and fed[channel.channel] != owner:
+                problems.append(f"channel {channel.channel} feeds both {fed[channel.channel]} and {owner}")
+            fed.setdefault(channel.channel, owner)
+    return problems
 
 
 def checked_mounts(mounts: Iterable[Any]) -> tuple[tuple[str, Any], ...]:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -44,8 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("openroute.server")
 
 
-# C901 over 12: one optional part of the node per keyword, each wired in one place
-def create_app(  # noqa: C901
+def create_app(
     engine: Engine,
     bindings: Iterable[InboundBinding] | None = None,
     *,
@@ -104,63 +104,15 @@ def create_app(  # noqa: C901
         engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
         engine.final_state_hooks.append(confirmation.on_final_state)
 
-    @contextlib.asynccontextmanager
-    # C901 over 12: starts and stops each optional service (repoll, confirmations, retention, channels, outbox...)
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:  # noqa: C901
-        if manage_engine:
-            await engine.start()
-        if channels is not None:
-            try:
-                await channels.start()
-            except BaseException:
-                if manage_engine:
-                    await engine.stop()
-                raise
-        stop = asyncio.Event()
-        outbox_task = None
-        if outbox is not None:
-            await outbox.start()
-            outbox_task = asyncio.create_task(outbox.run(stop), name="outbox")
-        loop_task = None
-        if confirmation is not None:
-            loop_task = asyncio.create_task(confirmation.run(confirmation_interval, stop), name="confirmations")
-        purge_task = None if purge is None else asyncio.create_task(purge.run(stop), name="retention")
-        alert_task = None if alerts is None else asyncio.create_task(alerts.run(stop), name="alerts")
-        try:
-            yield
-        finally:
-            stop.set()
-            if channels is not None:
-                await channels.stop()
-            if purge_task is not None:
-                await purge_task
-            if alert_task is not None:
-                await alert_task
-            if loop_task is not None:
-                try:
-                    await asyncio.wait_for(loop_task, 30)
-                except (TimeoutError, Exception):  # a hung send must not keep the server from stopping
-                    log.exception("confirmation loop did not stop cleanly")
-            if manage_engine:
-                await engine.stop()
-            if outbox_task is not None and outbox is not None:
-                # after the engine: the final states of its last messages are published too (or left in the outbox)
-                try:
-                    await asyncio.wait_for(outbox_task, 30)  # its round in flight ends (stop is set)
-                    await asyncio.wait_for(outbox.publish_once(), 10)
-                except (TimeoutError, Exception):  # what is not confirmed stays in the outbox for the next start
-                    log.warning("outbox: events left unpublished at stop are published after the next start")
-                await outbox.stop()
-            if manage_engine:
-                # a clean stop leaves a SQLite store in one file: openroute.db alone is a complete copy
-                await asyncio.to_thread(checkpoint_wal, engine.store)
+    services = _NodeServices(engine, manage_engine, channels, outbox, confirmation, confirmation_interval, purge,
+                             alerts)
 
     health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
         routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health,
                 Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
-        lifespan=lifespan,
+        lifespan=services.lifespan,
         middleware=[Middleware(SecurityHeaders)],
     )
     app.state.engine = engine
@@ -173,6 +125,91 @@ def create_app(  # noqa: C901
     app.state.outbox = outbox
     app.state.alerts = alerts
     return app
+
+
+@dataclass
+class _Running:
+    """The background tasks of one run of the app's lifespan, and the event that stops them."""
+
+    stop: asyncio.Event
+    outbox: asyncio.Task[None] | None = None
+    confirmations: asyncio.Task[None] | None = None
+    retention: asyncio.Task[None] | None = None
+    alerts: asyncio.Task[None] | None = None
+
+
+@dataclass
+class _NodeServices:
+    """The app's lifespan: starts the engine and each optional service of the node, stops them in the order each
+    needs (channels first, the engine before the last outbox round, the WAL checkpoint last)."""
+
+    engine: Engine
+    manage_engine: bool
+    channels: ChannelInbound | None
+    outbox: OutboxPublisher | None
+    confirmation: ConfirmationService | None
+    confirmation_interval: float
+    purge: RetentionJob | None
+    alerts: AlertEvaluator | None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        running = await self._start()
+        try:
+            yield
+        finally:
+            await self._stop(running)
+
+    async def _start(self) -> _Running:
+        if self.manage_engine:
+            await self.engine.start()
+        if self.channels is not None:
+            try:
+                await self.channels.start()
+            except BaseException:
+                if self.manage_engine:
+                    await self.engine.stop()
+                raise
+        running = _Running(asyncio.Event())
+        stop = running.stop
+        if self.outbox is not None:
+            await self.outbox.start()
+            running.outbox = asyncio.create_task(self.outbox.run(stop), name="outbox")
+        if self.confirmation is not None:
+            running.confirmations = asyncio.create_task(
+                self.confirmation.run(self.confirmation_interval, stop), name="confirmations")
+        if self.purge is not None:
+            running.retention = asyncio.create_task(self.purge.run(stop), name="retention")
+        if self.alerts is not None:
+            running.alerts = asyncio.create_task(self.alerts.run(stop), name="alerts")
+        return running
+
+    async def _stop(self, running: _Running) -> None:
+        running.stop.set()
+        if self.channels is not None:
+            await self.channels.stop()
+        if running.retention is not None:
+            await running.retention
+        if running.alerts is not None:
+            await running.alerts
+        if running.confirmations is not None:
+            try:
+                await asyncio.wait_for(running.confirmations, 30)
+            except (TimeoutError, Exception):  # a hung send must not keep the server from stopping
+                log.exception("confirmation loop did not stop cleanly")
+        if self.manage_engine:
+            await self.engine.stop()
+        if running.outbox is not None and self.outbox is not None:
+            # after the engine: the final states of its last messages are published too (or left in the outbox)
+            try:
+                await asyncio.wait_for(running.outbox, 30)  # its round in flight ends (stop is set)
+                await asyncio.wait_for(self.outbox.publish_once(), 10)
+            except (TimeoutError, Exception):  # what is not confirmed stays in the outbox for the next start
+                log.warning("outbox: events left unpublished at stop are published after the next start")
+            await self.outbox.stop()
+        if self.manage_engine:
+            # a clean stop leaves a SQLite store in one file: openroute.db alone is a complete copy
+            await asyncio.to_thread(checkpoint_wal, self.engine.store)
 
 
 

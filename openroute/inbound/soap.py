@@ -212,6 +212,39 @@ def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str
     binding's rules only. Every operation answers ``acceptResponse`` and takes the optional ``traceHeader`` header.
     """
     tns = f"urn:openroute:wsdl:{service}"
+    schemas, documents = _request_elements(bindings)
+    prefixes = {ns: f"req{i}" for i, ns in enumerate(schemas)}
+    ns_decls = "".join(f" xmlns:{p}={quoteattr(ns)}" for ns, p in prefixes.items())
+    schema_xml = _request_schema_xml(schemas, documents) + _ANSWER_AND_TRACE_SCHEMAS
+    messages, operations, ops11, ops12 = _wsdl_operations(bindings, prefixes)
+    name = _text(service)
+    document = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<wsdl:definitions xmlns:wsdl="http://schemas.xmlsoap.org/wsdl/" '
+        'xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/" xmlns:soap12="http://schemas.xmlsoap.org/wsdl/soap12/" '
+        f'xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:ib="{INBOUND_NS}" xmlns:tr="{TRACE_NS}" '
+        f"xmlns:tns={quoteattr(tns)}{ns_decls} targetNamespace={quoteattr(tns)} name={quoteattr(service)}>"
+        f"<wsdl:types>{schema_xml}</wsdl:types>{''.join(messages)}"
+        f'<wsdl:portType name="{name}PortType">{"".join(operations)}</wsdl:portType>'
+        f'<wsdl:binding name="{name}Soap11" type="tns:{name}PortType">'
+        '<soap:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
+        f'{"".join(ops11)}</wsdl:binding>'
+        f'<wsdl:binding name="{name}Soap12" type="tns:{name}PortType">'
+        '<soap12:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
+        f'{"".join(ops12)}</wsdl:binding>'
+        f'<wsdl:service name="{name}">'
+        f'<wsdl:port name="{name}Soap11Port" binding="tns:{name}Soap11"><soap:address location={quoteattr(address)}/>'
+        "</wsdl:port>"
+        f'<wsdl:port name="{name}Soap12Port" binding="tns:{name}Soap12">'
+        f"<soap12:address location={quoteattr(address)}/></wsdl:port></wsdl:service></wsdl:definitions>"
+    )
+    return document.encode()
+
+
+def _request_elements(
+    bindings: Sequence[InboundBinding],
+) -> tuple[dict[str, list[str]], dict[str, list[RequestSchema]]]:
+    """The request elements by namespace: the local names declared open, and the XSDs to inline."""
     schemas: dict[str, list[str]] = {}
     documents: dict[str, list[RequestSchema]] = {}
     for binding in bindings:
@@ -225,8 +258,11 @@ def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str
                 known = documents.setdefault(qname.namespace or "", [])
                 if all(document is not request_schema for document in known):
                     known.append(request_schema)
-    prefixes = {ns: f"req{i}" for i, ns in enumerate(schemas)}
-    ns_decls = "".join(f" xmlns:{p}={quoteattr(ns)}" for ns, p in prefixes.items())
+    return schemas, documents
+
+
+def _request_schema_xml(schemas: dict[str, list[str]], documents: dict[str, list[RequestSchema]]) -> str:
+    """The inlined XSDs, and an open (``xsd:anyType``) declaration of every request element they do not declare."""
     schema_xml = ""
     for ns, names in schemas.items():
         inlined = documents.get(ns, [])
@@ -238,23 +274,32 @@ def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str
                 + "".join(f'<xsd:element name="{_text(n)}" type="xsd:anyType"/>' for n in open_names)
                 + "</xsd:schema>"
             )
-    schema_xml += (
-        f'<xsd:schema targetNamespace="{INBOUND_NS}" elementFormDefault="qualified">'
-        '<xsd:element name="acceptResponse"><xsd:complexType><xsd:sequence>'
-        '<xsd:element name="messageId" type="xsd:long"/><xsd:element name="correlationId" type="xsd:string"/>'
-        '<xsd:element name="status" type="xsd:string"/><xsd:element name="state" type="xsd:string"/>'
-        "</xsd:sequence></xsd:complexType></xsd:element>"
-        '<xsd:element name="error"><xsd:complexType><xsd:sequence>'
-        '<xsd:element name="code" type="xsd:string"/><xsd:element name="reason" type="xsd:string"/>'
-        '<xsd:element name="field" minOccurs="0" maxOccurs="unbounded"><xsd:complexType><xsd:sequence>'
-        '<xsd:element name="name" type="xsd:string"/><xsd:element name="message" type="xsd:string"/>'
-        '<xsd:element name="type" type="xsd:string"/></xsd:sequence></xsd:complexType></xsd:element>'
-        "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
-        f'<xsd:schema targetNamespace="{TRACE_NS}" elementFormDefault="qualified">'
-        '<xsd:element name="traceHeader"><xsd:complexType><xsd:sequence>'
-        + "".join(f'<xsd:element name="{f}" type="xsd:string" minOccurs="0"/>' for f in TRACE_FIELDS)
-        + "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
-    )
+    return schema_xml
+
+
+#: the schemas of the answer (``acceptResponse``, ``error``) and of the ``traceHeader`` header
+_ANSWER_AND_TRACE_SCHEMAS = (
+    f'<xsd:schema targetNamespace="{INBOUND_NS}" elementFormDefault="qualified">'
+    '<xsd:element name="acceptResponse"><xsd:complexType><xsd:sequence>'
+    '<xsd:element name="messageId" type="xsd:long"/><xsd:element name="correlationId" type="xsd:string"/>'
+    '<xsd:element name="status" type="xsd:string"/><xsd:element name="state" type="xsd:string"/>'
+    "</xsd:sequence></xsd:complexType></xsd:element>"
+    '<xsd:element name="error"><xsd:complexType><xsd:sequence>'
+    '<xsd:element name="code" type="xsd:string"/><xsd:element name="reason" type="xsd:string"/>'
+    '<xsd:element name="field" minOccurs="0" maxOccurs="unbounded"><xsd:complexType><xsd:sequence>'
+    '<xsd:element name="name" type="xsd:string"/><xsd:element name="message" type="xsd:string"/>'
+    '<xsd:element name="type" type="xsd:string"/></xsd:sequence></xsd:complexType></xsd:element>'
+    "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
+    f'<xsd:schema targetNamespace="{TRACE_NS}" elementFormDefault="qualified">'
+    '<xsd:element name="traceHeader"><xsd:complexType><xsd:sequence>'
+    + "".join(f'<xsd:element name="{f}" type="xsd:string" minOccurs="0"/>' for f in TRACE_FIELDS)
+    + "</xsd:sequence></xsd:complexType></xsd:element></xsd:schema>"
+)
+
+
+def _wsdl_operations(bindings: Sequence[InboundBinding], prefixes: dict[str, str],
+                     ) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The ``wsdl:message`` elements, and the operations of the port type, the SOAP 1.1 and the SOAP 1.2 binding."""
     messages = [
         '<wsdl:message name="acceptResponse"><wsdl:part name="parameters" element="ib:acceptResponse"/></wsdl:message>',
         '<wsdl:message name="traceHeader"><wsdl:part name="traceHeader" element="tr:traceHeader"/></wsdl:message>',
@@ -283,25 +328,4 @@ def wsdl_document(service: str, bindings: Sequence[InboundBinding], address: str
                 f'<{prefix}:body use="literal"/></wsdl:input>'
                 f'<wsdl:output><{prefix}:body use="literal"/></wsdl:output></wsdl:operation>'
             )
-    name = _text(service)
-    document = (
-        '<?xml version="1.0" encoding="UTF-8"?>'
-        '<wsdl:definitions xmlns:wsdl="http://schemas.xmlsoap.org/wsdl/" '
-        'xmlns:soap="http://schemas.xmlsoap.org/wsdl/soap/" xmlns:soap12="http://schemas.xmlsoap.org/wsdl/soap12/" '
-        f'xmlns:xsd="http://www.w3.org/2001/XMLSchema" xmlns:ib="{INBOUND_NS}" xmlns:tr="{TRACE_NS}" '
-        f"xmlns:tns={quoteattr(tns)}{ns_decls} targetNamespace={quoteattr(tns)} name={quoteattr(service)}>"
-        f"<wsdl:types>{schema_xml}</wsdl:types>{''.join(messages)}"
-        f'<wsdl:portType name="{name}PortType">{"".join(operations)}</wsdl:portType>'
-        f'<wsdl:binding name="{name}Soap11" type="tns:{name}PortType">'
-        '<soap:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
-        f'{"".join(ops11)}</wsdl:binding>'
-        f'<wsdl:binding name="{name}Soap12" type="tns:{name}PortType">'
-        '<soap12:binding transport="http://schemas.xmlsoap.org/soap/http" style="document"/>'
-        f'{"".join(ops12)}</wsdl:binding>'
-        f'<wsdl:service name="{name}">'
-        f'<wsdl:port name="{name}Soap11Port" binding="tns:{name}Soap11"><soap:address location={quoteattr(address)}/>'
-        "</wsdl:port>"
-        f'<wsdl:port name="{name}Soap12Port" binding="tns:{name}Soap12">'
-        f"<soap12:address location={quoteattr(address)}/></wsdl:port></wsdl:service></wsdl:definitions>"
-    )
-    return document.encode()
+    return messages, operations, ops11, ops12

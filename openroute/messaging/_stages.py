@@ -35,6 +35,17 @@ def may_attach(subscriber: Subscriber[Any] | None, taken: bool, what: str) -> bo
     return True
 
 
+def may_take_upstream(subscription: Subscription, current: Subscription | None, cancelled: bool) -> bool:
+    """A subscriber's ``on_subscribe`` check: ``TypeError`` for None (rule 2.13); a second subscription, or one
+    that arrives after ``cancel``, is cancelled (rule 2.5) and False; True when it may be kept."""
+    if subscription is None:
+        raise TypeError("subscription must not be None")
+    if current is not None or cancelled:
+        subscription.cancel()
+        return False
+    return True
+
+
 class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
     """Sits on every channel: counts the messages that pass and lets the application stop a source.
 
@@ -67,10 +78,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
             self._deliver_terminal(self._terminal[0])
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("subscription must not be None")
-        if self._up is not None or self._cancelled:
-            subscription.cancel()
+        if not may_take_upstream(subscription, self._up, self._cancelled):
             return
         self._up = subscription
         if self._pending_demand:
@@ -172,10 +180,7 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
         self.completion.add_done_callback(_retrieve)
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("subscription must not be None")
-        if self._up is not None or self._cancelled:
-            subscription.cancel()
+        if not may_take_upstream(subscription, self._up, self._cancelled):
             return
         self._up = subscription
         subscription.request(self._concurrency + self._prefetch)
@@ -304,10 +309,7 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         self._drain()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("subscription must not be None")
-        if self._up is not None or self._cancelled:
-            subscription.cancel()
+        if not may_take_upstream(subscription, self._up, self._cancelled):
             return
         self._up = subscription
         self._drain()

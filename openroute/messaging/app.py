@@ -382,30 +382,14 @@ class MessagingApp:
             handles[0]._tap = taps[channel]
         self._connector_fed = set(incoming)
         for channel, config in incoming.items():
-            factory = self._connectors[config.connector]  # type: ignore[index]
-            self._use(factory)
-            try:
-                created = await factory.create_publisher(config)  # type: ignore[union-attr]
-            except DeploymentError as error:
-                problems.extend(error.problems)
-                continue
-            except Exception as error:
-                problems.append(_factory_problem("incoming", channel, config, "publisher", error))
-                causes.append(error)
+            made, created = await self._connector_end("incoming", channel, config, problems, causes)
+            if not made:
                 continue
             sources[channel] = created.build() if isinstance(created, rs.PublisherBuilder) else created
             self._stoppable.append(taps[channel])
         for channel, config in outgoing.items():
-            factory = self._connectors[config.connector]  # type: ignore[index]
-            self._use(factory)
-            try:
-                sink = await factory.create_subscriber(config)  # type: ignore[union-attr]
-            except DeploymentError as error:
-                problems.extend(error.problems)
-                continue
-            except Exception as error:
-                problems.append(_factory_problem("outgoing", channel, config, "subscriber", error))
-                causes.append(error)
+            made, sink = await self._connector_end("outgoing", channel, config, problems, causes)
+            if not made:
                 continue
             built = sink.build() if isinstance(sink, rs.SubscriberBuilder) else sink
             watched = WatchedSubscriber(built)
@@ -426,6 +410,25 @@ class MessagingApp:
             taps[channel].subscribe(sink)
         for channel, source in sources.items():
             source.subscribe(taps[channel])
+
+    async def _connector_end(self, direction: str, channel: str, config: ChannelConfig, problems: list[str],
+                             causes: list[Exception]) -> tuple[bool, Any]:
+        """(True, the publisher or subscriber the channel's connector creates for ``direction``), or (False, None)
+        with the problem recorded when the factory refuses (its own exception kept in ``causes``)."""
+        factory = self._connectors[config.connector]  # type: ignore[index]
+        self._use(factory)
+        incoming = direction == "incoming"
+        try:
+            if incoming:
+                return True, await factory.create_publisher(config)  # type: ignore[union-attr]
+            return True, await factory.create_subscriber(config)  # type: ignore[union-attr]
+        except DeploymentError as error:
+            problems.extend(error.problems)
+        except Exception as error:
+            problems.append(_factory_problem(direction, channel, config, "publisher" if incoming else "subscriber",
+                                             error))
+            causes.append(error)
+        return False, None
 
     def _use(self, factory: ConnectorFactory) -> None:
         if factory not in self._used_connectors:

@@ -72,13 +72,14 @@ def read_properties(path: Path) -> dict[str, str]:
     return values
 
 
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_tables(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables as dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; a key with a dot is quoted)."""
     flat: dict[str, Any] = {}
     for key, value in table.items():
         segment = f'"{key}"' if "." in key else key
         name = f"{prefix}.{segment}" if prefix else segment
         if isinstance(value, Mapping):
-            flat.update(_flatten(value, name))
+            flat.update(flatten_tables(value, name))
         else:
             flat[name] = value
     return flat
@@ -88,7 +89,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     """Read a TOML file; nested tables become dotted keys (a key with dots becomes a quoted segment)."""
     try:
         with path.open("rb") as handle:
-            return _flatten(tomllib.load(handle))
+            return flatten_tables(tomllib.load(handle))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from error
 

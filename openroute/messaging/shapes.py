@@ -152,11 +152,24 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return dict(getattr(fn, "__annotations__", {}))
 
 
-# C901 over 12: one branch per signature shape of the spec's method table
-def analyze(spec: MethodSpec) -> Analysis:  # noqa: C901
-    """The shape of ``spec.fn``; ``DefinitionError`` naming the function and channel when it is unusable."""
-    fn, name = spec.fn, spec.name
-    where = f"function '{name}'"
+@dataclass(frozen=True)
+class _Signature:
+    """What :func:`analyze` reads from a function: its parameter, its return annotation, its kind of def."""
+
+    where: str
+    required: bool
+    param_kind: str
+    param_messages: bool
+    returns: Any
+    return_kind: str
+    is_asyncgen: bool
+    is_gen: bool
+    is_coro: bool
+
+
+def _read_signature(spec: MethodSpec) -> _Signature:
+    fn = spec.fn
+    where = f"function '{spec.name}'"
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as error:
@@ -165,81 +178,89 @@ def analyze(spec: MethodSpec) -> Analysis:  # noqa: C901
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
     hints = _hints(fn)
     returns = hints.get("return", inspect.Parameter.empty)
-    return_kind = _kind(returns)
-    is_asyncgen = inspect.isasyncgenfunction(fn)
-    is_gen = inspect.isgeneratorfunction(fn)
-    is_coro = inspect.iscoroutinefunction(fn)
     if len(required) > 1:
         raise DefinitionError(f"{where}: takes {len(required)} parameters; a messaging function takes at most one")
     param_kind = "none"
+    param_messages = False
     if required:
         annotation = hints.get(required[0].name, inspect.Parameter.empty)
         kind = _kind(annotation)
         param_kind = {"message": "message", "stream": "stream", "iterator": "iterator"}.get(kind, "payload")
         param_messages = param_kind == "message" or (
             param_kind in {"stream", "iterator"} and _elements_are_messages(annotation))
-    else:
-        param_messages = False
+    return _Signature(where, bool(required), param_kind, param_messages, returns, _kind(returns),
+                      inspect.isasyncgenfunction(fn), inspect.isgeneratorfunction(fn), inspect.iscoroutinefunction(fn))
 
+
+def analyze(spec: MethodSpec) -> Analysis:
+    """The shape of ``spec.fn``; ``DefinitionError`` naming the function and channel when it is unusable."""
+    sig = _read_signature(spec)
     if spec.incoming and not spec.outgoing:
-        channel = f"incoming channel '{spec.incoming}'"
-        if not required:
-            if return_kind not in {"subscriber", "none"}:
-                raise DefinitionError(f"{where} ({channel}): a consumer without parameters must return a "
-                                      "Subscriber or SubscriberBuilder")
-            if is_asyncgen or is_gen or is_coro:
-                raise DefinitionError(f"{where} ({channel}): a consumer must take the payload or the Message")
-            shape = Shape.CONSUMER_SUBSCRIBER
-            messages = return_kind == "subscriber" and _elements_are_messages(returns)
-        else:
-            if is_asyncgen or is_gen:
-                raise DefinitionError(f"{where} ({channel}): an incoming-only function cannot produce "
-                                      "(generator); add @outgoing or return nothing")
-            if param_kind in {"stream", "iterator"}:
-                raise DefinitionError(f"{where} ({channel}): an incoming-only function cannot take a stream; "
-                                      "return a Subscriber from a function without parameters instead")
-            if returns is not inspect.Parameter.empty and return_kind != "nothing":
-                raise DefinitionError(f"{where} ({channel}): an incoming-only function must not return a value "
-                                      f"(annotated {returns!r}); add @outgoing to make it a processor")
-            if param_kind == "message" and not is_coro:
-                raise DefinitionError(f"{where} ({channel}): a function taking a Message must be a coroutine "
-                                      "(async def) so that it can await message.ack()")
-            shape = Shape.CONSUMER
-            messages = param_kind == "message"
-        return _with_ack(spec, shape, messages, is_coro, param_kind)
-
+        return _consumer(spec, sig)
     if spec.outgoing and not spec.incoming:
-        channel = f"outgoing channel '{spec.outgoing}'"
-        if required:
-            raise DefinitionError(f"{where} ({channel}): an outgoing-only function takes no parameters")
-        if spec.acknowledgment is not None:
-            raise DefinitionError(f"{where} ({channel}): acknowledgment applies to incoming channels only")
-        if spec.concurrency is not None:
-            raise DefinitionError(f"{where} ({channel}): concurrency applies to incoming channels only")
-        if is_asyncgen or is_gen or return_kind in {"stream", "iterator"}:
-            shape = Shape.PRODUCER_STREAM
-        elif is_coro or return_kind in {"value", "message"}:
-            shape = Shape.PRODUCER_VALUE
-        elif return_kind in {"subscriber", "processor", "nothing"}:
-            raise DefinitionError(f"{where} ({channel}): a producer must return values, messages or a stream")
-        else:
-            shape = Shape.PRODUCER_UNKNOWN
-        return Analysis(shape, False, None, is_coro)
+        return _producer(spec, sig)
+    return _processor(spec, sig)
 
-    channel = f"channels '{spec.incoming}' -> '{spec.outgoing}'"
-    if not required:
-        if return_kind not in {"processor", "none"} or is_asyncgen or is_gen or is_coro:
+
+def _consumer(spec: MethodSpec, sig: _Signature) -> Analysis:
+    where, channel = sig.where, f"incoming channel '{spec.incoming}'"
+    if not sig.required:
+        if sig.return_kind not in {"subscriber", "none"}:
+            raise DefinitionError(f"{where} ({channel}): a consumer without parameters must return a "
+                                  "Subscriber or SubscriberBuilder")
+        if sig.is_asyncgen or sig.is_gen or sig.is_coro:
+            raise DefinitionError(f"{where} ({channel}): a consumer must take the payload or the Message")
+        messages = sig.return_kind == "subscriber" and _elements_are_messages(sig.returns)
+        return _with_ack(spec, Shape.CONSUMER_SUBSCRIBER, messages, sig.is_coro, sig.param_kind)
+    if sig.is_asyncgen or sig.is_gen:
+        raise DefinitionError(f"{where} ({channel}): an incoming-only function cannot produce "
+                              "(generator); add @outgoing or return nothing")
+    if sig.param_kind in {"stream", "iterator"}:
+        raise DefinitionError(f"{where} ({channel}): an incoming-only function cannot take a stream; "
+                              "return a Subscriber from a function without parameters instead")
+    if sig.returns is not inspect.Parameter.empty and sig.return_kind != "nothing":
+        raise DefinitionError(f"{where} ({channel}): an incoming-only function must not return a value "
+                              f"(annotated {sig.returns!r}); add @outgoing to make it a processor")
+    if sig.param_kind == "message" and not sig.is_coro:
+        raise DefinitionError(f"{where} ({channel}): a function taking a Message must be a coroutine "
+                              "(async def) so that it can await message.ack()")
+    return _with_ack(spec, Shape.CONSUMER, sig.param_kind == "message", sig.is_coro, sig.param_kind)
+
+
+def _producer(spec: MethodSpec, sig: _Signature) -> Analysis:
+    where, channel = sig.where, f"outgoing channel '{spec.outgoing}'"
+    if sig.required:
+        raise DefinitionError(f"{where} ({channel}): an outgoing-only function takes no parameters")
+    if spec.acknowledgment is not None:
+        raise DefinitionError(f"{where} ({channel}): acknowledgment applies to incoming channels only")
+    if spec.concurrency is not None:
+        raise DefinitionError(f"{where} ({channel}): concurrency applies to incoming channels only")
+    if sig.is_asyncgen or sig.is_gen or sig.return_kind in {"stream", "iterator"}:
+        shape = Shape.PRODUCER_STREAM
+    elif sig.is_coro or sig.return_kind in {"value", "message"}:
+        shape = Shape.PRODUCER_VALUE
+    elif sig.return_kind in {"subscriber", "processor", "nothing"}:
+        raise DefinitionError(f"{where} ({channel}): a producer must return values, messages or a stream")
+    else:
+        shape = Shape.PRODUCER_UNKNOWN
+    return Analysis(shape, False, None, sig.is_coro)
+
+
+def _processor(spec: MethodSpec, sig: _Signature) -> Analysis:
+    where, channel = sig.where, f"channels '{spec.incoming}' -> '{spec.outgoing}'"
+    if not sig.required:
+        if sig.return_kind not in {"processor", "none"} or sig.is_asyncgen or sig.is_gen or sig.is_coro:
             raise DefinitionError(f"{where} ({channel}): a processor without parameters must return a "
                                   "Processor or ProcessorBuilder")
-        return _with_ack(spec, Shape.PROCESSOR_BUILDER, _elements_are_messages(returns), False, param_kind)
-    if param_kind in {"stream", "iterator"}:
-        return _with_ack(spec, Shape.PROCESSOR_STREAM, param_messages, False, param_kind)
-    messages = param_kind == "message"
-    if is_asyncgen or is_gen or return_kind in {"stream", "iterator"}:
-        return _with_ack(spec, Shape.PROCESSOR_FLATTEN, messages, False, param_kind)
-    if return_kind in {"subscriber", "processor"}:
+        return _with_ack(spec, Shape.PROCESSOR_BUILDER, _elements_are_messages(sig.returns), False, sig.param_kind)
+    if sig.param_kind in {"stream", "iterator"}:
+        return _with_ack(spec, Shape.PROCESSOR_STREAM, sig.param_messages, False, sig.param_kind)
+    messages = sig.param_kind == "message"
+    if sig.is_asyncgen or sig.is_gen or sig.return_kind in {"stream", "iterator"}:
+        return _with_ack(spec, Shape.PROCESSOR_FLATTEN, messages, False, sig.param_kind)
+    if sig.return_kind in {"subscriber", "processor"}:
         raise DefinitionError(f"{where} ({channel}): a processor must return a payload, a Message or a stream")
-    return _with_ack(spec, Shape.PROCESSOR_VALUE, messages, is_coro, param_kind)
+    return _with_ack(spec, Shape.PROCESSOR_VALUE, messages, sig.is_coro, sig.param_kind)
 
 
 def _with_ack(spec: MethodSpec, shape: Shape, messages: bool, is_async: bool, param_kind: str) -> Analysis:

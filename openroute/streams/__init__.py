@@ -3,12 +3,8 @@
 ``from openroute import streams as rs`` then ``await rs.of(1, 2, 3).map(str).to_list()``.
 """
 
-from .builders import (
-    Collector,
-    CompletionRunner,
-    ProcessorBuilder,
-    PublisherBuilder,
-    SubscriberBuilder,
+from .builders import Collector, CompletionRunner, ProcessorBuilder, PublisherBuilder, SubscriberBuilder
+from .factories import (
     builder,
     concat,
     coupled,

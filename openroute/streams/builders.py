@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -21,7 +21,8 @@ A = TypeVar("A")
 _MISSING: Any = object()
 
 
-def _require(value: object, name: str) -> None:
+def require_value(value: object, name: str) -> None:
+    """A ``None`` argument is refused with :class:`TypeError` naming it."""
     if value is None:
         raise TypeError(f"{name} must not be None")
 
@@ -29,14 +30,16 @@ def _require(value: object, name: str) -> None:
 _SUBSCRIBER_METHODS = ("on_subscribe", "on_next", "on_error", "on_complete")
 
 
-def _check_subscriber(value: object, what: str) -> None:
+def check_subscriber_methods(value: object, what: str) -> None:
+    """TypeError unless ``value`` has the four subscriber methods (``what`` names the caller)."""
     missing = [name for name in _SUBSCRIBER_METHODS if not callable(getattr(value, name, None))]
     if missing:
         raise TypeError(f"{what} needs a Subscriber, got {type(value).__name__} (missing {', '.join(missing)})")
 
 
-def _check_processor(value: object, what: str) -> None:
-    _check_subscriber(value, what)
+def check_processor_methods(value: object, what: str) -> None:
+    """TypeError unless ``value`` has the subscriber methods and ``subscribe``."""
+    check_subscriber_methods(value, what)
     if not callable(getattr(value, "subscribe", None)):
         raise TypeError(f"{what} needs a Processor, got {type(value).__name__} (missing subscribe)")
 
@@ -49,8 +52,8 @@ def _count(n: int, name: str) -> int:
     return n
 
 
-class _StageMethods(Generic[T]):
-    """Processing stages shared by publisher and processor builders; each returns a new builder."""
+class _Graph:
+    """A builder's immutable stage graph."""
 
     __slots__ = ("_stages",)
 
@@ -62,16 +65,22 @@ class _StageMethods(Generic[T]):
         """The stage graph, in order."""
         return self._stages
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(type(s).__name__ for s in self._stages)})"
+
+
+class _StageMethods(_Graph, Generic[T]):
+    """Processing stages shared by publisher and processor builders; each returns a new builder."""
+
+    __slots__ = ()
+
     def _with(self, stage: st.Stage) -> Self:
         return type(self)((*self._stages, stage))
 
     def _add(self, kind: Callable[[Any], st.Stage], fn: Any, name: str = "fn") -> Self:
         """A new builder ending in the stage ``kind(fn)``; TypeError when ``fn`` is None."""
-        _require(fn, name)
+        require_value(fn, name)
         return self._with(kind(fn))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(type(s).__name__ for s in self._stages)})"
 
     def map(self, fn: Callable[[T], U]) -> Any:
         """Emit ``fn(item)``; a ``None`` result fails the stream with TypeError."""
@@ -139,22 +148,28 @@ class _StageMethods(Generic[T]):
 
     def via(self, processor: ProcessorBuilder[Any, Any] | Processor[Any, Any]) -> Any:
         """Pass the items through a processor builder (its stages are inlined) or a processor."""
-        _require(processor, "processor")
+        require_value(processor, "processor")
         if isinstance(processor, ProcessorBuilder):
             return type(self)(self._stages + processor.stages)
-        _check_processor(processor, "via()")
+        check_processor_methods(processor, "via()")
         return self._with(st.ProcessorStage(processor))
 
-    # terminal stages: the concrete builder decides what a terminal makes (runner or subscriber builder)
+
+class _TerminalMethods(_StageMethods[T]):
+    """The terminal stages of publisher and processor builders: each ends the graph; the concrete builder decides
+    what that makes (a completion runner or a subscriber builder)."""
+
+    __slots__ = ()
+
     def _terminal(self, stage: st.Stage) -> Any:
         raise NotImplementedError
 
     def to(self, subscriber: SubscriberBuilder[Any, Any] | Subscriber[Any]) -> Any:
         """End in a subscriber builder (stages inlined) or a subscriber."""
-        _require(subscriber, "subscriber")
+        require_value(subscriber, "subscriber")
         if isinstance(subscriber, SubscriberBuilder):
             return self._terminal_graph(subscriber.stages)
-        _check_subscriber(subscriber, "to()")
+        check_subscriber_methods(subscriber, "to()")
         return self._terminal(st.SubscriberStage(subscriber))
 
     def _terminal_graph(self, stages: tuple[st.Stage, ...]) -> Any:
@@ -164,13 +179,13 @@ class _StageMethods(Generic[T]):
                 accumulator: Callable[[R, Any], Any] | None = None) -> Any:
         """Result: ``initial_factory()`` after ``accumulator(container, item)`` for every item; or, given one
         :class:`Collector`, its ``finisher`` applied to the container it filled."""
-        _require(initial_factory, "initial_factory")
+        require_value(initial_factory, "initial_factory")
         if isinstance(initial_factory, Collector):
             if accumulator is not None:
                 raise TypeError("collect(): give a Collector or a factory and an accumulator, not both")
             collector = initial_factory
             return self._terminal(st.Collect(collector.supplier, collector.accumulator, collector.finisher))
-        _require(accumulator, "accumulator")
+        require_value(accumulator, "accumulator")
         return self._terminal(st.Collect(initial_factory, accumulator))  # type: ignore[arg-type]
 
     def to_list(self) -> Any:
@@ -183,7 +198,7 @@ class _StageMethods(Generic[T]):
         ``identity=None`` is allowed, as the spec's ``reduce(identity, accumulator)`` allows a null identity:
         the first call is ``fn(None, first_item)`` and an empty stream gives None.
         """
-        _require(fn, "fn")
+        require_value(fn, "fn")
         has_identity = identity is not _MISSING
         return self._terminal(st.Reduce(fn, identity if has_identity else None, has_identity))
 
@@ -193,7 +208,7 @@ class _StageMethods(Generic[T]):
 
     def for_each(self, fn: Callable[[Any], Any]) -> Any:
         """Call ``fn(item)`` for every item; result None."""
-        _require(fn, "fn")
+        require_value(fn, "fn")
         return self._terminal(st.ForEach(fn))
 
     def ignore(self) -> Any:
@@ -222,7 +237,7 @@ class Collector(Generic[T, A, R]):
             raise TypeError(f"Collector: finisher must be callable or None, got {self.finisher!r}")
 
 
-class PublisherBuilder(_StageMethods[T]):
+class PublisherBuilder(_TerminalMethods[T]):
     """A publisher graph: a source stage followed by processing stages."""
 
     __slots__ = ()
@@ -262,7 +277,7 @@ class PublisherBuilder(_StageMethods[T]):
         return _iterate(self.build())
 
 
-class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
+class ProcessorBuilder(_TerminalMethods[R], Generic[T, R]):
     """A processor graph: processing stages only (empty means identity); takes T in, gives R out."""
 
     __slots__ = ()
@@ -298,21 +313,10 @@ class ProcessorBuilder(_StageMethods[R], Generic[T, R]):
         return runner.build_processor(self._stages)
 
 
-class SubscriberBuilder(Generic[T, R]):
+class SubscriberBuilder(_Graph, Generic[T, R]):
     """A subscriber graph: processing stages then one terminal stage."""
 
-    __slots__ = ("_stages",)
-
-    def __init__(self, stages: tuple[st.Stage, ...]) -> None:
-        self._stages = stages
-
-    @property
-    def stages(self) -> tuple[st.Stage, ...]:
-        """The stage graph, in order."""
-        return self._stages
-
-    def __repr__(self) -> str:
-        return f"SubscriberBuilder({', '.join(type(s).__name__ for s in self._stages)})"
+    __slots__ = ()
 
     def build(self) -> CompletionSubscriber[R]:
         """A subscriber whose ``completion`` future carries the result."""
@@ -439,137 +443,3 @@ async def _iterate(publisher: Publisher[Any]) -> AsyncIterator[Any]:
             yield item
     finally:
         subscriber.cancel()
-
-
-# --- factories ---------------------------------------------------------------------------------------------
-
-
-def of(*items: T) -> PublisherBuilder[T]:
-    """A publisher of the given items; a ``None`` item raises TypeError here."""
-    if any(item is None for item in items):
-        raise TypeError("of(): None is not a valid stream element")
-    return PublisherBuilder((st.Of(items),))
-
-
-def from_iterable(iterable: Iterable[T]) -> PublisherBuilder[T]:
-    """A publisher of the iterable's elements (``iter()`` once per subscription; a None element fails the stream)."""
-    _require(iterable, "iterable")
-    return PublisherBuilder((st.FromIterable(iterable),))
-
-
-def from_async_iterable(iterable: AsyncIterable[T]) -> PublisherBuilder[T]:
-    """A publisher of an async iterable's elements, pulled on the running loop as demand allows (our extension)."""
-    _require(iterable, "iterable")
-    if not hasattr(iterable, "__aiter__"):
-        raise TypeError(f"from_async_iterable needs an async iterable, got {type(iterable).__name__}")
-    return PublisherBuilder((st.FromAsyncIterable(iterable),))
-
-
-def of_nullable(item: T | None) -> PublisherBuilder[T]:
-    """A publisher of ``item``, or an empty one when ``item`` is None (the spec's ``ofNullable``)."""
-    return empty() if item is None else of(item)
-
-
-def _check_awaitable(value: object, name: str) -> None:
-    _require(value, name)
-    if not hasattr(value, "__await__"):
-        raise TypeError(f"{name}() needs an asyncio future or an awaitable, got {type(value).__name__}")
-
-
-def from_completion_stage(awaitable: Awaitable[T]) -> PublisherBuilder[T]:
-    """A publisher of the result of ``awaitable`` (an asyncio future, task or coroutine), awaited on demand.
-
-    A result of None fails the stream with TypeError; a failure fails it with the same exception; a cancelled
-    future fails it with StreamCancelledError. A coroutine can be awaited once: later subscribers get its
-    RuntimeError (a future serves every subscriber).
-    """
-    _check_awaitable(awaitable, "from_completion_stage")
-    return PublisherBuilder((st.FromAwaitable(awaitable, False),))
-
-
-def from_completion_stage_nullable(awaitable: Awaitable[T | None]) -> PublisherBuilder[T]:
-    """Like :func:`from_completion_stage`, but a result of None gives an empty stream."""
-    _check_awaitable(awaitable, "from_completion_stage_nullable")
-    return PublisherBuilder((st.FromAwaitable(awaitable, True),))
-
-
-def coupled(
-    subscriber: SubscriberBuilder[T, Any] | Subscriber[T], publisher: PublisherBuilder[R] | Publisher[R]
-) -> ProcessorBuilder[T, R]:
-    """A processor whose input goes to ``subscriber`` and whose output comes from ``publisher``.
-
-    Termination and cancellation are coupled both ways: when the upstream ends or the subscriber cancels, the
-    publisher is cancelled and the downstream ends the same way; when the publisher ends or the downstream
-    cancels, the upstream is cancelled and the subscriber ends the same way. The builder is reusable (each
-    build makes fresh stages; a ready-made Subscriber or Publisher given here is used by one build only).
-    """
-    _require(subscriber, "subscriber")
-    _require(publisher, "publisher")
-    subscriber_stages = (subscriber.stages if isinstance(subscriber, SubscriberBuilder)
-                         else from_subscriber(subscriber).stages)
-    return ProcessorBuilder((st.Coupled(subscriber_stages, from_publisher(publisher).stages),))
-
-
-def from_publisher(publisher: Publisher[T] | PublisherBuilder[T]) -> PublisherBuilder[T]:
-    """A builder around a Reactive Streams publisher (or a copy of a publisher builder)."""
-    _require(publisher, "publisher")
-    if isinstance(publisher, PublisherBuilder):
-        return PublisherBuilder(publisher.stages)
-    if not callable(getattr(publisher, "subscribe", None)):
-        raise TypeError(f"from_publisher needs a Publisher, got {type(publisher).__name__}")
-    return PublisherBuilder((st.FromPublisher(publisher),))
-
-
-def empty() -> PublisherBuilder[Any]:
-    """A publisher that completes at once."""
-    return PublisherBuilder((st.Empty(),))
-
-
-def failed(error: BaseException) -> PublisherBuilder[Any]:
-    """A publisher that fails at once with ``error`` (the same object)."""
-    _require(error, "error")
-    if not isinstance(error, BaseException):
-        raise TypeError(f"failed() needs an exception, got {type(error).__name__}")
-    return PublisherBuilder((st.Failed(error),))
-
-
-def generate(supplier: Callable[[], T]) -> PublisherBuilder[T]:
-    """An infinite publisher of ``supplier()`` values (bound it with ``limit`` or ``take_while``)."""
-    _require(supplier, "supplier")
-    return PublisherBuilder((st.Generate(supplier),))
-
-
-def iterate(seed: T, fn: Callable[[T], T]) -> PublisherBuilder[T]:
-    """An infinite publisher of ``seed``, ``fn(seed)``, ``fn(fn(seed))`` ..."""
-    _require(seed, "seed")
-    _require(fn, "fn")
-    return PublisherBuilder((st.Iterate(seed, fn),))
-
-
-def concat(
-    first: PublisherBuilder[T] | Publisher[T], second: PublisherBuilder[T] | Publisher[T]
-) -> PublisherBuilder[T]:
-    """Everything of ``first``, then everything of ``second`` (which is subscribed only then, or cancelled)."""
-    _require(first, "first")
-    _require(second, "second")
-    return PublisherBuilder((st.Concat(from_publisher(first).stages, from_publisher(second).stages),))
-
-
-def builder() -> ProcessorBuilder[Any, Any]:
-    """An identity processor builder to add stages to."""
-    return ProcessorBuilder(())
-
-
-def from_processor(processor: Processor[T, R]) -> ProcessorBuilder[T, R]:
-    """A processor builder around a Reactive Streams processor."""
-    _require(processor, "processor")
-    _check_processor(processor, "from_processor()")
-    return ProcessorBuilder((st.ProcessorStage(processor),))
-
-
-def from_subscriber(subscriber: Subscriber[T]) -> SubscriberBuilder[T, None]:
-    """A subscriber builder around a Reactive Streams subscriber; its completion is None, its error, or
-    :class:`StreamCancelledError` if it cancels."""
-    _require(subscriber, "subscriber")
-    _check_subscriber(subscriber, "from_subscriber()")
-    return SubscriberBuilder((st.SubscriberStage(subscriber),))

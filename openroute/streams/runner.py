@@ -10,11 +10,13 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import fusion
+from . import awaited, fusion
+from . import emitting as em
 from . import processors as pr
 from . import sources as so
 from . import stages as st
 from . import subscribers as sb
+from .concat import ConcatPublisher
 from .coupled import CoupledProcessor
 from .protocol import Processor, Publisher, Subscriber, Subscription
 
@@ -42,9 +44,9 @@ def build_source(stage: st.Stage, fused: tuple[st.Stage, ...] = ()) -> Publisher
         seed, fn = stage.seed, stage.fn
         return so.IterablePublisher(lambda: _iterate(seed, fn), fused)
     if isinstance(stage, st.FromAwaitable):
-        return so.FuturePublisher(stage.awaitable, stage.nullable)
+        return awaited.FuturePublisher(stage.awaitable, stage.nullable)
     if isinstance(stage, st.Concat):
-        return so.ConcatPublisher(build_publisher(stage.first), build_publisher(stage.second))
+        return ConcatPublisher(build_publisher(stage.first), build_publisher(stage.second))
     raise TypeError(f"not a source stage: {stage!r}")
 
 
@@ -89,19 +91,19 @@ def _processor_factory(stage: st.Stage) -> Callable[[], Processor[Any, Any]]:
     if isinstance(stage, st.OnComplete | st.OnError | st.OnTerminate):
         return lambda: pr.HookProcessor(stage)
     if isinstance(stage, st.FlatMap):
-        return lambda: pr.FlatMapProcessor(stage.fn, to_publisher)
+        return lambda: em.FlatMapProcessor(stage.fn, to_publisher)
     if isinstance(stage, st.FlatMapAsync):
         # flat_map over a one-value publisher per awaitable (the spec's flatMapCompletionStage): one code path
         fn = stage.fn
-        return lambda: pr.FlatMapProcessor(
-            fn, lambda awaitable: so.AsyncIterablePublisher(so.AwaitedValue(awaitable, False, "flat_map_async"))
+        return lambda: em.FlatMapProcessor(
+            fn, lambda awaitable: so.AsyncIterablePublisher(awaited.AwaitedValue(awaitable, False, "flat_map_async"))
         )
     if isinstance(stage, st.FlatMapIterable):
-        return lambda: pr.FlatMapIterableProcessor(stage.fn)
+        return lambda: em.FlatMapIterableProcessor(stage.fn)
     if isinstance(stage, st.OnErrorResume):
-        return lambda: pr.OnErrorResumeProcessor(stage.fn)
+        return lambda: em.OnErrorResumeProcessor(stage.fn)
     if isinstance(stage, st.OnErrorResumeWith):
-        return lambda: pr.OnErrorResumeWithProcessor(stage.fn, to_publisher)
+        return lambda: em.OnErrorResumeWithProcessor(stage.fn, to_publisher)
     if isinstance(stage, st.ProcessorStage):
         return lambda: stage.processor
     if isinstance(stage, st.Coupled):

@@ -17,7 +17,13 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _create_message()
+    _create_node()
+    _create_confirmation()
+    _create_external_call()
 
+
+def _create_message() -> None:
     op.create_table('message',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('correlation_id', sa.String(length=255), nullable=False),
@@ -60,6 +66,8 @@ def upgrade() -> None:
         batch_op.create_index('ix_message_state_receive', ['state', 'receive_ts'], unique=False)
         batch_op.create_index('ix_message_state_start', ['state', 'start_process_ts'], unique=False)
 
+
+def _create_node() -> None:
     op.create_table('node',
     sa.Column('id', sa.String(length=100), nullable=False),
     sa.Column('host', sa.String(length=255), nullable=True),
@@ -69,6 +77,9 @@ def upgrade() -> None:
     sa.Column('stopped_at', sa.DateTime(timezone=True), nullable=True),
     sa.PrimaryKeyConstraint('id')
     )
+
+
+def _create_confirmation() -> None:
     op.create_table('confirmation',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('message_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
@@ -88,6 +99,8 @@ def upgrade() -> None:
     with op.batch_alter_table('confirmation', schema=None) as batch_op:
         batch_op.create_index('ix_confirmation_status_next', ['status', 'next_attempt_at'], unique=False)
 
+
+def _create_external_call() -> None:
     op.create_table('external_call',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('message_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
