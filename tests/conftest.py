@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import queue
+import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,35 +25,89 @@ from tests.services import (
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    """URL of a fresh SQLite file database for one test."""
-    return f"sqlite:///{tmp_path / 'openroute.db'}"
+def sqlite_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of a fresh SQLite file database for one test (for a test of ``store``, a copy of a migrated file)."""
+    path = tmp_path / "openroute.db"
+    if _migrating(request):
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+    return f"sqlite:///{path}"
 
 
 class FreshDatabases:
-    """Empty PostgreSQL databases, each made by ``CREATE DATABASE`` for one test (or one module's tests) alone and
-    dropped after it.
+    """PostgreSQL databases, each made by ``CREATE DATABASE`` for one test (or one module's tests) alone and
+    dropped after it: empty, or a copy of the run's migrated template (:meth:`take_migrated`).
 
     Made when taken, not ahead: a version that kept two made ahead by a background thread saw, once, both queued
     names gone when the tests took them ("database ... does not exist") at the start of two Spark modules, for a
     cause not found; the few tenths of a second it saved per test are not worth a flaky run.
+
+    Dropped behind the tests (:meth:`release`): PostgreSQL 15's ``DROP DATABASE`` waits for a checkpoint, a second
+    or more on a busy machine, which no test needs to wait for.
     """
 
     def __init__(self, admin_url: str) -> None:
         self._admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
         self._base = admin_url.rsplit("/", 1)[0]
+        self._template: str | None = None
+        self._template_made = 0.0
+        self._template_lock = threading.Lock()
+        self._released: queue.Queue[str] = queue.Queue(maxsize=RELEASE_BACKLOG)
+        self._release_failures: list[str] = []
+        self._dropper = threading.Thread(target=self._drop_released, name="test-database-dropper", daemon=True)
+        self._dropper.start()
 
     def take(self) -> str:
         """The URL of a new, empty database for the caller alone, named ``openroute_t_<unix time>_<random>``."""
+        return self._create()
+
+    def take_migrated(self) -> str:
+        """The URL of a new database for the caller alone holding the migrated schema (the copy of a template
+        database that :meth:`MessageStore.create_schema` migrated once in this run), nothing else."""
+        with self._template_lock:
+            # renewed well before another run's sweep would take it for a leftover (older than LEFTOVER_AGE)
+            if self._template is None or time.time() - self._template_made > LEFTOVER_AGE / 2:
+                if self._template is not None:
+                    self.release(f"{self._base}/{self._template}")
+                url = self._create()
+                template = MessageStore(url)
+                try:
+                    template.create_schema()
+                finally:
+                    template.dispose()  # a template must have no session: CREATE DATABASE ... TEMPLATE refuses
+                self._template, self._template_made = url.rsplit("/", 1)[1], time.time()
+            return self._create(template=self._template)
+
+    def _create(self, template: str | None = None) -> str:
         name = f"{PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
+        copy = f' TEMPLATE "{template}"' if template else ""
         with self._admin.connect() as connection:
-            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            connection.execute(sa.text(f'CREATE DATABASE "{name}"{copy}'))
         return f"{self._base}/{name}"
 
     def drop(self, url: str) -> None:
+        """Drop the database at ``url`` now (its open sessions are ended)."""
         name = url.rsplit("/", 1)[1]
         with self._admin.connect() as connection:
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    def release(self, url: str) -> None:
+        """Hand the database at ``url`` to the background dropper; waits only while :data:`RELEASE_BACKLOG` are
+        still to drop. :meth:`close` waits for every one."""
+        self._released.put(url)
+
+    def wait_released(self) -> None:
+        """Return when every database handed to :meth:`release` so far is dropped (or failed to be)."""
+        self._released.join()
+
+    def _drop_released(self) -> None:
+        while True:
+            url = self._released.get()
+            try:
+                self.drop(url)
+            except Exception as error:  # reported by close(); the next run's sweep drops it
+                self._release_failures.append(f"{url.rsplit('/', 1)[1]}: {str(error).splitlines()[0]}")
+            finally:
+                self._released.task_done()
 
     def sweep(self, before: float) -> list[str]:
         """Drop the test databases (``openroute_t_...``) made before the unix time ``before`` that a run left
@@ -74,8 +131,18 @@ class FreshDatabases:
                     dropped.append(name)
         return dropped
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Wait until every released database is dropped, drop the template, close the admin connections;
+        returns the released databases that could not be dropped (one line each)."""
+        self.wait_released()
+        if self._template is not None:
+            self.drop(f"{self._base}/{self._template}")
         self._admin.dispose()
+        return self._release_failures
+
+
+#: released databases still to drop before :meth:`FreshDatabases.release` waits (bounds the disk they hold)
+RELEASE_BACKLOG = 16
 
 
 #: the name prefix of every PostgreSQL database the tests make
@@ -101,18 +168,39 @@ def fresh_databases() -> Iterator[FreshDatabases]:
         try:  # at the end of the run: leftovers of earlier (killed) runs, never a database of a run still going
             databases.sweep(min(started, time.time() - LEFTOVER_AGE))
         finally:
-            databases.close()
+            failures = databases.close()
+        assert not failures, f"test databases not dropped (the next run's sweep drops them): {failures}"
+
+
+#: the fixtures that migrate their database at once: for them the database is made as a copy of a migrated one
+MIGRATING_FIXTURES = frozenset({"store", "postgres_store"})
+
+
+def _migrating(request: pytest.FixtureRequest) -> bool:
+    return not MIGRATING_FIXTURES.isdisjoint(request.fixturenames)
+
+
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file that :meth:`MessageStore.create_schema` migrated once in this run (copied, never used)."""
+    path = tmp_path_factory.mktemp("migrated") / "openroute.db"
+    template = MessageStore(f"sqlite:///{path}")
+    try:
+        template.create_schema()
+    finally:
+        template.dispose()  # the last connection closed: the write-ahead log is in the file, the copy is whole
+    return path
 
 
 @pytest.fixture
-def postgres_url(fresh_databases: FreshDatabases) -> Iterator[str]:
-    """URL of a fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    require("PostgreSQL", postgres_problem)
-    url = fresh_databases.take()
+def postgres_url(request: pytest.FixtureRequest, fresh_databases: FreshDatabases) -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database for one test (for a test of ``store`` or ``postgres_store``, a
+    copy of a migrated one), dropped afterwards."""
+    url = fresh_databases.take_migrated() if _migrating(request) else fresh_databases.take()
     try:
         yield url
     finally:
-        fresh_databases.drop(url)
+        fresh_databases.release(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -124,8 +212,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 def _fresh_store(url: str) -> Iterator[MessageStore]:
-    message_store = MessageStore(url)
-    message_store.create_schema()
+    message_store = MessageStore(url)  # the database was made as a copy of a migrated one (see _migrating)
     try:
         yield message_store
     finally:

@@ -6,6 +6,7 @@ import time
 import uuid
 
 import sqlalchemy as sa
+from openroute.persistence import MessageStore
 
 from tests.conftest import PREFIX, FreshDatabases
 
@@ -29,3 +30,22 @@ def test_databases_are_prefixed_dropped_and_old_leftovers_swept(fresh_databases:
     finally:
         fresh_databases.drop(url)
     assert name not in _names(fresh_databases)
+
+
+def test_a_migrated_copy_holds_the_schema_and_a_released_database_is_dropped_behind(
+    fresh_databases: FreshDatabases,
+) -> None:
+    url = fresh_databases.take_migrated()
+    name = url.rsplit("/", 1)[1]
+    store = MessageStore(url)
+    try:
+        assert name.startswith(PREFIX) and store.current_revision() == MessageStore.head_revision()
+        assert store.find() == [], "the copy of the migrated template holds no message"
+    finally:
+        store.dispose()
+    other = fresh_databases.take_migrated()
+    assert other != url, "each test has a copy of its own"
+    for taken in (url, other):
+        fresh_databases.release(taken)
+    fresh_databases.wait_released()
+    assert {name, other.rsplit("/", 1)[1]}.isdisjoint(_names(fresh_databases))

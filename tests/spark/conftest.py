@@ -69,4 +69,4 @@ def module_databases(
         yield urls
     finally:
         if databases is not None:
-            databases.drop(urls["postgres"])
+            databases.release(urls["postgres"])

@@ -1,19 +1,24 @@
 """The Spark commands unchanged on a real Spark standalone cluster (a master and a worker started from the installed
 PySpark's ``spark-class``), against PostgreSQL: audit, reprocess plan + apply, archive, each ``openroute spark``
-as a child process given ``--master spark://...``. In CI a missing Java, driver or PostgreSQL is a failure."""
+command given ``--master spark://...``, run one after the other in one child process that holds one Spark
+application on the cluster (:mod:`tests.spark.cluster_driver`). In CI a missing Java, driver or PostgreSQL is a
+failure."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +26,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.models import message_transition_table
 
+from tests.spark.cluster_driver import ANSWER
 from tests.spark.processes import ROOT, child_env
 from tests.spark.stores import reprocess_store
 
@@ -104,33 +110,83 @@ def cluster(spark_installed: None, tmp_path_factory: pytest.TempPathFactory) -> 
                 process.wait(30)
 
 
-def _spark(argv: list[str], folder: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-    """``openroute spark <argv>`` as a child; fails with its output when its exit status is not in ``ok``."""
-    command = [sys.executable, "-m", "openroute.cli", "spark", *argv, "--spark-log", str(folder / "spark.log")]
-    done = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=JOB_TIMEOUT,
-                          check=False)
-    assert done.returncode in ok, f"openroute spark {argv[0]} exited {done.returncode}: {done.stderr[-3000:]}"
-    return done
+class ClusterApplication:
+    """A :mod:`tests.spark.cluster_driver` child: one Spark application on the cluster running ``openroute spark``
+    commands one after the other."""
+
+    def __init__(self, master: str, folder: Path) -> None:
+        self.folder = folder
+        command = [sys.executable, "-m", "tests.spark.cluster_driver", master, str(folder / "spark.log")]
+        with (folder / "driver.err").open("wb") as err:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=child_env(), stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(ANSWER):
+                self._answers.put(line[len(ANSWER):])
+        self._answers.put(None)  # stdout closed: the child ended
+
+    def spark(self, argv: list[str], ok: tuple[int, ...] = (0,)) -> dict[str, Any]:
+        """Run ``openroute spark <argv>`` in the application; fails with its output when its exit status is not in
+        ``ok`` (or the child ends or is silent for :data:`JOB_TIMEOUT` s). Returns its status, stdout and stderr."""
+        assert self.process.stdin is not None
+        command = ["spark", *argv, "--spark-log", str(self.folder / "spark.log")]
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+        try:
+            line = self._answers.get(timeout=JOB_TIMEOUT)
+        except queue.Empty:
+            raise AssertionError(f"openroute spark {argv[0]} did not end within {JOB_TIMEOUT} s") from None
+        if line is None:
+            raise AssertionError(f"the cluster application ended ({self.process.wait()}) during openroute spark "
+                                 f"{argv[0]}: {(self.folder / 'driver.err').read_text()[-3000:]}")
+        done: dict[str, Any] = json.loads(line)
+        assert done["status"] in ok, f"openroute spark {argv[0]} exited {done['status']}: {done['stderr'][-3000:]}"
+        return done
+
+    def stop(self) -> None:
+        """End the child: stdin closed, it stops the session and exits; killed when it does not in 60 s."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+
+@pytest.fixture
+def application(cluster: StandaloneCluster, tmp_path: Path) -> Iterator[ClusterApplication]:
+    """One Spark application on the cluster for the test's jobs; stopped after."""
+    running = ClusterApplication(cluster.url, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # three JVM jobs through a cluster; about a minute each on a quiet 2-core machine
+@pytest.mark.timeout(1500)  # three jobs through a cluster, one driver JVM and its executors started once
 def test_audit_reprocess_and_archive_run_unchanged_on_a_standalone_cluster(
-    cluster: StandaloneCluster, postgres_url: str, tmp_path: Path
+    cluster: StandaloneCluster, application: ClusterApplication, postgres_url: str, tmp_path: Path
 ) -> None:
     ids = reprocess_store(postgres_url)
     common = ["--database-url", postgres_url, "--master", cluster.url, "--partitions", "2"]
 
     audit = tmp_path / "audit"
     # exit 1: a consistency check found something (this store has a FAILED parent of a FAILED child, on purpose)
-    _spark(["audit", *common, "--out", str(audit)], tmp_path, ok=(0, 1))
+    application.spark(["audit", *common, "--out", str(audit)], ok=(0, 1))
     totals = json.loads((audit / "summary.json").read_text())["totals"]
     assert totals["messages"] == len(ids) and totals["by_state"] == {"CANCEL": 1, "FAILED": 8, "OK": 2,
                                                                      "PARTLY_FAILED": 1}, totals
     assert (audit / "report.html").is_file()
 
     plan = tmp_path / "plan"
-    _spark(["reprocess", *common, "--out", str(plan), "--job-id", "cluster", "--apply"], tmp_path)
+    application.spark(["reprocess", *common, "--out", str(plan), "--job-id", "cluster", "--apply"])
     store = MessageStore(postgres_url)
     for name in ("f_restart", "f_plain", "f_business", "parent", "f_old", "f_other_source"):
         assert store.get(ids[name]).state is S.PARTLY_FAILED, name
@@ -141,7 +197,7 @@ def test_audit_reprocess_and_archive_run_unchanged_on_a_standalone_cluster(
     assert written == 7, "each planned message changed once, through the cluster's executors' plan"
 
     to = tmp_path / "archive"
-    _spark(["archive", *common, "--keep", "OK=1h,FAILED=1h,SKIPPED=1h", "--to", str(to)], tmp_path)
+    application.spark(["archive", *common, "--keep", "OK=1h,FAILED=1h,SKIPPED=1h", "--to", str(to)])
     for name in ("ok_newer", "ok_older"):  # final since 2024
         assert store.get(ids[name]) is None, f"{name} was archived and deleted"
     assert store.get(ids["child"]) is not None, "a FAILED child stays while its restarted parent is not final"
