@@ -23,6 +23,10 @@ password_env = "OPENROUTE_OPS_PASSWORD"
 
 [confirmations.systems.CRM]
 soap = "https://crm.example/confirm"
+
+[tracing]                                      # needs the otel extra; exporter headers: OTEL_EXPORTER_OTLP_HEADERS
+enabled = true
+endpoint = "http://collector:4318/v1/traces"
 ```
 
 Environment variables are named after the key, nested keys joined by ``__``: ``OPENROUTE_DATABASE_URL``,
@@ -63,6 +67,7 @@ __all__ = [
     "RetryConfig",
     "ServerConfig",
     "SourceSystemConfig",
+    "TracingConfig",
     "load_config",
     "read_legacy_auth_config",
 ]
@@ -569,6 +574,39 @@ class AlertsConfig(_Section):
             config.notifier(name)
 
 
+class TracingConfig(_Section):
+    """Traces of every message across its hops, exported by OTLP over HTTP (needs the ``otel`` extra;
+    :mod:`openroute.tracing`, docs/operations.md#tracing). Off by default."""
+
+    enabled: bool = False
+    #: the ``service.name`` of the spans
+    service_name: str = Field("openroute", min_length=1)
+    #: the collector's traces URL (``http://collector:4318/v1/traces``); None: the standard
+    #: ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT`` (default ``http://localhost:4318``)
+    endpoint: str | None = None
+    #: longest wait for one export
+    export_timeout: Duration = timedelta(seconds=10)
+
+    @model_validator(mode="after")
+    def _check(self) -> TracingConfig:
+        if self.endpoint is not None and not re.match(r"^https?://[^/\s]+", self.endpoint):
+            raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}")
+        if self.export_timeout <= timedelta(0):
+            raise ValueError(f"export_timeout must be positive, got {self.export_timeout}")
+        return self
+
+    def start(self) -> bool:
+        """Turn tracing on when ``enabled`` (returns whether it is on). Raises ConfigurationError when the ``otel``
+        extra is not installed."""
+        if not self.enabled:
+            return False
+        from openroute import tracing
+
+        tracing.configure(service_name=self.service_name, endpoint=self.endpoint,
+                          timeout=self.export_timeout.total_seconds())
+        return True
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     format: Literal["text", "json"] = "text"
@@ -598,6 +636,7 @@ class ServerConfig(BaseSettings):
     #: bring the schema to the newest migration at start (else an old schema stops the start)
     migrate: bool = False
     log: LogConfig = LogConfig()
+    tracing: TracingConfig = TracingConfig()
     engine: EngineConfig = EngineConfig()
     inbound: InboundConfig = InboundConfig()
     auth: AuthConfig = AuthConfig()
