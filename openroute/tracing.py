@@ -116,6 +116,7 @@ def configure(*, service_name: str = "openroute", endpoint: str | None = None, t
     except ImportError:
         raise ConfigurationError(MISSING_EXTRA) from None
     global _owned_provider
+    disable()  # a provider made by an earlier call is flushed and shut down
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=timeout)))
     enable(provider)
@@ -124,9 +125,8 @@ def configure(*, service_name: str = "openroute", endpoint: str | None = None, t
 
 def disable() -> None:
     """Turn tracing off; a provider made by :func:`configure` exports what it holds and shuts down."""
-    global ENABLED, _tracer, _owned_provider
-    ENABLED = False
-    _tracer = None
+    global ENABLED, _owned_provider
+    ENABLED = False  # the tracer stays: a span begun before this ends normally (a shut-down provider drops it)
     provider, _owned_provider = _owned_provider, None
     if provider is not None:
         provider.shutdown()

@@ -37,6 +37,15 @@ async def post(node: Node, correlation_id: str, traceparent: str | None = None) 
     return int(answer.json()["messageId"])
 
 
+async def traced_order(node: Node, store: MessageStore, correlation_id: str, state: MessageState) -> int:
+    """POST one order with the sender's traceparent and wait until the node is idle; its id (found in ``state``)."""
+    message_id = await post(node, correlation_id, SENDER_TRACEPARENT)
+    await node.engine.wait_idle(10)
+    row = store.get(message_id)
+    assert row is not None and row.state is state
+    return message_id
+
+
 def named(spans: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
     """The finished spans whose name starts with ``prefix``, in the order they started."""
     return sorted((s for s in spans.get_finished_spans() if s.name.startswith(prefix)), key=lambda s: s.start_time or 0)
@@ -45,10 +54,9 @@ def named(spans: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
 async def test_a_json_request_with_a_traceparent_is_one_trace_from_accept_to_confirmation(
     node: Node, spans: InMemorySpanExporter, remote: Remote, store: MessageStore
 ) -> None:
-    message_id = await post(node, "o-1", SENDER_TRACEPARENT)
-    await node.engine.wait_idle(10)
+    message_id = await traced_order(node, store, "o-1", MessageState.OK)
     row = store.get(message_id)
-    assert row is not None and row.state is MessageState.OK
+    assert row is not None
     [accept] = named(spans, "accept ")
     [attempt] = named(spans, "attempt ")
     [step] = named(spans, "step ")
@@ -83,10 +91,7 @@ async def test_an_attempt_after_partly_failed_is_in_the_same_trace(
     node: Node, spans: InMemorySpanExporter, remote: Remote, store: MessageStore, clock: ManualClock
 ) -> None:
     remote.failures = 1
-    message_id = await post(node, "o-2", SENDER_TRACEPARENT)
-    await node.engine.wait_idle(10)
-    row = store.get(message_id)
-    assert row is not None and row.state is MessageState.PARTLY_FAILED
+    message_id = await traced_order(node, store, "o-2", MessageState.PARTLY_FAILED)
     clock.advance(timedelta(seconds=5))
     await node.engine.repoll_once()
     await node.engine.wait_idle(10)
@@ -112,8 +117,7 @@ async def test_a_new_engine_on_the_same_store_continues_the_stored_trace(
     node: Node, spans: InMemorySpanExporter, remote: Remote, store: MessageStore, clock: ManualClock
 ) -> None:
     remote.failures = 1
-    message_id = await post(node, "o-3", SENDER_TRACEPARENT)
-    await node.engine.wait_idle(10)
+    message_id = await traced_order(node, store, "o-3", MessageState.PARTLY_FAILED)
     await node.close()  # node A goes away after the failed attempt
     clock.advance(timedelta(seconds=5))
     other = await start_node(store, remote, clock, "node-b")  # its start picks the due message up
