@@ -1,6 +1,7 @@
 """Channel-fed route vs a fair floor: messages per second from a RabbitMQ queue into the store, acked after commit.
 
     python benchmarks/channel_bench.py [--count 5000] [--repeat 3] [--databases sqlite,postgres]
+                                       [--sides floor,accept,process]
 
 Both sides start with ``count`` persistent JSON messages (distinct message ids) in a fresh queue and stop when every
 one is stored and acked:
@@ -11,10 +12,17 @@ one is stored and acked:
   the engine's ``write_batch``, in one writer thread), and acks each delivery after its commit;
 * the **route**: ``openroute``'s channel-fed route on one engine node (default settings), through
   :class:`~openroute.inbound.channel.ChannelInbound` (parse, route checks and extraction, ``Engine.accept`` on the
-  group-commit writer, ack after the commit). The engine also processes every message (claim, trivial step, OK)
-  while it accepts, as it would in production; the floor does not.
+  group-commit writer, ack after the commit).
 
-Repetitions interleave floor and route; it prints msgs/s and the ratio route / floor (min / median / max).
+Three sides, interleaved in every repetition (the floor first, the two route sides alternating):
+
+* ``floor``, above;
+* ``accept``: the route with the engine accepting only (no workers started, as in ``http_bench.py``): the same
+  database work as the floor, the comparison the issue asks for;
+* ``process``: the route while the engine also processes every message (claim, trivial step, OK: two more writes
+  per message), as ``openroute run`` does; the time is until every message is accepted and acked.
+
+It prints msgs/s and the ratios to the floor (min / median / max) with the load average.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -94,6 +103,7 @@ async def floor(url: str, queue: str, count: int, settings: EngineSettings) -> f
             if batch[0][0] is None:  # type: ignore[comparison-overlap]
                 return
             store.insert_messages([new for new, _ in batch], node_id="floor")
+            COMMITS["floor"] += 1
             loop.call_soon_threadsafe(acknowledge, [incoming for _, incoming in batch])
 
     def acknowledge(deliveries: list[aio_pika.abc.AbstractIncomingMessage]) -> None:
@@ -139,7 +149,9 @@ async def floor(url: str, queue: str, count: int, settings: EngineSettings) -> f
     return count / elapsed
 
 
-async def route(url: str, queue: str, count: int) -> float:
+async def route(url: str, queue: str, count: int, process: bool = True) -> float:
+    """The channel-fed route; without ``process`` the engine only accepts (no workers started, as in http_bench.py):
+    the same database work as the floor."""
     store = MessageStore(url)
     engine = Engine(store, application.routes, EngineSettings(repoll_interval=None))
     channels = ChannelInbound(engine, application.channels, {
@@ -148,17 +160,34 @@ async def route(url: str, queue: str, count: int) -> float:
         "openroute.messaging.incoming.crm-in.queue": queue,
         "openroute.messaging.incoming.crm-in.source-system": "CRM",
     }, environ={})
-    await engine.start()
+    if process:
+        await engine.start()
     stats = channels.stats("crm-in")
     started = time.perf_counter()
     await channels.start()
     while stats.accepted < count:
         await asyncio.sleep(0.005)
     elapsed = time.perf_counter() - started
+    COMMITS["process" if process else "accept"] += engine._writer.transactions  # a benchmark may look inside
     await channels.stop()
     await engine.stop()
     store.dispose()
     return count / elapsed
+
+
+SIDES = ("floor", "accept", "process")
+#: commits of each side's last run (the route's: every writer transaction, claims and outcomes included)
+COMMITS = dict.fromkeys(SIDES, 0)
+
+
+async def run_side(side: str, url: str, queue: str, count: int, settings: EngineSettings) -> float:
+    if side == "floor":
+        return await floor(url, queue, count, settings)
+    return await route(url, queue, count, process=side == "process")
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return " / ".join(f"{value:.{digits}f}" for value in (min(values), statistics.median(values), max(values)))
 
 
 async def main() -> None:
@@ -166,33 +195,44 @@ async def main() -> None:
     parser.add_argument("--count", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--databases", default="sqlite,postgres")
+    parser.add_argument("--sides", default=",".join(SIDES), help="floor, accept (the route, engine accepting "
+                        "only: the floor's work) and process (the route while the engine processes)")
     args = parser.parse_args()
+    sides = [side for side in SIDES if side in args.sides.split(",")]
     folder = Path(tempfile.mkdtemp(prefix="openroute-chbench-"))
     settings = EngineSettings()
     index = 0
+    print(f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
     for kind in args.databases.split(","):
-        ratios, floors, routes = [], [], []
-        for _ in range(args.repeat):
-            results = {}
-            for side in ("floor", "route"):
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        for repetition in range(args.repeat):
+            order = sides if repetition % 2 == 0 else [sides[0], *reversed(sides[1:])]  # floor first, then alternate
+            for side in order:
                 index += 1
                 url = fresh_database(kind, folder, index)
                 queue = unique(f"bench-{side}")
                 await fill(queue, args.count)
                 try:
-                    results[side] = (await floor(url, queue, args.count, settings) if side == "floor"
-                                     else await route(url, queue, args.count))
+                    before = time.process_time()  # this process's CPU, every thread (the writer's too)
+                    COMMITS[side] = 0
+                    rates[side].append(await run_side(side, url, queue, args.count, settings))
+                    cpu[side].append((time.process_time() - before) / args.count * 1e6)
                 finally:
                     await delete(AMQP, queue)
-            floors.append(results["floor"])
-            routes.append(results["route"])
-            ratios.append(results["route"] / results["floor"])
-            print(f"{kind}: floor {results['floor']:8.0f} msgs/s   route {results['route']:8.0f} msgs/s   "
-                  f"ratio {ratios[-1]:.2f}", flush=True)
-        print(f"{kind}: ratio route / floor min {min(ratios):.2f} median {statistics.median(ratios):.2f} "
-              f"max {max(ratios):.2f} (floor median {statistics.median(floors):.0f} msgs/s, route median "
-              f"{statistics.median(routes):.0f} msgs/s)", flush=True)
-
+            line = "   ".join(f"{side} {rates[side][-1]:6.0f} msgs/s {cpu[side][-1]:4.0f} µs CPU/msg "
+                               f"{args.count / max(COMMITS[side], 1):5.1f} msgs/commit" for side in sides)
+            ratios = "   ".join(f"{side}/floor {rates[side][-1] / rates['floor'][-1]:.2f}" for side in sides[1:]
+                               if "floor" in rates)
+            print(f"{kind}: {line}   {ratios}   load {os.getloadavg()[0]:.2f}", flush=True)
+        for side in sides:
+            summary = (f"{kind}: {side:<8} msgs/s min / median / max {spread(rates[side], 0)}, CPU µs/msg "
+                       f"{spread(cpu[side], 0)}")
+            if side != "floor" and "floor" in rates:
+                ratio = [r / f for r, f in zip(rates[side], rates["floor"], strict=True)]
+                summary += f"   {side} / floor {spread(ratio)}"
+            print(summary, flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.2f}", flush=True)
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -175,6 +175,10 @@ class MessageRecord(Base):
         sa.Index("ix_message_process", "process_id", "receive_ts"),
         # search by error code (migration 0009)
         sa.Index("ix_message_error_code", "last_error_code", "receive_ts"),
+        # an error code with a state (migration 0011): the state checked in the index, errors only
+        sa.Index("ix_message_error_code_state", "last_error_code", "state", "receive_ts",
+                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
+                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
         # search by text in the payload or the error (migration 0009): trigram indexes, PostgreSQL only (pg_trgm)
         sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",
                  postgresql_ops={"payload": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),

@@ -14,7 +14,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from openroute.persistence.models import outbox_table
 
-__all__ = ["OutboxEvent", "add_events", "delete_events", "lease_due", "pending_count", "postpone_event"]
+__all__ = [
+    "OutboxEvent", "add_events", "delete_events", "lease_due", "pending_count", "postpone_event", "release_leases",
+]
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,14 @@ def postpone_event(connection: sa.Connection, event_id: int, next_attempt_at: da
     connection.execute(t.update().where(t.c.id == event_id).values(
         attempts=t.c.attempts + 1, next_attempt_at=next_attempt_at, lease_node=None, lease_until=None,
         last_error=error[:2000]))
+
+
+def release_leases(connection: sa.Connection, node_id: str) -> int:
+    """Give up every lease ``node_id`` holds (it restarted: nothing it leased is being published any more), so its
+    events are due again at once instead of after the lease; returns how many were released."""
+    t = outbox_table
+    return int(connection.execute(t.update().where(t.c.lease_node == node_id)
+                                  .values(lease_node=None, lease_until=None)).rowcount or 0)
 
 
 def pending_count(connection: sa.Connection) -> int:

@@ -417,7 +417,7 @@ class AdminApi:
     async def counts(self, _request: Request, _user: str) -> Response:
         """How many messages are in each state (every state listed, zeros included) and the total.
 
-        Non-final states are exact; final states come from a cache refreshed at most every
+        Non-final states are exact; final states come from a cache refreshed in the background once older than
         ``counts.final_ttl`` seconds (``finalStatesAsOf`` says when they were counted).
         """
         counted = await self._db(self.message_counts.by_state)

@@ -36,7 +36,14 @@ from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.messaging.config import select_channels
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import FINAL_STATES
-from openroute.persistence.outbox import OutboxEvent, add_events, delete_events, lease_due, postpone_event
+from openroute.persistence.outbox import (
+    OutboxEvent,
+    add_events,
+    delete_events,
+    lease_due,
+    postpone_event,
+    release_leases,
+)
 
 __all__ = ["EVENT_HEADER", "OutboxPublisher", "OutboxWriter", "OutcomeEvents", "event_body", "outcome_rules"]
 
@@ -161,6 +168,8 @@ class OutboxStats:
     published: int = 0
     failed: int = 0
     rounds: int = 0
+    #: rounds that could not lease or settle (the store unreachable): their events stay in the outbox
+    failed_rounds: int = 0
     by_channel: dict[str, int] = field(default_factory=dict)
 
 
@@ -218,7 +227,17 @@ class OutboxPublisher:
         self._wake.set()
 
     async def start(self) -> None:
-        """Connect the channels (raises the messaging layer's DeploymentError when a broker cannot be reached)."""
+        """Take back the leases a previous run of this node held (it was killed while publishing: those events are
+        due now, not after the lease), then connect the channels (raises the messaging layer's DeploymentError when
+        a broker cannot be reached)."""
+
+        def release() -> int:
+            with self.store.begin() as connection:
+                return release_leases(connection, self.node_id)
+
+        released = await asyncio.get_running_loop().run_in_executor(None, release)
+        if released:
+            log.info("outbox: %d events leased by an earlier run of node %s are due again", released, self.node_id)
         await self.app.start()
 
     async def stop(self) -> None:
@@ -232,6 +251,7 @@ class OutboxPublisher:
             try:
                 published = await self.publish_once()
             except Exception as error:
+                self.stats.failed_rounds += 1
                 log.warning("outbox round failed (%s: %s); retried in %.1f s", type(error).__name__,
                             " ".join(str(error).split())[:300], self.settings.interval)
                 published = 0

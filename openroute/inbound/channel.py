@@ -276,7 +276,9 @@ class ChannelInbound:
 
     async def _deliver(self, name: str, message: Message[Any]) -> None:
         channel = self._channels[name]
-        if not await self._wait_resume():
+        # the common case (no pause, not stopping) without a coroutine call per delivery
+        paused = self._stopping.is_set() or self._resume_at > asyncio.get_running_loop().time()
+        if paused and not await self._wait_resume():
             await message.nack(RedeliverError("the node is stopping"))
             return
         body, meta = _body_and_meta(message)
@@ -324,7 +326,7 @@ class ChannelInbound:
         await self._wait_resume()
         await message.nack(RedeliverError(f"{code}: {_one_line(error)}"))
 
-    async def _refuse(self, channel: _Channel, message: Message[Any], body: bytes, meta: ChannelDelivery,
+    async def _refuse(self, channel: _Channel, message: Message[Any], body: bytes, meta: _Delivered,
                       code: str, error: BaseException) -> None:
         """A delivery that can never be stored: to the dead-letter channel with its reason, then acked."""
         reason = _one_line(error)
@@ -350,14 +352,14 @@ class ChannelInbound:
         log.warning("channel %s: delivery %s sent to %s (%s: %s)", name, meta.message_id or "-", target, code, reason)
         await message.ack()
 
-    def _inbound(self, channel: _Channel, body: bytes, meta: ChannelDelivery) -> InboundMessage:
+    def _inbound(self, channel: _Channel, body: bytes, meta: _Delivered) -> InboundMessage:
         """The checks of an HTTP request, on a delivery: size, secure parse, trace, binding checks, extraction."""
         binding, options = channel.binding, channel.options
         limit = self.settings.max_body_bytes
         if len(body) > limit:
             raise BodyTooLargeError(limit, len(body))
         kind = _format(meta.content_type, options.format, body)
-        headers = {str(k).lower(): v for k, v in meta.headers.items()}
+        headers = {str(k).lower(): v for k, v in meta.headers.items()} if meta.headers else {}
         inbound_binding: InboundBinding | None
         if kind == "xml":
             inbound_binding = binding.xml
@@ -400,11 +402,13 @@ class ChannelInbound:
         )
 
 
-def _body_and_meta(message: Message[Any]) -> tuple[bytes, ChannelDelivery]:
-    amqp = message.get_metadata(AmqpIncomingMetadata)
-    if amqp is not None:
-        meta = ChannelDelivery(dict(amqp.headers), amqp.message_id, amqp.content_type, amqp.correlation_id)
-    else:
+#: what a delivery's metadata tells (both have headers, message_id, content_type and correlation_id)
+_Delivered = ChannelDelivery | AmqpIncomingMetadata
+
+
+def _body_and_meta(message: Message[Any]) -> tuple[bytes, _Delivered]:
+    meta: _Delivered | None = message.get_metadata(AmqpIncomingMetadata)  # read as it is, not copied
+    if meta is None:
         meta = message.get_metadata(ChannelDelivery) or ChannelDelivery()
     payload = message.payload
     if isinstance(payload, bytes | bytearray | memoryview):

@@ -97,6 +97,10 @@ def _reject_constant(name: str) -> Any:
     raise MalformedPayloadError(f"malformed JSON: {name} is not a JSON number")
 
 
+#: one decoder for every body: ``json.loads`` with an argument builds a new one per call
+_JSON_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _depth_ok(document: Any, max_depth: int) -> bool:
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:
@@ -121,8 +125,10 @@ def parse_json(body: bytes, max_depth: int) -> tuple[str, Any]:
         raise MalformedPayloadError(reason) from None
     if not text.strip():
         raise MalformedPayloadError("the request body is empty")
+    if text.startswith("\ufeff"):  # json.loads says so too; the decoder alone would say "Expecting value"
+        raise MalformedPayloadError("malformed JSON: the body starts with a UTF-8 byte order mark")
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
+        document = _JSON_DECODER.decode(text)
     except json.JSONDecodeError as error:
         where = f"line {error.lineno} column {error.colno}"
         raise MalformedPayloadError(f"malformed JSON: {error.msg} at {where}") from None

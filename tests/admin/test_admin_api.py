@@ -344,7 +344,13 @@ def test_final_state_counts_are_cached_and_open_states_are_exact(store: MessageS
     assert counts.by_state().counts == {}  # NEW left at once; OK not counted before the cache expires
     assert counts.open_by_route() == [("s", "o", MessageState.NEW, 1)]  # cached for route_ttl
     ticks[0] = 61.0
-    assert counts.by_state().counts == {MessageState.OK: 1}
+    # expired: the call answers from the cache at once and refreshes it in the background
+    assert counts.by_state().counts == {}
+    assert counts.wait_for_refresh(timeout=30)
+    counted = counts.by_state()
+    assert counted.counts == {MessageState.OK: 1}
     assert counts.open_by_route() == []
+    counts.invalidate()  # nothing cached: the call counts and waits
+    assert counts.by_state().counts == {MessageState.OK: 1}
     with pytest.raises(ValueError, match="final_ttl=-1"):
         MessageCounts(store.engine, final_ttl=-1)

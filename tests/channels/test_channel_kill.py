@@ -1,5 +1,6 @@
 """``openroute run`` fed by a RabbitMQ queue, SIGKILLed during a load and restarted: every message the broker no
-longer holds is in the store, exactly once (persist, then acknowledge).
+longer holds is in the store, exactly once (persist, then acknowledge); every final state reaches the events queue
+at least once, a second time only for an event in flight at a kill, and then with the same event id.
 
 The in-suite load is 200 messages and one kill (two starts of the node); ``benchmarks/channel_kill.py`` runs the issue's
 full size (>= 1,000 messages, several kills) against the same code.
@@ -8,16 +9,18 @@ full size (>= 1,000 messages, several kills) against the same code.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
-import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
-from tests.channels.amqp_helpers import delete, publish, ready, unique
+from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
+from tests.channels.run_config import write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow]
@@ -25,28 +28,22 @@ pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow]
 MESSAGES = 200
 
 
-def write_config(tmp_path: Path, database_url: str, broker: str, queue: str) -> Path:
-    path = tmp_path / "openroute.toml"
-    path.write_text(textwrap.dedent(f'''
-        database_url = "{database_url}"
-        routes = "tests.channels.channel_app:app"
-
-        [openroute.messaging.connector.amqp]
-        url = "{broker}"
-
-        [openroute.messaging.incoming.crm-in]
-        connector = "amqp"
-        queue = "{queue}"
-        source-system = "CRM"
-    '''))
-    return path
-
-
 def stored(url: str) -> list[str]:
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
             return list(connection.execute(sa.text("SELECT correlation_id FROM message")).scalars())
+    finally:
+        engine.dispose()
+
+
+def leased_events(url: str) -> set[str]:
+    """Event ids of the outbox rows a publisher had leased and not yet deleted: the events in flight."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return set(connection.execute(sa.text(
+                "SELECT event_id FROM outbox WHERE lease_until IS NOT NULL")).scalars())
     finally:
         engine.dispose()
 
@@ -64,9 +61,11 @@ def test_sigkill_during_a_load_loses_and_doubles_nothing(tmp_path: Path, rabbitm
     store = MessageStore(url)
     store.create_schema()
     store.dispose()
-    queue = unique("kill")
-    config = write_config(tmp_path, url, rabbitmq_url, queue)
+    queue, events = unique("kill"), unique("kill-events")
+    # a fixed node id: the restarted node takes back the outbox leases its killed run held
+    config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events, node_id="kill-node")
     ids = [f"m-{i}" for i in range(MESSAGES)]
+    in_flight_at_kills: set[str] = set()
     try:
         asyncio.run(publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, m) for i, m in enumerate(ids)]))
         for threshold in (MESSAGES // 3,):
@@ -75,6 +74,7 @@ def test_sigkill_during_a_load_loses_and_doubles_nothing(tmp_path: Path, rabbitm
             wait_rows(url, threshold)
             server.process.send_signal(signal.SIGKILL)
             server.process.wait(30)
+            in_flight_at_kills |= leased_events(url)
             # the broker gave the killed node's unacked deliveries back: whatever it no longer holds is stored
             left = asyncio.run(ready(rabbitmq_url, queue))
             rows = stored(url)
@@ -83,9 +83,29 @@ def test_sigkill_during_a_load_loses_and_doubles_nothing(tmp_path: Path, rabbitm
         server = Server(["--config", str(config)], ROOT, _environment())
         server.wait_for("serving")
         wait_rows(url, MESSAGES)
+        received = wait_events(rabbitmq_url, events, MESSAGES)
         assert server.stop() == 0
         assert asyncio.run(ready(rabbitmq_url, queue)) == 0
         rows = stored(url)
         assert sorted(rows) == sorted(ids)
     finally:
-        asyncio.run(delete(rabbitmq_url, queue))
+        asyncio.run(delete(rabbitmq_url, queue, events))
+    by_message: dict[str, set[str]] = {}
+    for event in received:
+        by_message.setdefault(str(event["correlationId"]), set()).add(str(event["eventId"]))
+    assert sorted(by_message) == sorted(ids)  # every final state published
+    assert all(len(event_ids) == 1 for event_ids in by_message.values())  # a message's event keeps its id
+    published = Counter(str(event["eventId"]) for event in received)
+    twice = {event_id for event_id, count in published.items() if count > 1}
+    assert twice <= in_flight_at_kills, "an event not in flight at a kill was published twice"
+
+
+def wait_events(url: str, queue: str, messages: int, timeout: float = 60) -> list[dict[str, object]]:
+    """The events taken from ``queue`` until ``messages`` distinct messages have one."""
+    deadline = time.monotonic() + timeout
+    received: list[dict[str, object]] = []
+    while len({event["correlationId"] for event in received}) < messages:
+        assert time.monotonic() < deadline, f"events of {len(received)} messages within {timeout} s"
+        received += [json.loads(m.body) for m in asyncio.run(take_all(url, queue))]
+        time.sleep(0.1)
+    return received

@@ -21,6 +21,7 @@ from openroute.errors import BusinessError, ConfigurationError
 from openroute.message import InboundMessage
 from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.route import Route, RouteRegistry
+from tests.tcp_proxy import proxy_to
 
 
 def step(exchange: Any) -> None:
@@ -158,3 +159,87 @@ async def test_the_configuration_names_the_channels_states_and_routes() -> None:
     with pytest.raises(ConfigurationError, match="final states"):
         outcome_rules({"openroute.messaging.outgoing.e.connector": "amqp",
                        "openroute.messaging.outgoing.e.outcome-events": "PROCESSING"})
+
+
+async def test_a_database_outage_keeps_the_events_and_rolls_back_the_changes_it_interrupted(
+    postgres_store: MessageStore, postgres_url: str
+) -> None:
+    """A real outage (a TCP proxy in front of PostgreSQL, cut and restored): events committed before it stay in the
+    outbox and are published once it is back; the final states it interrupted are rolled back with their events,
+    and the messages, repaired and run again, are published once each."""
+    gate = asyncio.Event()
+
+    async def held_step(exchange: Any) -> None:
+        if json.loads(exchange.payload)["kind"] == "held":
+            await gate.wait()  # PROCESSING while the database goes away
+
+    routes = RouteRegistry([Route("crm", "setCustomer", [held_step])])
+    held: list[int] = []
+
+    def held_states() -> set[str]:
+        with postgres_store.engine.connect() as connection:
+            return set(connection.execute(sa.text("SELECT state FROM message WHERE id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)), {"ids": held}).scalars())
+
+    with proxy_to(postgres_url) as proxy:
+        store = MessageStore(proxy.url(postgres_url))
+        engine = Engine(store, routes, EngineSettings(repoll_interval=timedelta(seconds=0.2), node_id="outage-node"))
+        publisher = OutboxPublisher(store, [OutcomeEvents("events")], MEMORY, node_id="outage-node",
+                                    settings=OutboxSettings(interval=0.05), environ={})
+        engine.final_state_tx_hooks.append(publisher.writer())
+        engine.final_state_hooks.append(publisher.on_final_state)
+        sink = publisher.app.connector("in-memory").sink("events")
+        await engine.start()
+        await publisher.start()
+        stop = asyncio.Event()
+        task = None
+        try:
+            for number in range(10):
+                await engine.accept(message(f"before-{number}"))
+            for number in range(5):
+                held.append((await engine.accept(message(f"held-{number}", "held"))).message_id)
+            # their claims committed (a worker counts in in_flight before its claim's commit)
+            await until(lambda: held_states() == {MessageState.PROCESSING.value} and outbox_rows(postgres_store) == 10)
+            proxy.cut()
+            task = asyncio.create_task(publisher.run(stop))  # the publisher starts during the outage
+            gate.set()  # the held messages end OK, but their transactions fail with the connection
+            await engine.wait_idle(10)
+            await until(lambda: publisher.stats.failed_rounds >= 2)
+            assert sink.received == []
+            assert outbox_rows(postgres_store) == 10  # the interrupted final states left no event
+            assert held_states() == {MessageState.PROCESSING.value}  # and were rolled back themselves
+            proxy.restore()
+            await until(lambda: len(sink.received) == 15 and outbox_rows(postgres_store) == 0, timeout=60)
+        finally:
+            stop.set()
+            if task is not None:
+                await task
+            await publisher.stop()
+            await engine.stop()
+            store.dispose()
+    events = [json.loads(m.payload) for m in sink.received]
+    assert sorted(e["correlationId"] for e in events) == sorted(
+        [f"before-{n}" for n in range(10)] + [f"held-{n}" for n in range(5)])  # each message once
+    assert len({e["eventId"] for e in events}) == 15 and {e["state"] for e in events} == {"OK"}
+
+
+async def test_only_the_configured_states_and_routes_are_published(store: MessageStore) -> None:
+    engine = Engine(store, ROUTES, EngineSettings(repoll_interval=None, node_id="node-1"))
+    config = {**MEMORY, "openroute.messaging.outgoing.events.outcome-events": "FAILED",
+              "openroute.messaging.outgoing.events.outcome-routes": "crm/setCustomer"}
+    publisher = OutboxPublisher(store, outcome_rules(config), config, node_id="node-1", environ={})
+    engine.final_state_tx_hooks.append(publisher.writer())
+    await engine.start()
+    await publisher.start()
+    try:
+        for correlation_id, kind, operation in (("ok", "ok", "setCustomer"), ("failed", "fail", "setCustomer"),
+                                                ("other-route", "fail", "quiet")):
+            await engine.accept(message(correlation_id, kind, operation))
+        await engine.wait_idle(10)
+        assert outbox_rows(store) == 1  # no row at all for what is not published
+        assert await publisher.publish_once() == 1
+    finally:
+        await publisher.stop()
+        await engine.stop()
+    [event] = publisher.app.connector("in-memory").sink("events").payloads
+    assert (json.loads(event)["correlationId"], json.loads(event)["state"]) == ("failed", "FAILED")

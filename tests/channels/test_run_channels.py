@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
 from tests.channels.amqp_helpers import delete, publish, take_all, unique
+from tests.channels.run_config import write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = pytest.mark.rabbitmq
@@ -25,24 +26,7 @@ def test_run_serves_the_channel_and_publishes_the_outcomes(tmp_path: Path, rabbi
     store.create_schema()
     store.dispose()
     queue, events = unique("run-in"), unique("run-events")
-    config = tmp_path / "openroute.toml"
-    config.write_text(textwrap.dedent(f'''
-        database_url = "{url}"
-        routes = "tests.channels.channel_app:app"
-
-        [openroute.messaging.connector.amqp]
-        url = "{rabbitmq_url}"
-
-        [openroute.messaging.incoming.crm-in]
-        connector = "amqp"
-        queue = "{queue}"
-        source-system = "CRM"
-
-        [openroute.messaging.outgoing.crm-events]
-        connector = "amqp"
-        queue = "{events}"
-        outcome-events = "final"
-    '''))
+    config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events)
     try:
         server = Server(["--config", str(config)], ROOT, _environment())
         line = server.wait_for("serving")
@@ -61,3 +45,46 @@ def test_run_serves_the_channel_and_publishes_the_outcomes(tmp_path: Path, rabbi
         assert server.stop() == 0
     finally:
         asyncio.run(delete(rabbitmq_url, queue, events))
+
+
+def test_two_run_processes_on_one_queue_store_each_message_once(
+    tmp_path: Path, postgres_url: str, rabbitmq_url: str
+) -> None:
+    store = MessageStore(postgres_url)
+    store.create_schema()
+    queue = unique("two-nodes")
+    config = write_run_config(tmp_path, postgres_url, rabbitmq_url, queue, concurrency=8, queue_size=8)
+    messages = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(150)]
+    servers = []
+    try:
+        for _ in range(2):
+            servers.append(Server(["--config", str(config)], ROOT, _environment()))
+        for server in servers:
+            server.wait_for("serving")  # both consume before anything is published: the broker shares the load
+        asyncio.run(publish(rabbitmq_url, queue, [*messages, *messages]))  # each twice: copies reach either node
+        deadline = time.monotonic() + 60
+        while len(rows := _rows(store)) < 150:
+            assert time.monotonic() < deadline, f"{len(rows)} rows within 60 s"
+            time.sleep(0.1)
+        assert all(server.stop() == 0 for server in servers)
+        rows = _rows(store)
+        assert sorted(correlation for correlation, _node in rows) == sorted(m for _, m in messages)  # none twice
+        assert len({node for _correlation, node in rows}) == 2  # each node stored its share
+        # copies still unsettled at the stop went back to the queue: each one is stored already
+        left = {m.message_id for m in asyncio.run(take_all(rabbitmq_url, queue))}
+        assert left <= {correlation for correlation, _node in rows}
+    finally:
+        for server in servers:
+            if server.process.poll() is None:
+                server.process.kill()
+                server.process.wait(30)
+        store.dispose()
+        asyncio.run(delete(rabbitmq_url, queue))
+
+
+def _rows(store: MessageStore) -> list[tuple[str, str]]:
+    """(correlation id, node that stored it) of every stored message."""
+    with store.engine.connect() as connection:
+        return [(row[0], row[1]) for row in connection.execute(sa.text(
+            "SELECT m.correlation_id, t.node_id FROM message m JOIN message_transition t ON t.message_id = m.id "
+            "AND t.to_state = 'NEW'"))]
