@@ -11,7 +11,7 @@ with a tracer provider), each message is one trace, whatever nodes and restarts 
     ├── attempt crm/setCustomer            attempt 2 (PARTLY_FAILED before), on node B after A's restart
     └── confirm CRM                        the confirmation to the source system
 
-The accepting span's ``traceparent`` is stored with the message (column ``message.traceparent``, migration 0011):
+The accepting span's ``traceparent`` is stored with the message (column ``message.traceparent``, migration 0012):
 every later span of the message has it as parent, on any node, after any restart. The shipped outbound clients
 (:class:`~openroute.outbound.ExternalHttpClient`, :class:`~openroute.outbound.SoapService`, the confirmation
 transports) send the current span as the ``traceparent`` header.

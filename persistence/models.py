@@ -147,7 +147,7 @@ class MessageRecord(Base):
     version: Mapped[int] = mapped_column(sa.Integer, default=0)
     #: the traceback of the unexpected error that ended the current state (migration 0009); None for expected errors
     last_error_trace: Mapped[str | None] = mapped_column(sa.Text)
-    #: the W3C traceparent of the span that accepted the message (migration 0011; None while tracing is off): the
+    #: the W3C traceparent of the span that accepted the message (migration 0012; None while tracing is off): the
     #: parent of its attempts and confirmation on every node (``openroute.tracing``)
     traceparent: Mapped[str | None] = mapped_column(sa.String(55))
 

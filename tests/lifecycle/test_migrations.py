@@ -47,7 +47,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         assert (after[0].state, after[0].last_error_code, after[0].last_error_text) == (  # type: ignore[union-attr]
             MessageState.OK, None, None)
         assert after[1].last_error_code == "HLR_DOWN"  # type: ignore[union-attr]
-        assert {m.traceparent for m in after} == {None}  # type: ignore[union-attr]  # migration 0011: untraced rows
+        assert {m.traceparent for m in after} == {None}  # type: ignore[union-attr]  # migration 0012: untraced rows
         before = after
         indexes = {i["name"]: i["column_names"] for i in sa.inspect(store.engine).get_indexes("message")}
         for name, columns in SEARCH_INDEXES.items():

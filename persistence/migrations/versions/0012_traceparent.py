@@ -1,7 +1,7 @@
 """the W3C trace context of a message: its attempts and confirmation join the trace it was accepted in
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-11-25 23:30:00
 
 - ``message.traceparent``: the W3C ``traceparent`` of the span that accepted the message (version 00, 55
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
