@@ -163,7 +163,7 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> flo
         rows: list[Any] = []
         for i in range(first, first + n):
             rows.extend((f"f-{i}", "bench", None, "bench", "noop", None, None, None, "<order/>", "text/xml", json_obj,
-                         "NEW", 0, now, None, None, now, None, None, json_obj, json_list, None, None, None, 0))
+                         "NEW", 0, now, None, None, now, None, None, json_obj, json_list, None, None, None, 0, None))
         with engine.begin() as connection:
             cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             cursor.execute(_sql(dialect, f"INSERT INTO message ({', '.join(INSERT_COLUMNS)}) VALUES "

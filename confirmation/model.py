@@ -70,6 +70,8 @@ class ConfirmationRequest:
     error_text: str | None = None
     finished_at: datetime | None = None
     confirmation_id: str | None = None
+    #: the W3C traceparent stored with the message (``openroute.tracing``): the parent of the confirmation's span
+    traceparent: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.message_id, bool) or not isinstance(self.message_id, int) or self.message_id < 1:

@@ -47,6 +47,7 @@ from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
 from sqlalchemy.dialects import postgresql, sqlite
 
+from openroute import tracing
 from openroute.clock import Clock
 
 log = logging.getLogger("openroute.confirmation")
@@ -188,6 +189,7 @@ def request_from_message(
         error_code=None if outcome_state == "OK" else row.last_error_code,
         error_text=None if outcome_state == "OK" else row.last_error_text,
         finished_at=row.last_update_ts,
+        traceparent=getattr(row, "traceparent", None),
     )
 
 
@@ -488,8 +490,11 @@ class ConfirmationService:
         else:
             keeper = asyncio.create_task(self._keep_claim(row.id, row.message_id, attempt),
                                          name=f"confirmation-lease-{row.id}")
+            span = (tracing.confirm_span(request.traceparent, row.message_id, request.source_system, request.state,
+                                         attempt) if tracing.ENABLED else contextlib.nullcontext())
             try:
-                await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
+                with span:  # while tracing is on: a span of the message's trace, its failure recorded
+                    await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
                 error = None
             except ConfirmationSendError as failure:
                 error = failure.reason

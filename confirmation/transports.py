@@ -15,6 +15,8 @@ from openroute.confirmation.model import ConfirmationRequest, ConfirmationSendEr
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
+from openroute import tracing
+
 #: The WSDL shipped with the package; source systems implement it to receive confirmations.
 DEFAULT_WSDL: Path = Path(str(resources.files("openroute.confirmation") / "wsdl" / "confirmation.wsdl"))
 NAMESPACE = "urn:openroute:confirmation:v1"
@@ -69,7 +71,8 @@ class SoapConfirmation(ExternalSystemConfirmation):
         super().__init__(source_system)
         self.address = _check_url(address, "address")
         self._owns_client = http_client is None
-        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        # while tracing is on every request carries the confirmation's span as its traceparent header (a request hook)
+        client = tracing.propagate_from(http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout)))
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
             transport = AsyncTransport(client=client, wsdl_client=wsdl_client)
@@ -145,7 +148,8 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
         super().__init__(source_system)
         self.url = _check_url(url, "url")
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        self._client = tracing.propagate_from(client)  # while tracing is on: the traceparent header (a request hook)
         self._headers = dict(headers or {})
 
     async def confirm(self, request: ConfirmationRequest) -> None:

@@ -32,9 +32,14 @@ class InboundMessage(MessageFields):
     #: the payload already bound to its route's body model by the endpoint that parsed it (not stored): accept
     #: then does not parse the text again (:mod:`openroute.body`)
     body: Any = field(default=None, compare=False, repr=False)
+    #: the sender's W3C ``traceparent`` (HTTP header, SOAP trace header, broker header), read by the endpoints only
+    #: while tracing is on (:mod:`openroute.tracing`): the parent of the span that accepts the message
+    traceparent: str | None = None
 
-    def to_new_message(self, receive_ts: datetime, parent_id: int | None = None) -> NewMessage:
-        """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``)."""
+    def to_new_message(self, receive_ts: datetime, parent_id: int | None = None,
+                       traceparent: str | None = None) -> NewMessage:
+        """The row the store inserts for this message, received at ``receive_ts`` (a child: of ``parent_id``);
+        ``traceparent`` is the stored trace context (the accepting span's, not the sender's)."""
         # an entity is (entity type, object id); the entity type defaults to the operation
         entity_type = self.entity_type or (self.operation if self.object_id is not None else None)
         return NewMessage.from_values({
@@ -43,4 +48,5 @@ class InboundMessage(MessageFields):
             "source_system": self.source_system, "receive_ts": receive_ts, "process_id": self.process_id,
             "msg_ts": self.message_timestamp, "headers": dict(self.headers), "object_id": self.object_id,
             "entity_type": entity_type, "funnel_value": self.funnel_value, "parent_id": parent_id,
+            "traceparent": traceparent,
         })

@@ -39,7 +39,7 @@ INSERT_COLUMNS: tuple[str, ...] = (
     "correlation_id", "source_system", "process_id", "service", "operation", "object_id", "entity_type",
     "funnel_value", "payload", "content_type", "headers", "state", "failed_count", "receive_ts", "msg_ts",
     "start_process_ts", "last_update_ts", "next_attempt_at", "node_id", "custom_data", "business_errors",
-    "last_error_code", "last_error_text", "parent_id", "version",
+    "last_error_code", "last_error_text", "parent_id", "version", "traceparent",
 )
 
 #: a ``message_transition`` row: (message id, from state, to state, at, node id, error code, cause, what to add to
@@ -47,7 +47,7 @@ INSERT_COLUMNS: tuple[str, ...] = (
 TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str, int,
                       str | None, str | None]
 
-# SQLite allows 32,766 parameters per statement: 25 columns x 256 rows stays well inside it
+# SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
 
 Processor = Callable[[Any], Any]

@@ -147,6 +147,9 @@ class MessageRecord(Base):
     version: Mapped[int] = mapped_column(sa.Integer, default=0)
     #: the traceback of the unexpected error that ended the current state (migration 0009); None for expected errors
     last_error_trace: Mapped[str | None] = mapped_column(sa.Text)
+    #: the W3C traceparent of the span that accepted the message (migration 0012; None while tracing is off): the
+    #: parent of its attempts and confirmation on every node (``openroute.tracing``)
+    traceparent: Mapped[str | None] = mapped_column(sa.String(55))
 
     __table_args__ = (
         sa.UniqueConstraint("source_system", "correlation_id", name="uq_message_source_correlation"),

@@ -94,11 +94,13 @@ class NewMessage(MessageFields):
     entity_type: str | None = None
     funnel_value: str | None = None
     parent_id: int | None = None
+    #: the W3C traceparent its later spans hang under (``openroute.tracing``; None while tracing is off)
+    traceparent: str | None = None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> NewMessage:
         """The message of ``values`` (every field, already checked) without __init__'s cost: a frozen dataclass sets
-        each of its 14 fields through ``object.__setattr__``, and every accepted message is built once."""
+        each of its 15 fields through ``object.__setattr__``, and every accepted message is built once."""
         message = object.__new__(cls)
         message.__dict__.update(values)
         return message
@@ -136,6 +138,8 @@ class StoredMessage:
     version: int
     #: the traceback of the unexpected error of the current state (None for expected errors and no error)
     last_error_trace: str | None = None
+    #: the W3C traceparent of the span that accepted it: the parent of its attempts and confirmation (None: untraced)
+    traceparent: str | None = None
 
     @classmethod
     def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:
@@ -149,7 +153,7 @@ class StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
         if not _STORED_FIELDS.issuperset(changes):
             raise TypeError(f"StoredMessage has no field(s) {sorted(changes.keys() - _STORED_FIELDS)}")
-        # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 26 fields (the writer's hot path)
+        # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 28 fields (the writer's hot path)
         copy = object.__new__(StoredMessage)
         values = copy.__dict__
         values.update(self.__dict__)
@@ -220,6 +224,7 @@ def _insert_values(new: NewMessage) -> dict[str, Any]:
         "last_error_text": None,
         "parent_id": new.parent_id,
         "version": 0,
+        "traceparent": new.traceparent,
     }
     return values
 

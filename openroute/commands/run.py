@@ -99,9 +99,13 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
     try:
         config = load_config(args.config, overrides, auth_config=args.auth_config)
         url = config.resolved_database_url()
+        tracing_on = config.tracing.start()
     except ConfigurationError as error:
         raise StartupError(EXIT_CONFIGURATION, str(error)) from None
     configure_logging(config.log.level, config.log.format)
+    if tracing_on:
+        log.info("tracing on: spans of service %s exported by OTLP to %s", config.tracing.service_name,
+                 config.tracing.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint")
 
     sock = _bind(config.host, config.port)  # first: a taken port stops the start before the database is touched
     store = None
@@ -222,6 +226,12 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
             # reach, a full collection walks only what serving creates (~5 % of a message's CPU on SQLite)
             gc.freeze()
             yield state
+        if config.tracing.enabled:  # after the engine stopped: its last spans are exported too
+            import asyncio
+
+            from openroute import tracing
+
+            await asyncio.to_thread(tracing.disable)
 
     app.router.lifespan_context = lifespan
     # log_config None: uvicorn's records go through the handler of configure_logging, in the same format;

@@ -23,6 +23,10 @@ password_env = "OPENROUTE_OPS_PASSWORD"
 
 [confirmations.systems.CRM]
 soap = "https://crm.example/confirm"
+
+[tracing]                                      # needs the otel extra; exporter headers: OTEL_EXPORTER_OTLP_HEADERS
+enabled = true
+endpoint = "http://collector:4318/v1/traces"
 ```
 
 Environment variables are named after the key, nested keys joined by ``__``: ``OPENROUTE_DATABASE_URL``,
@@ -46,6 +50,7 @@ from openroute.config.sections import (
     RetryConfig,
 )
 from openroute.config.server import ServerConfig, load_config
+from openroute.config.tracing import TracingConfig
 
 __all__ = [
     "AdminConfig",
@@ -60,6 +65,7 @@ __all__ = [
     "RetryConfig",
     "ServerConfig",
     "SourceSystemConfig",
+    "TracingConfig",
     "load_config",
     "read_legacy_auth_config",
 ]

@@ -23,6 +23,7 @@ from openroute.config.sections import (
     LogConfig,
     RetentionConfig,
 )
+from openroute.config.tracing import TracingConfig
 from openroute.config.values import DEFAULT_DATABASE_URL, ENV_PREFIX
 from openroute.errors import ConfigurationError
 
@@ -44,6 +45,7 @@ class ServerConfig(BaseSettings):
     #: bring the schema to the newest migration at start (else an old schema stops the start)
     migrate: bool = False
     log: LogConfig = LogConfig()
+    tracing: TracingConfig = TracingConfig()
     engine: EngineConfig = EngineConfig()
     inbound: InboundConfig = InboundConfig()
     auth: AuthConfig = AuthConfig()

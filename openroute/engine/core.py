@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from openroute import states
+from openroute import states, tracing
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
 from openroute.engine._funnel_wake import FunnelWake
@@ -387,11 +387,26 @@ class Engine:
         :class:`NodeNotAcceptingError` when an operator drained or stopped this node,
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call waits for room: that is the back-pressure on the sender.
+        While tracing is on (:mod:`openroute.tracing`) the accept is a span, child of ``inbound.traceparent``, and
+        that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
+        if tracing.ENABLED:
+            return await self._traced_accept(inbound)
+        return await self._accept(inbound, None)
+
+    async def _traced_accept(self, inbound: InboundMessage) -> AcceptResult:
+        """:meth:`accept` in its span (child of the sender's traceparent), whose traceparent is stored."""
+        with tracing.accept_span(inbound) as span:
+            result = await self._accept(inbound, tracing.traceparent_of(span))
+            span.set_attribute("openroute.message_id", result.message_id)
+            span.set_attribute("openroute.duplicate", result.duplicate)
+            return result
+
+    async def _accept(self, inbound: InboundMessage, traceparent: str | None) -> AcceptResult:
         if self.node_state is not NodeState.RUN:
             raise NodeNotAcceptingError(self.node_id, self.node_state.value)
         self.check_inbound(inbound)
-        new = inbound.to_new_message(self.clock.now())
+        new = inbound.to_new_message(self.clock.now(), traceparent=traceparent)
         try:
             outcome = await self._writer.enqueue_grouped(self._insert_group, new)
         except Exception as error:
@@ -572,6 +587,19 @@ class Engine:
             return None
         self.stats.claimed += 1
         self._notify(previous, claimed)
+        if tracing.ENABLED:
+            with tracing.attempt_span(claimed, self.node_id) as span:
+                attempted = await self._attempt(claimed, background)
+                if isinstance(attempted, StoredMessage):  # held back, dropped or waiting for children
+                    span.set_attribute("openroute.outcome", attempted.state.value)
+                return attempted
+        return await self._attempt(claimed, background)
+
+    async def _attempt(
+        self, claimed: StoredMessage, background: bool
+    ) -> StoredMessage | asyncio.Future[StoredMessage | None] | None:
+        """The attempt of a claimed message: obsolete check and funnel, the route's steps, the outcome (see
+        :meth:`_process`)."""
         try:
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
@@ -607,6 +635,8 @@ class Engine:
             no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
             policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
         )
+        if tracing.ENABLED:
+            tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
                 self._transition_written(claimed, decision.target, self._write(claimed, decision, now))
@@ -649,6 +679,8 @@ class Engine:
     async def _deliver(self, route: Route, exchange: Exchange) -> None:
         """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
         interceptors = (*self.interceptors, *route.interceptors)
+        if tracing.ENABLED:  # the step spans sit innermost, around the step alone
+            interceptors = (*interceptors, tracing.STEP_SPANS)
         if not interceptors:  # the common case: nothing to wrap, so no chain and no closure per step
             for step in route.steps:
                 try:

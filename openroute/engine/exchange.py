@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from openroute import tracing
 from openroute.child import ChildMessage
 from openroute.clock import Clock
 from openroute.engine.idempotency import (
@@ -203,6 +204,10 @@ class Exchange:
         is recorded FAILED and made again, with the same key, by the next attempt. For an effect in the store's
         own database use :meth:`call_once_in_store`, which is exactly-once.
         """
+        return await self._call_once(key, call, in_doubt, None)
+
+    async def _call_once(self, key: str, call: Callable[..., Any], in_doubt: InDoubt, system: str | None) -> Any:
+        """:meth:`call_once`; ``system`` names the external system in the call's span."""
         runtime = self._require_runtime()
         _check_key(key)
         hold = _check_in_doubt(in_doubt)
@@ -223,7 +228,7 @@ class Exchange:
                         "with the same idempotency key %s", message_id, key, previous.node_id, previous.started_at,
                         idempotency_key)
         try:
-            result = await _invoke(call, idempotency_key)
+            result = await _invoke(call, idempotency_key, key, system, message_id)
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
                 text = f"{type(error).__name__}: {error}"
@@ -292,7 +297,7 @@ class Exchange:
         entity = self._entity_scoped(scope)
         hold = _check_in_doubt(in_doubt)
         if not entity:
-            return await self.call_once(key, call, in_doubt=in_doubt)
+            return await self._call_once(key, call, in_doubt, system)
         runtime = self._require_runtime()
         _check_key(key)
         message = self.message
@@ -318,7 +323,7 @@ class Exchange:
             raise CallInDoubtError(key, idempotency_key, f"{entity_type} {object_id}: an earlier attempt took the "
                                    "call and recorded no outcome")
         try:
-            result = await _invoke(call, idempotency_key)
+            result = await _invoke(call, idempotency_key, key, system, message.id)
         except BaseException as error:
             text = f"{type(error).__name__}: {error}"
             await asyncio.shield(runtime.run_db(
@@ -347,6 +352,8 @@ class Exchange:
             raise TypeError("split takes a sequence of ChildMessage")
         parent = self.message
         now = runtime.clock.now()
+        # a child's spans hang under the step that split it (tracing off: the parent's stored context, if any)
+        traceparent = (tracing.current_traceparent() if tracing.ENABLED else None) or parent.traceparent
         batch: list[NewMessage] = []
         for index, child in enumerate(children):
             if not isinstance(child, ChildMessage):
@@ -371,7 +378,7 @@ class Exchange:
                 object_id=child.object_id,
                 entity_type=child.entity_type,
                 funnel_value=child.funnel_value,
-            ).to_new_message(now, parent_id=parent.id))
+            ).to_new_message(now, parent_id=parent.id, traceparent=traceparent))
         if not batch:
             return []
         outcomes = await runtime.run_db(lambda: _store_children(runtime.store, batch, runtime.node_id))
@@ -432,8 +439,17 @@ def _key_parameter(call: Callable[..., Any]) -> str | None:
     return "positional" if len(positional) == 1 else None
 
 
-async def _invoke(call: Callable[..., Any], idempotency_key: str) -> Any:
-    """Run ``call`` (sync or async) with ``idempotency_key`` as the current key, handed to it if it takes it."""
+async def _invoke(call: Callable[..., Any], idempotency_key: str, key: str, system: str | None,
+                  message_id: int) -> Any:
+    """Run ``call`` (sync or async) with ``idempotency_key`` as the current key, handed to it if it takes it; while
+    tracing is on, in the span of call ``key`` to ``system`` (the shipped clients send it as the traceparent)."""
+    if tracing.ENABLED:
+        with tracing.call_span(key, system, idempotency_key, message_id):
+            return await _invoke_keyed(call, idempotency_key)
+    return await _invoke_keyed(call, idempotency_key)
+
+
+async def _invoke_keyed(call: Callable[..., Any], idempotency_key: str) -> Any:
     with using_idempotency_key(idempotency_key):
         how = _key_parameter(call)
         if how == "keyword":

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute import tracing
 from openroute.binding import InboundBinding, ParsedPayload
 from openroute.body import Body, InvalidBodyError
 from openroute.engine import AcceptResult, Engine
@@ -91,8 +92,8 @@ class _Trace:
     source_system: str
     process_id: str | None
     timestamp: datetime | None
-
-
+    #: the sender's W3C traceparent, read only while tracing is on
+    traceparent: str | None
 
 
 class InboundEndpoints:
@@ -199,6 +200,7 @@ class InboundEndpoints:
             source_system=source,
             process_id=soap.get("processId") or headers.get(PROCESS_HEADER),
             timestamp=parse_timestamp(soap.get("timestamp") or headers.get(TIMESTAMP_HEADER)),
+            traceparent=soap.get(tracing.TRACEPARENT) or headers.get(tracing.TRACEPARENT) if tracing.ENABLED else None,
         )
 
     async def _accept(
@@ -224,6 +226,7 @@ class InboundEndpoints:
                 entity_type=extracted.entity_type,
                 funnel_value=extracted.funnel_value,
                 body=body,
+                traceparent=trace.traceparent,
             )
         )
 

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from lxml import etree
 
+from openroute import tracing
 from openroute.binding import ChannelBinding, InboundBinding, ParsedPayload
 from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
@@ -397,6 +398,7 @@ class ChannelInbound:
             correlation_id=correlation, source_system=source, process_id=_text(headers.get(options.process_header)),
             message_timestamp=parse_timestamp(_text(headers.get(options.timestamp_header))), headers=stored_headers,
             object_id=extracted.object_id, entity_type=extracted.entity_type, funnel_value=extracted.funnel_value,
+            traceparent=_text(headers.get(tracing.TRACEPARENT)) if tracing.ENABLED else None,
         )
 
 

@@ -20,7 +20,8 @@ SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"
 INBOUND_NS = "urn:openroute:inbound:v1"
 #: namespace of the trace header element (``traceHeader``)
 TRACE_NS = "urn:openroute:trace:v1"
-TRACE_FIELDS = ("correlationId", "sourceSystem", "processId", "timestamp")
+#: ``traceparent``: the sender's W3C trace context (read while tracing is on, :mod:`openroute.tracing`)
+TRACE_FIELDS = ("correlationId", "sourceSystem", "processId", "timestamp", "traceparent")
 
 _INVALID_XML_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 

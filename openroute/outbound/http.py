@@ -12,7 +12,8 @@ Inside an ``ext_call(..., system="BILLING")`` step it takes the base URL, timeou
 
 The call's breaker, timeout, record and DEBUG log line come from the ``ext_call`` around it
 (:class:`~openroute.outbound.ExternalCalls`); the client adds the ``Idempotency-Key`` header and gives the request
-and response it sent and got to the call record. A timeout or connection problem, an HTTP 5xx, 408 or 429 is a
+and response it sent and got to the call record; while tracing is on (:mod:`openroute.tracing`) every request carries
+the call's span as the W3C ``traceparent`` header. A timeout or connection problem, an HTTP 5xx, 408 or 429 is a
 :class:`~openroute.errors.TechnicalError` (retried, counted by the breaker); any other 4xx a
 :class:`~openroute.errors.BusinessError` with code ``HTTP_<status>`` (an answer: the breaker counts a success).
 """
@@ -28,6 +29,7 @@ from urllib.parse import urljoin
 
 import httpx
 
+from openroute import tracing
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.outbound.calls import current_call
 from openroute.outbound.systems import ExternalSystem
@@ -58,7 +60,7 @@ class ExternalHttpClient:
             self.name = system
         else:
             raise ConfigurationError(f"ExternalHttpClient needs a system name or an ExternalSystem, got {system!r}")
-        self._client = httpx.AsyncClient(transport=transport)
+        self._client = tracing.propagate_from(httpx.AsyncClient(transport=transport))
 
     def settings(self) -> ExternalSystem:
         """The system's settings: given to the constructor, else those of the ``ext_call`` in progress.

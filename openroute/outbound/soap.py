@@ -6,7 +6,8 @@ route's retry policy), a request zeep cannot build from the arguments a :class:`
 
 Inside an ``ext_call`` / ``call_once`` every request carries the call's idempotency key as a WS-Addressing
 ``MessageID`` SOAP header (``<wsa:MessageID xmlns:wsa="http://www.w3.org/2005/08/addressing">urn:uuid:KEY
-</wsa:MessageID>``), the same on every attempt of the call, so a service that honours it can drop repeats.
+</wsa:MessageID>``), the same on every attempt of the call, so a service that honours it can drop repeats. While
+tracing is on (:mod:`openroute.tracing`) the HTTP request carries the call's span as the W3C ``traceparent`` header.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lxml import etree
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
+from openroute import tracing
 from openroute.engine.idempotency import current_idempotency_key
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
 
@@ -103,7 +105,8 @@ class SoapService:
             raise ConfigurationError(f"WSDL {location!r} is neither an http(s) URL nor an existing file")
         limits = httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
         self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=limits)
+        # while tracing is on every request carries the current span as its traceparent header (a request hook)
+        self._client = tracing.propagate_from(http_client or httpx.AsyncClient(timeout=limits))
         # answers must not carry DTDs or entities either (no XXE from a compromised peer)
         settings = zeep.Settings(forbid_dtd=True, forbid_entities=True, forbid_external=True, xml_huge_tree=False)
         try:
