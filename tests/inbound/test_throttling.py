@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -131,6 +132,35 @@ async def test_soap_over_the_limit_gets_a_throttling_fault(
     assert root.findtext(f".//{{{SOAP11}}}Fault/faultcode") == "env:Client"
     assert root.findtext(".//{urn:openroute:inbound:v1}code") == "THROTTLED"
     assert len(stored(store)) == 2
+
+
+def test_requests_counted_together_admit_the_first_ones_up_to_the_limit(store: MessageStore) -> None:
+    counters = ThrottleCounters(store)
+    window, later = 1_800_000_000_000, 1_800_000_060_000
+    assert counters.take_many([("CRM", "create", window, 5)] * 3) == [1, 2, 3]
+    batch = [("CRM", "create", window, 5), ("ERP", "create", window, 5), ("CRM", "create", window, 5),
+             ("CRM", "create", window, 5), ("CRM", "create", window, 5)]
+    assert counters.take_many(batch) == [4, 1, 5, None, None]  # the window fills in order; ERP counts apart
+    assert counters.take_many([("CRM", "create", window, 5)]) == [None]
+    assert counters.count("CRM", "create", window) == 5  # the refused ones were not counted
+    # more than the limit at once in a new window: the first ``limit`` pass, the earlier window's row goes
+    assert counters.take_many([("CRM", "create", later, 5)] * 7) == [1, 2, 3, 4, 5, None, None]
+    assert counters.count("CRM", "create", window) == 0
+    assert counters.count("ERP", "create", window) == 1  # another operation's rows stay
+    assert counters.take("ERP", "create", later, 1) == 1
+
+
+def test_concurrent_batches_admit_the_limit_exactly(store: MessageStore) -> None:
+    """Batches counted at once on many connections (PostgreSQL's row lock, SQLite's write lock): each count is
+    handed out once, and together they admit the limit, whichever batch meets the full window."""
+    counters = ThrottleCounters(store)
+    window, limit = 1_800_000_000_000, 50
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(lambda size: counters.take_many([("CRM", "create", window, limit)] * size),
+                                [3, 7, 1, 9, 4, 12, 6, 2, 8, 5, 10, 3]))  # 70 requests
+    admitted = [count for batch in batches for count in batch if count is not None]
+    assert sorted(admitted) == list(range(1, limit + 1))
+    assert counters.count("CRM", "create", window) == limit
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
