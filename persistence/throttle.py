@@ -72,17 +72,28 @@ class ThrottleCounters:
         groups: dict[tuple[str, str, int, int], list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault(request, []).append(index)
+        counts: list[int | None] = [None] * len(requests)
+        taken = self._reserve([(*key, len(indexes)) for key, indexes in groups.items()])
+        for ((before, admitted), indexes) in zip(taken, groups.values(), strict=True):
+            for number, index in enumerate(indexes[:admitted], start=1):
+                counts[index] = before + number
+        return counts
+
+    def reserve_many(self, blocks: Sequence[tuple[str, str, int, int, int]]) -> list[int]:
+        """Count up to ``wanted`` requests for each (source system, operation, window start, limit, wanted) block, in
+        one transaction, in order; returns how many each got: ``wanted``, or what was left of the window's limit.
+
+        A node that takes more than its waiting requests need holds the rest as permits it spends without the store
+        (:class:`~openroute.inbound.throttling.Throttling`). Raises SQLAlchemy's errors, like :meth:`take`."""
+        return [admitted for _, admitted in self._reserve(blocks)]
+
+    def _reserve(self, blocks: Sequence[tuple[str, str, int, int, int]]) -> list[tuple[int, int]]:
         postgres = self.store.dialect == "postgresql"
 
-        def work(connection: sa.Connection) -> list[int | None]:
+        def work(connection: sa.Connection) -> list[tuple[int, int]]:
             if postgres:  # a count lost to a crash costs nothing: do not wait for the WAL flush
                 connection.exec_driver_sql("SET LOCAL synchronous_commit = off")
-            counts: list[int | None] = [None] * len(requests)
-            for (system, operation, window, limit), indexes in groups.items():
-                before, admitted = self._add_group(connection, system, operation, window, limit, len(indexes))
-                for number, index in enumerate(indexes[:admitted], start=1):
-                    counts[index] = before + number
-            return counts
+            return [self._add_group(connection, *block) for block in blocks]
 
         return self.store.run(work)
 

@@ -3,6 +3,7 @@ refused requests not counted, counters shared by all nodes (two real ``openroute
 
 from __future__ import annotations
 
+import asyncio
 import re
 import textwrap
 from collections.abc import AsyncIterator
@@ -16,8 +17,8 @@ from openroute.persistence import MessageStore, ThrottleCounters
 
 from openroute.config import load_config
 from openroute.engine import Engine
-from openroute.errors import ConfigurationError
-from openroute.inbound.throttling import ThrottleRule, Throttling, parse_rules
+from openroute.errors import ConfigurationError, ThrottledError
+from openroute.inbound.throttling import LEASE_SHARE, ThrottleRule, Throttling, parse_rules
 from openroute.server import create_app
 from tests.inbound.conftest import BINDINGS, SOAP11, SOAP11_HEADERS, create_order, envelope, stored
 from tests.inbound.test_cli_run import USER_APP, Server, _environment
@@ -161,6 +162,42 @@ def test_concurrent_batches_admit_the_limit_exactly(store: MessageStore) -> None
     admitted = [count for batch in batches for count in batch if count is not None]
     assert sorted(admitted) == list(range(1, limit + 1))
     assert counters.count("CRM", "create", window) == limit
+
+
+async def _admitted(throttling: Throttling, requests: int) -> int:
+    """How many of ``requests`` concurrent requests of CRM / create ``throttling`` admits."""
+    answers = await asyncio.gather(*(throttling.check("CRM", "create") for _ in range(requests)),
+                                   return_exceptions=True)
+    assert all(answer is None or isinstance(answer, ThrottledError) for answer in answers), answers
+    return sum(answer is None for answer in answers)
+
+
+async def test_a_busy_node_takes_permits_ahead_and_spends_them_without_the_store(store: MessageStore) -> None:
+    counters = ThrottleCounters(store)
+    throttling = Throttling(parse_rules({"*.*": "800/60"}), counters, Clock(1_800_000_000.0))
+    admitted = 0
+    for _ in range(10):
+        admitted += await _admitted(throttling, 20)
+    assert admitted == 200
+    assert throttling.reservations < 100  # not one counting transaction per request, nor per batch of 20
+    held = counters.count("CRM", "create", 1_800_000_000_000) - admitted
+    assert 0 <= held <= 800 // LEASE_SHARE  # taken ahead: at most the limit's share
+
+
+async def test_two_busy_nodes_taking_permits_ahead_admit_the_limit_exactly(store: MessageStore) -> None:
+    """Permits taken ahead come from the shared counter: two nodes admit the limit between them, never more, and
+    all of it while both keep receiving requests."""
+    clock = Clock(1_800_000_000.0)
+    nodes = [Throttling(parse_rules({"CRM.create": "80/60"}), ThrottleCounters(store), clock) for _ in range(2)]
+    admitted = 0
+    while True:
+        this_round = await asyncio.gather(*(_admitted(node, 10) for node in nodes))
+        admitted += sum(this_round)
+        if this_round == [0, 0]:
+            break
+    assert admitted == 80
+    assert ThrottleCounters(store).count("CRM", "create", 1_800_000_000_000) == 80
+    assert sum(node.reservations for node in nodes) < 80
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
