@@ -82,6 +82,8 @@ async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[floa
     finally:
         await engine.stop()
         store.dispose()
+    if throttling is not None:
+        print(f"  throttled run: {throttling.reservations} counting transactions for {count} messages")
     return count / elapsed, cpu * 1000 / count
 
 

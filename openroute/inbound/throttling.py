@@ -100,7 +100,7 @@ def parse_rules(rules: Mapping[str, object]) -> list[ThrottleRule]:
 
 
 #: beside what its waiting requests need, a node takes the permits its recent rate will use in this many seconds
-LEASE_SECONDS = 0.05
+LEASE_SECONDS = 0.25
 #: and never more than the limit divided by this: what a node holds unspent when its requests stop is at most 5 %
 LEASE_SHARE = 20
 
