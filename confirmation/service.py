@@ -45,6 +45,7 @@ from openroute.confirmation.model import (
 )
 from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
 from sqlalchemy.dialects import postgresql, sqlite
 
 from openroute import tracing
@@ -231,6 +232,8 @@ class ConfirmationService:
         self._batch_size = batch_size
         self._concurrency = concurrency
         self._created_at = self.now()
+        #: whether the confirmation loop finds the store unreachable (persistence/outage.py)
+        self.outage = StoreOutage.of_loop("confirmation loop")
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -332,8 +335,9 @@ class ConfirmationService:
         try:
             await self.enqueue(request_from_message(message, state))
             await self.send_now(message.id)
-        except Exception:
-            log.exception("immediate confirmation of message %s failed; it is retried by process_due", message.id)
+        except Exception as error:
+            if not self.outage.failed(error, f"confirming message {message.id}"):  # the loop sends it once it is back
+                log.exception("immediate confirmation of message %s failed; it is retried by process_due", message.id)
 
     async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
         """Create the confirmations of final (OK / FAILED / CANCEL) messages that have none; return how many.
@@ -548,7 +552,8 @@ class ConfirmationService:
                         if not isinstance(result, Exception):
                             raise result
                         errors += 1
-                        log.error("recording a confirmation attempt failed", exc_info=result)
+                        log.error("recording a confirmation attempt failed: %s", describe_error(result),
+                                  exc_info=None if is_store_unreachable(result) else result)
             if len(claimed) + lost < self._batch_size:
                 break
         return ProcessReport(
@@ -596,7 +601,8 @@ class ConfirmationService:
     async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
         """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
 
-        An error of one pass (e.g. the database briefly unreachable) is logged and the next pass runs as usual.
+        An error of one pass is logged and the next pass runs as usual; while the database is unreachable the log
+        gets one WARNING and one INFO when it is back (``self.outage``), and the passes back off.
         """
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
@@ -608,20 +614,17 @@ class ConfirmationService:
                             self.node_id)
         except Exception as error:  # the database not reachable yet: the leases expire on their own
             log.warning("claims of this node not taken back at start: %s", str(error).splitlines()[0][:200])
-        while not stop.is_set():
-            try:
-                if sweep:
-                    await self.sweep_missing()
-                report = await self.process_due()
-                if report.sent or report.retry_scheduled or report.given_up or report.errors:
-                    log.info("confirmation pass: %d sent, %d to retry, %d given up, %d not recorded",
-                             report.sent, report.retry_scheduled, report.given_up, report.errors)
-            except Exception:
-                log.exception("confirmation pass failed; retrying in %s s", seconds)
-            try:
-                await asyncio.wait_for(stop.wait(), seconds)
-            except TimeoutError:
-                pass
+
+        async def one_pass() -> None:
+            if sweep:
+                await self.sweep_missing()
+            report = await self.process_due()
+            if report.sent or report.retry_scheduled or report.given_up or report.errors:
+                log.info("confirmation pass: %d sent, %d to retry, %d given up, %d not recorded",
+                         report.sent, report.retry_scheduled, report.given_up, report.errors)
+
+        await run_passes(one_pass, seconds, stop, self.outage, f"confirmation pass failed; retrying in {seconds} s",
+                         log)
 
     # -- admin --------------------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from openroute.errors import ConfigurationError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, funnel_lock_table, message_table
+from openroute.persistence.outage import StoreOutage, run_passes
 
 log = logging.getLogger("openroute.retention")
 
@@ -92,6 +93,8 @@ class RetentionJob:
         self.policy = policy
         self._now = now or (lambda: datetime.now(UTC))
         self.deleted: Counter[MessageState] = Counter()
+        #: whether the job's runs find the store unreachable (persistence/outage.py)
+        self.outage = StoreOutage.of_loop("retention job")
         self._counter = None
         if registry is not None:
             from prometheus_client import Counter as PromCounter
@@ -151,13 +154,7 @@ class RetentionJob:
         return dict(total)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Run :meth:`run_once` every ``policy.interval`` (in a worker thread) until ``stop`` is set."""
-        while not stop.is_set():
-            try:
-                await asyncio.to_thread(self.run_once)
-            except Exception:
-                log.exception("retention run failed; retried at the next interval")
-            try:
-                await asyncio.wait_for(stop.wait(), self.policy.interval.total_seconds())
-            except TimeoutError:
-                pass
+        """Run :meth:`run_once` every ``policy.interval`` (in a worker thread) until ``stop`` is set; while the store
+        is unreachable the log gets one WARNING, one INFO when it is back (``self.outage``), and the runs back off."""
+        await run_passes(lambda: asyncio.to_thread(self.run_once), self.policy.interval.total_seconds(), stop,
+                         self.outage, "retention run failed; retried at the next interval", log)

@@ -14,6 +14,7 @@ from openroute.clock import Clock, SystemClock
 from openroute.errors import ConfigurationError
 from openroute.persistence import MessageStore
 from openroute.persistence.alerts import AlertStateStore
+from openroute.persistence.outage import StoreOutage, is_store_unreachable, run_passes
 
 __all__ = ["AlertEvaluator"]
 
@@ -37,14 +38,21 @@ class AlertEvaluator:
         self.node_id = node_id
         self.clock: Clock = clock or SystemClock()
         self.states = AlertStateStore(store)
+        #: whether the evaluations find the store unreachable (persistence/outage.py)
+        self.outage = StoreOutage.of_loop("alert evaluator")
 
     async def evaluate_once(self) -> list[Notification]:
-        """Evaluate every rule whose lease this node wins now; returns the notifications sent (or tried)."""
+        """Evaluate every rule whose lease this node wins now; returns the notifications sent (or tried).
+
+        Raises SQLAlchemy's error when the store is unreachable (:func:`~openroute.persistence.is_store_unreachable`:
+        the other rules would fail the same way); a rule that fails otherwise is logged and skipped."""
         sent: list[Notification] = []
         for rule in self.rules:
             try:
                 notification = await asyncio.to_thread(self._evaluate, rule)
             except Exception as error:  # one broken rule (bad SQL) must not stop the others
+                if is_store_unreachable(error):
+                    raise
                 log.warning("alert rule %s could not be evaluated: %s: %s", rule.name, type(error).__name__, error)
                 continue
             if notification is not None:
@@ -79,13 +87,10 @@ class AlertEvaluator:
         await asyncio.gather(*(one(notifier) for notifier in targets))
 
     async def run(self, stop: asyncio.Event, tick: float | None = None) -> None:
-        """Evaluate until ``stop`` is set, every ``tick`` seconds (default: the shortest rule interval, at most 10)."""
+        """Evaluate until ``stop`` is set, every ``tick`` seconds (default: the shortest rule interval, at most 10);
+        while the store is unreachable the log gets one WARNING, one INFO when it is back (``self.outage``), and the
+        evaluations back off."""
         if not self.rules:
             return
         period = tick if tick is not None else min(min(r.interval for r in self.rules).total_seconds(), 10.0)
-        while not stop.is_set():
-            await self.evaluate_once()
-            try:
-                await asyncio.wait_for(stop.wait(), period)
-            except TimeoutError:
-                pass
+        await run_passes(self.evaluate_once, period, stop, self.outage, "alert evaluation failed", log)

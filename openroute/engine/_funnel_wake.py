@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from openroute.engine.outcome import ErrorCode
 from openroute.persistence import MessageState, MessageStore, StoredMessage, message_table
+from openroute.persistence.outage import StoreOutage, describe_error
 
 log = logging.getLogger("openroute.engine")
 
@@ -170,7 +171,9 @@ class FunnelWake:
 class _Listener:
     """``LISTEN`` on its own psycopg connection (autocommit) on a thread; hands other nodes' releases to the loop.
 
-    A lost connection is opened again every second until :meth:`stop`; releases sent meanwhile are left to repoll.
+    A lost connection is opened again every second (longer while the store stays away, :meth:`StoreOutage.delay`)
+    until :meth:`stop`; releases sent meanwhile are left to repoll. An unreachable store is logged once per outage
+    (``outage``).
     """
 
     def __init__(self, store: MessageStore, node_id: str, loop: asyncio.AbstractEventLoop,
@@ -181,6 +184,8 @@ class _Listener:
         self._loop = loop
         self._released = released
         self._stopping = threading.Event()
+        #: whether the listener finds the store unreachable (persistence/outage.py)
+        self.outage = StoreOutage.of_loop("funnel listener")
         self._thread = threading.Thread(target=self._run, name=f"openroute-funnel-listener-{node_id}", daemon=True)
 
     def start(self) -> None:
@@ -200,12 +205,15 @@ class _Listener:
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as connection:
                     connection.execute(f"LISTEN {CHANNEL}")
+                    self.outage.succeeded()
                     while not self._stopping.is_set():
                         for notification in connection.notifies(timeout=1.0, stop_after=1):
                             self._handle(notification.payload)
-            except Exception as error:  # the database went away: try again, the outage is logged by the store's users
-                log.debug("funnel listener of node %s lost its connection (%r); reconnecting", self._node_id, error)
-                self._stopping.wait(1.0)
+            except Exception as error:  # the database went away: listen again once it is back
+                if not self.outage.failed(error):
+                    log.warning("funnel listener of node %s stopped listening (%s); listening again in 1 s",
+                                self._node_id, describe_error(error))
+                self._stopping.wait(self.outage.delay(1.0))
 
     def _handle(self, payload: str) -> None:
         sender, separator, funnel = payload.partition(_SEPARATOR)

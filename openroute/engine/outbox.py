@@ -36,6 +36,7 @@ from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.messaging.config import select_channels
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import FINAL_STATES
+from openroute.persistence.outage import StoreOutage
 from openroute.persistence.outbox import (
     OutboxEvent,
     add_events,
@@ -213,6 +214,8 @@ class OutboxPublisher:
             if rule.channel not in self._emitters:
                 self._emitters[rule.channel] = app.emitter(rule.channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
         self._wake = asyncio.Event()
+        #: whether the rounds find the store unreachable (persistence/outage.py)
+        self.outage = StoreOutage.of_loop("outbox publisher")
 
     def writer(self) -> OutboxWriter:
         """The engine's final-state transaction hook for these rules."""
@@ -246,20 +249,26 @@ class OutboxPublisher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish rounds until ``stop`` is set: after each final state (see :meth:`on_final_state`) or every
-        ``settings.interval`` seconds. A failing round is logged in one line and retried at the next."""
+        ``settings.interval`` seconds. A failing round is logged in one line and retried at the next; while the store
+        is unreachable the log gets one WARNING, one INFO when it is back (``self.outage``), and the rounds back off
+        (a final state's wake-up does not shorten the wait: there is none while the store is away)."""
         while not stop.is_set():
             try:
                 published = await self.publish_once()
             except Exception as error:
                 self.stats.failed_rounds += 1
-                log.warning("outbox round failed (%s: %s); retried in %.1f s", type(error).__name__,
-                            " ".join(str(error).split())[:300], self.settings.interval)
+                if not self.outage.failed(error):
+                    log.warning("outbox round failed (%s: %s); retried in %.1f s", type(error).__name__,
+                                " ".join(str(error).split())[:300], self.settings.interval)
                 published = 0
+            else:
+                self.outage.succeeded()
             if published >= self.settings.batch:
                 continue  # more may be due
             self._wake.clear()
             waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
-            await asyncio.wait(waiters, timeout=self.settings.interval, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiters, timeout=self.outage.delay(self.settings.interval),
+                               return_when=asyncio.FIRST_COMPLETED)
             for waiter in waiters:
                 waiter.cancel()
 

@@ -6,7 +6,9 @@ applies: ``CRM.setCustomer`` over ``CRM.*`` over ``*.setCustomer`` over ``*.*``.
 are counted per real source system and operation (``*.*`` = 60/60 gives every system 60 per minute for each of its
 operations). A request over the limit is refused (:class:`~openroute.errors.ThrottledError`: HTTP 429 with
 ``Retry-After``, SOAP fault ``THROTTLED``) before anything is stored, and is not counted. The counters live in the
-store (:class:`~openroute.persistence.ThrottleCounters`), so all nodes on one database share them.
+store (:class:`~openroute.persistence.ThrottleCounters`), so all nodes on one database share them. A busy node takes
+permits a little ahead of its requests and spends them without the store (:class:`Throttling`): a window never
+admits more than its limit across nodes.
 
     from openroute.inbound.throttling import Throttling
     throttling = Throttling.from_rules({"CRM.setCustomer": "10/60", "*.*": "100/60s"}, store)
@@ -97,10 +99,59 @@ def parse_rules(rules: Mapping[str, object]) -> list[ThrottleRule]:
     return parsed
 
 
+#: beside what its waiting requests need, a node takes the permits its recent rate will use in this many seconds
+LEASE_SECONDS = 0.25
+#: and never more than the limit divided by this: what a node holds unspent when its requests stop is at most 5 %
+LEASE_SHARE = 20
+
+
+@dataclass
+class _Lease:
+    """The permits this node took for one source system and operation and has not spent yet, and its recent rate."""
+
+    #: the window the permits belong to (they expire with it)
+    window: int = -1
+    permits: int = 0
+    #: requests since the last reservation, and when it was made (time.monotonic; None before the first)
+    arrivals: int = 0
+    since: float | None = None
+
+    def spend(self, window: int) -> bool:
+        """Spend a permit of ``window`` if one is held."""
+        if self.window != window or self.permits <= 0:
+            return False
+        self.permits -= 1
+        return True
+
+    def ahead(self, limit: int) -> int:
+        """How many permits to take beside those needed now: ``LEASE_SECONDS`` at the rate since the last
+        reservation, at most ``limit // LEASE_SHARE`` (none for a small limit: counted exactly, request by request;
+        none at the first reservation: no rate yet). Starts the next rate measurement."""
+        now = time.monotonic()
+        since, arrivals = self.since, self.arrivals
+        self.since, self.arrivals = now, 0
+        if since is None or now <= since:
+            return 0
+        elapsed = now - since
+        return min(int(arrivals / elapsed * LEASE_SECONDS), limit // LEASE_SHARE)
+
+    def keep(self, window: int, permits: int) -> None:
+        """Hold ``permits`` more of ``window`` (those of an earlier window are dropped)."""
+        if self.window != window:
+            self.window, self.permits = window, 0
+        self.permits += permits
+
+
 class Throttling:
     """The throttling rules of the inbound endpoints and their shared counters (see the module doc).
 
     ``clock`` gives seconds since the epoch (the nodes share the windows, so it is wall-clock time).
+
+    Under a steady load a node does not count every request in the store: when it must count, it takes the permits
+    its waiting requests need plus what its recent rate will use in ``LEASE_SECONDS`` (at most ``limit //
+    LEASE_SHARE``), and spends those without the store. The limit stays exact across nodes, as a node spends only
+    permits the shared counter gave it; a node whose requests stop while it holds some leaves them unspent (they
+    expire with the window), so a window can admit a few fewer than the limit, never more.
     """
 
     def __init__(self, rules: Iterable[ThrottleRule], counters: ThrottleCounters,
@@ -109,9 +160,12 @@ class Throttling:
         self.counters = counters
         self.clock = clock
         # requests waiting for the next counting transaction, and whether one is running
-        self._pending: list[tuple[tuple[str, str, int, int], asyncio.Future[int | None]]] = []
+        self._pending: list[tuple[tuple[str, str, int, int], asyncio.Future[bool]]] = []
         self._counting = False
         self._counter_task: asyncio.Future[None] | None = None
+        self._leases: dict[tuple[str, str], _Lease] = {}
+        #: counting transactions made (each takes the permits of one batch of waiting requests)
+        self.reservations = 0
 
     @classmethod
     def from_rules(cls, rules: Mapping[str, object], store: MessageStore,
@@ -128,24 +182,44 @@ class Throttling:
     async def _count(self) -> None:
         """Count the waiting requests, in one transaction per batch (those that arrive meanwhile wait for the next):
         a transaction per request cost a third of the inbound throughput (docs/performance.md)."""
-        store = self.counters.store
         try:
             while self._pending:
                 batch, self._pending = self._pending, []
-                try:
-                    counts = await asyncio.to_thread(self.counters.take_many, [request for request, _ in batch])
-                except Exception as error:
-                    unreachable = store.outage.failed(error, "counting a request for throttling")
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(StoreUnavailableError() if unreachable else error)
-                    continue
-                store.outage.succeeded()
-                for (_, future), count in zip(batch, counts, strict=True):
-                    if not future.done():
-                        future.set_result(count)
+                await self._count_batch(batch)
         finally:
             self._counting = False
+
+    async def _count_batch(self, batch: list[tuple[tuple[str, str, int, int], asyncio.Future[bool]]]) -> None:
+        """Admit the requests of ``batch`` from held permits, else from one reservation for all of them."""
+        groups: dict[tuple[str, str, int, int], list[asyncio.Future[bool]]] = {}
+        for request, future in batch:
+            if not future.done():
+                groups.setdefault(request, []).append(future)
+        blocks: list[tuple[tuple[str, str, int, int], list[asyncio.Future[bool]], int]] = []
+        for (system, operation, window, limit), futures in groups.items():
+            lease = self._leases[(system, operation)]
+            while futures and lease.spend(window):  # permits taken since these requests queued
+                futures.pop(0).set_result(True)
+            if futures:
+                blocks.append(((system, operation, window, limit), futures, len(futures) + lease.ahead(limit)))
+        if not blocks:
+            return
+        self.reservations += 1
+        store = self.counters.store
+        try:
+            granted = await asyncio.to_thread(self.counters.reserve_many, [(*key, wanted) for key, _, wanted in blocks])
+        except Exception as error:
+            unreachable = store.outage.failed(error, "counting a request for throttling")
+            for future in (future for _, futures, _ in blocks for future in futures):
+                if not future.done():
+                    future.set_exception(StoreUnavailableError() if unreachable else error)
+            return
+        store.outage.succeeded()
+        for ((system, operation, window, _), futures, _), admitted in zip(blocks, granted, strict=True):
+            waiting = [future for future in futures if not future.done()]  # a request gone meanwhile leaves its permit
+            for index, future in enumerate(waiting):
+                future.set_result(index < admitted)
+            self._leases[(system, operation)].keep(window, max(0, admitted - len(waiting)))
 
     async def check(self, source_system: str, operation: str) -> None:
         """Count a request of ``source_system`` / ``operation`` under its rule (nothing to do without one).
@@ -158,12 +232,17 @@ class Throttling:
         now = self.clock()
         window = int(rule.interval * 1000)
         start = int(now * 1000) // window * window
-        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        lease = self._leases.get((source_system, operation))
+        if lease is None:
+            lease = self._leases[(source_system, operation)] = _Lease()
+        lease.arrivals += 1
+        if lease.spend(start):
+            return
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._pending.append(((source_system, operation, start, rule.limit), future))
         if not self._counting:
             self._counting = True
             self._counter_task = asyncio.ensure_future(self._count())
-        count = await future
-        if count is None:
+        if not await future:
             retry_after = max(1, math.ceil((start + window) / 1000 - now))
             raise ThrottledError(source_system, operation, rule.limit, rule.interval, retry_after)

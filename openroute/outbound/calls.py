@@ -12,7 +12,8 @@ The engine hands every ``ext_call(..., system="HLR")`` to :meth:`ExternalCalls.g
 How the breaker is shared: the state (CLOSED / OPEN / HALF_OPEN, the trial calls in flight) is one row per system,
 changed only by conditional updates, so one node wins each transition and logs it. The failure rate is counted
 by each node over its own last ``window_size`` calls (no write per call); a node reads the shared row again at
-most ``refresh`` after its last read while its calls succeed, and before its next call after a failure.
+most ``refresh`` after its last read while its calls succeed (in the background: the check of a call is a look at
+the cached row), and before its next call after a failure.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class _NodeBreaker:
     row: BreakerRow | None = None
     read_at: float = float("-inf")
     window: deque[bool] = field(default_factory=deque)
+    #: the read of the shared row in flight: the calls that need one meanwhile share it
+    reading: asyncio.Future[BreakerRow] | None = None
 
 
 class ExternalCalls:
@@ -174,13 +177,34 @@ class ExternalCalls:
         node.row, node.read_at = row, time.monotonic()
         return row
 
+    def _read_shared(self, name: str) -> asyncio.Future[BreakerRow]:
+        """The read of the shared row in flight, started if there is none: calls that find their cached row too old
+        at the same moment make one read between them, not one each."""
+        node = self._nodes.setdefault(name, _NodeBreaker())
+        if node.reading is None:
+            reading = node.reading = asyncio.ensure_future(self._read(name))
+            reading.add_done_callback(lambda _done: _forget(node, reading))
+        return node.reading
+
+    def _read_behind(self, name: str) -> None:
+        """Refresh the cached row in the background (a failed read is logged once; the next call tries again)."""
+        self._read_shared(name).add_done_callback(lambda done: self._read_failed(name, done))
+
+    def _read_failed(self, name: str, done: asyncio.Future[BreakerRow]) -> None:
+        error = None if done.cancelled() else done.exception()
+        if error is not None and not self.store.outage.failed(error, f"reading circuit breaker {name}"):
+            log.warning("breaker %s could not be read: %s: %s", name, type(error).__name__, _short(str(error)))
+
     async def _permit(self, system: ExternalSystem, settings: rules.BreakerSettings) -> datetime | None:
         """None: call as usual; a time: the call is a trial started then. Raises CircuitOpenError."""
         node = self._nodes.setdefault(system.name, _NodeBreaker())
         row = node.row
-        if row is None or time.monotonic() - node.read_at >= settings.refresh.total_seconds() or _moving(
-                row, self.clock.now()):
-            row = await self._read(system.name)
+        refresh = settings.refresh.total_seconds()
+        stale = time.monotonic() - node.read_at >= refresh
+        if row is None or _moving(row, self.clock.now()) or (stale and (not refresh or node.read_at == float("-inf"))):
+            row = await asyncio.shield(self._read_shared(system.name))  # a state to decide on, or after a failure
+        elif stale:  # calls succeed: this call goes by the cached row, the next ones by the row read meanwhile
+            self._read_behind(system.name)
         for _ in range(_RACES):
             now = self.clock.now()
             answer = rules.permit(row, settings, now)
@@ -285,6 +309,11 @@ class ExternalCalls:
         except Exception as broken:
             log.warning("call %s %s for message %s was not recorded: %s: %s", system.name, key, message_id,
                         type(broken).__name__, _short(str(broken)))
+
+
+def _forget(node: _NodeBreaker, reading: asyncio.Future[BreakerRow]) -> None:
+    if node.reading is reading:
+        node.reading = None
 
 
 def _moving(row: BreakerRow, now: datetime) -> bool:

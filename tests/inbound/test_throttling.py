@@ -3,9 +3,11 @@ refused requests not counted, counters shared by all nodes (two real ``openroute
 
 from __future__ import annotations
 
+import asyncio
 import re
 import textwrap
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -15,8 +17,8 @@ from openroute.persistence import MessageStore, ThrottleCounters
 
 from openroute.config import load_config
 from openroute.engine import Engine
-from openroute.errors import ConfigurationError
-from openroute.inbound.throttling import ThrottleRule, Throttling, parse_rules
+from openroute.errors import ConfigurationError, ThrottledError
+from openroute.inbound.throttling import LEASE_SHARE, ThrottleRule, Throttling, parse_rules
 from openroute.server import create_app
 from tests.inbound.conftest import BINDINGS, SOAP11, SOAP11_HEADERS, create_order, envelope, stored
 from tests.inbound.test_cli_run import USER_APP, Server, _environment
@@ -131,6 +133,71 @@ async def test_soap_over_the_limit_gets_a_throttling_fault(
     assert root.findtext(f".//{{{SOAP11}}}Fault/faultcode") == "env:Client"
     assert root.findtext(".//{urn:openroute:inbound:v1}code") == "THROTTLED"
     assert len(stored(store)) == 2
+
+
+def test_requests_counted_together_admit_the_first_ones_up_to_the_limit(store: MessageStore) -> None:
+    counters = ThrottleCounters(store)
+    window, later = 1_800_000_000_000, 1_800_000_060_000
+    assert counters.take_many([("CRM", "create", window, 5)] * 3) == [1, 2, 3]
+    batch = [("CRM", "create", window, 5), ("ERP", "create", window, 5), ("CRM", "create", window, 5),
+             ("CRM", "create", window, 5), ("CRM", "create", window, 5)]
+    assert counters.take_many(batch) == [4, 1, 5, None, None]  # the window fills in order; ERP counts apart
+    assert counters.take_many([("CRM", "create", window, 5)]) == [None]
+    assert counters.count("CRM", "create", window) == 5  # the refused ones were not counted
+    # more than the limit at once in a new window: the first ``limit`` pass, the earlier window's row goes
+    assert counters.take_many([("CRM", "create", later, 5)] * 7) == [1, 2, 3, 4, 5, None, None]
+    assert counters.count("CRM", "create", window) == 0
+    assert counters.count("ERP", "create", window) == 1  # another operation's rows stay
+    assert counters.take("ERP", "create", later, 1) == 1
+
+
+def test_concurrent_batches_admit_the_limit_exactly(store: MessageStore) -> None:
+    """Batches counted at once on many connections (PostgreSQL's row lock, SQLite's write lock): each count is
+    handed out once, and together they admit the limit, whichever batch meets the full window."""
+    counters = ThrottleCounters(store)
+    window, limit = 1_800_000_000_000, 50
+    with ThreadPoolExecutor(8) as pool:
+        batches = list(pool.map(lambda size: counters.take_many([("CRM", "create", window, limit)] * size),
+                                [3, 7, 1, 9, 4, 12, 6, 2, 8, 5, 10, 3]))  # 70 requests
+    admitted = [count for batch in batches for count in batch if count is not None]
+    assert sorted(admitted) == list(range(1, limit + 1))
+    assert counters.count("CRM", "create", window) == limit
+
+
+async def _admitted(throttling: Throttling, requests: int) -> int:
+    """How many of ``requests`` concurrent requests of CRM / create ``throttling`` admits."""
+    answers = await asyncio.gather(*(throttling.check("CRM", "create") for _ in range(requests)),
+                                   return_exceptions=True)
+    assert all(answer is None or isinstance(answer, ThrottledError) for answer in answers), answers
+    return sum(answer is None for answer in answers)
+
+
+async def test_a_busy_node_takes_permits_ahead_and_spends_them_without_the_store(store: MessageStore) -> None:
+    counters = ThrottleCounters(store)
+    throttling = Throttling(parse_rules({"*.*": "800/60"}), counters, Clock(1_800_000_000.0))
+    admitted = 0
+    for _ in range(10):
+        admitted += await _admitted(throttling, 20)
+    assert admitted == 200
+    assert throttling.reservations < 100  # not one counting transaction per request, nor per batch of 20
+    held = counters.count("CRM", "create", 1_800_000_000_000) - admitted
+    assert 0 <= held <= 800 // LEASE_SHARE  # taken ahead: at most the limit's share
+
+
+async def test_two_busy_nodes_taking_permits_ahead_admit_the_limit_exactly(store: MessageStore) -> None:
+    """Permits taken ahead come from the shared counter: two nodes admit the limit between them, never more, and
+    all of it while both keep receiving requests."""
+    clock = Clock(1_800_000_000.0)
+    nodes = [Throttling(parse_rules({"CRM.create": "80/60"}), ThrottleCounters(store), clock) for _ in range(2)]
+    admitted = 0
+    while True:
+        this_round = await asyncio.gather(*(_admitted(node, 10) for node in nodes))
+        admitted += sum(this_round)
+        if this_round == [0, 0]:
+            break
+    assert admitted == 80
+    assert ThrottleCounters(store).count("CRM", "create", 1_800_000_000_000) == 80
+    assert sum(node.reservations for node in nodes) < 80
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)

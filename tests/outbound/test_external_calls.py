@@ -3,7 +3,10 @@ SQLite and PostgreSQL, the breaker shared by two nodes on one PostgreSQL databas
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -236,3 +239,35 @@ async def test_an_open_breaker_postpones_the_message_without_an_attempt_and_rete
         assert CallRecordStore(store).of_message(row.id) == [] and store.get(row.id) is None
     finally:
         await engine.stop()
+
+
+async def test_a_closed_breaker_is_refreshed_in_the_background_once_for_concurrent_calls(store: MessageStore) -> None:
+    """While calls succeed, the check of a call is a look at the cached row: when it is older than ``refresh`` one
+    read starts in the background for all the calls of that moment, and none of them waits for it."""
+    system = ExternalSystem("HLR", breaker=BreakerSettings(refresh=timedelta(milliseconds=1)))
+    calls = ExternalCalls(store, [system], clock=ManualClock(NOW))
+    message = stored_message(store)
+    assert await attempt(calls, message, lambda: "ok") == "ok"  # the first call reads the row (none cached)
+    reads: list[str] = []
+    release = threading.Event()
+    load = calls.breakers.load
+
+    def held_load(name: str, now: datetime) -> Any:
+        reads.append(name)
+        release.wait(10)
+        return load(name, now)
+
+    calls.breakers.load = held_load  # type: ignore[method-assign]
+    try:
+        await asyncio.sleep(0.01)  # the cached row grows older than refresh (time passing: no event to await)
+        answers = await asyncio.gather(*(attempt(calls, message, lambda: "ok") for _ in range(20)))
+        assert answers == ["ok"] * 20  # by the cached row
+        deadline = time.monotonic() + 10
+        while not reads:  # the read they started in the background
+            assert time.monotonic() < deadline, "no read of the breaker started"
+            await asyncio.sleep(0.005)
+        answers = await asyncio.gather(*(attempt(calls, message, lambda: "ok") for _ in range(20)))
+        assert answers == ["ok"] * 20  # made while that read is held: they neither wait for it nor start another
+        assert reads == ["HLR"]
+    finally:
+        release.set()

@@ -1,0 +1,191 @@
+"""Store outages seen by the background loops (persistence/outage.py): one WARNING when a loop finds the store
+unreachable, one INFO when it is back, no traceback, the loop backs off and keeps running; and a real outage (a TCP
+proxy in front of PostgreSQL, cut and restored) under every loop of a node."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import httpx
+import psycopg
+import pytest
+import sqlalchemy as sa
+from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback
+from openroute.persistence import MessageState, MessageStore, confirmation_table, message_table
+from openroute.persistence.outage import MAX_BACKOFF, StoreOutage, is_store_unreachable, run_passes
+
+from openroute.alerts import AlertEvaluator, AlertRule, LogNotifier
+from openroute.engine import Engine, EngineSettings
+from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
+from openroute.retention import RetentionPolicy
+from openroute.route import Route, RouteRegistry
+from openroute.server import create_app
+from tests.tcp_proxy import proxy_to
+
+#: the store's view of each loop of a node, as its WARNING and INFO lines begin
+LOOPS = ("message store", "message store (confirmation loop)", "message store (retention job)",
+         "message store (alert evaluator)", "message store (outbox publisher)", "message store (funnel listener)")
+
+
+def _unreachable() -> sa.exc.OperationalError:
+    return sa.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+
+
+def test_a_loop_backs_off_while_the_store_is_away_up_to_the_cap() -> None:
+    outage = StoreOutage.of_loop("retention job")
+    assert outage.delay(0.5) == 0.5
+    waits = []
+    for _ in range(12):
+        outage.failed(_unreachable())
+        waits.append(outage.delay(0.5))
+    assert waits[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert waits[-1] == MAX_BACKOFF
+    assert StoreOutage().delay(3600) == 3600  # an interval longer than the cap is kept
+    outage.succeeded()
+    assert outage.delay(0.5) == 0.5
+
+
+def test_a_drivers_own_connection_error_means_unreachable() -> None:
+    assert is_store_unreachable(psycopg.OperationalError("connection failed: server closed the connection"))
+    assert is_store_unreachable(psycopg.InterfaceError("the connection is closed"))
+    assert not is_store_unreachable(psycopg.ProgrammingError("syntax error"))
+    assert not is_store_unreachable(ValueError("connection refused"))
+
+
+async def test_run_passes_logs_one_warning_one_info_and_keeps_running(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    outage = StoreOutage.of_loop("retention job")
+    results: list[Callable[[], None]] = [_raise(_unreachable())] * 3 + [lambda: None, _raise(KeyError("bug"))]
+    stop = asyncio.Event()
+    passes = 0
+
+    async def one_pass() -> None:
+        nonlocal passes
+        passes += 1
+        if passes == len(results):
+            stop.set()
+        results[passes - 1]()
+
+    await run_passes(one_pass, 0.001, stop, outage, "retention run failed", logging.getLogger("openroute.test"))
+    lines = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert [(level, trace) for level, _, trace in lines] == [("WARNING", False), ("INFO", False), ("ERROR", True)]
+    assert lines[0][1] == ("message store (retention job) unreachable: ConnectionRefusedError: connection refused; "
+                           "the retention job backs off until it is back")
+    assert lines[1][1].startswith("message store (retention job) reachable again after")
+    assert lines[2][1] == "retention run failed"
+    assert outage.outages == 1
+
+
+def _raise(error: Exception) -> Callable[[], None]:
+    def fail() -> None:
+        raise error
+    return fail
+
+
+def _ok(_exchange: object) -> None:
+    return None
+
+
+def _lines(caplog: pytest.LogCaptureFixture, level: int, text: str) -> set[str]:
+    """The loops (see LOOPS) that logged ``text`` at ``level``."""
+    found = set()
+    for record in caplog.records:
+        message = record.getMessage()
+        if record.levelno == level and text in message:
+            found.add(message.split(f" {text}")[0])
+    return found
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.05)
+
+
+def _state(store: MessageStore, correlation_id: str) -> tuple[str | None, str | None]:
+    """(message state, confirmation status) of one message, read around the proxy."""
+    with store.engine.connect() as connection:
+        row = connection.execute(
+            sa.select(message_table.c.state, confirmation_table.c.status)
+            .select_from(message_table.outerjoin(confirmation_table,
+                                                 confirmation_table.c.message_id == message_table.c.id))
+            .where(message_table.c.correlation_id == correlation_id)
+        ).first()
+    return (None, None) if row is None else (row.state, row.status)
+
+
+async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Cut PostgreSQL under a node running every background loop (repoll, heartbeat, confirmations, retention,
+    alerts, outbox, funnel listener): one WARNING and one INFO per loop, no traceback, and afterwards the node takes
+    a new message to OK and confirms it without a restart."""
+    caplog.set_level(logging.INFO)
+    setup = MessageStore(postgres_url)
+    setup.create_schema()
+    setup.dispose()
+    direct = MessageStore(postgres_url)  # around the proxy: what the database really holds
+    tick = 0.2
+    with proxy_to(postgres_url) as proxy:
+        store = MessageStore(proxy.url(postgres_url))
+        engine = Engine(store, RouteRegistry([Route("orders", "create", [_ok])]),
+                        EngineSettings(node_id="outage-loops", repoll_interval=timedelta(seconds=tick),
+                                       heartbeat_interval=timedelta(seconds=tick)))
+        confirmation = ConfirmationService(store, DefaultConfirmationCallback(), node_id="outage-loops")
+        outbox = OutboxPublisher(store, [OutcomeEvents("events")],
+                                 {"openroute.messaging.outgoing.events.connector": "in-memory"},
+                                 node_id="outage-loops", settings=OutboxSettings(interval=tick), environ={})
+        alerts = AlertEvaluator(store, [AlertRule("failed", states=("FAILED",), window=timedelta(minutes=10), limit=0,
+                                                  interval=timedelta(seconds=tick))],
+                                [LogNotifier()], node_id="outage-loops")
+        app = create_app(engine, confirmation=confirmation, confirmation_interval=tick, outbox=outbox, alerts=alerts,
+                         retention=RetentionPolicy(keep={"OK": timedelta(days=30)},
+                                                   interval=timedelta(seconds=tick)))
+        headers = {"Content-Type": "application/json", "X-Source-System": "CRM"}
+        try:
+            async with app.router.lifespan_context(app), httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://node") as http:
+                before = await http.post("/api/orders/create", content=json.dumps({"n": 1}),
+                                         headers={**headers, "X-Correlation-Id": "before"})
+                assert before.status_code == 202, before.text
+                await _until(lambda: _state(direct, "before") == ("OK", "SENT"), "the first message confirmed")
+
+                proxy.cut()
+                await _until(lambda: _lines(caplog, logging.WARNING, "unreachable") == set(LOOPS),
+                             "every loop said the store is unreachable")
+                down = await http.post("/api/orders/create", content=json.dumps({"n": 2}),
+                                       headers={**headers, "X-Correlation-Id": "down"})
+                assert down.status_code == 503
+                # the loops keep failing meanwhile (every 0.2 s, backing off): awaited, not slept
+                loops = [confirmation.outage, app.state.retention.outage, alerts.outage, outbox.outage]
+                await _until(lambda: all(outage.failures >= 3 for outage in loops), "three failed passes per loop")
+
+                proxy.restore()
+                await _until(lambda: _lines(caplog, logging.INFO, "reachable again") == set(LOOPS),
+                             "every loop said the store is back")
+                after = await http.post("/api/orders/create", content=json.dumps({"n": 3}),
+                                        headers={**headers, "X-Correlation-Id": "after"})
+                assert after.status_code == 202, after.text
+                await _until(lambda: _state(direct, "after") == ("OK", "SENT"), "the new message confirmed")
+        finally:
+            store.dispose()
+            direct.dispose()
+
+    assert _state(direct, "down") == (None, None)
+    records = caplog.records
+    assert not [r.getMessage() for r in records if r.exc_info], "a traceback was logged"
+    for level, text in ((logging.WARNING, "unreachable"), (logging.INFO, "reachable again")):
+        logged = sorted(r.getMessage().split(f" {text}")[0] for r in records
+                        if r.levelno == level and f" {text}" in r.getMessage())
+        assert logged == sorted(LOOPS), logged
+    # psycopg itself may say once that it dropped a pipeline of the lost connection: not openroute's line
+    others = [r.getMessage() for r in records if r.name.startswith("openroute") and r.levelno >= logging.WARNING
+              and "unreachable" not in r.getMessage()]
+    assert not others, others
+    assert engine.stats.outcomes[MessageState.OK] == 2
