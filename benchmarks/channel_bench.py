@@ -24,7 +24,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime
@@ -36,13 +35,13 @@ sys.path.insert(0, str(ROOT))
 import aio_pika  # noqa: E402
 from openroute.persistence import MessageStore, NewMessage  # noqa: E402
 
+from benchmarks._common import fresh_database  # noqa: E402
 from openroute.engine import Engine, EngineSettings  # noqa: E402
 from openroute.inbound.channel import ChannelInbound  # noqa: E402
 from tests.channels.amqp_helpers import delete, unique  # noqa: E402
 from tests.channels.channel_app import app as application  # noqa: E402
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
-POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 async def fill(queue: str, count: int) -> None:
@@ -56,24 +55,6 @@ async def fill(queue: str, count: int) -> None:
                 message_id=f"m-{i}", delivery_mode=aio_pika.DeliveryMode.PERSISTENT), routing_key=queue)
             for i in range(start, min(start + 500, count))))
     await connection.close()
-
-
-def fresh_database(kind: str, folder: Path, index: int) -> str:
-    if kind == "sqlite":
-        url = f"sqlite:///{folder / f'bench-{index}.db'}"
-    else:
-        import sqlalchemy as sa
-
-        admin = sa.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
-        name = f"openroute_chbench_{index}_{int(time.time() * 1000) % 10**8}"
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-        url = POSTGRES_ADMIN.rsplit("/", 1)[0] + "/" + name
-    store = MessageStore(url)
-    store.create_schema()
-    store.dispose()
-    return url
 
 
 async def floor(url: str, queue: str, count: int, settings: EngineSettings) -> float:
@@ -167,23 +148,20 @@ async def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--databases", default="sqlite,postgres")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="openroute-chbench-"))
     settings = EngineSettings()
-    index = 0
     for kind in args.databases.split(","):
         ratios, floors, routes = [], [], []
         for _ in range(args.repeat):
             results = {}
             for side in ("floor", "route"):
-                index += 1
-                url = fresh_database(kind, folder, index)
-                queue = unique(f"bench-{side}")
-                await fill(queue, args.count)
-                try:
-                    results[side] = (await floor(url, queue, args.count, settings) if side == "floor"
-                                     else await route(url, queue, args.count))
-                finally:
-                    await delete(AMQP, queue)
+                with fresh_database(kind, "openroute_chbench") as url:
+                    queue = unique(f"bench-{side}")
+                    await fill(queue, args.count)
+                    try:
+                        results[side] = (await floor(url, queue, args.count, settings) if side == "floor"
+                                         else await route(url, queue, args.count))
+                    finally:
+                        await delete(AMQP, queue)
             floors.append(results["floor"])
             routes.append(results["route"])
             ratios.append(results["route"] / results["floor"])
