@@ -47,6 +47,16 @@ async def test_mvno_billing_ok_mno_failed_then_only_mno_is_called_again(kit_on: 
     assert calls["billing"] == ("OK", 1, {"invoice": "I-1"}) and calls["mno"][0] == "OK" and calls["mno"][1] == 2
 
 
+async def _release_first_then_second_ends_ok(kit: Any, release: asyncio.Event, first_id: int, second_id: int) -> None:
+    """Lets the first message's step go on: it ends OK, and the second, held back meanwhile, ends OK at its next
+    attempt a minute later."""
+    release.set()
+    await kit.settle()
+    kit.assert_state(first_id, S.OK)
+    await kit.advance(ONE_MINUTE)
+    kit.assert_state(second_id, S.OK)
+
+
 async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entity(kit_on: Any) -> None:
     entered = asyncio.Event()
     release = asyncio.Event()
@@ -70,11 +80,7 @@ async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entit
     second = await kit.send_json("crm", "setCustomer", {"id": "C-1", "again": True})
     await kit.wait_for_state(second.message_id, S.PARTLY_FAILED)  # it found the call in progress: retried later
     assert kit.message(second.message_id).last_error_code == "EXT_CALL_IN_PROGRESS"
-    release.set()
-    await kit.settle()
-    kit.assert_state(first.message_id, S.OK)
-    await kit.advance(ONE_MINUTE)
-    kit.assert_state(second.message_id, S.OK)
+    await _release_first_then_second_ends_ok(kit, release, first.message_id, second.message_id)
     assert calls == 1
     assert kit.store.entity_calls("customer", "C-1")[0]["status"] == "OK"
 
@@ -244,11 +250,7 @@ async def test_funnel_holds_a_second_message_postponed_while_the_first_runs(kit_
     await kit.wait_for_state(second.message_id, S.POSTPONED)
     await kit.wait_for_state(other.message_id, S.OK)  # another funnel value is not held
     assert kit.message(second.message_id).last_error_code == "FUNNEL"
-    release.set()
-    await kit.settle()
-    kit.assert_state(first.message_id, S.OK)
-    await kit.advance(ONE_MINUTE)
-    kit.assert_state(second.message_id, S.OK)
+    await _release_first_then_second_ends_ok(kit, release, first.message_id, second.message_id)
 
 
 async def test_guaranteed_order_holds_newer_messages_until_the_older_is_final(kit_on: Any) -> None:
