@@ -12,6 +12,7 @@ from openroute.persistence import MessageState
 from openroute import Application, BusinessError, ChildMessage, Exchange, TechnicalError, route
 from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.testing import CallRecorder, RouteTestKit
+from tests.patterns.steps import failing_first_attempt_of
 
 S = MessageState
 ONE_MINUTE = timedelta(minutes=1)
@@ -125,11 +126,7 @@ async def test_business_errors_continue_or_fail_per_route(kit_on: Any) -> None:
 # -- obsolete detection ----------------------------------------------------------------------------------
 async def test_obsolete_message_is_skipped_and_never_processed(kit_on: Any) -> None:
     processed: list[str] = []
-
-    def work(exchange: Exchange) -> None:
-        processed.append(exchange.message.correlation_id)
-        if exchange.message.correlation_id == "MSG2" and exchange.message.failed_count == 0:
-            raise TechnicalError("MNO down")
+    work = failing_first_attempt_of("MSG2", TechnicalError("MNO down"), processed)
 
     def customer_route(operation: str) -> Any:
         return (route("crm", operation).json().object_id(json="$.customer").entity_type("customer")
