@@ -18,15 +18,17 @@ It prints completed msgs/s (min / median / max) and the ratios breaker / plain a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
+import sys
 import time
-import uuid
+from pathlib import Path
 
-import sqlalchemy as sa
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
+from benchmarks._common import POSTGRES_ADMIN_URL, arguments, concurrently, fresh_database
 from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
 from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalSystem
@@ -37,7 +39,6 @@ VARIANTS = ("plain", "breaker", "records")
 
 async def run(url: str, variant: str, count: int, senders: int) -> float:
     store = MessageStore(url)
-    store.create_schema()
     system = None if variant == "plain" else "HLR"
 
     async def activate(exchange: object) -> None:
@@ -58,17 +59,12 @@ async def run(url: str, variant: str, count: int, senders: int) -> float:
 
     engine.final_state_hooks.append(on_final)
     await engine.start()
-    next_index = 0
 
-    async def sender() -> None:
-        nonlocal next_index
-        while next_index < count:
-            i = next_index
-            next_index += 1
-            await engine.accept(InboundMessage("bench", "activate", "{}", "application/json", f"b-{i}", "bench"))
+    async def send(i: int) -> None:
+        await engine.accept(InboundMessage("bench", "activate", "{}", "application/json", f"b-{i}", "bench"))
 
     started = time.perf_counter()
-    await asyncio.gather(*(sender() for _ in range(senders)))
+    await concurrently(count, senders, send)
     await asyncio.wait_for(done.wait(), 600)
     elapsed = time.perf_counter() - started
     await engine.stop()
@@ -80,13 +76,9 @@ async def run(url: str, variant: str, count: int, senders: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--senders", type=int, default=64)
-    parser.add_argument("--database", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser = arguments(__doc__, count=5000, senders=64)
+    parser.add_argument("--database", default=POSTGRES_ADMIN_URL)
     args = parser.parse_args()
-    admin = sa.create_engine(args.database, isolation_level="AUTOCOMMIT")
     results: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
     ratios: dict[str, list[float]] = {"breaker": [], "records": []}
     for repetition in range(args.repeat):
@@ -94,15 +86,8 @@ def main() -> None:
         # the order rotates, so the noise of a run's place in the round (first after a DROP DATABASE, ...) falls
         # on every variant
         for variant in VARIANTS[repetition % 3:] + VARIANTS[:repetition % 3]:
-            name = f"breaker_bench_{uuid.uuid4().hex[:8]}"
-            with admin.connect() as connection:
-                connection.execute(sa.text(f"CREATE DATABASE {name}"))
-            try:
-                url = sa.engine.make_url(args.database).set(database=name).render_as_string(hide_password=False)
+            with fresh_database("postgres", "breaker_bench", admin_url=args.database) as url:
                 this[variant] = asyncio.run(run(url, variant, args.count, args.senders))
-            finally:
-                with admin.connect() as connection:
-                    connection.execute(sa.text(f"DROP DATABASE {name} WITH (FORCE)"))
             results[variant].append(this[variant])
         for variant in ("breaker", "records"):
             ratios[variant].append(this[variant] / this["plain"])

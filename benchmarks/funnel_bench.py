@@ -14,45 +14,21 @@ behind 50 ms). The machine is shared: read the spread over the repetitions, not 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
-
-import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import MessageState, MessageStore
 
+from benchmarks._common import arguments, fresh_database
 from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
 from openroute.route import Route, RouteRegistry
-
-POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _database(kind: str, folder: Path) -> tuple[str, object]:
-    if kind == "sqlite":
-        return f"sqlite:///{folder / f'funnel-{uuid.uuid4().hex[:8]}.db'}", None
-    name = f"funnel_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    return POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}", (admin, name)
-
-
-def _drop(handle: object) -> None:
-    if handle is None:
-        return
-    admin, name = handle  # type: ignore[misc]
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
 
 
 async def drain(url: str, count: int, remote: float, nodes: int) -> float:
@@ -87,11 +63,8 @@ async def drain(url: str, count: int, remote: float, nodes: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=50)
+    parser = arguments(__doc__, count=50, databases="postgres,sqlite")
     parser.add_argument("--remote-ms", type=float, default=50.0)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--databases", default="postgres,sqlite")
     parser.add_argument("--nodes", type=int, default=1)
     args = parser.parse_args()
     folder = Path(__file__).resolve().parent / ".funnel-bench"
@@ -103,17 +76,8 @@ def main() -> None:
             continue
         rates = []
         for _ in range(args.repeat):
-            url, handle = _database(kind, folder)
-            try:
-                if kind == "sqlite":
-                    MessageStore(url).create_schema()
-                else:
-                    setup = MessageStore(url)
-                    setup.create_schema()
-                    setup.dispose()
+            with fresh_database(kind, "funnel_bench", folder) as url:
                 rates.append(asyncio.run(drain(url, args.count, args.remote_ms / 1000, args.nodes)))
-            finally:
-                _drop(handle)
         print(f"{kind:9} msg/s min {min(rates):6.1f}  median {statistics.median(rates):6.1f}  max {max(rates):6.1f}")
 
 

@@ -20,24 +20,23 @@ ratio to the floor (the goal is >= 0.6).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import sqlalchemy as sa
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import arguments, fresh_database, spread  # noqa: E402
 
 POSTGRES_ADMIN_URL = os.environ.get("OPENROUTE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 NS = "urn:example:bench:v1"
@@ -215,33 +214,35 @@ def measure(kind: str, url: str, count: int, concurrency: int) -> dict[str, floa
         process.wait(30)
 
 
-def databases(tmp: Path, chosen: set[str]) -> list[tuple[str, str, str | None]]:
-    result: list[tuple[str, str, str | None]] = []
-    if "sqlite" in chosen:
-        result.append(("sqlite", f"sqlite:///{tmp / 'bench.db'}", None))
-    if "postgres" not in chosen:
-        return result
-    try:
-        admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        name = f"openroute_bench_{uuid.uuid4().hex[:8]}"
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        admin.dispose()
-        result.append(("postgresql", POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}", name))
-    except Exception as error:  # no server: SQLite only, and say so
-        print(f"PostgreSQL not available ({type(error).__name__}): SQLite only")
-    return result
-
-
-def spread(values: list[float], digits: int = 0) -> str:
-    return f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f} / {max(values):.{digits}f}"
+def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None:
+    """``repeat`` interleaved repetitions of the three servers on the database at ``url``, then their spread."""
+    kinds = ("floor", "json", "soap")
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for rep in range(repeat):
+        for kind in kinds:
+            figures = measure(kind, url, count, concurrency)
+            runs[kind].append(figures)
+            server = f"{figures['server_us']:5.0f}" if "server_us" in figures else "    ?"
+            print(f"  rep {rep + 1} {db:10} {kind:5} {figures['rps']:7.0f} req/s  "
+                  f"p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:7.1f} ms  "
+                  f"server CPU {server} us/req  client busy {figures['client_busy']:4.0%}  "
+                  f"errors {figures['errors']:.0f}", flush=True)
+    print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
+          f"{'ratio to floor':>18}   (min / median / max)")
+    for kind in kinds:
+        ratios = [r["rps"] / f["rps"] for r, f in zip(runs[kind], runs["floor"], strict=True)]
+        cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
+        print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
+              f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
+              f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(cpu) if cpu else '?':>18} "
+              f"{spread(ratios, 2):>18}")
+    busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
+    print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=3000)
+    parser = arguments(__doc__, count=3000)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--databases", default="sqlite,postgres",
                         help="comma-separated: sqlite, postgres (default both, as lifecycle_bench.py)")
     args = parser.parse_args()
@@ -250,44 +251,18 @@ def main() -> None:
     chosen = {name.strip() for name in args.databases.split(",") if name.strip()}
     if not chosen or not chosen <= {"sqlite", "postgres"}:
         parser.error(f"--databases takes sqlite and/or postgres, got {args.databases!r}")
-    from openroute.persistence import MessageStore
-
     print(f"{os.cpu_count()} CPUs (shared), {args.count} requests per run, {args.concurrency} in flight, loopback, "
           f"{args.repeat} interleaved repetitions")
-    kinds = ("floor", "json", "soap")
-    with tempfile.TemporaryDirectory() as tmp:
-        for db, url, pg_name in databases(Path(tmp), chosen):
-            store = MessageStore(url)
-            store.create_schema()
-            store.dispose()
-            runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for kind, db in (("sqlite", "sqlite"), ("postgres", "postgresql")):
+        if kind not in chosen:
+            continue
+        with contextlib.ExitStack() as stack:
             try:
-                for rep in range(args.repeat):
-                    for kind in kinds:
-                        figures = measure(kind, url, args.count, args.concurrency)
-                        runs[kind].append(figures)
-                        server = f"{figures['server_us']:5.0f}" if "server_us" in figures else "    ?"
-                        print(f"  rep {rep + 1} {db:10} {kind:5} {figures['rps']:7.0f} req/s  "
-                              f"p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:7.1f} ms  "
-                              f"server CPU {server} us/req  client busy {figures['client_busy']:4.0%}  "
-                              f"errors {figures['errors']:.0f}", flush=True)
-            finally:
-                if pg_name is not None:
-                    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-                    with admin.connect() as connection:
-                        connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)'))
-                    admin.dispose()
-            print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
-                  f"{'ratio to floor':>18}   (min / median / max)")
-            for kind in kinds:
-                ratios = [r["rps"] / f["rps"] for r, f in zip(runs[kind], runs["floor"], strict=True)]
-                cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
-                print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
-                      f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
-                      f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(cpu) if cpu else '?':>18} "
-                      f"{spread(ratios, 2):>18}")
-            busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
-            print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
+                url = stack.enter_context(fresh_database(kind, "openroute_bench", admin_url=POSTGRES_ADMIN_URL))
+            except Exception as error:  # no server: SQLite only, and say so
+                print(f"PostgreSQL not available ({type(error).__name__}): SQLite only")
+                continue
+            report(db, url, args.count, args.concurrency, args.repeat)
 
 
 if __name__ == "__main__":

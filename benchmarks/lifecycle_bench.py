@@ -40,7 +40,6 @@ aged store, decided its aged / fresh ratio.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import os
@@ -64,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from openroute.persistence import ExternalCallStatus, MessageState, MessageStore, StoredMessage
 from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM  # the store's own SQL
 
+from benchmarks._common import arguments, concurrently, spread
 from benchmarks.store_fill import age
 from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
@@ -76,12 +76,20 @@ TRANSITION_COLUMNS = ("message_id", "from_state", "to_state", "at", "node_id", "
 
 
 class Templates:
-    """One prepared (migrated, aged) database per database kind and mode; each run gets a copy."""
+    """One prepared (migrated, aged) database per database kind and mode; each run gets a copy. Used as a context
+    manager: its temporary folder and its PostgreSQL templates are removed on exit."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
         self.made: dict[tuple[str, str], str] = {}
         self.admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+
+    def __enter__(self) -> Templates:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.drop()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def template(self, kind: str, mode: str) -> str:
         key = (kind, mode)
@@ -245,20 +253,15 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
     await engine.start()
     gc.freeze()  # as `openroute run` does once it serves (unfrozen after the run, so the runs stay independent)
     latencies: list[float] = []
-    next_index = 0
 
-    async def sender() -> None:
-        nonlocal next_index
-        while next_index < count:
-            i = next_index
-            next_index += 1
-            inbound = InboundMessage("bench", "noop", "<order/>", "text/xml", f"b-{i}", "bench")
-            t0 = time.perf_counter()
-            await engine.accept(inbound)
-            latencies.append(time.perf_counter() - t0)
+    async def send(i: int) -> None:
+        inbound = InboundMessage("bench", "noop", "<order/>", "text/xml", f"b-{i}", "bench")
+        t0 = time.perf_counter()
+        await engine.accept(inbound)
+        latencies.append(time.perf_counter() - t0)
 
     started = time.perf_counter()
-    await asyncio.gather(*(sender() for _ in range(senders)))
+    await concurrently(count, senders, send)
     accepted_at = time.perf_counter() - started
     await asyncio.wait_for(done.wait(), 600)
     completed_at = time.perf_counter() - started
@@ -292,10 +295,6 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
     }
 
 
-def spread(values: list[float], digits: int = 0) -> str:
-    return f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f} / {max(values):.{digits}f}"
-
-
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -303,10 +302,8 @@ def peak_rss_mb() -> float:
 def transition_cost(kinds: list[str], count: int, repeat: int, group: int) -> None:
     """The floor with its three message_transition rows per message against the same floor without them,
     interleaved on fresh stores: what the history (issue #9) costs the database itself."""
-    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
-    templates = Templates(folder)
     ratios: dict[str, list[float]] = {kind: [] for kind in kinds}
-    try:
+    with Templates() as templates:
         for rep in range(repeat):
             for kind in kinds:
                 with templates.copy(kind, "fresh") as url:
@@ -316,9 +313,6 @@ def transition_cost(kinds: list[str], count: int, repeat: int, group: int) -> No
                 ratios[kind].append(with_rows / without)
                 print(f"  rep {rep + 1} {kind:8} floor without transition rows {without:7.0f} msg/s | with "
                       f"{with_rows:7.0f} msg/s | ratio {with_rows / without:4.2f}", flush=True)
-    finally:
-        templates.drop()
-        shutil.rmtree(folder, ignore_errors=True)
     for kind in kinds:
         print(f"{kind}: floor with / without transition rows (min / median / max) {spread(ratios[kind], 2)}")
 
@@ -327,10 +321,8 @@ def call_start_cost(kinds: list[str], count: int, repeat: int, senders: int) -> 
     """Completed msgs/s with two ext_calls per message, before / after the STARTED record, interleaved."""
     print(f"call start record: {count} messages per run, two ext_calls each (instant remote), {senders} senders, "
           f"{repeat} interleaved repetitions")
-    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
-    templates = Templates(folder)
     found: dict[tuple[str, str], list[float]] = {}
-    try:
+    with Templates() as templates:
         for rep in range(repeat):
             for kind in kinds:
                 order = ("before", "after") if rep % 2 == 0 else ("after", "before")
@@ -340,9 +332,6 @@ def call_start_cost(kinds: list[str], count: int, repeat: int, senders: int) -> 
                     found.setdefault((kind, variant), []).append(run["completed"])
                     print(f"  rep {rep + 1} {kind:8} {variant:6} {run['completed']:7.0f} msg/s "
                           f"(accept p50 {run['p50']:.1f} ms)", flush=True)
-    finally:
-        templates.drop()
-        shutil.rmtree(folder, ignore_errors=True)
     for kind in kinds:
         before, after = found[(kind, "before")], found[(kind, "after")]
         cost = 1 - statistics.median(after) / statistics.median(before)
@@ -351,15 +340,11 @@ def call_start_cost(kinds: list[str], count: int, repeat: int, senders: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # runs of a few seconds at least: on SQLite a short run is dominated by its first WAL checkpoint into the store
     # file (costlier on an aged store), which a longer run, like a server's, amortises
-    parser.add_argument("--count", type=int, default=20000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--senders", type=int, default=64)
+    parser = arguments(__doc__, count=20000, senders=64, databases="sqlite,postgres")
     parser.add_argument("--floor-group", type=int, default=None, metavar="MESSAGES",
                         help="messages per floor commit (default: as the engine grouped them in the same repetition)")
-    parser.add_argument("--databases", default="sqlite,postgres")
     parser.add_argument("--modes", default="fresh,aged,backlog")
     parser.add_argument("--transition-cost", action="store_true",
                         help="instead: the floor with and without its message_transition rows (fresh stores, "
@@ -377,11 +362,9 @@ def main() -> None:
     print(f"lifecycle benchmark: {args.count} messages per run, {args.senders} concurrent senders, trivial route, "
           f"{args.repeat} interleaved repetitions; the floor commits "
           f"{args.floor_group or 'as many messages as the engine did'} at a time")
-    folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
-    templates = Templates(folder)
     per_message: dict[str, int] = {}
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
-    try:
+    with Templates() as templates:
         for kind in kinds:
             with templates.copy(kind, "fresh") as url:  # warm-up: how many transition rows the engine writes
                 per_message[kind] = round(asyncio.run(engine_run(url, 200, args.senders))["transitions_per_message"])
@@ -406,9 +389,6 @@ def main() -> None:
                           f" msg/s | ratio {run['completed'] / base:4.2f} | backlog messages done "
                           f"{run['backlog_done']:.0f} | writer CPU {run['writer_us']:.0f} us/msg, "
                           f"{run['per_commit']:.0f} writes/commit; floor {group} messages/commit", flush=True)
-    finally:
-        templates.drop()
-        shutil.rmtree(folder, ignore_errors=True)
     print(f"\n{'database':9} {'store':8} {'floor msg/s':>20} {'completed msg/s':>20} {'accept p50 ms':>18} "
           f"{'p99 ms':>18} {'writer CPU us/msg':>18} {'engine/floor':>17}   (min / median / max)")
     for (kind, mode), entry in results.items():

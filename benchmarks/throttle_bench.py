@@ -14,47 +14,24 @@ not in it), which a loaded machine disturbs less than the rate. The machine is s
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
-import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import MessageState, MessageStore
 
+from benchmarks._common import arguments, concurrently, fresh_database
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound.throttling import Throttling
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
-
-POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _database(kind: str, folder: Path) -> tuple[str, object]:
-    if kind == "sqlite":
-        return f"sqlite:///{folder / f'throttle-{uuid.uuid4().hex[:8]}.db'}", None
-    name = f"throttle_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    return POSTGRES_ADMIN.rsplit("/", 1)[0] + f"/{name}", (admin, name)
-
-
-def _drop(handle: object) -> None:
-    if handle is None:
-        return
-    admin, name = handle  # type: ignore[misc]
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
 
 
 async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[float, float]:
@@ -65,17 +42,15 @@ async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[floa
     throttling = Throttling.from_rules({"*.*": "1000000/60"}, store) if throttled else None
     app = create_app(engine, manage_engine=False, throttling=throttling)
     await engine.start()
-    numbers = iter(range(count))
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node") as http:
-            async def sender() -> None:
-                for number in numbers:
-                    answer = await http.post("/api/orders/create", content=f'{{"n": {number}}}'.encode(),
-                                             headers={"Content-Type": "application/json", "X-Source-System": "CRM"})
-                    assert answer.status_code == 202, answer.text
+            async def send(number: int) -> None:
+                answer = await http.post("/api/orders/create", content=f'{{"n": {number}}}'.encode(),
+                                         headers={"Content-Type": "application/json", "X-Source-System": "CRM"})
+                assert answer.status_code == 202, answer.text
 
             started, cpu = time.perf_counter(), time.process_time()
-            await asyncio.gather(*(sender() for _ in range(senders)))
+            await concurrently(count, senders, send)
             while (await asyncio.to_thread(store.count_by_state)).get(MessageState.OK, 0) < count:
                 await asyncio.sleep(0.01)
             elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -88,12 +63,7 @@ async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=2000)
-    parser.add_argument("--senders", type=int, default=32)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--databases", default="postgres,sqlite")
-    args = parser.parse_args()
+    args = arguments(__doc__, count=2000, senders=32, databases="postgres,sqlite").parse_args()
     folder = Path(__file__).resolve().parent / ".throttle-bench"
     folder.mkdir(exist_ok=True)
     print(f"{args.count} JSON messages, {args.senders} senders, {args.repeat} interleaved repetitions")
@@ -103,16 +73,10 @@ def main() -> None:
         for repetition in range(args.repeat):
             # the order alternates, so a slower first (or second) run of a pair falls on both modes
             for throttled in (False, True) if repetition % 2 == 0 else (True, False):
-                url, handle = _database(kind, folder)
-                try:
-                    setup = MessageStore(url)
-                    setup.create_schema()
-                    setup.dispose()
+                with fresh_database(kind, "throttle_bench", folder) as url:
                     rate, millis = asyncio.run(run(url, args.count, args.senders, throttled))
                     rates[throttled].append(rate)
                     cpu[throttled].append(millis)
-                finally:
-                    _drop(handle)
         for throttled, values in rates.items():
             print(f"{kind:9} {'throttled' if throttled else 'plain':9} msg/s min {min(values):7.1f}  "
                   f"median {statistics.median(values):7.1f}  max {max(values):7.1f}   process CPU ms/msg min "

@@ -98,6 +98,13 @@ def test_inbound_and_new_messages_are_one_concept_and_keep_their_positional_orde
     assert vars(new) == vars(expected), "built without __init__ (the accept path): every field, nothing more"
 
 
+def _first_lines_printed_by(code: str) -> list[str]:
+    """The first two lines ``code`` prints in a fresh interpreter (it must exit 0)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")[:2]
+
+
 def test_import_openroute_streams_loads_no_third_party_module() -> None:
     """The bottom layer is standard library only, and ``import openroute`` (which every submodule import runs)
     loads its public names lazily: a fresh interpreter gains only standard-library and openroute modules."""
@@ -111,9 +118,7 @@ def test_import_openroute_streams_loads_no_third_party_module() -> None:
         "print(third)\n"
         "print('openroute.engine' in sys.modules, 'openroute.dsl' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "False False"]
+    assert _first_lines_printed_by(code) == ["[]", "False False"]
 
 
 def test_public_names_load_on_first_use() -> None:
@@ -124,8 +129,6 @@ def test_public_names_load_on_first_use() -> None:
         "import openroute.route\n"
         "print(openroute.route is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["False", "True openroute.engine.exchange True"]
+    assert _first_lines_printed_by(code) == ["False", "True openroute.engine.exchange True"]
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         openroute.Nothing  # noqa: B018

@@ -11,7 +11,7 @@ import binascii
 import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from openroute.errors import ConfigurationError
 from openroute.inbound.errors import AuthenticationError, ForbiddenError
@@ -67,6 +67,26 @@ def _api_key(headers: Mapping[str, str]) -> str | None:
 
 def _equal(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
+_Account = TypeVar("_Account")
+
+
+def _password_login(
+    limiter: LoginLimiter, name: str, password: str, account: tuple[str, _Account] | None, client: str | None
+) -> _Account:
+    """What ``account`` (its password, then what it proves; None: no user ``name``) stands for when ``password`` is
+    its password, counted by the failed-login ``limiter``. Raises TooManyFailedLoginsError while ``name`` at the
+    address ``client``, or ``client`` itself, failed too often (the password is then not compared), and
+    AuthenticationError for an unknown user or a wrong password."""
+    limiter.check(name, client)
+    if account is None:
+        _equal(password, password)  # same work as a known user
+    elif _equal(password, account[0]):
+        limiter.succeeded(name, client)
+        return account[1]
+    limiter.failed(name, client)
+    raise AuthenticationError("invalid credentials")
 
 
 class SourceSystemAuth:
@@ -136,17 +156,7 @@ class SourceSystemAuth:
         if basic is None:
             raise AuthenticationError("credentials required (HTTP Basic or API key)")
         user, password = basic
-        self.limiter.check(user, client)
-        expected = self._basic.get(user)
-        if expected is None:
-            _equal(password, password)  # same work as a known user
-            self.limiter.failed(user, client)
-            raise AuthenticationError("invalid credentials")
-        if not _equal(password, expected[0]):
-            self.limiter.failed(user, client)
-            raise AuthenticationError("invalid credentials")
-        self.limiter.succeeded(user, client)
-        return expected[1]
+        return _password_login(self.limiter, user, password, self._basic.get(user), client)
 
 
 @dataclass(frozen=True)
@@ -185,12 +195,8 @@ class AdminAuth:
         if basic is None:
             raise AuthenticationError("admin credentials required (HTTP Basic)")
         name, password = basic
-        self.limiter.check(name, client)
-        user = self._users.get(name)
-        if user is None or not _equal(password, user.password):
-            self.limiter.failed(name, client)
-            raise AuthenticationError("invalid credentials")
-        self.limiter.succeeded(name, client)
+        known = self._users.get(name)
+        user = _password_login(self.limiter, name, password, None if known is None else (known.password, known), client)
         wanted = [self.role] if roles is None else list(roles)
         if not user.roles & set(wanted):
             needed = " or ".join(repr(role) for role in wanted)

@@ -9,16 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from openroute.persistence import (
-    ConfirmationStatus,
-    ExternalCallStatus,
     MessageState,
     MessageStore,
     NewMessage,
     StoredMessage,
 )
-from openroute.persistence import confirmation_table as confirmations
 
 from openroute import Exchange, Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
@@ -26,6 +22,7 @@ from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.message import InboundMessage
 from openroute.server import create_app
+from tests._support.message_details import add_child_call_and_confirmation
 
 
 def _step(exchange: Exchange) -> None:
@@ -73,17 +70,7 @@ async def world(store: MessageStore) -> AsyncIterator[World]:
     node = Engine(store, registry(), EngineSettings(repoll_interval=None, node_id="admin-node"))
     ids["new"] = (await node.accept(inbound("n-1", object_id="B-2", process_id="p-1"))).message_id
     ids["new2"] = (await node.accept(inbound("n-2", source_system="ERP"))).message_id
-    now = datetime.now(UTC)
-    child = store.insert_message(NewMessage(service="orders", operation="create", payload="{}",
-                                            content_type="application/json", correlation_id="child-1",
-                                            source_system="CRM", receive_ts=now, parent_id=ids["failed1"]))
-    ids["child"] = child.message.id
-    store.record_external_call(ids["failed1"], "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
-    with store.begin() as connection:
-        connection.execute(sa.insert(confirmations).values(
-            message_id=ids["failed1"], source_system="CRM", outcome_state=MessageState.FAILED,
-            status=ConfirmationStatus.FAILED, attempts=3, last_error="HTTP 500: down", created_at=now,
-            updated_at=now))
+    ids["child"] = add_child_call_and_confirmation(store, ids["failed1"])
     tx_finals: list[StoredMessage] = []
     finals: list[StoredMessage] = []
 

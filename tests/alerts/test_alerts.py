@@ -4,15 +4,11 @@ nodes on one PostgreSQL database; a webhook to a local HTTP server; a failing no
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-import uvicorn
 from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.alerts import AlertState
 from starlette.applications import Starlette
@@ -37,6 +33,7 @@ from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
 from openroute.route import Route as RouteDefinition
 from openroute.route import RouteRegistry
+from tests._support.servers import served
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 FAILED_RULE = AlertRule("failed-last-10-min", states=("FAILED",), window=timedelta(minutes=10), limit=0,
@@ -75,24 +72,6 @@ class Receiver:
     async def hook(self, request: Request) -> Response:
         self.bodies.append(await request.json())
         return Response(status_code=204)
-
-
-@contextlib.asynccontextmanager
-async def served(app: Starlette) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:  # uvicorn has no event for it: a bounded poll
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
 
 
 class Broken(Notifier):

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import base64
-import contextlib
-import socket
-import threading
-from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
-import uvicorn
-from openroute.persistence import ConfirmationStatus, ExternalCallStatus, MessageState, MessageStore, NewMessage
-from openroute.persistence import confirmation_table as confirmations
+from openroute.persistence import MessageStore
 
 from openroute import Exchange, Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
@@ -23,6 +16,7 @@ from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.message import InboundMessage
 from openroute.server import create_app
+from tests._support.message_details import add_child_call_and_confirmation
 
 
 def _step(exchange: Exchange) -> None:
@@ -81,17 +75,7 @@ async def populate(store: MessageStore) -> dict[str, int]:
     ids["new"] = (await feeder.accept(inbound("n-1", object_id="B-2", process_id="p-1"))).message_id
     ids["new2"] = (await feeder.accept(inbound("n-2", source_system="ERP"))).message_id
     await feeder.stop()
-    now = datetime.now(UTC)
-    child = store.insert_message(NewMessage(service="orders", operation="create", payload="{}",
-                                            content_type="application/json", correlation_id="child-1",
-                                            source_system="CRM", receive_ts=now, parent_id=ids["failed1"]))
-    ids["child"] = child.message.id
-    store.record_external_call(ids["failed1"], "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
-    with store.begin() as connection:
-        connection.execute(sa.insert(confirmations).values(
-            message_id=ids["failed1"], source_system="CRM", outcome_state=MessageState.FAILED,
-            status=ConfirmationStatus.FAILED, attempts=3, last_error="HTTP 500: down", created_at=now,
-            updated_at=now))
+    ids["child"] = add_child_call_and_confirmation(store, ids["failed1"])
     return ids
 
 
@@ -111,30 +95,3 @@ async def client(world: World) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serving(app: Any, wait: float = 20) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port (its lifespan on) for the block; yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-
-    def watch() -> None:
-        while thread.is_alive() and not server.started:
-            started.wait(0.01)  # uvicorn offers no event for "started": poll its flag, bounded below
-        started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert started.wait(wait) and server.started, "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)

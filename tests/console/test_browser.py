@@ -24,7 +24,8 @@ from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, TechnicalError
 from openroute.message import InboundMessage
 from openroute.server import create_app
-from tests.console.conftest import auth, serving
+from tests._support.servers import serving
+from tests.console.conftest import auth
 from tests.services import require
 
 pytestmark = pytest.mark.browser

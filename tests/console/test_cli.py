@@ -15,7 +15,8 @@ from openroute.persistence import MessageState, MessageStore
 from openroute.cli import main
 from openroute.engine import Engine, EngineSettings
 from openroute.server import create_app
-from tests.console.conftest import auth, populate, registry, serving
+from tests._support.servers import serving
+from tests.console.conftest import auth, populate, registry
 
 
 class Tty(io.StringIO):

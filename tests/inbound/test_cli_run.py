@@ -23,7 +23,7 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
-from tests.inbound.test_uvicorn import free_port
+from tests._support.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

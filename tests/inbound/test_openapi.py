@@ -125,7 +125,7 @@ def test_swagger_ui_shows_the_operations_in_a_browser_that_reaches_no_other_host
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from tests.console.conftest import serving
+    from tests._support.servers import serving
     from tests.console.test_browser import CHROMEDRIVER, CHROMIUM, chromium_problem
     from tests.services import require
 

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from openroute.persistence import MessageStore, StoredMessage
 
 from openroute.engine import Engine, EngineSettings
+from tests._support.servers import serving
 from tests.inbound.conftest import AUTH, BINDINGS, SOAP11_HEADERS, basic, create_order, envelope, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Served:
@@ -42,26 +35,9 @@ def served(store: MessageStore) -> Iterator[Served]:
 
     engine.final_state_hooks.append(on_final)
     app = create_app(engine, BINDINGS, inbound_auth=AUTH, settings=INBOUND_SETTINGS)  # lifespan runs the engine
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    started = threading.Event()
-
-    def watch() -> None:
-        while thread.is_alive() and not server.started:
-            started.wait(0.01)  # uvicorn offers no event for "started": poll its flag, bounded below
-        started.set()
-
-    threading.Thread(target=watch, daemon=True).start()
-    assert started.wait(20) and server.started, "uvicorn did not start"
-    try:
-        yield Served(engine, f"http://127.0.0.1:{port}", finished, final)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        assert not thread.is_alive()
-        assert not engine.running  # the lifespan stopped the engine
+    with serving(app) as url:  # asserts that uvicorn started, and stopped after the block
+        yield Served(engine, url, finished, final)
+    assert not engine.running  # the lifespan stopped the engine
 
 
 async def test_through_uvicorn_accept_process_and_observe(served: Served) -> None:

@@ -41,6 +41,14 @@ def _only(store: MessageStore) -> StoredMessage:
     return rows[0]
 
 
+async def _one_message(engine: Engine, store: MessageStore) -> StoredMessage:
+    """Starts ``engine``, accepts one message, waits until the engine is idle and returns the only stored row."""
+    await engine.start()
+    await engine.accept(inbound())
+    await engine.wait_idle(WAIT)
+    return _only(store)
+
+
 # -- accept ------------------------------------------------------------------------------------------
 async def test_accept_stores_new_and_processes_to_ok(store: MessageStore, make_engine: EngineFactory) -> None:
     seen: list[str] = []
@@ -164,10 +172,7 @@ async def test_default_policy_applies_to_routes_without_one(
         raise ConnectionError("refused")
 
     engine = make_engine(_route(broken), default_retry_policy=RetryPolicy(max_attempts=1))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.FAILED and row.failed_count == 1
     assert row.last_error_code == "ConnectionError" and row.last_error_text == "ConnectionError: refused"
 
@@ -180,10 +185,7 @@ async def test_business_error_fails_at_once_and_keeps_the_errors(
         raise BusinessError("CREDIT_LIMIT", "credit limit exceeded")
 
     engine = make_engine(_route(check))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.FAILED and row.failed_count == 0
     assert row.business_errors == [{"code": "WARN", "text": "address incomplete"},
                                    {"code": "CREDIT_LIMIT", "text": "credit limit exceeded"}]
@@ -195,10 +197,7 @@ async def test_validation_error_in_a_step_fails_at_once(store: MessageStore, mak
         raise ValidationError("order number missing")
 
     engine = make_engine(_route(check))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.FAILED and row.failed_count == 0 and row.last_error_code == "VALIDATION_ERROR"
 
 
@@ -236,10 +235,7 @@ async def test_postpone_and_async_steps(store: MessageStore, make_engine: Engine
         return "done"
 
     engine = make_engine(_route(maybe_later))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.POSTPONED and row.failed_count == 0
     assert row.next_attempt_at == START + timedelta(seconds=30)
     clock.advance(timedelta(seconds=30))
@@ -284,11 +280,8 @@ async def test_failing_transaction_hook_rolls_back_the_final_state(
 
     engine = make_engine(_route(lambda ex: None))
     engine.final_state_tx_hooks.append(tx_hook)
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
     # never half-written: the message stays PROCESSING and the lease repair will retry it
-    assert _only(store).state is S.PROCESSING
+    assert (await _one_message(engine, store)).state is S.PROCESSING
 
 
 async def test_non_json_custom_data_fails_the_message(store: MessageStore, make_engine: EngineFactory) -> None:
@@ -296,10 +289,7 @@ async def test_non_json_custom_data_fails_the_message(store: MessageStore, make_
         exchange.custom_data["when"] = object()
 
     engine = make_engine(_route(step))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.FAILED and row.custom_data == {} and "not JSON" in row.last_error_text
 
 
@@ -557,10 +547,7 @@ async def test_call_once_needs_a_usable_key(store: MessageStore, make_engine: En
         await exchange.call_once("", lambda: None)
 
     engine = make_engine(_route(step), default_retry_policy=RetryPolicy(max_attempts=1))
-    await engine.start()
-    await engine.accept(inbound())
-    await engine.wait_idle(WAIT)
-    row = _only(store)
+    row = await _one_message(engine, store)
     assert row.state is S.FAILED and row.last_error_code == "ValueError" and "call key" in row.last_error_text
 
 

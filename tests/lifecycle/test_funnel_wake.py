@@ -46,20 +46,30 @@ def _gated_route(gate: asyncio.Event, ran: list[str]) -> Route:
     return Route("orders", "create", [step])
 
 
+async def _second_held_behind_first(
+    first_node: Engine, ran: list[str], second_node: Engine, second_store: MessageStore, funnel_value: str
+) -> tuple[int, int]:
+    """Accepts "first" on ``first_node`` and waits until its step runs (it appears in ``ran``), then "second" of the
+    same funnel value on ``second_node`` and waits until it is POSTPONED; returns the two message ids."""
+    first = await first_node.accept(inbound("first", funnel_value=funnel_value))
+    await _wait_for(lambda: asyncio.sleep(0, result="first" in ran), f"first message running on {first_node.node_id}")
+    second = await second_node.accept(inbound("second", funnel_value=funnel_value))
+    await _wait_for(_state_is(second_store, second.message_id, MessageState.POSTPONED),
+                    f"second held by the funnel on {second_node.node_id}")
+    return first.message_id, second.message_id
+
+
 async def test_next_funnel_message_runs_when_the_holder_ends(store: MessageStore) -> None:
     gate, ran = asyncio.Event(), []
     engine = Engine(store, RouteRegistry([_gated_route(gate, ran)]), _settings("solo"))
     await engine.start()
     try:
-        first = await engine.accept(inbound("first", funnel_value="customer-7"))
-        await _wait_for(lambda: asyncio.sleep(0, result="first" in ran), "first message running")
-        second = await engine.accept(inbound("second", funnel_value="customer-7"))
-        await _wait_for(_state_is(store, second.message_id, MessageState.POSTPONED), "second held by the funnel")
-        assert (await asyncio.to_thread(store.get, second.message_id)).last_error_code == "FUNNEL"  # type: ignore[union-attr]
+        first_id, second_id = await _second_held_behind_first(engine, ran, engine, store, "customer-7")
+        assert (await asyncio.to_thread(store.get, second_id)).last_error_code == "FUNNEL"  # type: ignore[union-attr]
 
         gate.set()
-        await _wait_for(_state_is(store, first.message_id, MessageState.OK), "first OK")
-        await _wait_for(_state_is(store, second.message_id, MessageState.OK), "second woken and OK")
+        await _wait_for(_state_is(store, first_id, MessageState.OK), "first OK")
+        await _wait_for(_state_is(store, second_id, MessageState.OK), "second woken and OK")
         assert ran == ["first", "second"]  # the funnel holds a message back before its steps
     finally:
         await engine.stop()
@@ -77,17 +87,14 @@ async def test_funnel_release_wakes_a_message_held_on_another_node(database_url:
     await node_a.start()
     await node_b.start()
     try:
-        first = await node_a.accept(inbound("first", funnel_value="customer-9"))
-        await _wait_for(lambda: asyncio.sleep(0, result="first" in ran_a), "first message running on node A")
-        second = await node_b.accept(inbound("second", funnel_value="customer-9"))
-        await _wait_for(_state_is(store_b, second.message_id, MessageState.POSTPONED), "second held on node B")
+        first_id, second_id = await _second_held_behind_first(node_a, ran_a, node_b, store_b, "customer-9")
 
         gate.set()
-        await _wait_for(_state_is(store_b, second.message_id, MessageState.OK), "second woken on node B and OK")
+        await _wait_for(_state_is(store_b, second_id, MessageState.OK), "second woken on node B and OK")
         assert ran_a == ["first"] and ran_b == ["second"]
-        history = await asyncio.to_thread(store_b.transitions_of, second.message_id)
+        history = await asyncio.to_thread(store_b.transitions_of, second_id)
         assert [row["node_id"] for row in history if row["to_state"] == MessageState.OK] == ["node-b"]
-        assert first.message_id != second.message_id
+        assert first_id != second_id
     finally:
         await node_a.stop()
         await node_b.stop()

@@ -35,24 +35,28 @@ class Gate:
         await asyncio.wait_for(wait(), 2)
 
 
-async def test_concurrency_bounds_calls_in_flight() -> None:
-    app = MessagingApp(environ={})
+@pytest.mark.parametrize(("config", "declared", "sent", "bound"), [
+    ({}, 8, 20, 8),
+    ({"openroute.messaging.incoming.processing.concurrency": "3"}, 1, 6, 3),
+], ids=["declared", "from-configuration-wins"])
+async def test_concurrency_bounds_calls_in_flight(config: dict[str, str], declared: int, sent: int, bound: int) -> None:
+    app = MessagingApp(config, environ={})
     emitter = app.emitter("processing", OnOverflow.BUFFER, buffer_size=100)
     gate = Gate()
 
-    @app.incoming("processing", concurrency=8)
+    @app.incoming("processing", concurrency=declared)
     async def handle(payload: int) -> None:
         await gate.enter()
 
     async with app:
-        futures = [emitter.send(i) for i in range(20)]
-        await gate.until_running(8)
-        await asyncio.sleep(0)  # a turn for any (wrong) ninth call to start
-        assert gate.running == 8
+        futures = [emitter.send(i) for i in range(sent)]
+        await gate.until_running(bound)
+        await asyncio.sleep(0)  # a turn for any (wrong) further call to start
+        assert gate.running == bound
         gate.release.set()
         await asyncio.wait_for(asyncio.gather(*futures), 2)
-    assert gate.peak == 8
-    assert app.counters() == {"processing": 20}
+    assert gate.peak == bound
+    assert app.counters() == {"processing": sent}
 
 
 async def test_default_is_one_call_at_a_time() -> None:
@@ -73,21 +77,6 @@ async def test_default_is_one_call_at_a_time() -> None:
     assert gate.peak == 1 and order == list(range(10))
 
 
-async def test_concurrency_from_configuration_wins() -> None:
-    app = MessagingApp({"openroute.messaging.incoming.in.concurrency": "3"}, environ={})
-    emitter = app.emitter("in")
-    gate = Gate()
-
-    @app.incoming("in", concurrency=1)
-    async def handle(payload: int) -> None:
-        await gate.enter()
-
-    async with app:
-        futures = [emitter.send(i) for i in range(6)]
-        await gate.until_running(3)
-        gate.release.set()
-        await asyncio.wait_for(asyncio.gather(*futures), 2)
-    assert gate.peak == 3
 
 
 async def test_concurrent_processor_keeps_order() -> None:

@@ -4,7 +4,6 @@ system, the Idempotency-Key header, errors by kind, the request and response in 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -12,7 +11,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import uvicorn
 from openroute.persistence import MessageStore
 from openroute.persistence.call_records import CallRecordStore
 from starlette.applications import Starlette
@@ -30,6 +28,7 @@ from openroute.outbound import (
     ExternalHttpClient,
     ExternalSystem,
 )
+from tests._support.servers import served
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -62,31 +61,13 @@ class Billing:
                                  Route("/slow", self.slow, methods=["POST"])])
 
 
-@contextlib.asynccontextmanager
-async def served(app: Starlette) -> AsyncIterator[str]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(10):
-            while not server.started:  # uvicorn has no event for it: a bounded poll
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/api/"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
-
-
 @pytest.fixture
 async def billing_url() -> AsyncIterator[tuple[Billing, str]]:
     billing = Billing()
     app = Starlette()
     app.mount("/api", billing.app())
     async with served(app) as url:
-        yield billing, url
+        yield billing, f"{url}/api/"
 
 
 async def test_a_route_calls_a_declared_system_with_its_settings_key_and_record(

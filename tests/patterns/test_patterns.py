@@ -12,6 +12,7 @@ from openroute.persistence import MessageState
 from openroute import Application, BusinessError, ChildMessage, Exchange, TechnicalError, route
 from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.testing import CallRecorder, RouteTestKit
+from tests.patterns.steps import failing_first_attempt_of
 
 S = MessageState
 ONE_MINUTE = timedelta(minutes=1)
@@ -47,6 +48,16 @@ async def test_mvno_billing_ok_mno_failed_then_only_mno_is_called_again(kit_on: 
     assert calls["billing"] == ("OK", 1, {"invoice": "I-1"}) and calls["mno"][0] == "OK" and calls["mno"][1] == 2
 
 
+async def _release_first_then_second_ends_ok(kit: Any, release: asyncio.Event, first_id: int, second_id: int) -> None:
+    """Lets the first message's step go on: it ends OK, and the second, held back meanwhile, ends OK at its next
+    attempt a minute later."""
+    release.set()
+    await kit.settle()
+    kit.assert_state(first_id, S.OK)
+    await kit.advance(ONE_MINUTE)
+    kit.assert_state(second_id, S.OK)
+
+
 async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entity(kit_on: Any) -> None:
     entered = asyncio.Event()
     release = asyncio.Event()
@@ -70,11 +81,7 @@ async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entit
     second = await kit.send_json("crm", "setCustomer", {"id": "C-1", "again": True})
     await kit.wait_for_state(second.message_id, S.PARTLY_FAILED)  # it found the call in progress: retried later
     assert kit.message(second.message_id).last_error_code == "EXT_CALL_IN_PROGRESS"
-    release.set()
-    await kit.settle()
-    kit.assert_state(first.message_id, S.OK)
-    await kit.advance(ONE_MINUTE)
-    kit.assert_state(second.message_id, S.OK)
+    await _release_first_then_second_ends_ok(kit, release, first.message_id, second.message_id)
     assert calls == 1
     assert kit.store.entity_calls("customer", "C-1")[0]["status"] == "OK"
 
@@ -119,11 +126,7 @@ async def test_business_errors_continue_or_fail_per_route(kit_on: Any) -> None:
 # -- obsolete detection ----------------------------------------------------------------------------------
 async def test_obsolete_message_is_skipped_and_never_processed(kit_on: Any) -> None:
     processed: list[str] = []
-
-    def work(exchange: Exchange) -> None:
-        processed.append(exchange.message.correlation_id)
-        if exchange.message.correlation_id == "MSG2" and exchange.message.failed_count == 0:
-            raise TechnicalError("MNO down")
+    work = failing_first_attempt_of("MSG2", TechnicalError("MNO down"), processed)
 
     def customer_route(operation: str) -> Any:
         return (route("crm", operation).json().object_id(json="$.customer").entity_type("customer")
@@ -244,11 +247,7 @@ async def test_funnel_holds_a_second_message_postponed_while_the_first_runs(kit_
     await kit.wait_for_state(second.message_id, S.POSTPONED)
     await kit.wait_for_state(other.message_id, S.OK)  # another funnel value is not held
     assert kit.message(second.message_id).last_error_code == "FUNNEL"
-    release.set()
-    await kit.settle()
-    kit.assert_state(first.message_id, S.OK)
-    await kit.advance(ONE_MINUTE)
-    kit.assert_state(second.message_id, S.OK)
+    await _release_first_then_second_ends_ok(kit, release, first.message_id, second.message_id)
 
 
 async def test_guaranteed_order_holds_newer_messages_until_the_older_is_final(kit_on: Any) -> None:

@@ -14,6 +14,7 @@ from openroute import ChildMessage, ConfigurationError, Exchange, RetryPolicy, R
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.message import InboundMessage
+from tests.patterns.steps import failing_first_attempt_of
 
 S = MessageState
 WAIT = 10.0
@@ -63,11 +64,7 @@ def state(engine: Engine, message_id: int) -> MessageState:
 
 async def test_the_entity_type_defaults_to_the_operation_and_makes_a_plain_route_obsolete(run: Any) -> None:
     ran: list[str] = []
-
-    def step(exchange: Exchange) -> None:
-        ran.append(exchange.message.correlation_id)
-        if exchange.message.correlation_id == "old" and exchange.message.failed_count == 0:
-            raise RuntimeError("remote down")
+    step = failing_first_attempt_of("old", RuntimeError("remote down"), ran)
 
     engine = await run(Route("crm", "setCustomer", [step], retry_policy=RETRY, obsolete_check=True))
     old = await send(engine, "setCustomer", "old", object_id="C-1")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.inbound.test_uvicorn import free_port
+from tests._support.servers import free_port
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 

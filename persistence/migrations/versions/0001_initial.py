@@ -12,8 +12,6 @@ from sqlalchemy.dialects import postgresql
 
 revision = '0001'
 down_revision = None
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

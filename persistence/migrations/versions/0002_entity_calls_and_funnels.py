@@ -10,23 +10,21 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from openroute.persistence.migrations._columns import BIG_ID
+
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
-
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
     op.create_table(
         "entity_call",
-        sa.Column("id", _ID, autoincrement=True, nullable=False),
+        sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
         sa.Column("entity_type", sa.String(length=100), nullable=False),
         sa.Column("object_id", sa.String(length=255), nullable=False),
         sa.Column("call_key", sa.String(length=255), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
-        sa.Column("owner_message_id", _ID, nullable=True),
+        sa.Column("owner_message_id", BIG_ID, nullable=True),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("result", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
                   nullable=True),
@@ -39,7 +37,7 @@ def upgrade() -> None:
     op.create_table(
         "funnel_lock",
         sa.Column("funnel_value", sa.String(length=255), nullable=False),
-        sa.Column("message_id", _ID, nullable=False),
+        sa.Column("message_id", BIG_ID, nullable=False),
         sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("funnel_value"),
     )

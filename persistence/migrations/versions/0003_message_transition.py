@@ -11,12 +11,11 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import BIG_ID
+
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _STATES = ("NEW", "PROCESSING", "PARTLY_FAILED", "POSTPONED", "WAITING_FOR_CHILDREN", "OK", "FAILED", "SKIPPED",
            "CANCEL")
 
@@ -29,8 +28,8 @@ def _state(column: str, nullable: bool) -> sa.Column[Any]:
 def upgrade() -> None:
     op.create_table(
         "message_transition",
-        sa.Column("id", _ID, autoincrement=True, nullable=False),
-        sa.Column("message_id", _ID, nullable=False),
+        sa.Column("id", BIG_ID, autoincrement=True, nullable=False),
+        sa.Column("message_id", BIG_ID, nullable=False),
         _state("from_state", True),
         _state("to_state", False),
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),

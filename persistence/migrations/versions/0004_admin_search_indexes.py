@@ -13,8 +13,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 INDEXES = {
     "ix_message_receive": ["receive_ts", "id"],

@@ -11,8 +11,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 _STATES = ("RUN", "HANDLES_EXISTING_MESSAGES", "STOPPED")
 

@@ -12,8 +12,6 @@ from alembic import op
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 _UTC = sa.DateTime(timezone=True)
 

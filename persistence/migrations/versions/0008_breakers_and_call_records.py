@@ -10,12 +10,11 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
+from openroute.persistence.migrations._columns import BIG_ID
+
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
-BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Json = sa.JSON().with_variant(JSONB(), "postgresql")
 
 
@@ -34,8 +33,8 @@ def upgrade() -> None:
     )
     op.create_table(
         "call_record",
-        sa.Column("id", BigId, primary_key=True, autoincrement=True),
-        sa.Column("message_id", BigId, sa.ForeignKey("message.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("id", BIG_ID, primary_key=True, autoincrement=True),
+        sa.Column("message_id", BIG_ID, sa.ForeignKey("message.id", ondelete="CASCADE"), nullable=False),
         sa.Column("system", sa.String(100), nullable=False),
         sa.Column("call_key", sa.String(255), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),

@@ -9,21 +9,19 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import BIG_ID
+
 revision = "0010"
 down_revision = "0009"
-branch_labels = None
-depends_on = None
-
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def upgrade() -> None:
     op.create_table(
         "outbox",
-        sa.Column("id", _ID, primary_key=True, autoincrement=True),
+        sa.Column("id", BIG_ID, primary_key=True, autoincrement=True),
         sa.Column("event_id", sa.String(36), nullable=False),
         sa.Column("channel", sa.String(255), nullable=False),
-        sa.Column("message_id", _ID, nullable=False),
+        sa.Column("message_id", BIG_ID, nullable=False),
         sa.Column("payload", sa.Text(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
