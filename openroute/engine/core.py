@@ -258,8 +258,8 @@ class Engine:
         self._idle.set()
         self._stopping = False
         now = self.clock.now()
-        await self._run_db(lambda: self.store.register_node(self.node_id, now))
-        stored: NodeState | None = await self._run_db(lambda: self.store.node_state(self.node_id))
+        await self._run_db(lambda: self.store.nodes.register(self.node_id, now))
+        stored: NodeState | None = await self._run_db(lambda: self.store.nodes.state_of(self.node_id))
         self.node_state = stored or NodeState.RUN
         self._running = True
         self._funnel_wake.start()
@@ -310,7 +310,7 @@ class Engine:
         self._running = False
         await self._funnel_wake.stop()
         with contextlib.suppress(Exception):
-            await self._run_db(lambda: self.store.node_stopped(self.node_id, self.clock.now()))
+            await self._run_db(lambda: self.store.nodes.stopped(self.node_id, self.clock.now()))
         await self._close_resources()
 
     async def _close_resources(self) -> None:
@@ -458,7 +458,7 @@ class Engine:
         node, :class:`ValueError` for an unknown state.
         """
         state = NodeState(state)
-        if not await self._run_db(lambda: self.store.set_node_state(node_id, state)):
+        if not await self._run_db(lambda: self.store.nodes.set_state(node_id, state)):
             raise LookupError(f"no node {node_id!r}")
         if node_id == self.node_id:
             self.node_state = state
@@ -634,9 +634,9 @@ class Engine:
             blocker = self._funnels_taken.pop(message.id)
         else:
             if route.guaranteed_order:
-                blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
+                blocker = await self._run_db(lambda: self.store.funnels.older_unfinished(message))
             if blocker is None:
-                blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
+                blocker = await self._writer.submit(lambda c: self.store.funnels.acquire(funnel, message.id, now, c))
         if blocker is None:
             return None
         decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
@@ -784,7 +784,7 @@ class Engine:
                 continue
             if not route.guaranteed_order:
                 funnel = message.funnel_value or ""
-                self._funnels_taken[message.id] = self.store.acquire_funnel(funnel, message.id, now, connection)
+                self._funnels_taken[message.id] = self.store.funnels.acquire(funnel, message.id, now, connection)
 
     def _claim_woken(self, waiting: list[StoredMessage], connection: sa.Connection) -> list[StoredMessage]:
         """Writer thread, in the transaction that frees a funnel: claim the messages this node postponed for it and
@@ -803,7 +803,7 @@ class Engine:
             won = states.claim(self.store, [message], self.node_id, now, connection)
             if won:
                 claimed = won[0]
-                self._funnels_taken[claimed.id] = self.store.acquire_funnel(
+                self._funnels_taken[claimed.id] = self.store.funnels.acquire(
                     claimed.funnel_value or "", claimed.id, now, connection)
                 self._preclaimed.add(claimed.id)
                 result.append(claimed)
@@ -922,7 +922,7 @@ class Engine:
 
     async def _heartbeat_job(self) -> None:
         try:
-            state = await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
+            state = await self._run_db(lambda: self.store.nodes.heartbeat(self.node_id, self.clock.now()))
             if state is not None and state is not self.node_state:
                 log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
                 self.node_state = state

@@ -86,7 +86,7 @@ async def populate(store: MessageStore) -> dict[str, int]:
                                             content_type="application/json", correlation_id="child-1",
                                             source_system="CRM", receive_ts=now, parent_id=ids["failed1"]))
     ids["child"] = child.message.id
-    store.record_external_call(ids["failed1"], "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
+    store.calls.record(ids["failed1"], "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
     with store.begin() as connection:
         connection.execute(sa.insert(confirmations).values(
             message_id=ids["failed1"], source_system="CRM", outcome_state=MessageState.FAILED,

@@ -85,7 +85,7 @@ async def test_funnel_release_wakes_a_message_held_on_another_node(database_url:
         gate.set()
         await _wait_for(_state_is(store_b, second.message_id, MessageState.OK), "second woken on node B and OK")
         assert ran_a == ["first"] and ran_b == ["second"]
-        history = await asyncio.to_thread(store_b.transitions_of, second.message_id)
+        history = await asyncio.to_thread(store_b.transitions.of, second.message_id)
         assert [row["node_id"] for row in history if row["to_state"] == MessageState.OK] == ["node-b"]
         assert first.message_id != second.message_id
     finally:

@@ -76,7 +76,7 @@ async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entit
     await kit.advance(ONE_MINUTE)
     kit.assert_state(second.message_id, S.OK)
     assert calls == 1
-    assert kit.store.entity_calls("customer", "C-1")[0]["status"] == "OK"
+    assert kit.store.calls.of_entity("customer", "C-1")[0]["status"] == "OK"
 
 
 # -- business errors -------------------------------------------------------------------------------------
