@@ -85,7 +85,7 @@ async def test_a_node_reads_its_state_at_heartbeat_and_keeps_it_across_restarts(
     try:
         await engine.set_node_state("node-b", NodeState.HANDLES_EXISTING_MESSAGES)  # set from another node
         assert other.node_state is NodeState.RUN
-        await other._heartbeat_job()
+        await other._repoll.heartbeat()
         assert other.node_state is NodeState.HANDLES_EXISTING_MESSAGES
     finally:
         await other.stop()
