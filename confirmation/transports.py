@@ -45,7 +45,26 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
-class SoapConfirmation(ExternalSystemConfirmation):
+class _HttpConfirmation(ExternalSystemConfirmation):
+    """A confirmation over HTTP to ``endpoint`` with an ``httpx.AsyncClient``: its own (closed by :meth:`aclose`) or
+    one shared; ``what`` names the endpoint's argument in errors."""
+
+    def __init__(
+        self, source_system: str, endpoint: str, what: str, timeout: float, connect_timeout: float | None,
+        http_client: httpx.AsyncClient | None,
+    ) -> None:
+        super().__init__(source_system)
+        self.endpoint = _check_url(endpoint, what)
+        self._owns_client = http_client is None
+        self._client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this confirmation created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+
+class SoapConfirmation(_HttpConfirmation):
     """Confirms by calling the ``confirm`` operation of ``confirmation.wsdl`` at ``address`` with zeep.
 
     The confirmation id travels in the body: ``confirmationId``, the last (optional) element of ``confirmRequest``.
@@ -66,18 +85,15 @@ class SoapConfirmation(ExternalSystemConfirmation):
         wsdl: str | Path = DEFAULT_WSDL,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        super().__init__(source_system)
-        self.address = _check_url(address, "address")
-        self._owns_client = http_client is None
-        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client)
+        self.address = self.endpoint
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
-            transport = AsyncTransport(client=client, wsdl_client=wsdl_client)
+            transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
             # zeep's default settings already forbid DTDs and entities in answers (no XXE)
             self._zeep = zeep.AsyncClient(str(wsdl), transport=transport)
         # zeep's create_service() returns a synchronous proxy even on an AsyncClient, so bind the async one here
         self._service = AsyncServiceProxy(self._zeep, self._zeep.wsdl.bindings[_BINDING], address=self.address)
-        self._client = client
 
     async def confirm(self, request: ConfirmationRequest) -> None:
         """Call ``confirm`` once; raise :class:`~confirmation.ConfirmationSendError` if it did not succeed."""
@@ -118,13 +134,8 @@ class SoapConfirmation(ExternalSystemConfirmation):
             reason = getattr(answer, "reason", None) or "no reason given"
             raise ConfirmationSendError(_short(f"confirmation refused by {self.source_system}: {reason}"))
 
-    async def aclose(self) -> None:
-        """Close the HTTP client if this confirmation created it."""
-        if self._owns_client:
-            await self._client.aclose()
 
-
-class HttpJsonConfirmation(ExternalSystemConfirmation):
+class HttpJsonConfirmation(_HttpConfirmation):
     """Confirms with an HTTP POST of :meth:`ConfirmationRequest.to_json` to ``url``; any 2xx status is success.
 
     Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
@@ -142,10 +153,8 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        super().__init__(source_system)
-        self.url = _check_url(url, "url")
-        self._owns_client = http_client is None
-        self._client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client)
+        self.url = self.endpoint
         self._headers = dict(headers or {})
 
     async def confirm(self, request: ConfirmationRequest) -> None:
@@ -161,8 +170,3 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
             raise ConfirmationSendError(
                 _short(f"HTTP {response.status_code}: {response.text}"), status_code=response.status_code
             )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this confirmation created it."""
-        if self._owns_client:
-            await self._client.aclose()

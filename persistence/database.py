@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from openroute.persistence.outage import StoreOutage
 from sqlalchemy.dialects import postgresql, sqlite
 
-__all__ = ["DEFAULT_DATABASE_URL", "MIGRATIONS_DIR", "Database", "alembic_config", "create_store_engine"]
+__all__ = ["DEFAULT_DATABASE_URL", "MIGRATIONS_DIR", "Database", "StorePart", "alembic_config", "create_store_engine"]
 
 DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -145,3 +145,12 @@ class Database:
     def locked(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` reading its rows under their row lock on PostgreSQL (SQLite's write lock serialises anyway)."""
         return query.with_for_update() if self.dialect == "postgresql" else query
+
+
+class StorePart:
+    """A part of the store over ``database`` (``store.transitions``, ``store.calls``, ``store.funnels``,
+    ``store.nodes``): each of its methods takes an optional ``connection`` and runs through :meth:`Database.run`,
+    so it joins the caller's transaction when given one and commits on its own otherwise."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database

@@ -3,9 +3,6 @@
 A call of a message is recorded STARTED, committed before it is made, then OK or FAILED; one still STARTED after its
 attempt died is a call in doubt for an operator. An entity-scoped call (``ExtCallScope.ENTITY``) is shared by every
 message of one entity type + object id: one message at a time holds it IN_PROGRESS.
-
-Transactions as everywhere in the store (:mod:`openroute.persistence.database`): each method takes an optional
-``connection`` whose transaction it joins, and runs in one of its own without it.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence.database import Database
+from openroute.persistence.database import StorePart
 from openroute.persistence.models import ExternalCallStatus, entity_call_table, external_call_table
 
 __all__ = ["ExternalCall", "ExternalCallStore"]
@@ -47,11 +44,8 @@ _CALL_COLUMNS = tuple(
 )
 
 
-class ExternalCallStore:
+class ExternalCallStore(StorePart):
     """The ``external_call`` and ``entity_call`` tables of ``database``."""
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
 
     def get(
         self, message_id: int, call_key: str, connection: sa.Connection | None = None

@@ -1,8 +1,5 @@
 """Funnels (``store.funnels``): at most one message of a funnel value PROCESSING at a time, and the order check of
 guaranteed-order routes.
-
-Transactions as everywhere in the store (:mod:`openroute.persistence.database`): each method takes an optional
-``connection`` whose transaction it joins, and runs in one of its own without it.
 """
 
 from __future__ import annotations
@@ -11,18 +8,15 @@ from datetime import datetime
 from typing import cast
 
 import sqlalchemy as sa
-from openroute.persistence.database import Database
+from openroute.persistence.database import StorePart
 from openroute.persistence.messages import StoredMessage
 from openroute.persistence.models import FINAL_STATES, MessageState, funnel_lock_table, message_table
 
 __all__ = ["FunnelStore"]
 
 
-class FunnelStore:
+class FunnelStore(StorePart):
     """The ``funnel_lock`` table of ``database`` and the funnel queries over its messages."""
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
 
     def older_unfinished(self, message: StoredMessage, connection: sa.Connection | None = None) -> int | None:
         """The id of an older (receive time, then id) message of the same funnel value that is not final."""

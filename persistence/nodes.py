@@ -1,8 +1,5 @@
-"""The nodes of a cluster (``store.nodes``): who runs, since when, its heartbeat and the state an operator gave it.
-
-Transactions as everywhere in the store (:mod:`openroute.persistence.database`): each method takes an optional
-``connection`` whose transaction it joins, and runs in one of its own without it.
-"""
+"""The nodes of a cluster (``store.nodes``, a ``StorePart``): who runs, since when, its heartbeat and the state
+an operator gave it."""
 
 from __future__ import annotations
 
@@ -12,17 +9,14 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence.database import Database
+from openroute.persistence.database import StorePart
 from openroute.persistence.models import NodeState, node_table
 
 __all__ = ["NodeStore"]
 
 
-class NodeStore:
+class NodeStore(StorePart):
     """The ``node`` table of ``database``."""
-
-    def __init__(self, database: Database) -> None:
-        self.database = database
 
     def register(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
         """Record that ``node_id`` (re)started now on this host and process."""

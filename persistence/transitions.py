@@ -11,8 +11,8 @@ read in: the hot-path statements (claim, outcome UPDATE) are keyed by primary ke
 predicate would add nothing to their safety, but it lets PostgreSQL plan them on a state index once the table
 has statistics (a scan of the whole backlog per statement instead of one primary-key probe).
 
-Transactions as everywhere in the store (:mod:`openroute.persistence.database`): each method takes an optional
-``connection`` whose transaction it joins, and runs in one of its own without it.
+A :class:`~openroute.persistence.database.StorePart`: each method joins the transaction of the ``connection`` it is
+given, or runs in one of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import HotPath, TransitionRow
-from openroute.persistence.database import Database
+from openroute.persistence.database import Database, StorePart
 from openroute.persistence.models import MessageState, message_transition_table
 
 __all__ = ["TRANSITION_COLUMNS", "GroupConflict", "Transitions", "transition_row"]
@@ -73,11 +73,11 @@ def transition_row(
     return (message_id, from_state, to_state, at, node_id, error_code, cause, 0 if counted else 1, text, trace)
 
 
-class Transitions:
+class Transitions(StorePart):
     """The state writes of ``database``'s messages and their history (the ``message_transition`` table)."""
 
     def __init__(self, database: Database, hot_path: HotPath) -> None:
-        self.database = database
+        super().__init__(database)
         # the per-message statements (claim, outcome, transition row) run as SQL text on the driver's cursor
         self._hot = hot_path
         self._checked_columns: set[tuple[str, ...]] = set()  # column sets a transition was allowed to write

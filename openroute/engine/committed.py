@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from openroute import states
 from openroute.engine._funnel_wake import FunnelWake
@@ -23,23 +24,16 @@ FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 
 
+@dataclass(frozen=True, eq=False)
 class AfterCommit:
     """The follow-up of one node's committed changes; ``final_state_hooks`` and ``transition_listeners`` are the
     engine's own lists (read at each change, so hooks added later are heard)."""
 
-    def __init__(
-        self,
-        stats: EngineStats,
-        writes: EngineWrites,
-        funnel_wake: FunnelWake,
-        final_state_hooks: list[FinalStateHook],
-        transition_listeners: list[TransitionListener],
-    ) -> None:
-        self.stats = stats
-        self._writes = writes
-        self._funnel_wake = funnel_wake
-        self._hooks = final_state_hooks
-        self._listeners = transition_listeners
+    stats: EngineStats
+    writes: EngineWrites
+    funnel_wake: FunnelWake
+    final_state_hooks: list[FinalStateHook]
+    transition_listeners: list[TransitionListener]
 
     async def written(
         self, message: StoredMessage, target: MessageState, written: asyncio.Future[StoredMessage]
@@ -51,20 +45,20 @@ class AfterCommit:
             updated = await written
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
-            self._writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
-            self._funnel_wake.discard(message.id)
+            self.writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
+            self.funnel_wake.discard(message.id)
             self.stats.stale_writes += 1
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         except BaseException:
-            self._writes.completed_parents.pop(message.id, None)
-            self._funnel_wake.discard(message.id)
+            self.writes.completed_parents.pop(message.id, None)
+            self.funnel_wake.discard(message.id)
             raise
         self.stats.outcomes[target] += 1
         self.notify(message.state, updated)
         if updated.funnel_value is not None:
-            self._funnel_wake.committed(updated)
-        parent = self._writes.completed_parents.pop(updated.id, None)
+            self.funnel_wake.committed(updated)
+        parent = self.writes.completed_parents.pop(updated.id, None)
         if final:
             await self.run_final_hooks(updated)
         if parent is not None:
@@ -79,7 +73,7 @@ class AfterCommit:
 
     def notify(self, previous: MessageState | None, message: StoredMessage) -> None:
         """Tell the transition listeners (a failing listener is logged, the others still hear it)."""
-        for listener in self._listeners:
+        for listener in self.transition_listeners:
             try:
                 listener(previous, message)
             except Exception:
@@ -87,7 +81,7 @@ class AfterCommit:
 
     async def run_final_hooks(self, message: StoredMessage) -> None:
         """Await the final-state hooks of ``message`` (a failing hook is logged, the others still run)."""
-        for hook in self._hooks:
+        for hook in self.final_state_hooks:
             try:
                 await hook(message)
             except Exception:

@@ -5,6 +5,7 @@ guaranteed order, an older one is not final: POSTPONED until the funnel frees)."
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,28 +23,18 @@ __all__ = ["HoldBack"]
 Apply = Callable[[StoredMessage, outcomes.Decision, datetime], Awaitable[StoredMessage | None]]
 
 
+@dataclass(frozen=True, eq=False)
 class HoldBack:
     """Obsolete check and funnel of one node; ``run_db`` runs a read on the engine's database threads."""
 
-    def __init__(
-        self,
-        store: MessageStore,
-        clock: Clock,
-        postpone_interval: timedelta,
-        writes: EngineWrites,
-        writer: GroupCommitWriter,
-        funnel_wake: FunnelWake,
-        run_db: Callable[[Callable[[], Any]], Awaitable[Any]],
-        apply: Apply,
-    ) -> None:
-        self.store = store
-        self.clock = clock
-        self.postpone_interval = postpone_interval
-        self._writes = writes
-        self._writer = writer
-        self._funnel_wake = funnel_wake
-        self._run_db = run_db
-        self._apply = apply
+    store: MessageStore
+    clock: Clock
+    postpone_interval: timedelta
+    writes: EngineWrites
+    writer: GroupCommitWriter
+    funnel_wake: FunnelWake
+    run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
+    apply: Apply
 
     async def check(self, message: StoredMessage, route: Route) -> StoredMessage | None:
         """Obsolete check and funnel, before the steps: the new snapshot if the message does not run now.
@@ -52,36 +43,36 @@ class HoldBack:
         funnel value): most messages have neither, and a coroutine per message is not free."""
         now = self.clock.now()
         if (route.obsolete_check and message.object_id is not None
-                and await self._run_db(lambda: self.store.newer_ok_exists(message))):
-            self._writes.funnels_taken.pop(message.id, None)  # SKIPPED frees the funnel it may have taken
-            return await self._apply(message, outcomes.obsolete(message), now)
+                and await self.run_db(lambda: self.store.newer_ok_exists(message))):
+            self.writes.funnels_taken.pop(message.id, None)  # SKIPPED frees the funnel it may have taken
+            return await self.apply(message, outcomes.obsolete(message), now)
         funnel = message.funnel_value
         if funnel is None:
             return None
         blocker: int | None = None
-        if message.id in self._writes.funnels_taken:  # taken in the claim's transaction
-            blocker = self._writes.funnels_taken.pop(message.id)
+        if message.id in self.writes.funnels_taken:  # taken in the claim's transaction
+            blocker = self.writes.funnels_taken.pop(message.id)
         else:
             if route.guaranteed_order:
-                blocker = await self._run_db(lambda: self.store.funnels.older_unfinished(message))
+                blocker = await self.run_db(lambda: self.store.funnels.older_unfinished(message))
             if blocker is None:
-                blocker = await self._writer.submit(lambda c: self.store.funnels.acquire(funnel, message.id, now, c))
+                blocker = await self.writer.submit(lambda c: self.store.funnels.acquire(funnel, message.id, now, c))
         if blocker is None:
             return None
         decision = outcomes.held_by_funnel(funnel, blocker, now, self.postpone_interval)
-        held = await self._apply(message, decision, now)
+        held = await self.apply(message, decision, now)
         if held is None:
             return message
-        self._funnel_wake.held(held, blocker)
+        self.funnel_wake.held(held, blocker)
         return held
 
     async def unclaim_woken(self, message: StoredMessage) -> None:
         """A message claimed by its funnel's release could not be queued (no room, stopping): POSTPONED again, due at
         once, for repoll."""
-        if message.id not in self._writes.preclaimed:
+        if message.id not in self.writes.preclaimed:
             return
-        self._writes.preclaimed.discard(message.id)
-        self._writes.funnels_taken.pop(message.id, None)
+        self.writes.preclaimed.discard(message.id)
+        self.writes.funnels_taken.pop(message.id, None)
         now = self.clock.now()
         decision = outcomes.held_by_funnel(message.funnel_value or "", message.id, now, timedelta(0))
-        await self._apply(message, decision, now)
+        await self.apply(message, decision, now)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 Apply = Callable[[StoredMessage, outcomes.Decision, datetime, str], Awaitable[StoredMessage | None]]
 
 
+@dataclass(eq=False)
 class Repoll:
     """Repoll and heartbeat of one node (``Engine.repoll_once`` runs one repoll by hand).
 
@@ -33,36 +35,22 @@ class Repoll:
     ``queued`` (the ids in its pipeline: its own set, read only) and ``obey(state)`` (an operator's node state).
     """
 
-    def __init__(
-        self,
-        store: MessageStore,
-        routes: RouteRegistry,
-        clock: Clock,
-        settings: EngineSettings,
-        stats: EngineStats,
-        *,
-        run_db: Callable[[Callable[[], Any]], Awaitable[Any]],
-        apply: Apply,
-        emit: Callable[[StoredMessage], Awaitable[bool]],
-        is_running: Callable[[], bool],
-        queued: set[int],
-        node_state: Callable[[], NodeState],
-        obey: Callable[[NodeState], None],
-    ) -> None:
-        self.store = store
-        self.routes = routes
-        self.clock = clock
-        self.settings = settings
-        self.stats = stats
-        self._run_db = run_db
-        self._apply = apply
-        self._emit = emit
-        self._is_running = is_running
-        self._queued = queued
-        self._node_state = node_state
-        self._obey = obey
-        self._scheduler: Any = None
-        self._outages_recovered = 0  # store outages whose stranded PROCESSING messages were repaired
+    store: MessageStore
+    routes: RouteRegistry
+    clock: Clock
+    settings: EngineSettings
+    stats: EngineStats
+    _: KW_ONLY
+    run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
+    apply: Apply
+    emit: Callable[[StoredMessage], Awaitable[bool]]
+    is_running: Callable[[], bool]
+    queued: set[int]
+    node_state: Callable[[], NodeState]
+    obey: Callable[[NodeState], None]
+    _scheduler: Any = field(default=None, init=False, repr=False)
+    #: store outages whose stranded PROCESSING messages were repaired
+    _outages_recovered: int = field(default=0, init=False, repr=False)
 
     def start_jobs(self) -> None:
         """Start the repoll and heartbeat jobs (none when ``settings.repoll_interval`` is None)."""
@@ -92,16 +80,16 @@ class Repoll:
         now = self.clock.now()
         repaired, reemitted = self.stats.repaired, self.stats.reemitted
         await self.repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
-        if not self._is_running():
+        if not self.is_running():
             return
         batch = self.settings.repoll_batch
-        due = await self._run_db(
+        due = await self.run_db(
             lambda: self.store.due([MessageState.PARTLY_FAILED, MessageState.POSTPONED], now, batch)
         )
         cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
-        fresh = await self._run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
+        fresh = await self.run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
         for message in [*due, *fresh]:
-            if await self._emit(message):
+            if await self.emit(message):
                 self.stats.reemitted += 1
         if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
             log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
@@ -114,7 +102,7 @@ class Repoll:
         in ``skip``, their next state as abandoned attempts."""
         limit = self.settings.repoll_batch
         far = cutoff if cutoff is not None else now + timedelta(days=36500)
-        stuck = await self._run_db(
+        stuck = await self.run_db(
             lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
         )
         for message in stuck:
@@ -125,7 +113,7 @@ class Repoll:
             except UnknownRouteError:
                 route = None
             decision = outcomes.abandoned(message, self.settings.retry_policy_for(route), now)
-            if await self._apply(message, decision, now, "repair") is not None:
+            if await self.apply(message, decision, now, "repair") is not None:
                 self.stats.repaired += 1
 
     async def _repoll_job(self) -> None:
@@ -145,17 +133,17 @@ class Repoll:
         if outages == self._outages_recovered:
             return
         now = self.clock.now()
-        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=None, skip=frozenset(self._queued))
+        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=None, skip=frozenset(self.queued))
         self._outages_recovered = outages
 
     async def heartbeat(self) -> None:
         """The heartbeat job: refresh this node's row and obey the state an operator gave it meanwhile."""
         node_id = self.settings.node_id
         try:
-            state = await self._run_db(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
-            if state is not None and state is not self._node_state():
+            state = await self.run_db(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
+            if state is not None and state is not self.node_state():
                 log.info("node %s is now %s (set by an operator)", node_id, state.value)
-                self._obey(state)
+                self.obey(state)
         except Exception as error:
             if not self.store.outage.failed(error, "heartbeat"):
                 log.exception("heartbeat failed")

@@ -11,6 +11,7 @@ they leave (:attr:`EngineWrites.funnels_taken`, :attr:`~EngineWrites.preclaimed`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = ["EngineWrites", "FinalStateTxHook"]
 FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
 
 
+@dataclass(frozen=True, eq=False)
 class EngineWrites:
     """The transactional work of one node's writer (see the module docstring).
 
@@ -37,29 +39,19 @@ class EngineWrites:
     ``released_in(message, connection)`` tells the funnel wake that an outcome freed a funnel.
     """
 
-    def __init__(
-        self,
-        store: MessageStore,
-        routes: RouteRegistry,
-        clock: Clock,
-        node_id: str,
-        final_state_tx_hooks: list[FinalStateTxHook],
-        queued: set[int],
-        released_in: Callable[[StoredMessage, sa.Connection], None],
-    ) -> None:
-        self.store = store
-        self.routes = routes
-        self.clock = clock
-        self.node_id = node_id
-        self._tx_hooks = final_state_tx_hooks
-        self._queued = queued
-        self._released_in = released_in
-        #: parent messages a child's final transition completed, by child id
-        self.completed_parents: dict[int, StoredMessage] = {}
-        #: the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
-        self.funnels_taken: dict[int, int | None] = {}
-        #: funnel messages claimed in their funnel's release transaction, not yet taken by a worker
-        self.preclaimed: set[int] = set()
+    store: MessageStore
+    routes: RouteRegistry
+    clock: Clock
+    node_id: str
+    final_state_tx_hooks: list[FinalStateTxHook]
+    queued: set[int]
+    released_in: Callable[[StoredMessage, sa.Connection], None]
+    #: parent messages a child's final transition completed, by child id
+    completed_parents: dict[int, StoredMessage] = field(default_factory=dict)
+    #: the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
+    funnels_taken: dict[int, int | None] = field(default_factory=dict)
+    #: funnel messages claimed in their funnel's release transaction, not yet taken by a worker
+    preclaimed: set[int] = field(default_factory=set)
 
     def claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
         """Claim a group of queued messages with one conditional UPDATE."""
@@ -101,7 +93,7 @@ class EngineWrites:
                 route = self.routes.get(message.service, message.operation)
             except UnknownRouteError:
                 continue
-            if route.guaranteed_order or message.id in self._queued:
+            if route.guaranteed_order or message.id in self.queued:
                 result.append(message)
                 continue
             won = states.claim(self.store, [message], self.node_id, now, connection)
@@ -122,7 +114,7 @@ class EngineWrites:
                 results.append(Failure(result))
                 continue
             if result.funnel_value is not None and FunnelWake.releases(request[0].state, result):
-                self._released_in(result, connection)
+                self.released_in(result, connection)
             if states.is_final(result.state):
                 self.run_tx_hooks(result, connection)
                 if result.parent_id is not None:
@@ -147,5 +139,5 @@ class EngineWrites:
 
     def run_tx_hooks(self, message: StoredMessage, connection: sa.Connection) -> None:
         """The final-state transaction hooks of ``message``, in the transaction that made it final."""
-        for hook in self._tx_hooks:
+        for hook in self.final_state_tx_hooks:
             hook(message, connection)
