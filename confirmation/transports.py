@@ -103,19 +103,9 @@ class SoapConfirmation(_HttpConfirmation):
             else None
         )
         try:
+            # the JSON body's fields are the SOAP body's elements; zeep takes the time as a datetime
             answer = await self._service.confirm(
-                correlationId=request.correlation_id,
-                messageId=request.message_id,
-                sourceSystem=request.source_system,
-                processId=request.process_id,
-                service=request.service,
-                operation=request.operation,
-                state=request.state,
-                finishedAt=request.finished_at,
-                businessErrors=errors,
-                errorCode=request.error_code,
-                errorText=request.error_text,
-                confirmationId=request.confirmation_id,
+                **{**request.to_json(), "finishedAt": request.finished_at, "businessErrors": errors}
             )
         except zeep.exceptions.Fault as fault:
             raise ConfirmationSendError(_short(f"SOAP Fault {fault.code or ''}: {fault.message}")) from fault
