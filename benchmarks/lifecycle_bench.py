@@ -216,18 +216,18 @@ def _records_before_issue_23(store: MessageStore) -> None:
 
     def begin(message_id: int, call_key: str, _key: str, _node: str, _now: datetime, *, hold_in_doubt: bool = False,
               connection: Any = None) -> Any:
-        previous = store.get_external_call(message_id, call_key, connection)
+        previous = store.calls.get(message_id, call_key, connection)
         return previous, previous is None or previous.status is not ExternalCallStatus.OK
 
     def finish(message_id: int, call_key: str, ok: bool, now: datetime, result: Any = None, error: Any = None,
                connection: Any = None) -> bool:
         status = ExternalCallStatus.OK if ok else ExternalCallStatus.FAILED
-        store.record_external_call(message_id, call_key, status, now, result=result, error=error,
+        store.calls.record(message_id, call_key, status, now, result=result, error=error,
                                    connection=connection)
         return True
 
-    store.begin_external_call = begin  # type: ignore[method-assign]
-    store.finish_external_call = finish  # type: ignore[method-assign]
+    store.calls.begin = begin  # type: ignore[method-assign]
+    store.calls.finish = finish  # type: ignore[method-assign]
 
 
 async def engine_run(url: str, count: int, senders: int, calls: str | None = None) -> dict[str, float]:

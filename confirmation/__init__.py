@@ -15,7 +15,8 @@ from openroute.confirmation.model import (
     InvalidConfirmationError,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
-from openroute.confirmation.service import ConfirmationInfo, ConfirmationService, ProcessReport, request_from_message
+from openroute.confirmation.requests import request_from_message
+from openroute.confirmation.service import ConfirmationInfo, ConfirmationService, ProcessReport
 from openroute.confirmation.transports import HttpJsonConfirmation, SoapConfirmation
 
 __all__ = [

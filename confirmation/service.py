@@ -27,7 +27,6 @@ import contextlib
 import logging
 import os
 import socket
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -38,15 +37,15 @@ import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
 from openroute.confirmation.model import (
     CONFIRMED_STATES,
-    BusinessErrorInfo,
     ConfirmationRequest,
     ConfirmationSendError,
     InvalidConfirmationError,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
-from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+from openroute.confirmation.requests import HELD_ERROR_CODE, confirmation_id_of, is_held, request_from_message
+from openroute.persistence import confirmations as table
+from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
-from sqlalchemy.dialects import postgresql, sqlite
 
 from openroute import tracing
 from openroute.clock import Clock
@@ -54,12 +53,6 @@ from openroute.clock import Clock
 log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
-#: the error code of a message held for an operator (openroute.engine.idempotency.CALL_IN_DOUBT): not confirmed yet
-_HELD = "CALL_IN_DOUBT"
-#: namespace of the confirmation ids derived for rows made before they had one (migration 0006)
-_LEGACY_ID_NAMESPACE = uuid.UUID("0b5f6c1e-7d0a-5c55-9e1b-3f2a4c6d8e90")
-_C = confirmation_table.c
-_M = message_table.c
 
 
 class AttemptOutcome(StrEnum):
@@ -90,6 +83,9 @@ class ConfirmationInfo:
     sent_at: datetime | None
     confirmation_id: str | None = None
     claimed_by: str | None = None
+
+
+_INFO_FIELDS = tuple(ConfirmationInfo.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -136,62 +132,10 @@ def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], 
 
 
 def _info(row: sa.Row[Any]) -> ConfirmationInfo:
-    return ConfirmationInfo(
-        message_id=row.message_id,
-        source_system=row.source_system,
-        outcome_state=MessageState(row.outcome_state).value,
-        status=ConfirmationStatus(row.status).value,
-        attempts=row.attempts,
-        next_attempt_at=row.next_attempt_at,
-        last_error=row.last_error,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        sent_at=row.sent_at,
-        confirmation_id=row.confirmation_id,
-        claimed_by=row.claimed_by,
-    )
-
-
-def _business_errors(raw: object) -> tuple[BusinessErrorInfo, ...]:
-    errors = []
-    for item in raw or ():  # type: ignore[attr-defined]
-        if isinstance(item, dict) and item.get("code"):
-            errors.append(BusinessErrorInfo(str(item["code"]), str(item.get("text") or item.get("message") or "")))
-    return tuple(errors)
-
-
-def _held(message: Any) -> bool:
-    """Whether ``message`` is held for an operator (a call in doubt): its source system is told later."""
-    return getattr(message, "last_error_code", None) == _HELD
-
-
-def confirmation_id_of(row: Any) -> str:
-    """The confirmation id of a ``confirmation`` row (one derived from the row for rows made before ids existed)."""
-    if row.confirmation_id:
-        return str(row.confirmation_id)
-    return str(uuid.uuid5(_LEGACY_ID_NAMESPACE, f"{row.id}:{row.message_id}:{MessageState(row.outcome_state).value}"))
-
-
-def request_from_message(
-    row: sa.Row[Any], outcome_state: str, confirmation_id: str | None = None
-) -> ConfirmationRequest:
-    """The confirmation of a message row (``message`` table columns) that ended in ``outcome_state``."""
-    return ConfirmationRequest(
-        confirmation_id=confirmation_id,
-        message_id=row.id,
-        correlation_id=row.correlation_id,
-        source_system=row.source_system,
-        state=outcome_state,
-        process_id=row.process_id,
-        service=row.service,
-        operation=row.operation,
-        business_errors=_business_errors(row.business_errors),
-        # the final state's error only: an OK message that failed before has no error (its history has them)
-        error_code=None if outcome_state == "OK" else row.last_error_code,
-        error_text=None if outcome_state == "OK" else row.last_error_text,
-        finished_at=row.last_update_ts,
-        traceparent=getattr(row, "traceparent", None),
-    )
+    values = {name: getattr(row, name) for name in _INFO_FIELDS}
+    values["outcome_state"] = MessageState(row.outcome_state).value
+    values["status"] = ConfirmationStatus(row.status).value
+    return ConfirmationInfo(**values)
 
 
 class ConfirmationService:
@@ -244,31 +188,6 @@ class ConfirmationService:
 
     # -- creating rows ------------------------------------------------------------------------------------------
 
-    def _insert_ignore(self, connection: sa.Connection, rows: list[dict[str, Any]]) -> int:
-        dialect = connection.dialect.name
-        if dialect == "postgresql":
-            statement: Any = postgresql.insert(confirmation_table)
-        elif dialect == "sqlite":
-            statement = sqlite.insert(confirmation_table)
-        else:  # pragma: no cover - the store supports SQLite and PostgreSQL only
-            raise InvalidConfirmationError(f"unsupported database dialect {dialect!r}")
-        statement = statement.on_conflict_do_nothing(index_elements=["message_id"]).returning(_C.id)
-        # RETURNING tells inserted from ignored rows; rowcount is -1 for these statements on some drivers
-        return sum(connection.execute(statement.values(**row)).scalar() is not None for row in rows)
-
-    def _row(self, message_id: int, source_system: str, state: str, now: datetime) -> dict[str, Any]:
-        return {
-            "message_id": message_id,
-            "source_system": source_system,
-            "outcome_state": MessageState(state),
-            "status": ConfirmationStatus.PENDING,
-            "attempts": 0,
-            "next_attempt_at": now,
-            "created_at": now,
-            "updated_at": now,
-            "confirmation_id": str(uuid.uuid4()),
-        }
-
     def enqueue_in(self, request: ConfirmationRequest, connection: sa.Connection | None = None) -> bool:
         """Synchronous :meth:`enqueue`; with ``connection`` it joins that transaction, so the engine can commit a
         message's final state and its confirmation row together (then nothing can be lost in between).
@@ -281,13 +200,13 @@ class ConfirmationService:
             )
         if not self.callback.confirms(request.source_system):
             return False
-        row = self._row(request.message_id, request.source_system, request.state, self.now())
+        row = table.pending_row(request.message_id, request.source_system, request.state, self.now())
         try:
             if connection is not None:
                 with connection.begin_nested():  # a savepoint, so a failure leaves the caller's transaction usable
-                    return self._insert_ignore(connection, [row]) == 1
+                    return table.add_pending(connection, [row]) == 1
             with self.engine.begin() as own:
-                return self._insert_ignore(own, [row]) == 1
+                return table.add_pending(own, [row]) == 1
         except sa.exc.IntegrityError as error:
             # the only other constraint is the foreign key: the message must exist in the store
             raise InvalidConfirmationError(f"message {request.message_id} is not in the store") from error
@@ -309,19 +228,13 @@ class ConfirmationService:
         A message held for an operator (error code CALL_IN_DOUBT) gets no row until it reaches its real outcome.
         """
         state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or _held(message):
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
             return
         request = request_from_message(message, state)
         if not self.enqueue_in(request, connection) and self.callback.confirms(request.source_system):
             # a row made before this transaction belongs to an earlier final state: the message was restarted
             # since, and the source system is told the new outcome (the row starts over, PENDING)
-            now = self.now()
-            connection.execute(
-                sa.update(confirmation_table).where(_C.message_id == message.id).values(
-                    outcome_state=MessageState(state), status=ConfirmationStatus.PENDING, attempts=0,
-                    next_attempt_at=now, last_error=None, sent_at=None, updated_at=now,
-                    confirmation_id=str(uuid.uuid4()), claimed_by=None)
-            )
+            table.reset_pending(connection, message.id, state, self.now())
 
     async def on_final_state(self, message: Any) -> None:
         """Engine hook awaited after the final commit: makes sure the row exists (idempotent) and sends it at once.
@@ -330,7 +243,7 @@ class ConfirmationService:
         :meth:`process_due` / :meth:`run` picks up.
         """
         state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or _held(message):
+        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
             return
         try:
             await self.enqueue(request_from_message(message, state))
@@ -353,31 +266,19 @@ class ConfirmationService:
             raise InvalidConfirmationError(f"updated_since must be an aware datetime, got {updated_since!r}")
         now = self.now()
         systems = self.callback.confirmed_systems()
-        query = (
-            sa.select(_M.id, _M.source_system, _M.state)
-            .outerjoin(confirmation_table, _C.message_id == _M.id)
-            .where(_C.id.is_(None), _M.parent_id.is_(None),
-                   _M.state.in_([MessageState(s) for s in sorted(CONFIRMED_STATES)]),
-                   sa.or_(_M.last_error_code.is_(None), _M.last_error_code != _HELD))
-            .order_by(_M.id)
-            .limit(limit)
-        )
-        if updated_since is not None:
-            query = query.where(_M.last_update_ts >= updated_since)
-        if systems is not None:
-            if not systems:
-                return 0
-            query = query.where(_M.source_system.in_(sorted(systems)))
+        if systems is not None and not systems:
+            return 0
 
         def work() -> int:
             with self.engine.begin() as connection:
-                found = connection.execute(query).all()
+                found = table.without_confirmation(connection, CONFIRMED_STATES, HELD_ERROR_CODE, limit,
+                                                   updated_since, systems)
                 rows = [
-                    self._row(r.id, r.source_system, MessageState(r.state).value, now)
+                    table.pending_row(r.id, r.source_system, MessageState(r.state).value, now)
                     for r in found
                     if self.callback.confirms(r.source_system)
                 ]
-                return self._insert_ignore(connection, rows) if rows else 0
+                return table.add_pending(connection, rows) if rows else 0
 
         created = await asyncio.to_thread(work)
         if created:
@@ -391,36 +292,17 @@ class ConfirmationService:
     ) -> tuple[list[tuple[sa.Row[Any], int]], int, int]:
         """Claim up to batch_size due rows with id > after_id (or the one of ``message_id``); return (claimed with
         their attempt number, last id seen, rows that another node claimed first)."""
-        candidates = (
-            sa.select(_C.id, _C.message_id, _C.outcome_state, _C.attempts, _C.next_attempt_at, _C.confirmation_id)
-            .where(_C.status == ConfirmationStatus.PENDING, _C.next_attempt_at <= now, _C.id > after_id)
-            .order_by(_C.id)
-            .limit(self._batch_size)
-        )
-        if message_id is not None:
-            candidates = candidates.where(_C.message_id == message_id)
         claimed: list[tuple[sa.Row[Any], int]] = []
         lost, last_id = 0, after_id
         # read first, then claim in a write-only transaction: on SQLite a read transaction upgraded to a write
         # deadlocks with a concurrent claimer instead of waiting for it
         with self.engine.connect() as connection:
-            rows = connection.execute(candidates).all()
+            rows = table.due(connection, now, after_id, self._batch_size, message_id)
         with self.engine.begin() as connection:
             for row in rows:
                 last_id = row.id
-                result = connection.execute(
-                    sa.update(confirmation_table)
-                    .where(
-                        _C.id == row.id,
-                        _C.status == ConfirmationStatus.PENDING,
-                        _C.attempts == row.attempts,
-                        _C.next_attempt_at <= now,
-                    )
-                    .values(attempts=row.attempts + 1, next_attempt_at=now + self.policy.claim_timeout, updated_at=now,
-                            claimed_by=self.node_id)
-                )
-                if result.rowcount == 1:
-                    claimed.append((cast("sa.Row[Any]", row), row.attempts + 1))
+                if table.claim(connection, row, now, now + self.policy.claim_timeout, self.node_id):
+                    claimed.append((row, row.attempts + 1))
                 else:
                     lost += 1
         return claimed, last_id, lost
@@ -428,7 +310,7 @@ class ConfirmationService:
     def _load_requests(self, claimed: list[tuple[sa.Row[Any], int]]) -> dict[int, ConfirmationRequest | str]:
         ids = [row.message_id for row, _ in claimed]
         with self.engine.connect() as connection:
-            messages = {m.id: m for m in connection.execute(sa.select(message_table).where(_M.id.in_(ids)))}
+            messages = table.messages(connection, ids)
         result: dict[int, ConfirmationRequest | str] = {}
         for row, _ in claimed:
             message = messages.get(row.message_id)
@@ -445,21 +327,17 @@ class ConfirmationService:
     def _record(self, row_id: int, attempt: int, error: str | None) -> AttemptOutcome:
         """Write the outcome of a claimed attempt and return it."""
         now = self.now()
-        owned = sa.update(confirmation_table).where(
-            _C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt
-        )
         if error is None:
-            statement = owned.values(status=ConfirmationStatus.SENT, sent_at=now, updated_at=now)
+            values: dict[str, Any] = {"status": ConfirmationStatus.SENT, "sent_at": now}
             outcome = AttemptOutcome.SENT
         elif self.policy.exhausted(attempt):
-            statement = owned.values(status=ConfirmationStatus.FAILED, last_error=error, updated_at=now)
+            values = {"status": ConfirmationStatus.FAILED, "last_error": error}
             outcome = AttemptOutcome.FAILED
         else:
-            due = now + self.policy.delay(attempt)
-            statement = owned.values(next_attempt_at=due, last_error=error, updated_at=now)
+            values = {"next_attempt_at": now + self.policy.delay(attempt), "last_error": error}
             outcome = AttemptOutcome.RETRY
         with self.engine.begin() as connection:
-            if connection.execute(statement).rowcount != 1:
+            if not table.record(connection, row_id, attempt, updated_at=now, **values):
                 return AttemptOutcome.LOST
         return outcome
 
@@ -467,11 +345,7 @@ class ConfirmationService:
         """Push the lease of a claim this node holds by ``claim_timeout``; False when the claim is no longer ours."""
         now = self.now()
         with self.engine.begin() as connection:
-            return bool(connection.execute(
-                sa.update(confirmation_table)
-                .where(_C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt)
-                .values(next_attempt_at=now + self.policy.claim_timeout)
-            ).rowcount == 1)
+            return table.renew(connection, row_id, attempt, now + self.policy.claim_timeout)
 
     async def _keep_claim(self, row_id: int, message_id: int, attempt: int) -> None:
         """Renew the claim every third of ``claim_timeout`` until cancelled (the send ended) or lost."""
@@ -591,12 +465,7 @@ class ConfirmationService:
         """
         now = self.now()
         with self.engine.begin() as connection:
-            return int(connection.execute(
-                sa.update(confirmation_table)
-                .where(_C.status == ConfirmationStatus.PENDING, _C.claimed_by == self.node_id,
-                       _C.next_attempt_at > now, _C.updated_at < self._created_at)
-                .values(next_attempt_at=now, claimed_by=None, updated_at=now)
-            ).rowcount)
+            return table.release_claims(connection, self.node_id, now, self._created_at)
 
     async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
         """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
@@ -633,7 +502,7 @@ class ConfirmationService:
 
         def work() -> ConfirmationInfo | None:
             with self.engine.connect() as connection:
-                row = connection.execute(sa.select(confirmation_table).where(_C.message_id == message_id)).first()
+                row = table.get(connection, message_id)
             return None if row is None else _info(row)
 
         return await asyncio.to_thread(work)
@@ -643,18 +512,16 @@ class ConfirmationService:
         for name, value, least in (("limit", limit, 1), ("offset", offset, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidConfirmationError(f"{name} must be an int >= {least}, got {value!r}")
-        query = sa.select(confirmation_table).order_by(_C.updated_at.desc(), _C.id.desc()).limit(limit).offset(offset)
-        if status is not None:
-            try:
-                query = query.where(_C.status == ConfirmationStatus(status))
-            except ValueError as error:
-                raise InvalidConfirmationError(
-                    f"status must be one of {[s.value for s in ConfirmationStatus]}, got {status!r}"
-                ) from error
+        try:
+            wanted = None if status is None else ConfirmationStatus(status)
+        except ValueError as error:
+            raise InvalidConfirmationError(
+                f"status must be one of {[s.value for s in ConfirmationStatus]}, got {status!r}"
+            ) from error
 
         def work() -> list[ConfirmationInfo]:
             with self.engine.connect() as connection:
-                return [_info(row) for row in connection.execute(query)]
+                return [_info(row) for row in table.find(connection, wanted, limit, offset)]
 
         return await asyncio.to_thread(work)
 
@@ -667,9 +534,7 @@ class ConfirmationService:
 
         def work() -> dict[str, int]:
             with self.engine.connect() as connection:
-                rows = connection.execute(sa.select(_C.status, sa.func.count()).group_by(_C.status)).all()
-            found = {ConfirmationStatus(status).value: count for status, count in rows}
-            return {s.value: found.get(s.value, 0) for s in ConfirmationStatus}
+                return table.counts(connection)
 
         return await asyncio.to_thread(work)
 
@@ -686,10 +551,6 @@ class ConfirmationService:
 
         def work() -> int:
             with self.engine.begin() as connection:
-                return connection.execute(
-                    sa.update(confirmation_table)
-                    .where(_C.message_id.in_(ids), _C.status == ConfirmationStatus.FAILED)
-                    .values(status=ConfirmationStatus.PENDING, attempts=0, next_attempt_at=now, updated_at=now)
-                ).rowcount
+                return table.retry_failed(connection, ids, now)
 
         return await asyncio.to_thread(work) if ids else 0

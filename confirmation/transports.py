@@ -47,7 +47,28 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
-class SoapConfirmation(ExternalSystemConfirmation):
+class _HttpConfirmation(ExternalSystemConfirmation):
+    """A confirmation over HTTP to ``endpoint`` with an ``httpx.AsyncClient``: its own (closed by :meth:`aclose`) or
+    one shared; ``what`` names the endpoint's argument in errors."""
+
+    def __init__(
+        self, source_system: str, endpoint: str, what: str, timeout: float, connect_timeout: float | None,
+        http_client: httpx.AsyncClient | None,
+    ) -> None:
+        super().__init__(source_system)
+        self.endpoint = _check_url(endpoint, what)
+        self._owns_client = http_client is None
+        # while tracing is on every request carries the confirmation's span as its traceparent header (a request hook)
+        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        self._client = tracing.propagate_from(client)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this confirmation created it."""
+        if self._owns_client:
+            await self._client.aclose()
+
+
+class SoapConfirmation(_HttpConfirmation):
     """Confirms by calling the ``confirm`` operation of ``confirmation.wsdl`` at ``address`` with zeep.
 
     The confirmation id travels in the body: ``confirmationId``, the last (optional) element of ``confirmRequest``.
@@ -68,19 +89,15 @@ class SoapConfirmation(ExternalSystemConfirmation):
         wsdl: str | Path = DEFAULT_WSDL,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        super().__init__(source_system)
-        self.address = _check_url(address, "address")
-        self._owns_client = http_client is None
-        # while tracing is on every request carries the confirmation's span as its traceparent header (a request hook)
-        client = tracing.propagate_from(http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout)))
+        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client)
+        self.address = self.endpoint
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
-            transport = AsyncTransport(client=client, wsdl_client=wsdl_client)
+            transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
             # zeep's default settings already forbid DTDs and entities in answers (no XXE)
             self._zeep = zeep.AsyncClient(str(wsdl), transport=transport)
         # zeep's create_service() returns a synchronous proxy even on an AsyncClient, so bind the async one here
         self._service = AsyncServiceProxy(self._zeep, self._zeep.wsdl.bindings[_BINDING], address=self.address)
-        self._client = client
 
     async def confirm(self, request: ConfirmationRequest) -> None:
         """Call ``confirm`` once; raise :class:`~confirmation.ConfirmationSendError` if it did not succeed."""
@@ -90,19 +107,9 @@ class SoapConfirmation(ExternalSystemConfirmation):
             else None
         )
         try:
+            # the JSON body's fields are the SOAP body's elements; zeep takes the time as a datetime
             answer = await self._service.confirm(
-                correlationId=request.correlation_id,
-                messageId=request.message_id,
-                sourceSystem=request.source_system,
-                processId=request.process_id,
-                service=request.service,
-                operation=request.operation,
-                state=request.state,
-                finishedAt=request.finished_at,
-                businessErrors=errors,
-                errorCode=request.error_code,
-                errorText=request.error_text,
-                confirmationId=request.confirmation_id,
+                **{**request.to_json(), "finishedAt": request.finished_at, "businessErrors": errors}
             )
         except zeep.exceptions.Fault as fault:
             raise ConfirmationSendError(_short(f"SOAP Fault {fault.code or ''}: {fault.message}")) from fault
@@ -121,13 +128,8 @@ class SoapConfirmation(ExternalSystemConfirmation):
             reason = getattr(answer, "reason", None) or "no reason given"
             raise ConfirmationSendError(_short(f"confirmation refused by {self.source_system}: {reason}"))
 
-    async def aclose(self) -> None:
-        """Close the HTTP client if this confirmation created it."""
-        if self._owns_client:
-            await self._client.aclose()
 
-
-class HttpJsonConfirmation(ExternalSystemConfirmation):
+class HttpJsonConfirmation(_HttpConfirmation):
     """Confirms with an HTTP POST of :meth:`ConfirmationRequest.to_json` to ``url``; any 2xx status is success.
 
     Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
@@ -145,11 +147,8 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        super().__init__(source_system)
-        self.url = _check_url(url, "url")
-        self._owns_client = http_client is None
-        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
-        self._client = tracing.propagate_from(client)  # while tracing is on: the traceparent header (a request hook)
+        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client)
+        self.url = self.endpoint
         self._headers = dict(headers or {})
 
     async def confirm(self, request: ConfirmationRequest) -> None:
@@ -165,8 +164,3 @@ class HttpJsonConfirmation(ExternalSystemConfirmation):
             raise ConfirmationSendError(
                 _short(f"HTTP {response.status_code}: {response.text}"), status_code=response.status_code
             )
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if this confirmation created it."""
-        if self._owns_client:
-            await self._client.aclose()

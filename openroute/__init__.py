@@ -23,8 +23,9 @@ if TYPE_CHECKING:
     from openroute.child import ChildMessage
     from openroute.clock import Clock, ManualClock, SystemClock
     from openroute.dsl import Application, RouteBuilder, RouteDefinition, parsed, route
-    from openroute.engine.core import Engine, EngineSettings
+    from openroute.engine.core import Engine
     from openroute.engine.exchange import Exchange
+    from openroute.engine.settings import EngineSettings
     from openroute.errors import (
         BusinessError,
         ConfigurationError,
@@ -49,7 +50,8 @@ _HOMES = {
     "ChildMessage": "openroute.child",
     **dict.fromkeys(("Clock", "ManualClock", "SystemClock"), "openroute.clock"),
     **dict.fromkeys(("Application", "RouteBuilder", "RouteDefinition", "parsed", "route"), "openroute.dsl"),
-    **dict.fromkeys(("Engine", "EngineSettings"), "openroute.engine.core"),
+    "Engine": "openroute.engine.core",
+    "EngineSettings": "openroute.engine.settings",
     "Exchange": "openroute.engine.exchange",
     **dict.fromkeys(("BusinessError", "ConfigurationError", "DeploymentError", "MessageDroppedByInterceptor",
                      "OpenrouteError", "TechnicalError", "ValidationError"), "openroute.errors"),

@@ -16,7 +16,7 @@ from transitions import Machine
 
 from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
-from openroute.persistence.store import TRANSITION_COLUMNS
+from openroute.persistence.transitions import TRANSITION_COLUMNS
 
 S = MessageState
 
@@ -131,7 +131,7 @@ def transition(
         raise ValueError(f"a transition cannot write {sorted(bad)}")
     node = node_id if node_id is not None else changes.get("node_id", message.node_id)
     written = _changed(message, changes)
-    if not store.apply_transition(message.id, message.version, message.state, to_state, now, written, connection,
+    if not store.transitions.apply(message.id, message.version, message.state, to_state, now, written, connection,
                                   node_id=node, cause=cause):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
@@ -171,7 +171,7 @@ def transition_many(
             raise ValueError(f"a transition cannot write {sorted(set(requests[i][3]) - TRANSITION_COLUMNS)}")
     chosen = [requests[i] for i in legal]
     targets = [_as_state(r[1]) for r in chosen]
-    flags = store.apply_transition_many(
+    flags = store.transitions.apply_many(
         [(r[0].id, r[0].version, r[0].state, target, r[2], _changed(r[0], r[3]))
          for r, target in zip(chosen, targets, strict=True)],
         connection,
@@ -209,7 +209,7 @@ def claim(
     for message in candidates:
         check_transition(message.state, MessageState.PROCESSING)
     unique = list({(m.id, m.version): m for m in candidates}.values())
-    won = store.claim(
+    won = store.transitions.claim(
         [(m.id, m.version) for m in unique], CLAIMABLE_STATES, MessageState.PROCESSING, node_id, now, connection,
         previous={m.id: m.state for m in unique},
     )

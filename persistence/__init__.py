@@ -1,9 +1,13 @@
-"""The message store: SQLAlchemy 2 models, the MessageStore, schema migrations (SQLite default, PostgreSQL).
+"""The message store: SQLAlchemy 2 models, the MessageStore and its parts, schema migrations (SQLite, PostgreSQL).
 
 This layer imports only SQLAlchemy, Alembic and the standard library; the state machine that decides
 which transitions are legal lives in ``openroute.states``.
 """
 
+from openroute.persistence.database import DEFAULT_DATABASE_URL, Database, alembic_config, create_store_engine
+from openroute.persistence.external_calls import ExternalCall, ExternalCallStore
+from openroute.persistence.funnels import FunnelStore
+from openroute.persistence.messages import InsertOutcome, MessageFields, NewMessage, StoredMessage
 from openroute.persistence.models import (
     FINAL_STATES,
     Base,
@@ -26,21 +30,12 @@ from openroute.persistence.models import (
     node_table,
     throttle_counter_table,
 )
+from openroute.persistence.nodes import NodeStore
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable
 from openroute.persistence.secrets import mask_secrets, masked_url
-from openroute.persistence.store import (
-    DEFAULT_DATABASE_URL,
-    ExternalCall,
-    GroupConflict,
-    InsertOutcome,
-    MessageFields,
-    MessageStore,
-    NewMessage,
-    StoredMessage,
-    alembic_config,
-    create_store_engine,
-)
+from openroute.persistence.store import MessageStore
 from openroute.persistence.throttle import ThrottleCounters
+from openroute.persistence.transitions import GroupConflict, Transitions
 
 __all__ = [
     "DEFAULT_DATABASE_URL",
@@ -48,11 +43,14 @@ __all__ = [
     "Base",
     "ConfirmationRecord",
     "ConfirmationStatus",
+    "Database",
     "EntityCallRecord",
     "ExternalCall",
     "ExternalCallRecord",
     "ExternalCallStatus",
+    "ExternalCallStore",
     "FunnelLockRecord",
+    "FunnelStore",
     "GroupConflict",
     "InsertOutcome",
     "MessageFields",
@@ -62,10 +60,12 @@ __all__ = [
     "NewMessage",
     "NodeRecord",
     "NodeState",
+    "NodeStore",
     "StoreOutage",
     "StoredMessage",
     "ThrottleCounterRecord",
     "ThrottleCounters",
+    "Transitions",
     "alembic_config",
     "confirmation_table",
     "create_store_engine",

@@ -212,7 +212,7 @@ def _summarize(kit: Any, report: DemoReport, say: Callable[[str], None], retried
     for message_id in report.paths:
         report.final_states[message_id] = kit.state(message_id)
         # the path as the store recorded it, one message_transition row per state change
-        report.paths[message_id] = [row["to_state"] for row in kit.engine.store.transitions_of(message_id)]
+        report.paths[message_id] = [row["to_state"] for row in kit.engine.store.transitions.of(message_id)]
     say("\nmessage  what                                  path")
     for message_id, path in sorted(report.paths.items()):
         label = report.labels.get(message_id, f"(line of order) #{kit.message(message_id).parent_id}")

@@ -82,7 +82,7 @@ async def test_every_state_change_is_one_info_line(route_test_kit, caplog: pytes
     assert (last.from_state, last.to_state, last.attempt, last.error_code) == (
         "PROCESSING", "FAILED", 2, "ConnectionError")
     # the store numbers the attempts as the log does
-    stored = [(t["from_state"], t["to_state"], t["attempt"]) for t in kit.store.transitions_of(pay.message_id)]
+    stored = [(t["from_state"], t["to_state"], t["attempt"]) for t in kit.store.transitions.of(pay.message_id)]
     assert [(None if a is None else a.value, b.value, n) for a, b, n in stored] == [
         (None, "NEW", 1), ("NEW", "PROCESSING", 1), ("PROCESSING", "PARTLY_FAILED", 1),
         ("PARTLY_FAILED", "PROCESSING", 2), ("PROCESSING", "FAILED", 2)]
@@ -116,7 +116,7 @@ async def test_an_unexpected_error_logs_its_traceback_once_and_stores_it(route_t
     assert failures[0].getMessage() == f"message {sent.message_id} shop/bug attempt 1 failed: KeyError: 'customerId'"
     message = kit.message(sent.message_id)
     assert message.last_error_trace is not None and "raise KeyError" in message.last_error_trace
-    history = kit.store.transitions_of(sent.message_id)
+    history = kit.store.transitions.of(sent.message_id)
     failed = [t for t in history if t["error_code"] == "KeyError"]
     assert len(failed) == 3 and all("Traceback" in t["error_trace"] for t in failed)
     assert failed[0]["error_text"] == "KeyError: 'customerId'"
@@ -261,7 +261,7 @@ async def test_a_restart_by_the_cli_is_its_own_line_and_the_server_logs_what_fol
     code = await asyncio.to_thread(main, ["messages", "restart", str(sent.message_id), "--yes",
                                           "--database-url", kit.store.url])
     assert code == 0
-    cause = kit.store.transitions_of(sent.message_id)[-1]["cause"]
+    cause = kit.store.transitions.of(sent.message_id)[-1]["cause"]
     assert cause.startswith("cli:") and "@" in cause
     lines = [r.getMessage() for r in caplog.records]
     assert f"message {sent.message_id} restarted by {cause} (FAILED -> PARTLY_FAILED)" in lines

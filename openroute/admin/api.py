@@ -187,7 +187,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         confirmation = connection.execute(
             sa.select(confirmation_table).where(k.message_id == message_id)
         ).first()
-        transitions = store.transitions_of(message_id, connection)
+        transitions = store.transitions.of(message_id, connection)
         records = CallRecordStore(store).of_message(message_id, connection)
     body = message_detail(message)
     body["externalCalls"] = [
@@ -429,7 +429,7 @@ class AdminApi:
     async def nodes(self, _request: Request, _user: str) -> Response:
         """Every node with its heartbeat, whether it is alive and its state (RUN, HANDLES_EXISTING_MESSAGES,
         STOPPED)."""
-        rows = await self._db(self.store.nodes)
+        rows = await self._db(self.store.nodes.all)
         now, interval = self.engine.clock.now(), self.engine.settings.heartbeat_interval
         return JSONResponse({"nodes": [node_summary(row, now, interval) for row in rows]})
 

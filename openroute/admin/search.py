@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from openroute.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
-from openroute.persistence.store import row_to_message
+from openroute.persistence.messages import row_to_message
 
 #: matches counted exactly; above this the planner's estimate is returned (``total_estimated``)
 COUNT_CAP = 1000

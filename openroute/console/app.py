@@ -302,7 +302,7 @@ class Console:
 
     async def nodes(self, request: Request, user: str) -> Response:
         """Nodes with their heartbeat, liveness and state; RUN / drain / stop buttons; the circuit breakers."""
-        rows = await self._db(self.store.nodes)
+        rows = await self._db(self.store.nodes.all)
         breakers = await self._db(BreakerStore(self.store).all)
         now, interval = self.engine.clock.now(), self.engine.settings.heartbeat_interval
         return self._render(request, user, "nodes.html", nodes=[node_summary(row, now, interval) for row in rows],

@@ -1,4 +1,8 @@
-"""The engine of one node: accept, queue, claim, process, outcome, repoll.
+"""The engine of one node: accept, queue, claim, process, outcome; it assembles the parts of ``openroute.engine``.
+
+The parts: ``accept.py`` (the checks before storing), ``delivery.py`` (the steps and interceptor chains of an
+attempt), ``writes.py`` (what the writer does in a transaction: claims, outcomes, funnels, parents), ``repoll.py``
+(the repoll and heartbeat jobs), ``settings.py`` (``EngineSettings``, ``EngineStats``).
 
 Database work runs off the event loop: writes of the hot path (insert, claim, outcome) through a
 :class:`~openroute.engine._writer.GroupCommitWriter` (one thread, many operations per commit), reads and
@@ -12,139 +16,49 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import inspect
 import logging
-import os
-import socket
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
-
-import sqlalchemy as sa
 
 from openroute import states, tracing
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
 from openroute.engine._funnel_wake import FunnelWake
-from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.engine._writer import GroupCommitWriter, Grouped
+from openroute.engine.accept import AcceptResult, check_inbound
+from openroute.engine.committed import AfterCommit, FinalStateHook, TransitionListener
+from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
+from openroute.engine.hold_back import HoldBack
+from openroute.engine.repoll import Repoll
+from openroute.engine.settings import EngineSettings, EngineStats
+from openroute.engine.writes import EngineWrites, FinalStateTxHook
 from openroute.errors import (
-    BusinessError,
     ConfigurationError,
     IllegalTransitionError,
     MessageDroppedByInterceptor,
     NodeNotAcceptingError,
-    PayloadTooLargeError,
     StaleMessageError,
     StoreUnavailableError,
     UnknownRouteError,
     ValidationError,
 )
-from openroute.interceptors import InterceptionContext, MessageInterceptor, check_interceptors, run_chain
+from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.message import InboundMessage
 from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
-from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from openroute.route import Route, RouteRegistry
+
+__all__ = ["PROCESSING_CHANNEL", "Engine"]
 
 log = logging.getLogger("openroute.engine")
 
 T = TypeVar("T")
-FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
-FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
-#: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
-TransitionListener = Callable[["MessageState | None", StoredMessage], None]
 
 #: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
 PROCESSING_CHANNEL = "processing"
-
-
-@dataclass(frozen=True)
-class AcceptResult:
-    """The answer to an accept: the stored message (or the one it duplicates) and its current state."""
-
-    message_id: int
-    correlation_id: str
-    duplicate: bool
-    state: MessageState
-
-
-def default_node_id() -> str:
-    """``host-pid``: unique per process on a host."""
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Configuration of one engine node (all intervals are configuration, none is hard-coded)."""
-
-    node_id: str = field(default_factory=default_node_id)
-    #: messages whose route runs at the same time on this node (workers). A worker is a coroutine, and it holds its
-    #: slot from the claim's group commit until its outcome is handed to the writer: with 32, short routes left the
-    #: node waiting on commits a third full (docs/performance.md); lower it to spare a fragile external system
-    concurrency: int = 64
-    #: messages queued on this node beyond the workers' ones; the bound ``queue_size + concurrency`` counts a message
-    #: from its emission until its outcome is committed and its final-state hooks ran; at the bound accept waits
-    #: (back-pressure)
-    queue_size: int = 256
-    #: UTF-8 size limit of a payload at accept
-    max_payload_bytes: int = 1024 * 1024
-    #: used by routes that have no retry policy of their own
-    default_retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
-    #: how often the repoll job runs; None: no scheduler (call :meth:`Engine.repoll_once` yourself)
-    repoll_interval: timedelta | None = timedelta(seconds=10)
-    #: a message PROCESSING for longer than this is considered abandoned by a dead node and repaired
-    processing_lease: timedelta = timedelta(minutes=5)
-    #: a NEW message older than this is picked up by repoll (its node died between commit and emit)
-    new_pickup_age: timedelta = timedelta(minutes=1)
-    #: wait before retrying a POSTPONED message when the route did not give a delay
-    postpone_interval: timedelta = timedelta(seconds=30)
-    #: at most this many messages are picked up per repoll query
-    repoll_batch: int = 1000
-    #: at most this many writes share one commit
-    write_batch: int = 256
-    #: threads for reads and external-call records
-    db_threads: int = 4
-    #: how long stop() waits for messages in flight before cancelling them (they are then repaired)
-    stop_timeout: float = 30.0
-    #: how often the node refreshes its heartbeat row
-    heartbeat_interval: timedelta = timedelta(seconds=30)
-    #: seconds a sender is told to wait (``Retry-After``) while the database is unreachable
-    store_retry_after: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("concurrency", "queue_size", "max_payload_bytes", "repoll_batch", "write_batch", "db_threads",
-                     "store_retry_after"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("processing_lease", "new_pickup_age", "postpone_interval", "heartbeat_interval"):
-            if getattr(self, name) < timedelta(0):
-                raise ConfigurationError(f"{name} must not be negative, got {getattr(self, name)}")
-        if self.repoll_interval is not None and self.repoll_interval <= timedelta(0):
-            raise ConfigurationError(f"repoll_interval must be positive or None, got {self.repoll_interval}")
-        if not self.node_id or len(self.node_id) > 100:
-            raise ConfigurationError(f"node_id must be 1-100 characters, got {self.node_id!r}")
-        if not isinstance(self.default_retry_policy, RetryPolicy):
-            raise ConfigurationError("default_retry_policy must be a RetryPolicy")
-        if self.stop_timeout < 0:
-            raise ConfigurationError(f"stop_timeout must not be negative, got {self.stop_timeout}")
-
-
-@dataclass
-class EngineStats:
-    """Counters of one node since it was created."""
-
-    accepted: int = 0
-    duplicates: int = 0
-    claimed: int = 0
-    lost_claims: int = 0
-    stale_writes: int = 0
-    repaired: int = 0
-    reemitted: int = 0
-    outcomes: Counter[MessageState] = field(default_factory=Counter)
 
 
 class Engine:
@@ -190,10 +104,10 @@ class Engine:
         self.stats = EngineStats()
         #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
         self.node_state = NodeState.RUN
-        # parent messages a child's final transition completed, by child id (set in the writer thread)
-        self._completed_parents: dict[int, StoredMessage] = {}
-        # the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
-        self._funnels_taken: dict[int, int | None] = {}
+        self._queued: set[int] = set()
+        # what the writer does in a transaction (claims, outcomes, funnels, parents), and what it leaves for the loop
+        self._writes = EngineWrites(self.store, routes, self.clock, self.node_id, self.final_state_tx_hooks,
+                                    self._queued, lambda message, conn: self._funnel_wake.released_in(message, conn))
         self._writer = GroupCommitWriter(
             self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
         )
@@ -201,8 +115,9 @@ class Engine:
             lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
             "insert",
         )
-        self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._claim_many, "claim")
-        self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self._finish_many, "finish")
+        self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._writes.claim_many, "claim")
+        self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(
+            self._writes.finish_many, "finish")
         self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
         # what every exchange may ask of this engine: the same for all of them, so built once
         #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
@@ -212,19 +127,25 @@ class Engine:
         )
         # wakes the next message of a funnel when its holder ends (in-process; other nodes by NOTIFY on PostgreSQL)
         self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False),
-                                       claim=self._claim_woken, unclaim=self._unclaim_woken)
-        # funnel messages claimed in their funnel's release transaction, not yet taken by a worker
-        self._preclaimed: set[int] = set()
+                                       claim=self._writes.claim_woken,
+                                       unclaim=lambda message: self._hold_back.unclaim_woken(message))
+        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel_wake, self.final_state_hooks,
+                                         self.transition_listeners)
+        self._hold_back = HoldBack(self.store, self.clock, settings.postpone_interval, self._writes, self._writer,
+                                   self._funnel_wake, self._run_db, self._apply)
         self._app: MessagingApp | None = None
         self._emitter: Emitter[StoredMessage] | None = None
         self._permits: asyncio.Semaphore | None = None
-        self._queued: set[int] = set()
         self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see _consume)
         self._pending = 0
         self._in_flight = 0
         self._idle: asyncio.Event | None = None
-        self._scheduler: Any = None
-        self._outages_recovered = 0  # store outages whose stranded PROCESSING messages were repaired
+        # the scheduled jobs: repoll and heartbeat
+        self._repoll = Repoll(
+            self.store, routes, self.clock, settings, self.stats, run_db=self._run_db, apply=self._apply,
+            emit=lambda message: self._emit(message, wait=False), is_running=lambda: self._running,
+            queued=self._queued, node_state=lambda: self.node_state, obey=self._obey,
+        )
         self._running = False
         self._stopping = False
         self._closed = False
@@ -258,27 +179,15 @@ class Engine:
         self._idle.set()
         self._stopping = False
         now = self.clock.now()
-        await self._run_db(lambda: self.store.register_node(self.node_id, now))
-        stored: NodeState | None = await self._run_db(lambda: self.store.node_state(self.node_id))
+        await self._run_db(lambda: self.store.nodes.register(self.node_id, now))
+        stored: NodeState | None = await self._run_db(lambda: self.store.nodes.state_of(self.node_id))
         self.node_state = stored or NodeState.RUN
         self._running = True
         self._funnel_wake.start()
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
-        await self._repair_stuck(now, node_id=self.node_id, cutoff=None)
+        await self._repoll.repair_stuck(now, node_id=self.node_id, cutoff=None)
         await self.repoll_once(new_cutoff=now)
-        if self.settings.repoll_interval is not None:
-            from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-            self._scheduler = AsyncIOScheduler()
-            self._scheduler.add_job(
-                self._repoll_job, "interval", seconds=self.settings.repoll_interval.total_seconds(),
-                max_instances=1, coalesce=True, id="repoll",
-            )
-            self._scheduler.add_job(
-                self._heartbeat_job, "interval", seconds=max(self.settings.heartbeat_interval.total_seconds(), 1.0),
-                max_instances=1, coalesce=True, id="heartbeat",
-            )
-            self._scheduler.start()
+        self._repoll.start_jobs()
 
     async def stop(self) -> None:
         """Stop taking work; let messages in flight finish (up to ``stop_timeout``); close the node.
@@ -290,9 +199,7 @@ class Engine:
             await self._close_resources()
             return
         self._stopping = True
-        if self._scheduler is not None:
-            self._scheduler.shutdown(wait=False)
-            self._scheduler = None
+        self._repoll.stop_jobs()
         assert self._app is not None and self._permits is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
@@ -310,7 +217,7 @@ class Engine:
         self._running = False
         await self._funnel_wake.stop()
         with contextlib.suppress(Exception):
-            await self._run_db(lambda: self.store.node_stopped(self.node_id, self.clock.now()))
+            await self._run_db(lambda: self.store.nodes.stopped(self.node_id, self.clock.now()))
         await self._close_resources()
 
     async def _close_resources(self) -> None:
@@ -343,40 +250,7 @@ class Engine:
         Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
         the field errors for a typed route's body) or :class:`PayloadTooLargeError`.
         """
-        if not isinstance(inbound, InboundMessage):
-            raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
-        _check_text("service", inbound.service, 100)
-        _check_text("operation", inbound.operation, 100)
-        route = self.routes.get(inbound.service, inbound.operation)
-        _check_text("correlation_id", inbound.correlation_id, 255)
-        _check_text("source_system", inbound.source_system, 100)
-        _check_text("content_type", inbound.content_type, 100)
-        for name, limit in _OPTIONAL_TEXTS:
-            value = getattr(inbound, name)
-            if value is not None:
-                _check_text(name, value, limit)
-        if not isinstance(inbound.payload, str):
-            raise ValidationError(f"payload must be text, got {type(inbound.payload).__name__}")
-        limit = self.settings.max_payload_bytes
-        # a str of n characters is at most 4n bytes in UTF-8: only encode when it could be too large
-        if len(inbound.payload) * 4 > limit:
-            size = len(inbound.payload.encode("utf-8", "surrogatepass"))
-            if size > limit:
-                raise PayloadTooLargeError(size, limit)
-        headers = inbound.headers
-        if not isinstance(headers, Mapping) or (headers and not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        )):
-            raise ValidationError("headers must map strings to strings")
-        stamp = inbound.message_timestamp
-        if stamp is not None and (not isinstance(stamp, datetime) or stamp.tzinfo is None):
-            raise ValidationError(f"message_timestamp must be a timezone-aware datetime, got {stamp!r}")
-        if route.validator is not None:
-            route.validator(inbound)
-        # a typed route: a body its model refuses is not stored (an endpoint hands over the body it bound)
-        if route.body is not None and not route.body.bound(inbound.body, inbound.content_type):
-            route.body.parse(inbound.payload, inbound.content_type)
-        return route
+        return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
 
     async def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
@@ -419,7 +293,7 @@ class Engine:
             self.stats.duplicates += 1
         else:
             self.stats.accepted += 1
-            self._notify(None, message)
+            self._after_commit.notify(None, message)
             await self._emit(message, wait=True)
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
@@ -434,14 +308,8 @@ class Engine:
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
         """
-        message = await self._run_db(lambda: self.store.get(message_id))
-        if message is None:
-            raise LookupError(f"no message {message_id}")
-        states.check_transition(message.state, MessageState.CANCEL)
-        updated = await self._apply(message, outcomes.cancelled(reason), self.clock.now(), cause)
-        if updated is None:
-            raise StaleMessageError(message.id, message.version)
-        return updated
+        return await self._change_by_operator(message_id, MessageState.CANCEL, lambda _now: outcomes.cancelled(reason),
+                                              cause)
 
     async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
         """Give a FAILED or CANCEL message a new chance: PARTLY_FAILED, due now, failed count reset to 0 and
@@ -454,15 +322,23 @@ class Engine:
         :class:`StaleMessageError`.
         The message is emitted at once when this node runs, else the next repoll of any node takes it.
         """
+        updated = await self._change_by_operator(message_id, MessageState.PARTLY_FAILED, outcomes.restarted, cause)
+        await self._emit(updated, wait=False)
+        return updated
+
+    async def _change_by_operator(
+        self, message_id: int, target: MessageState, decide: Callable[[datetime], outcomes.Decision], cause: str
+    ) -> StoredMessage:
+        """Move ``message_id`` to ``target`` with the decision ``decide(now)``: LookupError, IllegalTransitionError or
+        StaleMessageError when it cannot."""
         message = await self._run_db(lambda: self.store.get(message_id))
         if message is None:
             raise LookupError(f"no message {message_id}")
-        states.check_transition(message.state, MessageState.PARTLY_FAILED)
+        states.check_transition(message.state, target)
         now = self.clock.now()
-        updated = await self._apply(message, outcomes.restarted(now), now, cause)
+        updated = await self._apply(message, decide(now), now, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
-        await self._emit(updated, wait=False)
         return updated
 
     async def set_node_state(self, node_id: str, state: NodeState) -> None:
@@ -473,11 +349,15 @@ class Engine:
         node, :class:`ValueError` for an unknown state.
         """
         state = NodeState(state)
-        if not await self._run_db(lambda: self.store.set_node_state(node_id, state)):
+        if not await self._run_db(lambda: self.store.nodes.set_state(node_id, state)):
             raise LookupError(f"no node {node_id!r}")
         if node_id == self.node_id:
             self.node_state = state
         log.info("node %s is now %s", node_id, state.value)
+
+    def _obey(self, state: NodeState) -> None:
+        """The heartbeat read the ``state`` an operator gave this node from another node."""
+        self.node_state = state
 
     # -- the processing channel -----------------------------------------------------------------
     async def _emit(self, message: StoredMessage, wait: bool) -> bool:
@@ -539,7 +419,7 @@ class Engine:
                 if isinstance(result, asyncio.Future):
                     written = result
         except Exception as error:
-            self._funnels_taken.pop(message.id, None)  # its claim may have been committed before the failure
+            self._writes.funnels_taken.pop(message.id, None)  # its claim may have been committed before the failure
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
             else:
@@ -569,9 +449,9 @@ class Engine:
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
-        preclaimed = message.id in self._preclaimed
-        self._preclaimed.discard(message.id)  # (an id left by a release transaction that was rolled back goes too)
-        if preclaimed and message.state is MessageState.PROCESSING:  # claimed by its funnel's release (_claim_woken)
+        preclaimed = message.id in self._writes.preclaimed
+        self._writes.preclaimed.discard(message.id)  # (an id left by a rolled back release transaction goes too)
+        if preclaimed and message.state is MessageState.PROCESSING:  # claimed by its funnel's release
             claimed: StoredMessage | None = message
             previous = MessageState.POSTPONED
         else:
@@ -582,11 +462,11 @@ class Engine:
                 log.debug("message %s in %s is not claimable", message.id, message.state)
                 return None
         if claimed is None:
-            self._funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
+            self._writes.funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
             self.stats.lost_claims += 1
             return None
         self.stats.claimed += 1
-        self._notify(previous, claimed)
+        self._after_commit.notify(previous, claimed)
         if tracing.ENABLED:
             with tracing.attempt_span(claimed, self.node_id) as span:
                 attempted = await self._attempt(claimed, background)
@@ -618,11 +498,11 @@ class Engine:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
         else:
             if (route.obsolete_check and claimed.object_id is not None) or claimed.funnel_value is not None:
-                held = await self._hold_back(claimed, route)
+                held = await self._hold_back.check(claimed, route)
                 if held is not None:
                     return held
             try:
-                await self._deliver(route, exchange)
+                await deliver(route, exchange, self.interceptors)
             except MessageDroppedByInterceptor as dropped:
                 return await self._apply(
                     claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
@@ -633,82 +513,18 @@ class Engine:
         decision = outcomes.after_attempt(
             claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
             no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
-            policy=self._policy(route), postpone_interval=self.settings.postpone_interval, now=now,
+            policy=self.settings.retry_policy_for(route), postpone_interval=self.settings.postpone_interval, now=now,
         )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
-                self._transition_written(claimed, decision.target, self._write(claimed, decision, now))
+                self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))
             )
         finished = await self._apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)
         return finished
-
-    async def _hold_back(self, message: StoredMessage, route: Route) -> StoredMessage | None:
-        """Obsolete check and funnel, before the steps: the new snapshot if the message does not run now.
-
-        :meth:`_process` calls it only when one of them applies (an obsolete-checking route and an object id, or a
-        funnel value): most messages have neither, and a coroutine per message is not free."""
-        now = self.clock.now()
-        if (route.obsolete_check and message.object_id is not None
-                and await self._run_db(lambda: self.store.newer_ok_exists(message))):
-            self._funnels_taken.pop(message.id, None)  # SKIPPED frees the funnel it may have taken
-            return await self._apply(message, outcomes.obsolete(message), now)
-        funnel = message.funnel_value
-        if funnel is None:
-            return None
-        blocker: int | None = None
-        if message.id in self._funnels_taken:  # taken in the claim's transaction
-            blocker = self._funnels_taken.pop(message.id)
-        else:
-            if route.guaranteed_order:
-                blocker = await self._run_db(lambda: self.store.older_unfinished_in_funnel(message))
-            if blocker is None:
-                blocker = await self._writer.submit(lambda c: self.store.acquire_funnel(funnel, message.id, now, c))
-        if blocker is None:
-            return None
-        decision = outcomes.held_by_funnel(funnel, blocker, now, self.settings.postpone_interval)
-        held = await self._apply(message, decision, now)
-        if held is None:
-            return message
-        self._funnel_wake.held(held, blocker)
-        return held
-
-    async def _deliver(self, route: Route, exchange: Exchange) -> None:
-        """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
-        interceptors = (*self.interceptors, *route.interceptors)
-        if tracing.ENABLED:  # the step spans sit innermost, around the step alone
-            interceptors = (*interceptors, tracing.STEP_SPANS)
-        if not interceptors:  # the common case: nothing to wrap, so no chain and no closure per step
-            for step in route.steps:
-                try:
-                    result = step(exchange)
-                    if result is not None and inspect.isawaitable(result):
-                        result = await result
-                    exchange.result = result
-                except Exception as caught:
-                    _continue_or_raise(caught, route, exchange)
-            return
-
-        async def run_steps() -> None:
-            for index, step in enumerate(route.steps):
-                async def run_one(step: Any = step) -> Any:
-                    result = step(exchange)
-                    if inspect.isawaitable(result):
-                        result = await result
-                    return result
-
-                context = InterceptionContext(exchange.message, exchange, route, _step_name(step, index),
-                                              exchange.metadata)
-                try:
-                    exchange.result = await run_chain(interceptors, "around_step", context, run_one)
-                except Exception as caught:
-                    _continue_or_raise(caught, route, exchange)
-
-        context = InterceptionContext(exchange.message, exchange, route, None, exchange.metadata)
-        await run_chain(interceptors, "around_delivery", context, run_steps)
 
     async def _run_children(self, parent: StoredMessage) -> None:
         """First attempt of a split: process the parent's NEW children one after the other, in order."""
@@ -717,37 +533,16 @@ class Engine:
                 await self._process(child)
         # children already final before the parent waited (a split run again) complete it here
         now = self.clock.now()
-        completed = await self._writer.submit(lambda c: self._complete_parent(parent.id, now, c))
+        completed = await self._writer.submit(lambda c: self._writes.complete_parent(parent.id, now, c))
         if completed is not None:
-            self.stats.outcomes[completed.state] += 1
-            self._notify(MessageState.WAITING_FOR_CHILDREN, completed)
-            await self._run_final_hooks(completed)
-
-    def _complete_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:
-        """In a child's final transaction: end the waiting parent when its children decide it (row-locked)."""
-        parent = self.store.lock_message(parent_id, connection)
-        if parent is None or parent.state is not MessageState.WAITING_FOR_CHILDREN:
-            return None
-        decision = outcomes.parent_outcome(parent, self.store.children_of(parent_id, connection))
-        if decision is None:
-            return None
-        updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection,
-                                    node_id=self.node_id)
-        for hook in self.final_state_tx_hooks:
-            hook(updated, connection)
-        return updated
-
-    def _policy(self, route: Route | None) -> RetryPolicy:
-        if route is not None and route.retry_policy is not None:
-            return route.retry_policy
-        return self.settings.default_retry_policy
+            await self._after_commit.parent_completed(completed)
 
     async def _apply(
         self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
     ) -> StoredMessage | None:
         """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``; None if
         another writer changed the message first."""
-        return await self._transition_written(message, decision.target, self._write(message, decision, now, cause))
+        return await self._after_commit.written(message, decision.target, self._write(message, decision, now, cause))
 
     def _write(
         self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
@@ -756,135 +551,6 @@ class Engine:
         return self._writer.enqueue_grouped(
             self._finish_group, (message, decision.target, now, dict(decision.changes), cause)
         )
-
-    async def _transition_written(
-        self, message: StoredMessage, target: MessageState, written: asyncio.Future[StoredMessage]
-    ) -> StoredMessage | None:
-        """The rest of a transition once ``written`` (the writer's future of it) is settled: counters, listeners,
-        final-state hooks, a parent the change completed."""
-        final = states.is_final(target)
-        try:
-            updated = await written
-        except StaleMessageError:
-            # a repoll on another node repaired it meanwhile (lease too short for this route?)
-            self._completed_parents.pop(message.id, None)  # left by a group that was rolled back
-            self._funnel_wake.discard(message.id)
-            self.stats.stale_writes += 1
-            log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
-            return None
-        except BaseException:
-            self._completed_parents.pop(message.id, None)
-            self._funnel_wake.discard(message.id)
-            raise
-        self.stats.outcomes[target] += 1
-        self._notify(message.state, updated)
-        if updated.funnel_value is not None:
-            self._funnel_wake.committed(updated)
-        parent = self._completed_parents.pop(updated.id, None)
-        if final:
-            await self._run_final_hooks(updated)
-        if parent is not None:
-            self.stats.outcomes[parent.state] += 1
-            self._notify(MessageState.WAITING_FOR_CHILDREN, parent)
-            await self._run_final_hooks(parent)
-        return updated
-
-    def _claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
-        """Writer thread: claim a group of queued messages with one conditional UPDATE."""
-        now = self.clock.now()
-        claimable = [m for m in batch if states.is_legal(m.state, MessageState.PROCESSING)]
-        won = {m.id: m for m in states.claim(self.store, claimable, self.node_id, now, connection)} if claimable else {}
-        if won:
-            self._take_funnels(won.values(), now, connection)
-        results: list[Any] = []
-        for message in batch:
-            if not states.is_legal(message.state, MessageState.PROCESSING):
-                results.append(Failure(IllegalTransitionError(message.state, MessageState.PROCESSING)))
-            else:
-                results.append(won.pop(message.id, None))  # a second copy of the same message gets None
-        return results
-
-    def _take_funnels(self, claimed: Iterable[StoredMessage], now: datetime, connection: sa.Connection) -> None:
-        """Writer thread, in the claim's transaction: take the funnels of the claimed funnel messages (routes without
-        guaranteed order), one commit less per message than a transaction of its own; :meth:`_hold_back` reads the
-        outcome. In funnel order, so two nodes' claims lock funnel rows in the same order."""
-        for message in sorted((m for m in claimed if m.funnel_value is not None),
-                              key=lambda m: (m.funnel_value or "", m.id)):
-            try:
-                route = self.routes.get(message.service, message.operation)
-            except UnknownRouteError:
-                continue
-            if not route.guaranteed_order:
-                funnel = message.funnel_value or ""
-                self._funnels_taken[message.id] = self.store.acquire_funnel(funnel, message.id, now, connection)
-
-    def _claim_woken(self, waiting: list[StoredMessage], connection: sa.Connection) -> list[StoredMessage]:
-        """Writer thread, in the transaction that frees a funnel: claim the messages this node postponed for it and
-        take the funnel for them, so a woken message runs right after the commit without a claim and a funnel
-        transaction of its own. Messages of guaranteed-order routes are only woken (their order check needs a read)."""
-        now = self.clock.now()
-        result: list[StoredMessage] = []
-        for message in waiting:
-            try:
-                route = self.routes.get(message.service, message.operation)
-            except UnknownRouteError:
-                continue
-            if route.guaranteed_order or message.id in self._queued:
-                result.append(message)
-                continue
-            won = states.claim(self.store, [message], self.node_id, now, connection)
-            if won:
-                claimed = won[0]
-                self._funnels_taken[claimed.id] = self.store.acquire_funnel(
-                    claimed.funnel_value or "", claimed.id, now, connection)
-                self._preclaimed.add(claimed.id)
-                result.append(claimed)
-        return result
-
-    async def _unclaim_woken(self, message: StoredMessage) -> None:
-        """A message claimed by its funnel's release could not be queued (no room, stopping): POSTPONED again, due at
-        once, for repoll."""
-        if message.id not in self._preclaimed:
-            return
-        self._preclaimed.discard(message.id)
-        self._funnels_taken.pop(message.id, None)
-        now = self.clock.now()
-        decision = outcomes.held_by_funnel(message.funnel_value or "", message.id, now, timedelta(0))
-        await self._apply(message, decision, now)
-
-    def _finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
-        """Writer thread: write a group of outcomes; final ones run the transaction hooks in the same commit."""
-        results: list[Any] = []
-        for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
-                                   strict=True):
-            if isinstance(result, Exception):
-                results.append(Failure(result))
-                continue
-            if result.funnel_value is not None and FunnelWake.releases(request[0].state, result):
-                self._funnel_wake.released_in(result, connection)
-            if states.is_final(result.state):
-                for hook in self.final_state_tx_hooks:
-                    hook(result, connection)
-                if result.parent_id is not None:
-                    parent = self._complete_parent(result.parent_id, result.last_update_ts, connection)
-                    if parent is not None:
-                        self._completed_parents[result.id] = parent
-            results.append(result)
-        return results
-
-    def _notify(self, previous: MessageState | None, message: StoredMessage) -> None:
-        for listener in self.transition_listeners:
-            try:
-                listener(previous, message)
-            except Exception:
-                log.exception("transition listener %r failed for message %s", listener, message.id)
-
-    async def _run_final_hooks(self, message: StoredMessage) -> None:
-        for hook in self.final_state_hooks:
-            try:
-                await hook(message)
-            except Exception:
-                log.exception("final-state hook %r failed for message %s", hook, message.id)
 
     # -- repoll ---------------------------------------------------------------------------------
     async def repoll_once(self, new_cutoff: datetime | None = None) -> None:
@@ -895,111 +561,9 @@ class Engine:
         ``now - new_pickup_age`` (or ``new_cutoff``), as far as the queue has room (the rest waits for
         the next run).
         """
-        now = self.clock.now()
-        repaired, reemitted = self.stats.repaired, self.stats.reemitted
-        await self._repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
-        if not self._running:
-            return
-        batch = self.settings.repoll_batch
-        due = await self._run_db(
-            lambda: self.store.due([MessageState.PARTLY_FAILED, MessageState.POSTPONED], now, batch)
-        )
-        cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
-        fresh = await self._run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
-        for message in [*due, *fresh]:
-            if await self._emit(message, wait=False):
-                self.stats.reemitted += 1
-        if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
-            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
-                     self.stats.repaired - repaired, self.stats.reemitted - reemitted)
-
-    async def _repair_stuck(
-        self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()
-    ) -> None:
-        limit = self.settings.repoll_batch
-        far = cutoff if cutoff is not None else now + timedelta(days=36500)
-        stuck = await self._run_db(
-            lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
-        )
-        for message in stuck:
-            if message.id in skip:
-                continue
-            try:
-                route: Route | None = self.routes.get(message.service, message.operation)
-            except UnknownRouteError:
-                route = None
-            decision = outcomes.abandoned(message, self._policy(route), now)
-            if await self._apply(message, decision, now, "repair") is not None:
-                self.stats.repaired += 1
-
-    async def _repoll_job(self) -> None:
-        try:
-            await self._recover_after_outage()
-            await self.repoll_once()
-        except Exception as error:
-            if not self.store.outage.failed(error, "repoll"):
-                log.exception("repoll failed")
-        else:
-            self.store.outage.succeeded()
-
-    async def _recover_after_outage(self) -> None:
-        """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
-        could not be written), instead of leaving them to the processing lease."""
-        outages = self.store.outage.outages
-        if outages == self._outages_recovered:
-            return
-        now = self.clock.now()
-        await self._repair_stuck(now, node_id=self.node_id, cutoff=None, skip=frozenset(self._queued))
-        self._outages_recovered = outages
-
-    async def _heartbeat_job(self) -> None:
-        try:
-            state = await self._run_db(lambda: self.store.heartbeat(self.node_id, self.clock.now()))
-            if state is not None and state is not self.node_state:
-                log.info("node %s is now %s (set by an operator)", self.node_id, state.value)
-                self.node_state = state
-        except Exception as error:
-            if not self.store.outage.failed(error, "heartbeat"):
-                log.exception("heartbeat failed")
-        else:
-            self.store.outage.succeeded()
+        await self._repoll.run_once(new_cutoff)
 
     # -- helpers --------------------------------------------------------------------------------
     async def _run_db(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
-
-
-#: the optional text fields of an inbound message and their column sizes
-_OPTIONAL_TEXTS = (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255))
-
-
-def _check_text(name: str, value: Any, limit: int) -> None:
-    if not isinstance(value, str) or not value or value.isspace():
-        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
-    if len(value) > limit:
-        raise ValidationError(f"{name} is longer than {limit} characters")
-
-
-def _step_name(step: Any, index: int) -> str:
-    return str(getattr(step, "step_name", None) or getattr(step, "__name__", None) or f"step-{index + 1}")
-
-
-def _continue_or_raise(caught: Exception, route: Route, exchange: Exchange) -> None:
-    """A step failed with ``caught``: record a business error the route continues on, raise anything else."""
-    if isinstance(caught, MessageDroppedByInterceptor):
-        raise caught
-    business = _as_business_error(caught, route)
-    if business is None:
-        raise caught
-    if not route.continue_on_business_error:
-        raise business from caught
-    exchange.business_errors.append(business.to_dict())
-
-
-def _as_business_error(error: BaseException, route: Route) -> BusinessError | None:
-    if isinstance(error, BusinessError):
-        return error
-    if route.business_exceptions and isinstance(error, route.business_exceptions):
-        return BusinessError(type(error).__name__, str(error))
-    return None
 

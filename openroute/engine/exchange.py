@@ -43,7 +43,7 @@ log = logging.getLogger("openroute.engine")
 
 
 class EntityCallStatus(StrEnum):
-    """What :meth:`MessageStore.begin_entity_call` answers (its plain strings compare equal to these)."""
+    """What ``store.calls.begin_entity`` answers (its plain strings compare equal to these)."""
 
     #: an earlier call succeeded: its recorded result is returned, the call is not made again
     DONE = "OK"
@@ -215,7 +215,7 @@ class Exchange:
         message_id = self.message.id
         idempotency_key = message_idempotency_key(message_id, self.message.source_system,
                                                   self.message.correlation_id, key)
-        previous, started = await runtime.run_db(lambda: store.begin_external_call(
+        previous, started = await runtime.run_db(lambda: store.calls.begin(
             message_id, key, idempotency_key, runtime.node_id, runtime.clock.now(), hold_in_doubt=hold))
         if not started:
             assert previous is not None  # noqa: S101  narrows an Optional for mypy: checked above
@@ -233,12 +233,12 @@ class Exchange:
             if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
                 text = f"{type(error).__name__}: {error}"
                 await asyncio.shield(runtime.run_db(
-                    lambda: store.finish_external_call(message_id, key, False, runtime.clock.now(), error=text)
+                    lambda: store.calls.finish(message_id, key, False, runtime.clock.now(), error=text)
                 ))
             raise
         stored = _json_or_none(result)
         await runtime.run_db(
-            lambda: store.finish_external_call(message_id, key, True, runtime.clock.now(), result=stored)
+            lambda: store.calls.finish(message_id, key, True, runtime.clock.now(), result=stored)
         )
         return result
 
@@ -254,11 +254,11 @@ class Exchange:
 
         def work() -> Any:
             with store.begin() as connection:
-                previous = store.get_external_call(self.message.id, key, connection)
+                previous = store.calls.get(self.message.id, key, connection)
                 if previous is not None and previous.status is ExternalCallStatus.OK:
                     return previous.result
                 result = effect(connection)
-                store.record_external_call(
+                store.calls.record(
                     self.message.id, key, ExternalCallStatus.OK, runtime.clock.now(),
                     result=_json_or_none(result), connection=connection,
                 )
@@ -309,7 +309,7 @@ class Exchange:
         now = runtime.clock.now()
         stale_before = now - runtime.processing_lease
         status, recorded = await runtime.run_db(
-            lambda: store.begin_entity_call(entity_type, object_id, key, message.id, now, stale_before,
+            lambda: store.calls.begin_entity(entity_type, object_id, key, message.id, now, stale_before,
                                             hold_in_doubt=hold)
         )
         if status == EntityCallStatus.DONE:
@@ -327,13 +327,13 @@ class Exchange:
         except BaseException as error:
             text = f"{type(error).__name__}: {error}"
             await asyncio.shield(runtime.run_db(
-                lambda: store.finish_entity_call(entity_type, object_id, key, message.id, False,
+                lambda: store.calls.finish_entity(entity_type, object_id, key, message.id, False,
                                                  runtime.clock.now(), error=text)
             ))
             raise
         stored = _json_or_none(result)
         await runtime.run_db(
-            lambda: store.finish_entity_call(entity_type, object_id, key, message.id, True, runtime.clock.now(),
+            lambda: store.calls.finish_entity(entity_type, object_id, key, message.id, True, runtime.clock.now(),
                                              result=stored)
         )
         return result

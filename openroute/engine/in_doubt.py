@@ -60,7 +60,7 @@ async def resolve_in_doubt(engine: Engine, message_id: int, action: InDoubtActio
     states.check_transition(message.state, MessageState.PARTLY_FAILED)
     now = engine.clock.now()
     keys = await asyncio.to_thread(
-        lambda: store.resolve_calls_in_doubt(message_id, action == "mark-done", now, note=cause)
+        lambda: store.calls.resolve_in_doubt(message_id, action == "mark-done", now, note=cause)
     )
     if not keys:
         raise NoCallInDoubtError(f"message {message_id} has no call in doubt")

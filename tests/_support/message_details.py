@@ -17,7 +17,7 @@ def add_child_call_and_confirmation(store: MessageStore, failed_id: int) -> int:
     child = store.insert_message(NewMessage(service="orders", operation="create", payload="{}",
                                             content_type="application/json", correlation_id="child-1",
                                             source_system="CRM", receive_ts=now, parent_id=failed_id))
-    store.record_external_call(failed_id, "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
+    store.calls.record(failed_id, "billing.charge", ExternalCallStatus.OK, now, result={"invoice": 7})
     with store.begin() as connection:
         connection.execute(sa.insert(confirmations).values(
             message_id=failed_id, source_system="CRM", outcome_state=MessageState.FAILED,

@@ -240,7 +240,7 @@ async def test_cancel_non_final_message_runs_final_hooks(
     assert restart.status_code == 200 and restart.json()["state"] == "PARTLY_FAILED"
     restarted = store.get(message_id)
     assert restarted is not None and restarted.state is MessageState.PARTLY_FAILED and restarted.failed_count == 0
-    assert [(t["from_state"], t["to_state"], t["cause"]) for t in store.transitions_of(message_id)] == [
+    assert [(t["from_state"], t["to_state"], t["cause"]) for t in store.transitions.of(message_id)] == [
         (None, MessageState.NEW, "engine"),
         (MessageState.NEW, MessageState.CANCEL, "admin:ops"),
         (MessageState.CANCEL, MessageState.PARTLY_FAILED, "admin:ops"),
@@ -263,7 +263,7 @@ async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, w
     restart = await client.post(f"/admin/messages/{message_id}/restart", json={}, headers=ADMIN)
     assert restart.status_code == 200
     assert heard[-1] == (MessageState.CANCEL, MessageState.PARTLY_FAILED, message_id)
-    rows = world.engine.store.transitions_of(message_id)
+    rows = world.engine.store.transitions.of(message_id)
     assert [(str(r["to_state"]), r["cause"]) for r in rows[-2:]] == [("CANCEL", "admin:ops"),
                                                                       ("PARTLY_FAILED", "admin:ops")]
 

@@ -65,7 +65,7 @@ def _unchanged(node: Node) -> None:
     message = node.store.get(node.message_id)
     assert message is not None and message.state is MessageState.NEW
     assert node.engine.node_state is NodeState.RUN
-    assert {row["id"]: str(row["state"]) for row in node.store.nodes()}["node-x"] == NodeState.RUN.value
+    assert {row["id"]: str(row["state"]) for row in node.store.nodes.all()}["node-x"] == NodeState.RUN.value
 
 
 REFUSED = [

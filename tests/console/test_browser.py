@@ -222,7 +222,7 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
     assert text(browser, "state-console-node") == "RUN"
     click(browser, "HANDLES_EXISTING_MESSAGES-console-node")
     assert text(browser, "state-console-node") == "HANDLES_EXISTING_MESSAGES"
-    assert served.store.node_state("console-node") is NodeState.HANDLES_EXISTING_MESSAGES
+    assert served.store.nodes.state_of("console-node") is NodeState.HANDLES_EXISTING_MESSAGES
     shot(browser, "nodes", tmp_path)
     refused = httpx.post(f"{served.url}/api/orders/create", json={"order": 20},
                          headers={"X-Correlation-Id": "order-20", "X-Source-System": "CRM"}, timeout=WAIT)

@@ -88,7 +88,7 @@ def test_restart_and_cancel_by_id_go_through_the_engine(store: MessageStore, ids
     assert f"{ids['failed1']}\tdone\tPARTLY_FAILED" in out and f"{ids['ok']}\trefused\t" in out
     assert "1 done, 1 refused" in err
     assert store.get(ids["failed1"]).state is MessageState.PARTLY_FAILED
-    assert store.transitions_of(ids["failed1"])[-1]["cause"].startswith("cli:")
+    assert store.transitions.of(ids["failed1"])[-1]["cause"].startswith("cli:")
     code, out, _ = cli(capsys, "messages", "cancel", str(ids["new"]), *db, "--yes", "--json")
     assert code == 0 and json.loads(out)["done"] == 1
     cancelled = store.get(ids["new"])
@@ -161,7 +161,7 @@ def test_against_a_server(server: str, store: MessageStore, ids: dict[str, int],
     assert "restart: 2 messages match" in out
     code, out, _ = cli(capsys, "messages", "restart", "--state", "FAILED", *remote, "--yes")
     assert code == 0 and {store.get(ids[n]).state for n in ("failed1", "failed2")} == {MessageState.PARTLY_FAILED}
-    assert store.transitions_of(ids["failed1"])[-1]["cause"] == "admin:ops"
+    assert store.transitions.of(ids["failed1"])[-1]["cause"] == "admin:ops"
     code, out, _ = cli(capsys, "messages", "cancel", str(ids["ok"]), *remote, "--yes")
     assert code == 1 and "refused" in out
     monkeypatch.setenv("OPENROUTE_ADMIN_PASSWORD", "wrong")
@@ -226,7 +226,7 @@ def test_search_by_what_went_wrong_and_restart_the_matches(
     assert code == 0 and "Restart 1 messages? [y/N]" in err
     assert store.get(ids["failed2"]).state is MessageState.PARTLY_FAILED
     assert store.get(ids["failed1"]).state is MessageState.FAILED
-    cause = store.transitions_of(ids["failed2"])[-1]["cause"]
+    cause = store.transitions.of(ids["failed2"])[-1]["cause"]
     assert cause.startswith("cli:") and "@" in cause  # who and from which host
     assert f"message {ids['failed2']} restarted by {cause} (FAILED -> PARTLY_FAILED)" in caplog.messages
 

@@ -135,7 +135,7 @@ async def test_restart_and_cancel_go_through_the_engine(client: httpx.AsyncClien
     assert cancelled.state is MessageState.CANCEL and cancelled.last_error_text == "cancelled by operator ops"
     assert heard == [(MessageState.FAILED, MessageState.PARTLY_FAILED), (MessageState.NEW, MessageState.CANCEL)]
     assert world.engine.stats.outcomes[MessageState.CANCEL] == 1
-    assert world.store.transitions_of(new)[-1]["cause"] == "console:ops"
+    assert world.store.transitions.of(new)[-1]["cause"] == "console:ops"
     shown = await page(client, f"/console/messages/{new}?done=cancelled")
     assert 'id="notice">Cancelled.<' in shown and 'id="restart"' in shown
     again = await client.post(f"/console/messages/{new}/cancel", data={"csrf": token}, headers=ADMIN)
@@ -239,7 +239,7 @@ async def test_nodes_page_drains_a_node(client: httpx.AsyncClient, world: World)
                                      data={"csrf": csrf_of(html), "state": "HANDLES_EXISTING_MESSAGES"})
         assert response.status_code == 303 and response.headers["location"] == "/console/nodes?done=state"
         assert world.engine.node_state is NodeState.HANDLES_EXISTING_MESSAGES
-        assert world.store.node_state("console-node") is NodeState.HANDLES_EXISTING_MESSAGES
+        assert world.store.nodes.state_of("console-node") is NodeState.HANDLES_EXISTING_MESSAGES
         assert 'id="state-console-node">HANDLES_EXISTING_MESSAGES<' in await page(client, "/console/nodes")
         refused = await client.post("/api/orders/create", json={}, headers={"X-Correlation-Id": "d-1",
                                                                             "X-Source-System": "CRM"})
@@ -314,7 +314,7 @@ async def test_search_by_what_went_wrong_and_restart_all_matching(client: httpx.
                              data={"csrf": token, "query": query, "confirm": "yes", "expected": "2"})
     assert done.status_code == 200 and done.text.count('class="ok"') == 2
     assert {world.store.get(i).state for i in failed} == {MessageState.PARTLY_FAILED}
-    assert {world.store.transitions_of(i)[-1]["cause"] for i in failed} == {"console:ops"}
+    assert {world.store.transitions.of(i)[-1]["cause"] for i in failed} == {"console:ops"}
     none_left = await client.post("/console/messages/restart-matching", data={"csrf": token, "query": query},
                                   headers=ADMIN)
     assert 'id="restart-count">0 messages' in none_left.text and 'id="confirm-restart"' not in none_left.text

@@ -66,7 +66,7 @@ async def test_a_drained_node_refuses_new_messages_and_finishes_stored_ones(
     with pytest.raises(NodeNotAcceptingError, match="node-a is STOPPED"):
         await engine.accept(inbound("stopped"))
     await engine.set_node_state("node-a", NodeState.HANDLES_EXISTING_MESSAGES)
-    assert store.node_state("node-a") is NodeState.HANDLES_EXISTING_MESSAGES
+    assert store.nodes.state_of("node-a") is NodeState.HANDLES_EXISTING_MESSAGES
     with pytest.raises(NodeNotAcceptingError, match="node-a is HANDLES_EXISTING_MESSAGES"):
         await engine.accept(inbound("after"))
     await engine.repoll_once(new_cutoff=engine.clock.now())
@@ -85,7 +85,7 @@ async def test_a_node_reads_its_state_at_heartbeat_and_keeps_it_across_restarts(
     try:
         await engine.set_node_state("node-b", NodeState.HANDLES_EXISTING_MESSAGES)  # set from another node
         assert other.node_state is NodeState.RUN
-        await other._heartbeat_job()
+        await other._repoll.heartbeat()
         assert other.node_state is NodeState.HANDLES_EXISTING_MESSAGES
     finally:
         await other.stop()

@@ -61,7 +61,7 @@ def lose_next_outcome(kit: RouteTestKit, monkeypatch: pytest.MonkeyPatch) -> Non
     """The next call outcome cannot be written (the database went away right after the remote answered): the
     call stays STARTED, in doubt, and the attempt fails technically."""
     store = kit.store
-    original = store.finish_external_call
+    original = store.calls.finish
     lost = []
 
     def finish(*args: Any, **kwargs: Any) -> bool:
@@ -70,7 +70,7 @@ def lose_next_outcome(kit: RouteTestKit, monkeypatch: pytest.MonkeyPatch) -> Non
             raise sa.exc.OperationalError("UPDATE external_call", {}, Exception("connection lost"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(store, "finish_external_call", finish)
+    monkeypatch.setattr(store.calls, "finish", finish)
 
 
 def call_row(store: MessageStore, message_id: int, key: str) -> Any:
@@ -118,7 +118,7 @@ async def test_a_call_in_doubt_is_made_again_with_the_same_key(kit_on: Any, monk
     sent = await kit.send_json("crm", "setCustomer", {"id": "C-2"})
     await kit.settle()
     kit.assert_state(sent.message_id, S.PARTLY_FAILED)
-    assert kit.store.calls_in_doubt(sent.message_id)[0].status is ExternalCallStatus.STARTED
+    assert kit.store.calls.in_doubt(sent.message_id)[0].status is ExternalCallStatus.STARTED
     await kit.advance(MINUTE)
     kit.assert_state(sent.message_id, S.OK)
     assert len(remote.keys) == 2 and remote.keys[0] == remote.keys[1]  # raw repeat, same key
@@ -227,11 +227,11 @@ def test_entity_calls_in_doubt_are_held_on_request(store: MessageStore) -> None:
 
     now = datetime(2026, 11, 25, tzinfo=UTC)
     stale = now - timedelta(minutes=5)
-    assert store.begin_entity_call("customer", "C-1", "sim", 1, now, stale) == ("RUN", None)
+    assert store.calls.begin_entity("customer", "C-1", "sim", 1, now, stale) == ("RUN", None)
     # the attempt died: its own IN_PROGRESS record is in doubt on the next attempt
-    assert store.begin_entity_call("customer", "C-1", "sim", 1, now, stale, hold_in_doubt=True) == ("IN_DOUBT", None)
-    assert store.resolve_calls_in_doubt(1, True, now) == ["sim"]
-    assert store.begin_entity_call("customer", "C-1", "sim", 1, now, stale, hold_in_doubt=True) == ("OK", None)
+    assert store.calls.begin_entity("customer", "C-1", "sim", 1, now, stale, hold_in_doubt=True) == ("IN_DOUBT", None)
+    assert store.calls.resolve_in_doubt(1, True, now) == ["sim"]
+    assert store.calls.begin_entity("customer", "C-1", "sim", 1, now, stale, hold_in_doubt=True) == ("OK", None)
 
 
 def test_a_bad_in_doubt_choice_is_refused() -> None:

@@ -311,7 +311,7 @@ async def test_processing_past_the_lease_is_repaired(
     row = store.get(message.id)
     # OK has no current error: the abandoned attempt stays in the history only (issue 26)
     assert row.state is S.OK and row.failed_count == 1 and row.last_error_code is None
-    assert [t["error_code"] for t in store.transitions_of(message.id)].count("PROCESSING_ABANDONED") == 1
+    assert [t["error_code"] for t in store.transitions.of(message.id)].count("PROCESSING_ABANDONED") == 1
     assert row.node_id == "node-1" and claimed.node_id == "dead-node"
 
 
@@ -531,7 +531,7 @@ async def test_call_once_is_skipped_on_later_attempts(
     message_id = (await engine.accept(inbound())).message_id
     await engine.wait_idle(WAIT)
     assert store.get(message_id).state is S.PARTLY_FAILED
-    notify = store.get_external_call(message_id, "notify")
+    notify = store.calls.get(message_id, "notify")
     assert notify is not None and notify.status.value == "FAILED" and "mail server down" in notify.last_error
     clock.advance(timedelta(seconds=1))
     await engine.repoll_once()
@@ -539,7 +539,7 @@ async def test_call_once_is_skipped_on_later_attempts(
     row = store.get(message_id)
     assert row.state is S.OK and row.custom_data == {"receipt": "r-1"}
     assert remote == ["charge", "notify", "notify"], "the successful charge was not repeated"
-    assert store.get_external_call(message_id, "notify").attempts == 2
+    assert store.calls.get(message_id, "notify").attempts == 2
 
 
 async def test_call_once_needs_a_usable_key(store: MessageStore, make_engine: EngineFactory) -> None:

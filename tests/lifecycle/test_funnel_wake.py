@@ -92,7 +92,7 @@ async def test_funnel_release_wakes_a_message_held_on_another_node(database_url:
         gate.set()
         await _wait_for(_state_is(store_b, second_id, MessageState.OK), "second woken on node B and OK")
         assert ran_a == ["first"] and ran_b == ["second"]
-        history = await asyncio.to_thread(store_b.transitions_of, second_id)
+        history = await asyncio.to_thread(store_b.transitions.of, second_id)
         assert [row["node_id"] for row in history if row["to_state"] == MessageState.OK] == ["node-b"]
         assert first_id != second_id
     finally:

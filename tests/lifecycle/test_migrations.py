@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence.store import _insert_values, alembic_config
+from openroute.persistence.database import alembic_config
+from openroute.persistence.messages import insert_values
 
 from openroute.admin import parse_filters, search_messages
 from tests.lifecycle.conftest import START
@@ -30,7 +31,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
                 new = NewMessage(service="s", operation="o", payload="{}", content_type="application/json",
                                  correlation_id=f"m-{i}", source_system="crm", receive_ts=START,
                                  object_id=f"obj-{i % 2}", process_id="p-1")
-                values = {name: value for name, value in _insert_values(new).items() if name in known}
+                values = {name: value for name, value in insert_values(new).items() if name in known}
                 if i == 0:  # ended OK after a failed attempt, its error left on the row before 0009
                     values.update(state=MessageState.OK, failed_count=1, last_error_code="HLR_DOWN",
                                   last_error_text="hlr is down")

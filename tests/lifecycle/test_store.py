@@ -91,14 +91,14 @@ def test_timestamps_come_back_aware_utc(store: MessageStore) -> None:
 
 def test_external_call_records(store: MessageStore) -> None:
     message = store.insert_message(_new()).message
-    assert store.get_external_call(message.id, "k") is None
-    store.record_external_call(message.id, "k", ExternalCallStatus.FAILED, START, error="down")
-    store.record_external_call(message.id, "k", ExternalCallStatus.OK, START, result={"n": 1})
-    call = store.get_external_call(message.id, "k")
+    assert store.calls.get(message.id, "k") is None
+    store.calls.record(message.id, "k", ExternalCallStatus.FAILED, START, error="down")
+    store.calls.record(message.id, "k", ExternalCallStatus.OK, START, result={"n": 1})
+    call = store.calls.get(message.id, "k")
     assert call is not None and call.status is ExternalCallStatus.OK and call.attempts == 2 and call.result == {"n": 1}
     # an OK record is never overwritten by a later write
-    store.record_external_call(message.id, "k", ExternalCallStatus.FAILED, START, error="late")
-    assert store.get_external_call(message.id, "k") == call
+    store.calls.record(message.id, "k", ExternalCallStatus.FAILED, START, error="late")
+    assert store.calls.get(message.id, "k") == call
 
 
 def test_queries_of_the_repoll(store: MessageStore) -> None:
@@ -109,10 +109,10 @@ def test_queries_of_the_repoll(store: MessageStore) -> None:
 
 
 def test_nodes_are_registered(store: MessageStore) -> None:
-    store.register_node("n1", START)
-    store.heartbeat("n1", START + timedelta(seconds=5))
-    store.node_stopped("n1", START + timedelta(seconds=9))
-    store.register_node("n1", START + timedelta(seconds=10))
+    store.nodes.register("n1", START)
+    store.nodes.heartbeat("n1", START + timedelta(seconds=5))
+    store.nodes.stopped("n1", START + timedelta(seconds=9))
+    store.nodes.register("n1", START + timedelta(seconds=10))
     with store.begin() as connection:
         row = connection.execute(sa.text("select heartbeat_at, stopped_at from node where id = 'n1'")).one()
     assert row.stopped_at is None
@@ -151,7 +151,7 @@ def test_every_write_of_a_message_bumps_its_version_so_a_version_pins_the_state(
     # every older snapshot is refused, whatever transition it asks for
     for stale in (message, retry):
         assert states.claim(store, [stale], "node-2", START) == []
-    assert not store.apply_transition(single.id, single.version, single.state, MessageState.OK, START)
+    assert not store.transitions.apply(single.id, single.version, single.state, MessageState.OK, START)
     assert store.get(message.id) == done
 
 

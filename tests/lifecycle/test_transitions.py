@@ -31,7 +31,7 @@ ONE_MINUTE = timedelta(minutes=1)
 def _path(store: MessageStore, message_id: int) -> list[tuple[Any, ...]]:
     return [
         (t["from_state"], t["to_state"], t["attempt"], t["error_code"], t["cause"], t["node_id"])
-        for t in store.transitions_of(message_id)
+        for t in store.transitions.of(message_id)
     ]
 
 
@@ -55,7 +55,7 @@ async def test_accept_claim_ok(store: MessageStore, make_engine: EngineFactory) 
         (S.NEW, S.PROCESSING, 1, None, "engine", "node-1"),
         (S.PROCESSING, S.OK, 1, None, "engine", "node-1"),
     ]
-    assert [t["at"] for t in store.transitions_of(sent.message_id)] == [START] * 3
+    assert [t["at"] for t in store.transitions.of(sent.message_id)] == [START] * 3
     assert _all_rows(store) == 3
 
 

@@ -83,7 +83,7 @@ async def test_entity_scoped_call_runs_once_for_concurrent_messages_of_one_entit
     assert kit.message(second.message_id).last_error_code == "EXT_CALL_IN_PROGRESS"
     await _release_first_then_second_ends_ok(kit, release, first.message_id, second.message_id)
     assert calls == 1
-    assert kit.store.entity_calls("customer", "C-1")[0]["status"] == "OK"
+    assert kit.store.calls.of_entity("customer", "C-1")[0]["status"] == "OK"
 
 
 # -- business errors -------------------------------------------------------------------------------------

@@ -43,14 +43,14 @@ def test_a_holder_taken_again_waits_for_a_concurrent_takeover(postgres_store: Me
     store = postgres_store
     holder, taker = _insert(store, "H"), _insert(store, "A")
     set_state(store, holder, MessageState.PROCESSING)
-    assert store.acquire_funnel("F", holder, NOW) is None
+    assert store.funnels.acquire("F", holder, NOW) is None
     set_state(store, holder, MessageState.PARTLY_FAILED)  # its attempt ended: the funnel may be taken over
     set_state(store, taker, MessageState.PROCESSING)
     with ThreadPoolExecutor(1) as pool, store.engine.connect() as taking:
         with taking.begin():
-            assert store.acquire_funnel("F", taker, NOW, taking) is None  # taken over, not committed yet
+            assert store.funnels.acquire("F", taker, NOW, taking) is None  # taken over, not committed yet
             set_state(store, holder, MessageState.PROCESSING)  # meanwhile another node claims the old holder
-            again = pool.submit(store.acquire_funnel, "F", holder, NOW)
+            again = pool.submit(store.funnels.acquire, "F", holder, NOW)
             _wait_until_blocked_or_done(store, again)
             assert not again.done(), "the old holder ran on while another message was taking its funnel over"
         assert again.result(timeout=10) == taker  # after the takeover committed: held by the taker
@@ -75,7 +75,7 @@ def test_two_children_finishing_at_once_end_the_parent_exactly_once(postgres_sto
         snapshot = store.get(child, connection)
         assert snapshot is not None
         states.transition(store, snapshot, MessageState.OK, NOW, {"next_attempt_at": None}, connection)
-        return engine._complete_parent(parent, NOW, connection)
+        return engine._writes.complete_parent(parent, NOW, connection)
 
     def finish_second() -> object:
         with store.begin() as connection:

@@ -17,19 +17,19 @@ def _insert(store: MessageStore, key: str, at: datetime = T0, **extra: object) -
 
 
 def test_an_entity_call_is_held_taken_over_when_stale_and_then_reused(store: MessageStore) -> None:
-    begin = store.begin_entity_call
+    begin = store.calls.begin_entity
     assert begin("customer", "C-1", "mno", 1, T0, T0 - LEASE) == ("RUN", None)
     assert begin("customer", "C-1", "mno", 2, T0, T0 - LEASE) == ("BUSY", None)  # message 1 is calling now
     assert begin("customer", "C-1", "mno", 1, T0, T0 - LEASE) == ("RUN", None)  # its own next attempt goes on
     later = T0 + LEASE + timedelta(seconds=1)
     assert begin("customer", "C-1", "mno", 2, later, later - LEASE) == ("RUN", None)  # holder past the lease
-    store.finish_entity_call("customer", "C-1", "mno", 1, True, later, result={"late": True})  # no longer its call
-    assert store.entity_calls("customer", "C-1")[0]["status"] == "IN_PROGRESS"
-    store.finish_entity_call("customer", "C-1", "mno", 2, False, later, error="MNO down")
+    store.calls.finish_entity("customer", "C-1", "mno", 1, True, later, result={"late": True})  # no longer its call
+    assert store.calls.of_entity("customer", "C-1")[0]["status"] == "IN_PROGRESS"
+    store.calls.finish_entity("customer", "C-1", "mno", 2, False, later, error="MNO down")
     assert begin("customer", "C-1", "mno", 3, later, later - LEASE) == ("RUN", None)  # a failure is tried again
-    store.finish_entity_call("customer", "C-1", "mno", 3, True, later, result={"sim": 7})
+    store.calls.finish_entity("customer", "C-1", "mno", 3, True, later, result={"sim": 7})
     assert begin("customer", "C-1", "mno", 4, later, later - LEASE) == ("OK", {"sim": 7})
-    [record] = store.entity_calls("customer", "C-1")
+    [record] = store.calls.of_entity("customer", "C-1")
     assert (record["status"], record["attempts"], record["owner_message_id"]) == ("OK", 4, 3)
     # another key, another object id or another entity type is another call
     assert begin("customer", "C-1", "billing", 4, later, later - LEASE) == ("RUN", None)
@@ -58,9 +58,9 @@ def test_the_oldest_unfinished_message_of_a_funnel_holds_the_newer_ones(store: M
     third = _insert(store, "3", T0 + timedelta(seconds=2), funnel_value="F")
     _insert(store, "other", funnel_value="G")
     get = store.get
-    assert store.older_unfinished_in_funnel(get(first)) is None  # type: ignore[arg-type]
-    assert store.older_unfinished_in_funnel(get(third)) == first  # type: ignore[arg-type]
+    assert store.funnels.older_unfinished(get(first)) is None  # type: ignore[arg-type]
+    assert store.funnels.older_unfinished(get(third)) == first  # type: ignore[arg-type]
     set_state(store, first, MessageState.OK)
-    assert store.older_unfinished_in_funnel(get(third)) == second  # type: ignore[arg-type]
+    assert store.funnels.older_unfinished(get(third)) == second  # type: ignore[arg-type]
     set_state(store, second, MessageState.CANCEL)
-    assert store.older_unfinished_in_funnel(get(third)) is None  # type: ignore[arg-type]
+    assert store.funnels.older_unfinished(get(third)) is None  # type: ignore[arg-type]

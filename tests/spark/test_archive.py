@@ -37,7 +37,7 @@ def test_archive_moves_old_final_messages_with_their_rows_per_keep_time(
 ) -> None:
     ids = reprocess_store(database_url)
     store = MessageStore(database_url)
-    store.record_external_call(ids["ok_newer"], "billing", ExternalCallStatus.OK, NOW, result={"invoice": 1})
+    store.calls.record(ids["ok_newer"], "billing", ExternalCallStatus.OK, NOW, result={"invoice": 1})
     with store.begin() as connection:
         connection.execute(sa.insert(confirmation_table).values(
             message_id=ids["ok_newer"], source_system="CRM", outcome_state=S.OK, status="SENT", attempts=1,
@@ -54,7 +54,7 @@ def test_archive_moves_old_final_messages_with_their_rows_per_keep_time(
                      batch_size=3, partitions=2)
     assert second.messages == 9 and second.deleted == 9 and second.kept == 0
     assert [m.id for m in store.find()] == [ids["waiting"]], "only the non-final message is left"
-    remaining = len(store.transitions_of(ids["waiting"]))
+    remaining = len(store.transitions.of(ids["waiting"]))
     assert first.transitions + second.transitions + remaining == transitions_before
 
     archived = read_archive(spark, to)

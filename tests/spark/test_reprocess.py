@@ -154,7 +154,7 @@ def test_apply_restarts_each_planned_message_once_and_leaves_moved_ones(
     skipped = store.get(ids["f_obsolete"])
     assert skipped.state is S.SKIPPED and skipped.last_error_code == "OBSOLETE"
     assert store.get(ids["child"]).state is S.FAILED
-    last = store.transitions_of(ids["f_obsolete"])[-1]
+    last = store.transitions.of(ids["f_obsolete"])[-1]
     assert (last["from_state"], last["to_state"], last["cause"]) == (S.FAILED, S.SKIPPED, "reprocess:job-2")
     again = apply_plan(spark, database_url, out)
     assert (again.restarted, again.skipped, again.already_applied) == (0, 0, 6)
@@ -359,7 +359,7 @@ def _rule_view(store: MessageStore, message_id: int) -> tuple[tuple[Any, ...], t
     """What the outcome rules decide for a message: its rule columns and its last transition (cause aside)."""
     message = store.get(message_id)
     assert message is not None and message.next_attempt_at is not None
-    last = store.transitions_of(message_id)[-1]
+    last = store.transitions.of(message_id)[-1]
     return (tuple(getattr(message, c) for c in _RULE_COLUMNS),
             (last["from_state"], last["to_state"], last["error_code"]))
 

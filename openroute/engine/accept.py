@@ -1,0 +1,80 @@
+"""The checks of an inbound message at accept, before anything is stored (``Engine.check_inbound``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from openroute.errors import PayloadTooLargeError, ValidationError
+from openroute.message import InboundMessage
+from openroute.persistence import MessageState
+from openroute.route import Route, RouteRegistry
+
+__all__ = ["AcceptResult", "check_inbound"]
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    """The answer to an accept: the stored message (or the one it duplicates) and its current state."""
+
+    message_id: int
+    correlation_id: str
+    duplicate: bool
+    state: MessageState
+
+
+
+def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_bytes: int) -> Route:
+    """The route of ``inbound`` once every check of an accept passed (nothing is stored).
+
+    Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
+    the field errors for a typed route's body) or :class:`PayloadTooLargeError` (over ``max_payload_bytes``).
+    """
+    if not isinstance(inbound, InboundMessage):
+        raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
+    _check_text("service", inbound.service, 100)
+    _check_text("operation", inbound.operation, 100)
+    route = routes.get(inbound.service, inbound.operation)
+    _check_text("correlation_id", inbound.correlation_id, 255)
+    _check_text("source_system", inbound.source_system, 100)
+    _check_text("content_type", inbound.content_type, 100)
+    for name, limit in _OPTIONAL_TEXTS:
+        value = getattr(inbound, name)
+        if value is not None:
+            _check_text(name, value, limit)
+    if not isinstance(inbound.payload, str):
+        raise ValidationError(f"payload must be text, got {type(inbound.payload).__name__}")
+    limit = max_payload_bytes
+    # a str of n characters is at most 4n bytes in UTF-8: only encode when it could be too large
+    if len(inbound.payload) * 4 > limit:
+        size = len(inbound.payload.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            raise PayloadTooLargeError(size, limit)
+    headers = inbound.headers
+    if not isinstance(headers, Mapping) or (headers and not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    )):
+        raise ValidationError("headers must map strings to strings")
+    stamp = inbound.message_timestamp
+    if stamp is not None and (not isinstance(stamp, datetime) or stamp.tzinfo is None):
+        raise ValidationError(f"message_timestamp must be a timezone-aware datetime, got {stamp!r}")
+    if route.validator is not None:
+        route.validator(inbound)
+    # a typed route: a body its model refuses is not stored (an endpoint hands over the body it bound)
+    if route.body is not None and not route.body.bound(inbound.body, inbound.content_type):
+        route.body.parse(inbound.payload, inbound.content_type)
+    return route
+
+
+#: the optional text fields of an inbound message and their column sizes
+_OPTIONAL_TEXTS = (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255))
+
+
+def _check_text(name: str, value: Any, limit: int) -> None:
+    if not isinstance(value, str) or not value or value.isspace():
+        raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
+    if len(value) > limit:
+        raise ValidationError(f"{name} is longer than {limit} characters")
+

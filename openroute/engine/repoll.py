@@ -1,0 +1,151 @@
+"""The engine's scheduled work: the repoll job (repair stuck PROCESSING messages, queue due and unclaimed ones) and
+the node's heartbeat, run by an APScheduler job each while the node runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from openroute.clock import Clock
+from openroute.engine import outcome as outcomes
+from openroute.engine.settings import EngineSettings, EngineStats
+from openroute.errors import UnknownRouteError
+from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
+from openroute.route import Route, RouteRegistry
+
+__all__ = ["Repoll"]
+
+log = logging.getLogger("openroute.engine")
+
+T = TypeVar("T")
+#: ``apply(message, decision, now, cause)``: the engine writes a decision; None when another writer was first
+Apply = Callable[[StoredMessage, outcomes.Decision, datetime, str], Awaitable[StoredMessage | None]]
+
+
+@dataclass(eq=False)
+class Repoll:
+    """Repoll and heartbeat of one node (``Engine.repoll_once`` runs one repoll by hand).
+
+    The engine hands over what the jobs need: ``run_db`` (its database threads), ``apply`` (a decision written
+    through its writer), ``emit`` (a message queued without waiting; False when there is no room), ``is_running``,
+    ``queued`` (the ids in its pipeline: its own set, read only) and ``obey(state)`` (an operator's node state).
+    """
+
+    store: MessageStore
+    routes: RouteRegistry
+    clock: Clock
+    settings: EngineSettings
+    stats: EngineStats
+    _: KW_ONLY
+    run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
+    apply: Apply
+    emit: Callable[[StoredMessage], Awaitable[bool]]
+    is_running: Callable[[], bool]
+    queued: set[int]
+    node_state: Callable[[], NodeState]
+    obey: Callable[[NodeState], None]
+    _scheduler: Any = field(default=None, init=False, repr=False)
+    #: store outages whose stranded PROCESSING messages were repaired
+    _outages_recovered: int = field(default=0, init=False, repr=False)
+
+    def start_jobs(self) -> None:
+        """Start the repoll and heartbeat jobs (none when ``settings.repoll_interval`` is None)."""
+        if self.settings.repoll_interval is None:
+            return
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.add_job(
+            self._repoll_job, "interval", seconds=self.settings.repoll_interval.total_seconds(),
+            max_instances=1, coalesce=True, id="repoll",
+        )
+        self._scheduler.add_job(
+            self.heartbeat, "interval", seconds=max(self.settings.heartbeat_interval.total_seconds(), 1.0),
+            max_instances=1, coalesce=True, id="heartbeat",
+        )
+        self._scheduler.start()
+
+    def stop_jobs(self) -> None:
+        """Stop the jobs (a run in progress finishes on its own)."""
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
+
+    async def run_once(self, new_cutoff: datetime | None = None) -> None:
+        """One run of the repoll job (see ``Engine.repoll_once``)."""
+        now = self.clock.now()
+        repaired, reemitted = self.stats.repaired, self.stats.reemitted
+        await self.repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
+        if not self.is_running():
+            return
+        batch = self.settings.repoll_batch
+        due = await self.run_db(
+            lambda: self.store.due([MessageState.PARTLY_FAILED, MessageState.POSTPONED], now, batch)
+        )
+        cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
+        fresh = await self.run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
+        for message in [*due, *fresh]:
+            if await self.emit(message):
+                self.stats.reemitted += 1
+        if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
+            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
+                     self.stats.repaired - repaired, self.stats.reemitted - reemitted)
+
+    async def repair_stuck(
+        self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()
+    ) -> None:
+        """Give PROCESSING messages started at or before ``cutoff`` (None: any; of ``node_id`` when given), but those
+        in ``skip``, their next state as abandoned attempts."""
+        limit = self.settings.repoll_batch
+        far = cutoff if cutoff is not None else now + timedelta(days=36500)
+        stuck = await self.run_db(
+            lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
+        )
+        for message in stuck:
+            if message.id in skip:
+                continue
+            try:
+                route: Route | None = self.routes.get(message.service, message.operation)
+            except UnknownRouteError:
+                route = None
+            decision = outcomes.abandoned(message, self.settings.retry_policy_for(route), now)
+            if await self.apply(message, decision, now, "repair") is not None:
+                self.stats.repaired += 1
+
+    async def _repoll_job(self) -> None:
+        try:
+            await self._recover_after_outage()
+            await self.run_once()
+        except Exception as error:
+            if not self.store.outage.failed(error, "repoll"):
+                log.exception("repoll failed")
+        else:
+            self.store.outage.succeeded()
+
+    async def _recover_after_outage(self) -> None:
+        """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
+        could not be written), instead of leaving them to the processing lease."""
+        outages = self.store.outage.outages
+        if outages == self._outages_recovered:
+            return
+        now = self.clock.now()
+        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=None, skip=frozenset(self.queued))
+        self._outages_recovered = outages
+
+    async def heartbeat(self) -> None:
+        """The heartbeat job: refresh this node's row and obey the state an operator gave it meanwhile."""
+        node_id = self.settings.node_id
+        try:
+            state = await self.run_db(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
+            if state is not None and state is not self.node_state():
+                log.info("node %s is now %s (set by an operator)", node_id, state.value)
+                self.obey(state)
+        except Exception as error:
+            if not self.store.outage.failed(error, "heartbeat"):
+                log.exception("heartbeat failed")
+        else:
+            self.store.outage.succeeded()

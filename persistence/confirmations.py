@@ -1,0 +1,166 @@
+"""The ``confirmation`` table's SQL: one row per final message owed a confirmation, claimed under a lease by the node
+that sends it (the service and its rules: ``openroute.confirmation``).
+
+Every function takes the caller's connection and runs in its transaction (the store's one transaction story, see
+:mod:`openroute.persistence.database`): the confirmation service holds a SQLAlchemy engine and opens the
+transactions, and the engine's final-state hook inserts a row in the very transaction that made its message final.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
+from sqlalchemy.dialects import postgresql, sqlite
+
+__all__ = [
+    "add_pending", "claim", "counts", "due", "find", "get", "messages", "pending_row", "record", "release_claims",
+    "renew", "reset_pending", "retry_failed", "without_confirmation",
+]
+
+_C = confirmation_table.c
+_M = message_table.c
+#: the columns of a due row the sender needs
+_DUE_COLUMNS = (_C.id, _C.message_id, _C.outcome_state, _C.attempts, _C.next_attempt_at, _C.confirmation_id)
+
+
+def pending_row(message_id: int, source_system: str, state: str, now: datetime) -> dict[str, Any]:
+    """The values of a new PENDING row, due ``now``, with a fresh confirmation id."""
+    return {
+        "message_id": message_id, "source_system": source_system, "outcome_state": MessageState(state),
+        "status": ConfirmationStatus.PENDING, "attempts": 0, "next_attempt_at": now, "created_at": now,
+        "updated_at": now, "confirmation_id": str(uuid.uuid4()),
+    }
+
+
+def add_pending(connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert ``rows`` (of :func:`pending_row`) but those whose message has a row already; returns how many."""
+    dialect = connection.dialect.name
+    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - the store supports SQLite and PostgreSQL only
+        raise ValueError(f"unsupported database dialect {dialect!r}")
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(confirmation_table)
+    statement = insert.on_conflict_do_nothing(index_elements=["message_id"]).returning(_C.id)
+    # RETURNING tells inserted from ignored rows; rowcount is -1 for these statements on some drivers
+    return sum(connection.execute(statement.values(**row)).scalar() is not None for row in rows)
+
+
+def reset_pending(connection: sa.Connection, message_id: int, state: str, now: datetime) -> None:
+    """Start the row of ``message_id`` over, PENDING with outcome ``state`` and a new confirmation id (a restarted
+    message reached a new final state)."""
+    connection.execute(
+        sa.update(confirmation_table).where(_C.message_id == message_id).values(
+            outcome_state=MessageState(state), status=ConfirmationStatus.PENDING, attempts=0, next_attempt_at=now,
+            last_error=None, sent_at=None, updated_at=now, confirmation_id=str(uuid.uuid4()), claimed_by=None)
+    )
+
+
+def without_confirmation(
+    connection: sa.Connection,
+    states: Iterable[str],
+    held_error_code: str,
+    limit: int,
+    updated_since: datetime | None = None,
+    systems: Iterable[str] | None = None,
+) -> list[sa.Row[Any]]:
+    """(id, source_system, state) of top-level messages in ``states`` that have no row, but those held with
+    ``held_error_code``; of ``systems`` only when given, updated at or after ``updated_since`` when given."""
+    query: sa.Select[Any] = (
+        sa.select(_M.id, _M.source_system, _M.state)
+        .outerjoin(confirmation_table, _C.message_id == _M.id)
+        .where(_C.id.is_(None), _M.parent_id.is_(None), _M.state.in_([MessageState(s) for s in sorted(states)]),
+               sa.or_(_M.last_error_code.is_(None), _M.last_error_code != held_error_code))
+        .order_by(_M.id)
+        .limit(limit)
+    )
+    if updated_since is not None:
+        query = query.where(_M.last_update_ts >= updated_since)
+    if systems is not None:
+        query = query.where(_M.source_system.in_(sorted(systems)))
+    return list(connection.execute(query).all())
+
+
+def due(connection: sa.Connection, now: datetime, after_id: int, limit: int,
+        message_id: int | None = None) -> list[sa.Row[Any]]:
+    """Up to ``limit`` PENDING rows due at ``now`` with id > ``after_id`` (or the one of ``message_id``), by id."""
+    query: sa.Select[Any] = (
+        sa.select(*_DUE_COLUMNS)
+        .where(_C.status == ConfirmationStatus.PENDING, _C.next_attempt_at <= now, _C.id > after_id)
+        .order_by(_C.id)
+        .limit(limit)
+    )
+    if message_id is not None:
+        query = query.where(_C.message_id == message_id)
+    return list(connection.execute(query).all())
+
+
+def claim(connection: sa.Connection, row: Any, now: datetime, lease_until: datetime, node_id: str) -> bool:
+    """Claim the due ``row`` (read by :func:`due`) for ``node_id`` until ``lease_until``: attempts + 1; False when
+    another node claimed it first."""
+    return bool(connection.execute(
+        sa.update(confirmation_table)
+        .where(_C.id == row.id, _C.status == ConfirmationStatus.PENDING, _C.attempts == row.attempts,
+               _C.next_attempt_at <= now)
+        .values(attempts=row.attempts + 1, next_attempt_at=lease_until, updated_at=now, claimed_by=node_id)
+    ).rowcount == 1)
+
+
+def messages(connection: sa.Connection, ids: Iterable[int]) -> dict[int, sa.Row[Any]]:
+    """The ``message`` rows of ``ids`` (those still in the store), by id."""
+    return {m.id: m for m in connection.execute(sa.select(message_table).where(_M.id.in_(list(ids))))}
+
+
+def record(connection: sa.Connection, row_id: int, attempt: int, **values: Any) -> bool:
+    """Write ``values`` to the row claimed for ``attempt``; False when the claim is no longer this attempt's."""
+    return bool(connection.execute(
+        sa.update(confirmation_table)
+        .where(_C.id == row_id, _C.status == ConfirmationStatus.PENDING, _C.attempts == attempt)
+        .values(**values)
+    ).rowcount == 1)
+
+
+def renew(connection: sa.Connection, row_id: int, attempt: int, lease_until: datetime) -> bool:
+    """Push the lease of the claim of ``attempt`` to ``lease_until``; False when the claim is no longer its own."""
+    return record(connection, row_id, attempt, next_attempt_at=lease_until)
+
+
+def release_claims(connection: sa.Connection, node_id: str, now: datetime, claimed_before: datetime) -> int:
+    """Make the PENDING rows ``node_id`` claimed before ``claimed_before`` due ``now``; returns how many."""
+    return int(connection.execute(
+        sa.update(confirmation_table)
+        .where(_C.status == ConfirmationStatus.PENDING, _C.claimed_by == node_id, _C.next_attempt_at > now,
+               _C.updated_at < claimed_before)
+        .values(next_attempt_at=now, claimed_by=None, updated_at=now)
+    ).rowcount)
+
+
+def get(connection: sa.Connection, message_id: int) -> sa.Row[Any] | None:
+    """The row of ``message_id``, or None."""
+    return connection.execute(sa.select(confirmation_table).where(_C.message_id == message_id)).first()
+
+
+def find(connection: sa.Connection, status: ConfirmationStatus | None, limit: int, offset: int) -> list[sa.Row[Any]]:
+    """Rows (of ``status`` when given), most recently updated first."""
+    query = sa.select(confirmation_table).order_by(_C.updated_at.desc(), _C.id.desc()).limit(limit).offset(offset)
+    if status is not None:
+        query = query.where(_C.status == status)
+    return list(connection.execute(query))
+
+
+def counts(connection: sa.Connection) -> dict[str, int]:
+    """The number of rows per status, every status present (zero included)."""
+    rows = connection.execute(sa.select(_C.status, sa.func.count()).group_by(_C.status)).all()
+    found = {ConfirmationStatus(status).value: count for status, count in rows}
+    return {s.value: found.get(s.value, 0) for s in ConfirmationStatus}
+
+
+def retry_failed(connection: sa.Connection, message_ids: Sequence[int], now: datetime) -> int:
+    """Make the FAILED rows of ``message_ids`` PENDING again with fresh attempts, due ``now``; returns how many."""
+    return int(connection.execute(
+        sa.update(confirmation_table)
+        .where(_C.message_id.in_(list(message_ids)), _C.status == ConfirmationStatus.FAILED)
+        .values(status=ConfirmationStatus.PENDING, attempts=0, next_attempt_at=now, updated_at=now)
+    ).rowcount)

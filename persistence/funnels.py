@@ -1,0 +1,73 @@
+"""Funnels (``store.funnels``): at most one message of a funnel value PROCESSING at a time, and the order check of
+guaranteed-order routes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import cast
+
+import sqlalchemy as sa
+from openroute.persistence.database import StorePart
+from openroute.persistence.messages import StoredMessage
+from openroute.persistence.models import FINAL_STATES, MessageState, funnel_lock_table, message_table
+
+__all__ = ["FunnelStore"]
+
+
+class FunnelStore(StorePart):
+    """The ``funnel_lock`` table of ``database`` and the funnel queries over its messages."""
+
+    def older_unfinished(self, message: StoredMessage, connection: sa.Connection | None = None) -> int | None:
+        """The id of an older (receive time, then id) message of the same funnel value that is not final."""
+        if message.funnel_value is None:
+            return None
+        c = message_table.c
+        query = sa.select(c.id).where(
+            c.funnel_value == message.funnel_value,
+            c.state.not_in(list(FINAL_STATES)),
+            c.id != message.id,
+            sa.or_(c.receive_ts < message.receive_ts, sa.and_(c.receive_ts == message.receive_ts, c.id < message.id)),
+        ).order_by(c.receive_ts, c.id).limit(1)
+        return self.database.run(lambda conn: conn.execute(query).scalar(), connection)
+
+    def acquire(
+        self, funnel_value: str, message_id: int, now: datetime, connection: sa.Connection | None = None
+    ) -> int | None:
+        """Make ``message_id`` the one message of ``funnel_value`` allowed to be PROCESSING.
+
+        Returns None when it holds the funnel now, else the id of the PROCESSING message that holds it.
+        The previous holder is replaced only when it is no longer PROCESSING. The funnel row is read under its
+        row lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock serialises anyway), so the holder's check and
+        a concurrent takeover cannot interleave: of two concurrent takers exactly one wins, and a holder
+        claimed again while another message takes its funnel over waits for that takeover and sees it.
+        """
+        f = funnel_lock_table.c
+        m = message_table.c
+        query = self.database.locked(sa.select(f.message_id).where(f.funnel_value == funnel_value))
+
+        def work(conn: sa.Connection) -> int | None:
+            holder = conn.execute(query).scalar()
+            if holder is None:
+                inserted = conn.execute(
+                    self.database.upsert(funnel_lock_table)
+                    .values(funnel_value=funnel_value, message_id=message_id, acquired_at=now)
+                    .on_conflict_do_nothing(index_elements=["funnel_value"])
+                    .returning(f.funnel_value)
+                ).scalar()
+                if inserted is not None:
+                    return None
+                holder = conn.execute(query).scalar()
+            if holder == message_id:
+                return None
+            state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
+            if state == MessageState.PROCESSING:
+                return int(cast(int, holder))
+            taken = conn.execute(
+                sa.update(funnel_lock_table)
+                .where(f.funnel_value == funnel_value, f.message_id == holder)
+                .values(message_id=message_id, acquired_at=now)
+            ).rowcount
+            return None if taken == 1 else int(cast(int, holder))
+
+        return self.database.run(work, connection)
