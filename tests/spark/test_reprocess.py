@@ -22,17 +22,8 @@ from openroute.cli import main
 from openroute.dsl import Application, route
 from openroute.engine import Exchange
 from openroute.errors import BusinessError
-from openroute.spark.reprocess import (
-    LEAVE,
-    RESTART,
-    SKIP_OBSOLETE,
-    ReprocessFilter,
-    apply_plan,
-    parse_rate,
-    parse_time,
-    plan_frame,
-    reprocess,
-)
+from openroute.spark.apply import LEAVE, RESTART, SKIP_OBSOLETE, apply_plan, parse_rate
+from openroute.spark.reprocess import ReprocessFilter, parse_time, plan_frame, reprocess
 from tests.services import require_database
 from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
@@ -107,6 +98,26 @@ def test_filters_select_the_candidates(spark: Any, database_url: str, tmp_path: 
     assert set(_decisions(spark, database_url, object_ids_file=str(object_file))) == {
         ids["f_obsolete"], ids["f_restart"]
     }
+
+
+def test_a_filtered_plan_reads_only_what_the_database_selected(
+    spark: Any, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = reprocess_store(database_url)
+    frame = plan_frame(spark, database_url, "t", ReprocessFilter(service="crm", error_code="MNO_DOWN"), partitions=2)
+    capsys.readouterr()
+    frame.explain(mode="formatted")
+    plan = capsys.readouterr().out
+    relations = [line for line in plan.splitlines() if "JDBCRelation(" in line]
+    # every JDBC read is a subquery filtered by the database: the candidates, their entities' OK messages, their
+    # parents, the job's own transitions; none reads a whole table
+    assert len(relations) >= 4, plan
+    assert all("JDBCRelation((SELECT" in line and "WHERE" in line for line in relations), plan
+    assert any("service = 'crm'" in line and "last_error_code = 'MNO_DOWN'" in line for line in relations), plan
+    assert any("numPartitions=2" in line for line in relations), plan
+    decided = {r["id"]: r["decision"] for r in frame.select("id", "decision").collect()}
+    assert decided == {ids["f_obsolete"]: SKIP_OBSOLETE, ids["f_restart"]: RESTART, ids["f_plain"]: RESTART,
+                       ids["f_old"]: RESTART}
 
 
 def test_bad_filters_and_options_are_refused_before_anything_runs(spark: Any, sqlite_url: str,
