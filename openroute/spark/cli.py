@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from openroute.persistence.secrets import mask_secrets
+from openroute.spark.guidance import suggestion
 from openroute.spark.outputs import OutputKind, pruned_line
 
 
@@ -266,9 +267,9 @@ def _run_reprocess(spark: Any, args: argparse.Namespace, progress: _Progress) ->
     folder = result.plan_path.parent
     print(f"job {result.job_id}: plan in {result.plan_path}")
     print(_table(result.summary, ("route", "decision", "messages")) if result.summary else "no candidates")
-    pruned = pruned_line(result.pruned, OutputKind.PLAN)
-    if pruned:
-        print(pruned)
+    for line in (pruned_line(result.pruned, OutputKind.PLAN), suggestion(sum(result.counts().values()))):
+        if line:
+            print(line)
     if result.applied is None:
         print(f"dry run: nothing changed. Apply it with: openroute spark reprocess --plan {folder} --apply")
     else:

@@ -239,11 +239,6 @@ def _remote_session(remote: str, app_name: str, config: dict[str, str] | None) -
     return session
 
 
-def is_remote(spark: SparkSession) -> bool:
-    """True for a Spark Connect client session (no SparkContext on this side)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 @contextlib.contextmanager
 def _stderr_to(path: str | os.PathLike[str] | None) -> Iterator[None]:
     """Point file descriptor 2 at ``path`` while the block runs: a JVM started inside keeps it as its stderr."""
@@ -403,7 +398,9 @@ def read_table(
     source = jdbc_source(url, jdbc_path)
     from pyspark.sql import functions as F
 
-    relation = _relation(table, columns, where, source.backend)
+    # the partition column is read too (the ranges split it); the select at the end drops it if not asked for
+    read = None if columns is None else [*columns, *([column] if column not in columns else [])]
+    relation = _relation(table, read, where, source.backend)
     try:
         bounds = (
             _reader(spark, source)
@@ -416,7 +413,7 @@ def read_table(
     except Exception as error:
         raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
     reader = _reader(spark, source).option("dbtable", relation)
-    schema = _custom_schema(table, source.backend, columns)
+    schema = _custom_schema(table, source.backend, read)
     if schema:
         reader = reader.option("customSchema", schema)
     if bounds is not None and bounds["n"]:
