@@ -228,6 +228,45 @@ def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta]
     return eligible.join(staying_children, "id", "left_anti")
 
 
+def _copy(spark: SparkSession, url: str, placed: DataFrame, root: Path, run_id: str, selection: sa.Select[Any],
+          partitions: int, jdbc_path: str | None) -> tuple[dict[str, int], dict[str, Any]]:
+    """Write the messages (``placed``, cached) and their related rows to ``root/<table>/run=<run id>``, each row
+    read once from the store; returns (rows per table, schema per table)."""
+    from pyspark import StorageLevel
+
+    counts = {"message": placed.count()}
+    schemas = {"message": placed.schema}
+    place = placed.select("id", "receive_date", "route")
+    placed.write.mode("overwrite").partitionBy("receive_date", "route").parquet(str(root / "message" / f"run={run_id}"))
+    for table in RELATED_TABLES:
+        related = Base.metadata.tables[table]
+        rows = (
+            read_table(spark, url, table, partitions, jdbc_path=jdbc_path, where=related.c.message_id.in_(selection))
+            .join(place.withColumnRenamed("id", "message_id"), "message_id", "inner")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        counts[table] = rows.count()
+        schemas[table] = rows.schema
+        rows.write.mode("overwrite").partitionBy("receive_date", "route").parquet(str(root / table / f"run={run_id}"))
+        rows.unpersist()
+    return counts, schemas
+
+
+def _verify(spark: SparkSession, placed: DataFrame, root: Path, run_id: str, counts: dict[str, int],
+            schemas: dict[str, Any]) -> None:
+    """Read the run's copy back: every table's row count and every message id; ArchiveError when one differs."""
+    for table, expected in counts.items():
+        # with the written schema: a table with no rows for this run has no file to infer one from
+        written = spark.read.schema(schemas[table]).parquet(str(root / table / f"run={run_id}")).count()
+        if written != expected:
+            raise ArchiveError(f"archive run {run_id}: {table} has {written} rows in {root}, the store had "
+                               f"{expected}; nothing was deleted")
+    back = spark.read.parquet(str(root / "message" / f"run={run_id}")).select("id")
+    missing = placed.select("id").join(back, "id", "left_anti").count()
+    if missing:
+        raise ArchiveError(f"archive run {run_id}: {missing} messages missing from the copy; nothing deleted")
+
+
 def archive(
     spark: SparkSession,
     url: str,
@@ -276,37 +315,11 @@ def archive(
                 s.value: str(a) for s, a in keep_times.items()}, "started_at": now.isoformat()})
             placed.select("id", "version").write.mode("overwrite").parquet(str(run_folder / "ids"))
             _reached("selected")
-            counts = {"message": count}
             # the related rows of the old messages (a superset of the archived ones; the join keeps those)
             selection = sa.select(message_table.c.id).where(old_condition(keep_times, now))
-            schemas = {"message": placed.schema}
-            place = placed.select("id", "receive_date", "route")
-            placed.write.mode("overwrite").partitionBy("receive_date", "route").parquet(
-                str(root / "message" / f"run={run_id}"))
-            for table in RELATED_TABLES:
-                related = Base.metadata.tables[table]
-                rows = (
-                    read_table(spark, url, table, partitions, jdbc_path=jdbc_path,
-                               where=related.c.message_id.in_(selection))
-                    .join(place.withColumnRenamed("id", "message_id"), "message_id", "inner")
-                    .persist(StorageLevel.MEMORY_AND_DISK)
-                )
-                counts[table] = rows.count()
-                schemas[table] = rows.schema
-                rows.write.mode("overwrite").partitionBy("receive_date", "route").parquet(
-                    str(root / table / f"run={run_id}"))
-                rows.unpersist()
+            counts, schemas = _copy(spark, url, placed, root, run_id, selection, partitions, jdbc_path)
             _reached("written")
-            for table, expected in counts.items():
-                # with the written schema: a table with no rows for this run has no file to infer one from
-                written = spark.read.schema(schemas[table]).parquet(str(root / table / f"run={run_id}")).count()
-                if written != expected:
-                    raise ArchiveError(f"archive run {run_id}: {table} has {written} rows in {root}, the store had "
-                                       f"{expected}; nothing was deleted")
-            back = spark.read.parquet(str(root / "message" / f"run={run_id}")).select("id")
-            missing = placed.select("id").join(back, "id", "left_anti").count()
-            if missing:
-                raise ArchiveError(f"archive run {run_id}: {missing} messages missing from the copy; nothing deleted")
+            _verify(spark, placed, root, run_id, counts, schemas)
             _write_manifest(run_folder, {"run_id": run_id, "status": "verified", "counts": counts,
                                          "started_at": now.isoformat()})
             _reached("verified")
