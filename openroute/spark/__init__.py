@@ -14,9 +14,10 @@ runs the same functions from the command line. Importing this package does not i
 
 from __future__ import annotations
 
+from openroute.spark.apply import ApplyResult, apply_plan
 from openroute.spark.archive import ArchiveError, ArchiveResult, archive, read_archive
 from openroute.spark.audit import AuditError, AuditResult, CheckResult, audit
-from openroute.spark.reprocess import ApplyResult, ReprocessFilter, ReprocessResult, apply_plan, reprocess
+from openroute.spark.reprocess import ReprocessFilter, ReprocessResult, reprocess
 from openroute.spark.session import SparkSetupError, build_session, jdbc_source, read_table
 
 __all__ = [

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -35,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore
-from openroute.persistence.models import message_table
+from openroute.persistence.models import Base, message_table
+from openroute.spark._ages import parse_age
 from openroute.spark._pause import pause_point
 from openroute.spark.session import read_table
 
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 #: the tables archived with their messages (all reference message.id)
 RELATED_TABLES = ("message_transition", "external_call", "confirmation")
 
-_KEEP = re.compile(r"^(\d+)\s*([smhdw])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 class ArchiveError(RuntimeError):
@@ -81,13 +79,9 @@ def parse_keep(keep: str | Mapping[MessageState | str, timedelta | str]) -> dict
         if state not in FINAL_STATES:
             finals = ", ".join(sorted(s.value for s in FINAL_STATES))
             raise ValueError(f"keep: {state.value} is not a final state; only {finals} messages are archived")
-        if isinstance(age, timedelta):
-            delta = age
-        else:
-            match = _KEEP.match(str(age))
-            if not match:
-                raise ValueError(f"keep: {state.value}={age!r} is not an age like 30d, 12h, 2w")
-            delta = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        delta = age if isinstance(age, timedelta) else parse_age(str(age))
+        if delta is None:
+            raise ValueError(f"keep: {state.value}={age!r} is not an age like 30d, 12h, 2w")
         result[state] = delta
     return result
 
@@ -199,30 +193,78 @@ def _finish(spark: SparkSession, store: MessageStore, root: Path, batch_size: in
     return finished, discarded, deleted, kept
 
 
+def old_condition(keep: dict[MessageState, timedelta], now: datetime, table: Any = message_table
+                  ) -> sa.ColumnElement[bool]:
+    """Messages of ``table`` (the message table or an alias) in a kept state, unchanged for longer than its keep
+    time: a condition the database runs."""
+    m = table.c
+    return sa.or_(*(sa.and_(m.state == state, m.last_update_ts < now - age) for state, age in keep.items()))
+
+
 def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta], now: datetime, partitions: int,
-              jdbc_path: str | None) -> tuple[DataFrame, DataFrame]:
-    """(messages to archive, all messages' id/parent/state) as lazy frames."""
+              jdbc_path: str | None) -> DataFrame:
+    """The messages to archive (every column) as a lazy frame; each read is limited by the database to the rows
+    the decision needs (the old messages, their unfinished parents, their children), none read twice."""
     from pyspark.sql import functions as F
 
-    messages = read_table(spark, url, "message", partitions, jdbc_path=jdbc_path)
-    old = F.lit(False)
-    for state, age in keep.items():
-        cutoff = (now - age).astimezone(UTC).replace(tzinfo=None)
-        old = old | ((F.col("state") == state.value) & (F.col("last_update_ts") < F.lit(cutoff)))
+    m = message_table
+    other = message_table.alias("other")
+    old = read_table(spark, url, "message", partitions, jdbc_path=jdbc_path, where=old_condition(keep, now))
     # a child stays while its parent is not final: a waiting parent decides its outcome from its children's rows
-    unfinished_parents = messages.where(~F.col("state").isin([state.value for state in FINAL_STATES]))
-    eligible = messages.where(old).join(
-        unfinished_parents.select(F.col("id").alias("parent_id")), "parent_id", "left_anti"
+    unfinished_parents = read_table(
+        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id"],
+        where=sa.and_(m.c.state.not_in(list(FINAL_STATES)),
+                      m.c.id.in_(sa.select(other.c.parent_id).where(old_condition(keep, now, other)))),
     )
+    eligible = old.join(unfinished_parents.select(F.col("id").alias("parent_id")), "parent_id", "left_anti")
     # a parent stays while one of its children stays (the child row references it)
-    staying_children = (
-        messages.where(F.col("parent_id").isNotNull())
-        .join(eligible.select("id"), "id", "left_anti")
-        .select(F.col("parent_id").alias("id"))
-        .distinct()
+    children = read_table(
+        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id", "parent_id"],
+        where=m.c.parent_id.in_(sa.select(other.c.id).where(old_condition(keep, now, other))),
     )
-    chosen = eligible.join(staying_children, "id", "left_anti")
-    return chosen, messages
+    staying_children = (
+        children.join(eligible.select("id"), "id", "left_anti").select(F.col("parent_id").alias("id")).distinct()
+    )
+    return eligible.join(staying_children, "id", "left_anti")
+
+
+def _copy(spark: SparkSession, url: str, placed: DataFrame, root: Path, run_id: str, selection: sa.Select[Any],
+          partitions: int, jdbc_path: str | None) -> tuple[dict[str, int], dict[str, Any]]:
+    """Write the messages (``placed``, cached) and their related rows to ``root/<table>/run=<run id>``, each row
+    read once from the store; returns (rows per table, schema per table)."""
+    from pyspark import StorageLevel
+
+    counts = {"message": placed.count()}
+    schemas = {"message": placed.schema}
+    place = placed.select("id", "receive_date", "route")
+    placed.write.mode("overwrite").partitionBy("receive_date", "route").parquet(str(root / "message" / f"run={run_id}"))
+    for table in RELATED_TABLES:
+        related = Base.metadata.tables[table]
+        rows = (
+            read_table(spark, url, table, partitions, jdbc_path=jdbc_path, where=related.c.message_id.in_(selection))
+            .join(place.withColumnRenamed("id", "message_id"), "message_id", "inner")
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        counts[table] = rows.count()
+        schemas[table] = rows.schema
+        rows.write.mode("overwrite").partitionBy("receive_date", "route").parquet(str(root / table / f"run={run_id}"))
+        rows.unpersist()
+    return counts, schemas
+
+
+def _verify(spark: SparkSession, placed: DataFrame, root: Path, run_id: str, counts: dict[str, int],
+            schemas: dict[str, Any]) -> None:
+    """Read the run's copy back: every table's row count and every message id; ArchiveError when one differs."""
+    for table, expected in counts.items():
+        # with the written schema: a table with no rows for this run has no file to infer one from
+        written = spark.read.schema(schemas[table]).parquet(str(root / table / f"run={run_id}")).count()
+        if written != expected:
+            raise ArchiveError(f"archive run {run_id}: {table} has {written} rows in {root}, the store had "
+                               f"{expected}; nothing was deleted")
+    back = spark.read.parquet(str(root / "message" / f"run={run_id}")).select("id")
+    missing = placed.select("id").join(back, "id", "left_anti").count()
+    if missing:
+        raise ArchiveError(f"archive run {run_id}: {missing} messages missing from the copy; nothing deleted")
 
 
 def archive(
@@ -258,7 +300,7 @@ def archive(
     store = MessageStore(url, pool_size=1)
     try:
         finished, discarded, deleted, kept = _finish(spark, store, root, batch_size)
-        chosen, _messages = _selected(spark, url, keep_times, now, partitions, jdbc_path)
+        chosen = _selected(spark, url, keep_times, now, partitions, jdbc_path)
         placed = chosen.withColumn("receive_date", F.to_date("receive_ts")).withColumn(
             "route", F.concat_ws("/", "service", "operation")
         ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -273,33 +315,11 @@ def archive(
                 s.value: str(a) for s, a in keep_times.items()}, "started_at": now.isoformat()})
             placed.select("id", "version").write.mode("overwrite").parquet(str(run_folder / "ids"))
             _reached("selected")
-            counts = {"message": count}
-            schemas = {"message": placed.schema}
-            place = placed.select("id", "receive_date", "route")
-            placed.write.mode("overwrite").partitionBy("receive_date", "route").parquet(
-                str(root / "message" / f"run={run_id}"))
-            for table in RELATED_TABLES:
-                rows = (
-                    read_table(spark, url, table, partitions, jdbc_path=jdbc_path)
-                    .join(place.withColumnRenamed("id", "message_id"), "message_id", "inner")
-                    .persist(StorageLevel.MEMORY_AND_DISK)
-                )
-                counts[table] = rows.count()
-                schemas[table] = rows.schema
-                rows.write.mode("overwrite").partitionBy("receive_date", "route").parquet(
-                    str(root / table / f"run={run_id}"))
-                rows.unpersist()
+            # the related rows of the old messages (a superset of the archived ones; the join keeps those)
+            selection = sa.select(message_table.c.id).where(old_condition(keep_times, now))
+            counts, schemas = _copy(spark, url, placed, root, run_id, selection, partitions, jdbc_path)
             _reached("written")
-            for table, expected in counts.items():
-                # with the written schema: a table with no rows for this run has no file to infer one from
-                written = spark.read.schema(schemas[table]).parquet(str(root / table / f"run={run_id}")).count()
-                if written != expected:
-                    raise ArchiveError(f"archive run {run_id}: {table} has {written} rows in {root}, the store had "
-                                       f"{expected}; nothing was deleted")
-            back = spark.read.parquet(str(root / "message" / f"run={run_id}")).select("id")
-            missing = placed.select("id").join(back, "id", "left_anti").count()
-            if missing:
-                raise ArchiveError(f"archive run {run_id}: {missing} messages missing from the copy; nothing deleted")
+            _verify(spark, placed, root, run_id, counts, schemas)
             _write_manifest(run_folder, {"run_id": run_id, "status": "verified", "counts": counts,
                                          "started_at": now.isoformat()})
             _reached("verified")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,15 +27,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openroute.persistence.models import FINAL_STATES, MessageState
 from openroute.persistence.secrets import mask_secrets, masked_url
+from openroute.spark._ages import parse_age
+from openroute.spark.audit_checks import CONSISTENCY_CHECKS, FINAL, STATISTICS, AuditFrames, AuditSettings
+from openroute.spark.outputs import OutputKind, prune_outputs, pruned_line, retention_setting
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-FINAL = sorted(state.value for state in FINAL_STATES)
-#: final states for which the source system is owed a confirmation (confirmation.model.CONFIRMED_STATES)
-CONFIRMED = ("CANCEL", "FAILED", "OK")
+    from pyspark.sql import DataFrame, SparkSession
 
 #: the columns of each table the audit reads (never the payload)
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -59,16 +56,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 ARCHIVED_TABLES = ("message", "message_transition", "external_call", "confirmation")
 
 #: what each consistency check finds (the keys are the check names of the report and summary.json)
-CHECKS: dict[str, str] = {
-    "stuck": "non-final messages that have not moved and are not scheduled for longer than stuck_after",
-    "dead_node_processing": "PROCESSING messages owned by a node whose heartbeat stopped (or that is unknown)",
-    "confirmation_missing": "final top-level messages of a confirmed source system without any confirmation row",
-    "confirmation_overdue": "confirmations still PENDING after their retries or long past their due time",
-    "parent_final_child_open": "final parent messages with a child that is not final (id: the child)",
-    "children_final_parent_waiting": "parents WAITING_FOR_CHILDREN whose children are all final (id: the parent)",
-    "duplicate_ok_call": "an external call recorded OK more than once for one (entity, key) or (message, key)",
-    "history_mismatch": "messages whose transition history does not lead to their state (or is missing, broken)",
-}
+CHECKS: dict[str, str] = {step.name: step.description for step in CONSISTENCY_CHECKS}
 
 
 class AuditError(ValueError):
@@ -107,6 +95,8 @@ class AuditResult:
     details: dict[str, DataFrame] = field(default_factory=dict, repr=False)
     #: the frames the audit keeps cached in Spark until :meth:`release` (or :meth:`write`) frees them
     cached: list[DataFrame] = field(default_factory=list, repr=False)
+    #: older audit folders :meth:`write` deleted beside its own (the retention)
+    pruned: list[Path] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -134,13 +124,16 @@ class AuditResult:
             "statistics": self.statistics,
         }
 
-    def write(self, out: str | Path) -> Path:
+    def write(self, out: str | Path, retention: str | timedelta | None = None) -> Path:
         """Write report.html, summary.json and one Parquet folder per detail table under ``out``; return it.
 
         The Parquet tables (``out/parquet/<name>``) hold every row, the violations table every offending id.
+        Audit folders beside ``out`` older than ``retention`` (default ``$OPENROUTE_SPARK_RETENTION``; none: keep
+        all) are deleted afterwards and listed in :attr:`pruned`.
         """
         from openroute.spark.report import render_report
 
+        retention_setting(retention)  # a bad retention is refused before anything is written
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         summary = self.summary()
@@ -149,6 +142,7 @@ class AuditResult:
             frame.write.mode("overwrite").parquet(str(folder / "parquet" / name))
         (folder / "report.html").write_text(render_report(summary))
         self.release()
+        self.pruned = prune_outputs(folder, retention, OutputKind.AUDIT)
         return folder
 
     def release(self) -> None:
@@ -158,25 +152,16 @@ class AuditResult:
         self.cached.clear()
 
 
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
 def parse_duration(value: str | timedelta) -> timedelta:
     """``30m``, ``2h``, ``7d``, ``1w``, ``90s`` (or a timedelta) as a timedelta; AuditError otherwise."""
     if isinstance(value, timedelta):
         if value <= timedelta(0):
             raise AuditError(f"a duration must be positive, got {value}")
         return value
-    match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", str(value))
-    if not match or int(match.group(1)) == 0:
+    age = parse_age(str(value))
+    if age is None or not age:
         raise AuditError(f"not a duration: {value!r} (use a positive number and s, m, h, d or w, e.g. 30m or 7d)")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
-
-
-def _secs(column: Column) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.unix_micros(column) / F.lit(1_000_000.0)
+    return age
 
 
 def _read(spark: SparkSession, url: str, table: str, partitions: int, jdbc_path: str | None,
@@ -228,8 +213,7 @@ def _read_nodes(spark: SparkSession, url: str, jdbc_path: str | None) -> DataFra
                         F.to_timestamp("stopped_at").alias("stopped_at"))
 
 
-# C901 over 12: to become a sequence of named checks (issue 29, item 4)
-def audit(  # noqa: C901
+def audit(
     spark: SparkSession,
     url: str,
     *,
@@ -260,216 +244,108 @@ def audit(  # noqa: C901
     - ``partitions``: parallel JDBC reads per table; ``id_cap``: ids kept per check; ``top``: error codes kept
       per route.
 
-    Raises :class:`AuditError` for a bad argument and ``SparkSetupError`` when the store cannot be read.
+    The audit is a sequence of named steps (:mod:`openroute.spark.audit_checks`): the tables are read once,
+    each statistic of :data:`~openroute.spark.audit_checks.STATISTICS` and each check of
+    :data:`~openroute.spark.audit_checks.CONSISTENCY_CHECKS` is computed from them, and the results come back
+    to the driver in two Spark jobs. Raises :class:`AuditError` for a bad argument and ``SparkSetupError``
+    when the store cannot be read.
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    settings = _settings(now, stuck_after, heartbeat_timeout, grace, confirmation_max_attempts, confirmed_systems,
+                         top, partitions, id_cap)
+    archive = Path(include_archive) if include_archive is not None else None
+    if archive is not None and not archive.is_dir():
+        raise AuditError(f"no archive folder at {archive}: give the --to folder of openroute spark archive")
+    frames = _frames(spark, url, settings, partitions, jdbc_path, archive)
+    found = _violations(frames)
+    checks = _check_results(found, id_cap)
+    stats = {step.name: step.run(frames) for step in STATISTICS}
+    collected, lines = _collect(stats)
+    totals = _totals(collected, frames.transitions.count())
+    # the detail tables are the collected aggregates again (writing them reads nothing from the store)
+    details = {name: _rows_frame(spark, lines[name], frame) for name, frame in stats.items()}
+    details["violations"] = found
+    described = {
+        "url": masked_url(url), "now": settings.now.isoformat(), "stuck_after": str(settings.stuck_after),
+        "heartbeat_timeout": str(settings.heartbeat_timeout), "grace": str(settings.grace),
+        "confirmation_max_attempts": confirmation_max_attempts,
+        "confirmed_systems": list(confirmed_systems) if confirmed_systems is not None else None,
+        "include_archive": str(archive) if archive else None, "id_cap": id_cap,
+    }
+    return AuditResult(datetime.now(UTC), checks, collected, totals, described, details,
+                       [frames.messages, frames.transitions, frames.confirmations, found])
 
+
+def _settings(now: datetime | None, stuck_after: str | timedelta, heartbeat_timeout: str | timedelta,
+              grace: str | timedelta, confirmation_max_attempts: int, confirmed_systems: Sequence[str] | None,
+              top: int, partitions: int, id_cap: int) -> AuditSettings:
+    """The audit's thresholds, checked: AuditError names the first bad one."""
     now = now or datetime.now(UTC)
     if now.tzinfo is None:
         raise AuditError(f"now must be timezone-aware, got {now!r}")
-    stuck = parse_duration(stuck_after)
-    heartbeat = parse_duration(heartbeat_timeout)
-    grace_td = parse_duration(grace)
+    stuck, heartbeat, settled = (parse_duration(value) for value in (stuck_after, heartbeat_timeout, grace))
     for name, number in (("partitions", partitions), ("id_cap", id_cap), ("top", top),
                          ("confirmation_max_attempts", confirmation_max_attempts)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise AuditError(f"{name} must be an int >= 1, got {number!r}")
-    archive = Path(include_archive) if include_archive is not None else None
-    if archive is not None and not archive.is_dir():
-        raise AuditError(f"no archive folder at {archive}: give the --to folder of openroute spark archive")
+    return AuditSettings(now.astimezone(UTC), stuck, heartbeat, settled, confirmation_max_attempts, confirmed_systems,
+                         top)
+
+
+def _frames(spark: SparkSession, url: str, settings: AuditSettings, partitions: int, jdbc_path: str | None,
+            archive: Path | None) -> AuditFrames:
+    """The store's tables as the steps read them, each read once (the message and transition tables cached)."""
+    from pyspark.sql import functions as F
 
     def read(table: str) -> DataFrame:
         return _read(spark, url, table, partitions, jdbc_path, archive)
 
-    now_col = F.lit(now.astimezone(UTC))
     messages = (
         read("message")
         .withColumn("day", F.to_date("receive_ts"))
         .withColumn("is_final", F.col("state").isin(FINAL))
         .persist()
     )
-    transitions = read("message_transition").persist()
-    route = messages.select(F.col("id").alias("message_id"), "service", "operation", "day")
+    return AuditFrames(spark, settings, messages, read("message_transition").persist(),
+                       read("confirmation").persist(), _read_nodes(spark, url, jdbc_path), read)
 
-    # ---- statistics --------------------------------------------------------------------------------------
-    stats: dict[str, DataFrame] = {}
-    stats["state_counts"] = messages.groupBy("service", "operation", "day", "state").agg(F.count("*").alias("count"))
-    final_at = (
-        transitions.where(F.col("to_state").isin(FINAL))
-        .groupBy("message_id").agg(F.max("at").alias("final_at"))
-    )
-    finished = (
-        messages.where("is_final").join(final_at, messages.id == final_at.message_id, "left")
-        .withColumn("final_at", F.coalesce("final_at", "last_update_ts"))
-        .withColumn("seconds", _secs(F.col("final_at")) - _secs(F.col("receive_ts")))
-    )
-    stats["throughput_hourly"] = (
-        finished.groupBy("service", "operation", F.date_format("final_at", "yyyy-MM-dd HH:00").alias("hour"))
-        .agg(F.count("*").alias("finished"))
-    )
-    stats["latency"] = finished.groupBy("service", "operation", "day").agg(
-        F.count("*").alias("finished"),
-        F.percentile_approx("seconds", 0.5).alias("p50_s"),
-        F.percentile_approx("seconds", 0.95).alias("p95_s"),
-        F.percentile_approx("seconds", 0.99).alias("p99_s"),
-        F.max("seconds").alias("max_s"),
-    )
-    by_message = Window.partitionBy("message_id").orderBy("id")
-    steps = (
-        transitions.withColumn("next_at", F.lead("at").over(by_message))
-        .withColumn("prev_to", F.lag("to_state").over(by_message))
-        .withColumn("rank_desc", F.row_number().over(Window.partitionBy("message_id").orderBy(F.desc("id"))))
-    )
-    spent = steps.where(F.col("next_at").isNotNull()).withColumn(
-        "seconds", _secs(F.col("next_at")) - _secs(F.col("at"))
-    )
-    stats["time_in_state"] = (
-        spent.join(route, "message_id")
-        .groupBy("service", "operation", F.col("to_state").alias("state"))
-        .agg(F.count("*").alias("visits"), F.sum("seconds").alias("total_s"), F.avg("seconds").alias("avg_s"),
-             F.percentile_approx("seconds", 0.95).alias("p95_s"))
-    )
-    stats["attempts"] = (
-        messages.where("is_final")
-        .groupBy("service", "operation", (F.col("failed_count") + 1).alias("attempts"))
-        .agg(F.count("*").alias("count"))
-    )
-    per_route = Window.partitionBy("service", "operation").orderBy(F.desc("count"), "code")
-    stats["top_errors"] = (
-        messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != "OK"))  # the current error only
-        .groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(F.count("*").alias("count"))
-        .withColumn("rank", F.row_number().over(per_route)).where(F.col("rank") <= top).drop("rank")
-    )
-    business = messages.select(
-        "service", "operation",
-        F.explode(F.from_json("business_errors", "array<struct<code:string,text:string>>")).alias("error"),
-    )
-    stats["business_errors"] = (
-        business.groupBy("service", "operation", F.col("error.code").alias("code")).agg(F.count("*").alias("count"))
-        .withColumn("rank", F.row_number().over(per_route)).where(F.col("rank") <= top).drop("rank")
-    )
-    confirmations = read("confirmation").persist()
-    stats["confirmations"] = (
-        confirmations.withColumn("day", F.to_date("created_at"))
-        .withColumn("lag_s", _secs(F.col("sent_at")) - _secs(F.col("created_at")))
-        .groupBy("source_system", "day")
-        .agg(F.count("*").alias("count"),
-             F.sum(F.when(F.col("status") == "SENT", 1).otherwise(0)).alias("sent"),
-             F.sum(F.when(F.col("status") == "PENDING", 1).otherwise(0)).alias("pending"),
-             F.sum(F.when(F.col("status") == "FAILED", 1).otherwise(0)).alias("failed"),
-             F.avg("attempts").alias("avg_attempts"),
-             F.percentile_approx("lag_s", 0.5).alias("lag_p50_s"),
-             F.percentile_approx("lag_s", 0.95).alias("lag_p95_s"),
-             F.max("lag_s").alias("lag_max_s"))
-    )
-    stats["funnel_postpones"] = (
-        transitions.where(F.col("to_state") == MessageState.POSTPONED.value).join(route, "message_id")
-        .groupBy("service", "operation", "day")
-        .agg(F.count("*").alias("postpones"), F.countDistinct("message_id").alias("messages"))
-    )
 
-    # ---- consistency checks (each a frame of message_id) -------------------------------------------------
-    violations: dict[str, DataFrame] = {}
-    horizon = now_col - F.expr(f"INTERVAL {int(stuck.total_seconds())} SECONDS")
-    violations["stuck"] = messages.where(
-        ~F.col("is_final") & (F.col("last_update_ts") < horizon)
-        & (F.col("next_attempt_at").isNull() | (F.col("next_attempt_at") < horizon))
-    ).select(F.col("id").alias("message_id"))
-
-    nodes = _read_nodes(spark, url, jdbc_path)
-    alive = nodes.where(
-        F.col("stopped_at").isNull()
-        & (F.col("heartbeat_at") >= now_col - F.expr(f"INTERVAL {int(heartbeat.total_seconds())} SECONDS"))
-    ).select(F.col("id").alias("node_id"))
-    violations["dead_node_processing"] = (
-        messages.where(F.col("state") == MessageState.PROCESSING.value)
-        .join(alive, "node_id", "left_anti").select(F.col("id").alias("message_id"))
-    )
-
-    settled = now_col - F.expr(f"INTERVAL {int(grace_td.total_seconds())} SECONDS")
-    if confirmed_systems is None:
-        systems = confirmations.select("source_system").distinct()
-    else:
-        systems = spark.createDataFrame([(s,) for s in confirmed_systems], "source_system string")
-    owed = (
-        messages.where(F.col("state").isin(list(CONFIRMED)) & F.col("parent_id").isNull()
-                       & (F.col("last_update_ts") < settled))
-        .join(F.broadcast(systems), "source_system", "left_semi")
-    )
-    violations["confirmation_missing"] = (
-        owed.join(confirmations.select(F.col("message_id").alias("id")), "id", "left_anti")
-        .select(F.col("id").alias("message_id"))
-    )
-    violations["confirmation_overdue"] = confirmations.where(
-        (F.col("status") == "PENDING")
-        & ((F.col("attempts") >= confirmation_max_attempts) | (F.col("next_attempt_at") < horizon))
-    ).select("message_id")
-
-    parents = messages.select(F.col("id").alias("parent_id"), F.col("is_final").alias("parent_final"),
-                              F.col("state").alias("parent_state"), F.col("last_update_ts").alias("parent_ts"))
-    children = messages.where(F.col("parent_id").isNotNull()).join(parents, "parent_id")
-    violations["parent_final_child_open"] = children.where(
-        F.col("parent_final") & ~F.col("is_final")
-    ).select(F.col("id").alias("message_id"))
-    violations["children_final_parent_waiting"] = (
-        children.where(F.col("parent_state") == MessageState.WAITING_FOR_CHILDREN.value)
-        .groupBy("parent_id")
-        .agg(F.min(F.col("is_final").cast("int")).alias("all_final"), F.max("last_update_ts").alias("last_child"))
-        .where((F.col("all_final") == 1) & (F.col("last_child") < settled))
-        .select(F.col("parent_id").alias("message_id"))
-    )
-
-    entity_dups = (
-        read("entity_call").where(F.col("status") == "OK")
-        .withColumn("n", F.count("*").over(Window.partitionBy("entity_type", "object_id", "call_key")))
-        .where(F.col("n") > 1).select(F.col("owner_message_id").alias("message_id"))
-    )
-    message_dups = (
-        read("external_call").where(F.col("status") == "OK")
-        .withColumn("n", F.count("*").over(Window.partitionBy("message_id", "call_key")))
-        .where(F.col("n") > 1).select("message_id")
-    )
-    violations["duplicate_ok_call"] = entity_dups.unionByName(message_dups).where(F.col("message_id").isNotNull())
-
-    history_start = transitions.agg(F.min("at").alias("start"), F.count("*").alias("rows")).first()
-    broken = steps.where(
-        F.col("prev_to").isNotNull() & ~F.col("from_state").eqNullSafe(F.col("prev_to"))
-    ).select("message_id")
-    last = steps.where(F.col("rank_desc") == 1).select("message_id", F.col("to_state").alias("last_to"))
-    wrong_end = (
-        messages.join(last, messages.id == last.message_id, "left")
-        .where(F.col("last_to").isNull() | (F.col("last_to") != F.col("state")))
-    )
-    if history_start is None or history_start["start"] is None:
-        wrong_end = wrong_end.where(F.col("last_to").isNotNull())
-    else:
-        # messages received before the store kept transitions have no history to check
-        started = F.lit(history_start["start"])
-        wrong_end = wrong_end.where(F.col("last_to").isNotNull() | (F.col("receive_ts") >= started))
-    violations["history_mismatch"] = broken.unionByName(wrong_end.select(F.col("id").alias("message_id")))
+def _violations(frames: AuditFrames) -> DataFrame:
+    """Every check's offending ids as one cached frame of (message_id, check)."""
+    from pyspark.sql import functions as F
 
     found = None
-    for name in CHECKS:
-        ids = violations[name].select(F.col("message_id").cast("long").alias("message_id"), F.lit(name).alias("check"))
+    for step in CONSISTENCY_CHECKS:
+        ids = step.run(frames).select(F.col("message_id").cast("long").alias("message_id"),
+                                      F.lit(step.name).alias("check"))
         found = ids if found is None else found.unionByName(ids)
-    assert found is not None  # noqa: S101  narrows an Optional for mypy: set before this point
-    found = found.distinct().persist()
+    assert found is not None  # noqa: S101  narrows an Optional for mypy: the checks are not empty
+    return found.distinct().persist()
+
+
+def _check_results(found: DataFrame, id_cap: int) -> list[CheckResult]:
+    """One result per check, in order: its count and its first ``id_cap`` ids (one Spark job for each)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     counts = {r["check"]: int(r["count"]) for r in found.groupBy("check").count().collect()}
     first: dict[str, list[int]] = {name: [] for name in CHECKS}
     capped = found.withColumn("n", F.row_number().over(Window.partitionBy("check").orderBy("message_id")))
     for row in capped.where(F.col("n") <= id_cap).select("check", "message_id").collect():
         first[row["check"]].append(int(row["message_id"]))
-    checks = [CheckResult(name, description, counts.get(name, 0), sorted(first[name]))
-              for name, description in CHECKS.items()]
+    return [CheckResult(name, description, counts.get(name, 0), sorted(first[name]))
+            for name, description in CHECKS.items()]
 
-    # every statistic in one Spark job (their stages run side by side), as JSON rows
+
+def _collect(stats: dict[str, DataFrame]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+    """Every statistic in one Spark job (their stages run side by side): (rows as dicts, rows as JSON lines)."""
+    from pyspark.sql import functions as F
+
     packed = None
     for name, frame in stats.items():
         part = frame.select(F.lit(name).alias("table"),
                             F.to_json(F.struct(*frame.columns), {"ignoreNullFields": "false"}).alias("row"))
         packed = part if packed is None else packed.unionByName(part)
-    assert packed is not None  # noqa: S101  narrows an Optional for mypy: set before this point
+    assert packed is not None  # noqa: S101  narrows an Optional for mypy: the statistics are not empty
     lines: dict[str, list[str]] = {name: [] for name in stats}
     for row in packed.collect():
         lines[row["table"]].append(row["row"])
@@ -481,29 +357,28 @@ def audit(  # noqa: C901
             return tuple((r[k] is None, str(r[k])) for k in keys)
 
         collected[name] = sorted((json.loads(line) for line in lines[name]), key=order)
+    return collected, lines
+
+
+def _rows_frame(spark: SparkSession, lines: list[str], like: DataFrame) -> DataFrame:
+    """Collected JSON rows as a frame with ``like``'s schema (works on a Connect session: no SparkContext)."""
+    from pyspark.sql import functions as F
+
+    raw = spark.createDataFrame([(line,) for line in lines], "value string")
+    return raw.select(F.from_json("value", like.schema).alias("row")).select("row.*")
+
+
+def _totals(collected: dict[str, list[dict[str, Any]]], transitions: int) -> dict[str, Any]:
     state_totals: dict[str, int] = {}
     for entry in collected["state_counts"]:
         state_totals[entry["state"]] = state_totals.get(entry["state"], 0) + int(entry["count"])
-    totals = {
+    return {
         "messages": sum(state_totals.values()),
         "by_state": dict(sorted(state_totals.items())),
-        "transitions": int(history_start["rows"]) if history_start is not None else 0,
+        "transitions": transitions,
         "confirmations": sum(int(r["count"]) for r in collected["confirmations"]),
         "routes": len({(r["service"], r["operation"]) for r in collected["state_counts"]}),
     }
-    # the detail tables are the collected aggregates again (writing them reads nothing from the store)
-    details = {name: spark.read.schema(frame.schema).json(spark.sparkContext.parallelize(lines[name] or [], 1))
-               for name, frame in stats.items()}
-    details["violations"] = found
-    settings = {
-        "url": masked_url(url), "now": now.isoformat(), "stuck_after": str(stuck),
-        "heartbeat_timeout": str(heartbeat), "grace": str(grace_td),
-        "confirmation_max_attempts": confirmation_max_attempts,
-        "confirmed_systems": list(confirmed_systems) if confirmed_systems is not None else None,
-        "include_archive": str(archive) if archive else None, "id_cap": id_cap,
-    }
-    return AuditResult(datetime.now(UTC), checks, collected, totals, settings, details,
-                       [messages, transitions, confirmations, found])
 
 
 # ---- command line (``openroute spark audit``) -------------------------------------------------------------
@@ -529,6 +404,9 @@ def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
         parser.add_argument("--master", default=None, help="Spark master (local[*] by default, spark://..., yarn)")
         parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
         parser.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (before /usr/share/java)")
+        parser.add_argument("--retention", default=None, metavar="AGE",
+                            help="delete audit folders beside --out older than this, e.g. 30d (default: "
+                                 "$OPENROUTE_SPARK_RETENTION, else keep all)")
     parser.add_argument("--out", required=True, help="folder for report.html, summary.json and Parquet tables")
     parser.add_argument("--now", default=None, type=_aware,
                         help="the audit's clock, ISO-8601 with a zone (default: the current time)")
@@ -570,12 +448,15 @@ def run_audit_job(spark: SparkSession, args: argparse.Namespace) -> int:
         confirmed_systems=args.confirmed_systems, include_archive=args.include_archive,
         partitions=args.partitions, id_cap=args.id_cap, jdbc_path=args.jdbc_path,
     )
-    out = result.write(args.out)
+    out = result.write(args.out, args.retention)
     for check in result.checks:
         status = "ok  " if check.passed else "FAIL"
         shown = ", ".join(str(i) for i in check.ids[:10]) + (" ..." if check.count > 10 else "")
         print(f"{status} {check.name}: {check.count}" + (f" ({shown})" if check.count else ""))
     print(f"report: {out / 'report.html'}")
+    pruned = pruned_line(result.pruned, OutputKind.AUDIT)
+    if pruned:
+        print(pruned)
     return 0 if result.passed else 1
 
 

@@ -20,11 +20,14 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from openroute.persistence.secrets import mask_secrets
+from openroute.spark.guidance import suggestion
+from openroute.spark.outputs import OutputKind, pruned_line
 
 
 def _common() -> argparse.ArgumentParser:
@@ -36,8 +39,13 @@ def _common() -> argparse.ArgumentParser:
                        help="the server's TOML configuration (its database_url), under --database-url and "
                             "$OPENROUTE_DATABASE_URL")
     group.add_argument("--master", default=None, help="Spark master (default local[*]; spark://..., k8s://..., yarn)")
+    group.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                       help="run on a Spark Connect server (openroute spark connect start) instead of a JVM here")
     group.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
     group.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (default /usr/share/java)")
+    group.add_argument("--retention", default=None, metavar="AGE",
+                       help="delete plan / audit folders beside --out older than this, e.g. 30d (default: "
+                            "$OPENROUTE_SPARK_RETENTION, else keep all)")
     group.add_argument("--spark-log", default=None,
                        help="file for Spark's own log and the JVM's stderr (default: a file in the temp folder)")
     return common
@@ -82,6 +90,13 @@ def add_parser(subparsers: Any) -> None:
     from openroute.spark.audit import add_audit_parser
 
     add_audit_parser(jobs, parents=[common])
+
+    server = jobs.add_parser("connect", help="start, stop or show a Spark Connect server for warm jobs",
+                             description="A long-lived Spark Connect server (JDBC drivers on its class path): jobs "
+                                         "given --remote sc://HOST:PORT run on it and start in about a second.")
+    server.add_argument("action", choices=("start", "stop", "status"))
+    server.add_argument("--port", type=int, default=None, help="the server's port (default 15002)")
+    server.add_argument("--master", default=None, help="the server's Spark master (default local[*])")
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -226,7 +241,8 @@ def _table(rows: list[tuple[str, str, int]], headers: tuple[str, str, str]) -> s
 
 
 def _run_reprocess(spark: Any, args: argparse.Namespace, progress: _Progress) -> int:
-    from openroute.spark.reprocess import apply_plan, read_job, reprocess
+    from openroute.spark.apply import apply_plan, read_job
+    from openroute.spark.reprocess import reprocess
 
     url = _url(args)
     if args.plan is not None:
@@ -246,10 +262,14 @@ def _run_reprocess(spark: Any, args: argparse.Namespace, progress: _Progress) ->
         object_ids_file=args.object_ids_file, out=args.out, job_id=args.job_id, apply=args.apply,
         rate=args.rate, batch_size=args.batch_size, partitions=args.partitions, csv=args.csv,
         jdbc_path=args.jdbc_path, progress=_apply_progress(progress) if args.apply else None,
+        retention=args.retention,
     )
     folder = result.plan_path.parent
     print(f"job {result.job_id}: plan in {result.plan_path}")
     print(_table(result.summary, ("route", "decision", "messages")) if result.summary else "no candidates")
+    for line in (pruned_line(result.pruned, OutputKind.PLAN), suggestion(sum(result.counts().values()))):
+        if line:
+            print(line)
     if result.applied is None:
         print(f"dry run: nothing changed. Apply it with: openroute spark reprocess --plan {folder} --apply")
     else:
@@ -297,6 +317,8 @@ def run(args: argparse.Namespace) -> int:
     from openroute.spark.session import SparkSetupError, build_session
 
     name = f"openroute spark {args.spark_command}"
+    if args.spark_command == "connect":
+        return _run_connect(args, name)
     jvm_log = args.spark_log or str(Path(tempfile.gettempdir()) / f"openroute-spark-{os.getpid()}.log")
     if args.partitions < 1:
         print(f"{name}: --partitions must be >= 1, got {args.partitions}", file=sys.stderr)
@@ -309,7 +331,11 @@ def run(args: argparse.Namespace) -> int:
         from pyspark.sql import SparkSession
 
         owned = SparkSession.getActiveSession() is None  # a session the caller started stays running
-        spark = build_session(args.master, app_name=name, jdbc_path=args.jdbc_path, jvm_log=jvm_log)
+        started = time.monotonic()
+        spark = build_session(args.master, app_name=name, jdbc_path=args.jdbc_path, jvm_log=jvm_log,
+                              remote=args.remote)
+        where = args.remote or args.master or "local[*]"
+        print(f"spark session ready in {time.monotonic() - started:.1f} s on {where}")
     except ImportError:
         print(f"{name}: PySpark is not installed: pip install 'openroute[spark]'", file=sys.stderr)
         return 2
@@ -322,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         "reprocess": _run_reprocess, "archive": _run_archive,
         "audit": lambda spark, args, _progress: run_audit_job(spark, args),
     }
-    progress = _Progress(spark, sys.stderr.isatty())
+    progress = _Progress(spark, sys.stderr.isatty() and args.remote is None)  # a Connect client has no tracker
     try:
         with progress:
             return jobs[args.spark_command](spark, args, progress)
@@ -337,3 +363,26 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if owned:
             spark.stop()
+
+
+def _run_connect(args: argparse.Namespace, name: str) -> int:
+    """``openroute spark connect start|stop|status``: one line on stdout; 2 with one line on stderr on failure."""
+    from openroute.spark.connect import DEFAULT_PORT, ConnectServer
+    from openroute.spark.session import SparkSetupError
+
+    server = ConnectServer(args.port or DEFAULT_PORT)
+    try:
+        if args.action == "start":
+            started = time.monotonic()
+            pid = server.start(args.master or "local[*]")
+            took = time.monotonic() - started
+            print(f"Spark Connect server running (pid {pid}) on {server.remote} after {took:.1f} s; "
+                  f"use --remote {server.remote}")
+        elif args.action == "stop":
+            print(f"stopped the server on {server.remote}" if server.stop() else f"no server ran on {server.remote}")
+        else:
+            print(server.status())
+    except SparkSetupError as problem:
+        print(f"{name}: {mask_secrets(str(problem))}", file=sys.stderr)
+        return 2
+    return 0

@@ -164,6 +164,7 @@ def build_session(
     log_level: str = "error",
     config: dict[str, str] | None = None,
     jvm_log: str | os.PathLike[str] | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """A SparkSession for the openroute jobs (or the running one, which keeps its own settings).
 
@@ -174,9 +175,14 @@ def build_session(
     - ``jvm_log``: a file that receives the JVM's own stderr (its start-up notes, any Java stack trace)
       instead of this process's stderr; only used when this call starts the JVM.
 
+    - ``remote``: a Spark Connect server (``sc://host:port``, see :mod:`openroute.spark.connect`) to run on
+      instead of starting a JVM here; ``master``, ``jdbc_path`` and ``jvm_log`` are then the server's business.
+
     Times are UTC (``spark.sql.session.timeZone``), the UI is off on ``local`` masters. Raises
-    :class:`SparkSetupError` when PySpark or Java is missing.
+    :class:`SparkSetupError` when PySpark or Java is missing, or the Connect server does not answer.
     """
+    if remote is not None:
+        return _remote_session(remote, app_name, config)
     try:
         from pyspark.sql import SparkSession
     except ImportError as missing:
@@ -208,6 +214,28 @@ def build_session(
         where = f" (JVM log: {jvm_log})" if jvm_log else ""
         raise SparkSetupError(f"Spark did not start on {master}: {first_line(error)}{where}") from None
     session.sparkContext.setLogLevel(log_level.upper())
+    return session
+
+
+def _remote_session(remote: str, app_name: str, config: dict[str, str] | None) -> SparkSession:
+    """A Spark Connect client session on ``remote``; its first query proves the server answers."""
+    if not remote.startswith("sc://"):
+        raise SparkSetupError(f"--remote takes a Spark Connect URL like sc://127.0.0.1:15002, got {remote!r}")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as missing:
+        raise SparkSetupError(f"PySpark is not installed: pip install 'openroute[spark-connect]' ({missing})") from None
+    builder = SparkSession.builder.remote(remote).appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+        session.range(1).collect()
+    except ImportError as missing:  # pandas, pyarrow, grpcio...: the client's own dependencies
+        raise SparkSetupError(f"the Spark Connect client needs pip install 'openroute[spark-connect]' ({missing})"
+                              ) from None
+    except Exception as error:
+        raise SparkSetupError(f"no Spark Connect server answers at {remote}: {first_line(error)}") from None
     return session
 
 
@@ -287,7 +315,7 @@ def _timestamp_columns(table: str) -> list[str]:
     return [c.name for c in known.columns if isinstance(c.type, UTCDateTime)]
 
 
-def _custom_schema(table: str, backend: str) -> str | None:
+def _custom_schema(table: str, backend: str, columns: Sequence[str] | None = None) -> str | None:
     """Spark types for the store's columns where JDBC metadata would mislead Spark.
 
     SQLite declares JSON and timestamp columns with names its driver maps to numbers or parses in local
@@ -298,6 +326,8 @@ def _custom_schema(table: str, backend: str) -> str | None:
         return None
     types: list[str] = []
     for column in known.columns:
+        if columns is not None and column.name not in columns:
+            continue
         kind = column.type
         if backend == "sqlite":
             if isinstance(kind, sa.Integer):
@@ -326,6 +356,20 @@ def read_query(spark: SparkSession, url: str, query: str, jdbc_path: str | os.Pa
         raise SparkSetupError(f"cannot read {source.describe()}: {first_line(error)}") from None
 
 
+def store_sql(statement: sa.sql.ClauseElement, backend: str) -> str:
+    """``statement`` as SQL text for ``backend`` (``postgresql`` or ``sqlite``), its values inlined as literals.
+
+    The jobs hand Spark's JDBC source a subquery (``dbtable``) so that the database does the filtering; the
+    values are rendered by SQLAlchemy's literal processors (quoted and escaped), never pasted in by hand."""
+    from sqlalchemy.dialects.postgresql.base import PGDialect
+    from sqlalchemy.dialects.sqlite.base import SQLiteDialect
+
+    # PGDialect has no typed __init__ (SQLAlchemy stubs); "named": a "%" is not doubled as for psycopg's format
+    dialect: sa.Dialect = (PGDialect(paramstyle="named") if backend == "postgresql"  # type: ignore[no-untyped-call]
+                           else SQLiteDialect())
+    return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+
+
 def read_table(
     spark: SparkSession,
     url: str,
@@ -335,34 +379,41 @@ def read_table(
     *,
     jdbc_path: str | os.PathLike[str] | None = None,
     columns: Sequence[str] | None = None,
+    where: sa.ColumnElement[bool] | None = None,
 ) -> DataFrame:
     """``table`` of the store at ``url`` as a DataFrame read in ``partitions`` parallel ranges of ``column``.
 
-    The ranges split [min, max] of ``column`` (read first, one row); an empty table is one empty partition.
-    ``columns`` limits the columns read (all by default). The store's timestamp columns come back as Spark
-    timestamps in UTC on SQLite too (stored there as text). Nothing is collected on the driver except the
-    bounds. Raises :class:`SparkSetupError` (one line) when the driver is missing or the database does not
-    answer, ``ValueError`` for ``partitions < 1``.
+    - ``columns`` limits the columns read (all by default);
+    - ``where``, a SQLAlchemy condition on the table of :mod:`openroute.persistence.models`, is run by the
+      database: Spark reads ``(SELECT columns FROM table WHERE ...)``, never the rows it would drop.
+
+    The ranges split [min, max] of ``column`` over the selected rows (one query first, one row); no rows make
+    one empty partition. The store's timestamp columns come back as Spark timestamps in UTC on SQLite too
+    (stored there as text). Nothing is collected on the driver except the bounds. Raises
+    :class:`SparkSetupError` (one line) when the driver is missing or the database does not answer,
+    ``ValueError`` for ``partitions < 1`` or ``where`` on a table the models do not know.
     """
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     source = jdbc_source(url, jdbc_path)
     from pyspark.sql import functions as F
 
+    # the partition column is read too (the ranges split it); the select at the end drops it if not asked for
+    read = None if columns is None else [*columns, *([column] if column not in columns else [])]
+    relation = _relation(table, read, where, source.backend)
     try:
         bounds = (
             _reader(spark, source)
-            .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "  # noqa: S608  table and column are the store's own names, never input
-                             f"COALESCE(MAX({column}), 0) AS hi FROM {table}")
+            .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "  # noqa: S608  the relation is the store's own names and SQLAlchemy-rendered literals
+                             f"COALESCE(MAX({column}), 0) AS hi FROM {relation}")
             .option("customSchema", "n BIGINT, lo BIGINT, hi BIGINT")
             .load()
             .first()
         )
     except Exception as error:
         raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
-    stamps = _timestamp_columns(table)
-    reader = _reader(spark, source).option("dbtable", table)
-    schema = _custom_schema(table, source.backend)
+    reader = _reader(spark, source).option("dbtable", relation)
+    schema = _custom_schema(table, source.backend, read)
     if schema:
         reader = reader.option("customSchema", schema)
     if bounds is not None and bounds["n"]:
@@ -378,9 +429,22 @@ def read_table(
     except Exception as error:
         raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
     if source.backend == "sqlite":
-        for name in stamps:
+        for name in _timestamp_columns(table):
             if name in frame.columns:
                 frame = frame.withColumn(name, F.to_timestamp(F.col(name)))
     if columns is not None:
         frame = frame.select(*columns)
     return frame
+
+
+def _relation(table: str, columns: Sequence[str] | None, where: sa.ColumnElement[bool] | None, backend: str) -> str:
+    """What Spark reads: the table itself, or a subquery of its ``columns`` and ``where`` (an aliased SELECT)."""
+    if where is None and columns is None:
+        return table
+    known = Base.metadata.tables.get(table)
+    if known is None:
+        raise ValueError(f"no store table {table!r} to filter (known: {', '.join(sorted(Base.metadata.tables))})")
+    query = sa.select(*(known.c[name] for name in columns)) if columns is not None else sa.select(known)
+    if where is not None:
+        query = query.where(where)
+    return f"({store_sql(query, backend)}) AS selected_{table}"

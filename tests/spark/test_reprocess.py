@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,17 +23,8 @@ from openroute.cli import main
 from openroute.dsl import Application, route
 from openroute.engine import Exchange
 from openroute.errors import BusinessError
-from openroute.spark.reprocess import (
-    LEAVE,
-    RESTART,
-    SKIP_OBSOLETE,
-    ReprocessFilter,
-    apply_plan,
-    parse_rate,
-    parse_time,
-    plan_frame,
-    reprocess,
-)
+from openroute.spark.apply import LEAVE, RESTART, SKIP_OBSOLETE, apply_plan, parse_rate
+from openroute.spark.reprocess import ReprocessFilter, parse_time, plan_frame, reprocess
 from tests.services import require_database
 from tests.spark.processes import SparkCli
 from tests.spark.stores import NOW, many_failed, reprocess_store
@@ -109,6 +101,27 @@ def test_filters_select_the_candidates(spark: Any, database_url: str, tmp_path: 
     }
 
 
+def test_a_filtered_plan_reads_only_what_the_database_selected(
+    spark: Any, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids = reprocess_store(database_url)
+    frame = plan_frame(spark, database_url, "t", ReprocessFilter(service="crm", error_code="MNO_DOWN"), partitions=2)
+    capsys.readouterr()
+    frame.explain(mode="formatted")
+    plan = capsys.readouterr().out
+    # each scan of the formatted plan: "(n) Scan JDBCRelation(<what Spark reads, over lines>) [numPartitions=k]"
+    relations = re.findall(r"^\(\d+\) Scan JDBCRelation\((.*?)\) \[numPartitions=(\d+)\]", plan, re.S | re.M)
+    # every JDBC read is a subquery filtered by the database: the candidates, their entities' OK messages, their
+    # parents, the job's own transitions; none reads a whole table
+    assert len(relations) == 4, plan
+    assert all(what.startswith("(SELECT") and "WHERE" in what for what, _partitions in relations), plan
+    assert any("service = 'crm'" in what and "last_error_code = 'MNO_DOWN'" in what for what, _n in relations), plan
+    assert any(partitions == "2" for _what, partitions in relations), plan
+    decided = {r["id"]: r["decision"] for r in frame.select("id", "decision").collect()}
+    assert decided == {ids["f_obsolete"]: SKIP_OBSOLETE, ids["f_restart"]: RESTART, ids["f_plain"]: RESTART,
+                       ids["f_old"]: RESTART}
+
+
 def test_bad_filters_and_options_are_refused_before_anything_runs(spark: Any, sqlite_url: str,
                                                                     tmp_path: Path) -> None:
     reprocess_store(sqlite_url)
@@ -178,7 +191,7 @@ def test_rate_limits_how_fast_messages_are_released(spark: Any, sqlite_url: str,
     out = tmp_path / "job"
     reprocess(spark, sqlite_url, out=out, job_id="slow", partitions=2)
     sleeps: list[float] = []
-    module = importlib.import_module("openroute.spark.reprocess")  # the package's reprocess is the function
+    module = importlib.import_module("openroute.spark.apply")
     real = module._Pacer
 
     class Recording(real):  # type: ignore[misc, valid-type]
@@ -261,6 +274,8 @@ def test_cli_dry_run_then_apply_and_one_line_errors(
                  "--job-id", "cli-1", "--partitions", "2"]) == 0
     shown = capsys.readouterr().out
     assert "job cli-1: plan in" in shown and "billing/charge  RESTART" in shown and "dry run: nothing changed" in shown
+    assert "spark session ready in " in shown
+    assert "1 message(s): below ~5,000,000 plain SQL is quicker than Spark's start-up" in shown
     assert main(["spark", "reprocess", "--database-url", sqlite_url, "--plan", str(out), "--apply"]) == 0
     assert "applied: restarted 1, skipped as obsolete 0" in capsys.readouterr().out
     assert MessageStore(sqlite_url).get(ids["f_business"]).state is S.PARTLY_FAILED

@@ -1,0 +1,377 @@
+"""The audit's named steps: each statistic and each consistency check is one small function over the store's frames.
+
+:func:`openroute.spark.audit.audit` reads the tables once (:class:`AuditFrames`), then runs
+:data:`STATISTICS` and :data:`CONSISTENCY_CHECKS` in order; a check returns the ids of the messages that break
+it (a frame of ``message_id``), a statistic a small aggregate frame. The name of each is the one the
+report and ``summary.json`` show::
+
+    from openroute.spark.audit_checks import CONSISTENCY_CHECKS
+
+    for check in CONSISTENCY_CHECKS:
+        print(check.name, check.description)        # stuck, dead_node_processing, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from openroute.persistence.models import FINAL_STATES, MessageState
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+FINAL = sorted(state.value for state in FINAL_STATES)
+#: final states for which the source system is owed a confirmation (confirmation.model.CONFIRMED_STATES)
+CONFIRMED = ("CANCEL", "FAILED", "OK")
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """The thresholds of one audit (see :func:`openroute.spark.audit.audit` for each)."""
+
+    now: datetime
+    stuck_after: timedelta
+    heartbeat_timeout: timedelta
+    grace: timedelta
+    confirmation_max_attempts: int
+    confirmed_systems: Sequence[str] | None
+    top: int
+
+
+@dataclass(frozen=True)
+class AuditFrames:
+    """What every step reads: the store's tables as Spark frames (messages and transitions cached)."""
+
+    spark: SparkSession
+    settings: AuditSettings
+    #: the message table with ``day`` (of receipt) and ``is_final``
+    messages: DataFrame
+    transitions: DataFrame
+    confirmations: DataFrame
+    nodes: DataFrame
+    #: reads another table of the store (entity_call, external_call) with the audit's partitions and archive
+    read: Callable[[str], DataFrame]
+
+    def ago(self, age: timedelta) -> Column:
+        """The audit's clock minus ``age``, as a Spark timestamp."""
+        from pyspark.sql import functions as F
+
+        return F.lit(self.settings.now) - F.expr(f"INTERVAL {int(age.total_seconds())} SECONDS")
+
+    def routes(self) -> DataFrame:
+        """message_id -> service, operation, day."""
+        from pyspark.sql import functions as F
+
+        return self.messages.select(F.col("id").alias("message_id"), "service", "operation", "day")
+
+    def steps(self) -> DataFrame:
+        """The transitions with, per message, the next row's time, the previous row's state and the rank from
+        the last row (1 = the last)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        by_message = Window.partitionBy("message_id").orderBy("id")
+        return (
+            self.transitions.withColumn("next_at", F.lead("at").over(by_message))
+            .withColumn("prev_to", F.lag("to_state").over(by_message))
+            .withColumn("rank_desc", F.row_number().over(Window.partitionBy("message_id").orderBy(F.desc("id"))))
+        )
+
+
+def seconds(column: Column) -> Column:
+    """A timestamp column as seconds since the epoch (a double)."""
+    from pyspark.sql import functions as F
+
+    return F.unix_micros(column) / F.lit(1_000_000.0)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A named step of the audit: a statistic (a small table) or a check (offending message ids)."""
+
+    name: str
+    description: str
+    run: Callable[[AuditFrames], DataFrame]
+
+
+# ---- statistics ----------------------------------------------------------------------------------------------
+
+
+def state_counts(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return frames.messages.groupBy("service", "operation", "day", "state").agg(F.count("*").alias("count"))
+
+
+def _finished(frames: AuditFrames) -> DataFrame:
+    """Final messages with the time they ended (their last transition into a final state) and their latency."""
+    from pyspark.sql import functions as F
+
+    messages = frames.messages
+    final_at = (
+        frames.transitions.where(F.col("to_state").isin(FINAL))
+        .groupBy("message_id").agg(F.max("at").alias("final_at"))
+    )
+    return (
+        messages.where("is_final").join(final_at, messages.id == final_at.message_id, "left")
+        .withColumn("final_at", F.coalesce("final_at", "last_update_ts"))
+        .withColumn("seconds", seconds(F.col("final_at")) - seconds(F.col("receive_ts")))
+    )
+
+
+def throughput_hourly(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    hour = F.date_format("final_at", "yyyy-MM-dd HH:00").alias("hour")
+    return _finished(frames).groupBy("service", "operation", hour).agg(F.count("*").alias("finished"))
+
+
+def latency(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return _finished(frames).groupBy("service", "operation", "day").agg(
+        F.count("*").alias("finished"),
+        F.percentile_approx("seconds", 0.5).alias("p50_s"),
+        F.percentile_approx("seconds", 0.95).alias("p95_s"),
+        F.percentile_approx("seconds", 0.99).alias("p99_s"),
+        F.max("seconds").alias("max_s"),
+    )
+
+
+def time_in_state(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    spent = frames.steps().where(F.col("next_at").isNotNull()).withColumn(
+        "seconds", seconds(F.col("next_at")) - seconds(F.col("at"))
+    )
+    return (
+        spent.join(frames.routes(), "message_id")
+        .groupBy("service", "operation", F.col("to_state").alias("state"))
+        .agg(F.count("*").alias("visits"), F.sum("seconds").alias("total_s"), F.avg("seconds").alias("avg_s"),
+             F.percentile_approx("seconds", 0.95).alias("p95_s"))
+    )
+
+
+def attempts(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return (
+        frames.messages.where("is_final")
+        .groupBy("service", "operation", (F.col("failed_count") + 1).alias("attempts"))
+        .agg(F.count("*").alias("count"))
+    )
+
+
+def _top_per_route(counts: DataFrame, top: int) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    per_route = Window.partitionBy("service", "operation").orderBy(F.desc("count"), "code")
+    return counts.withColumn("rank", F.row_number().over(per_route)).where(F.col("rank") <= top).drop("rank")
+
+
+def top_errors(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    current = frames.messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != "OK"))
+    counts = current.groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(
+        F.count("*").alias("count"))
+    return _top_per_route(counts, frames.settings.top)
+
+
+def business_errors(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    errors = frames.messages.select(
+        "service", "operation",
+        F.explode(F.from_json("business_errors", "array<struct<code:string,text:string>>")).alias("error"),
+    )
+    counts = errors.groupBy("service", "operation", F.col("error.code").alias("code")).agg(F.count("*").alias("count"))
+    return _top_per_route(counts, frames.settings.top)
+
+
+def confirmations(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    def having(status: str) -> Column:
+        return F.sum(F.when(F.col("status") == status, 1).otherwise(0)).alias(status.lower())
+
+    return (
+        frames.confirmations.withColumn("day", F.to_date("created_at"))
+        .withColumn("lag_s", seconds(F.col("sent_at")) - seconds(F.col("created_at")))
+        .groupBy("source_system", "day")
+        .agg(F.count("*").alias("count"), having("SENT"), having("PENDING"), having("FAILED"),
+             F.avg("attempts").alias("avg_attempts"),
+             F.percentile_approx("lag_s", 0.5).alias("lag_p50_s"),
+             F.percentile_approx("lag_s", 0.95).alias("lag_p95_s"),
+             F.max("lag_s").alias("lag_max_s"))
+    )
+
+
+def funnel_postpones(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return (
+        frames.transitions.where(F.col("to_state") == MessageState.POSTPONED.value).join(frames.routes(), "message_id")
+        .groupBy("service", "operation", "day")
+        .agg(F.count("*").alias("postpones"), F.countDistinct("message_id").alias("messages"))
+    )
+
+
+#: the statistics, in the report's order (name: the table name in summary.json and the Parquet folder)
+STATISTICS: tuple[Step, ...] = (
+    Step("state_counts", "messages per route, day of receipt and state", state_counts),
+    Step("throughput_hourly", "messages ended per route and hour", throughput_hourly),
+    Step("latency", "time from receipt to final state per route and day", latency),
+    Step("time_in_state", "time spent in each state per route", time_in_state),
+    Step("attempts", "attempts of final messages per route", attempts),
+    Step("top_errors", "the most frequent current error codes per route", top_errors),
+    Step("business_errors", "the most frequent business error codes per route", business_errors),
+    Step("confirmations", "confirmations per source system and day", confirmations),
+    Step("funnel_postpones", "postpones per route and day", funnel_postpones),
+)
+
+
+# ---- consistency checks (each a frame of message_id) ---------------------------------------------------------
+
+
+def stuck(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    horizon = frames.ago(frames.settings.stuck_after)
+    return frames.messages.where(
+        ~F.col("is_final") & (F.col("last_update_ts") < horizon)
+        & (F.col("next_attempt_at").isNull() | (F.col("next_attempt_at") < horizon))
+    ).select(F.col("id").alias("message_id"))
+
+
+def dead_node_processing(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    alive = frames.nodes.where(
+        F.col("stopped_at").isNull() & (F.col("heartbeat_at") >= frames.ago(frames.settings.heartbeat_timeout))
+    ).select(F.col("id").alias("node_id"))
+    return (
+        frames.messages.where(F.col("state") == MessageState.PROCESSING.value)
+        .join(alive, "node_id", "left_anti").select(F.col("id").alias("message_id"))
+    )
+
+
+def confirmation_missing(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    given = frames.settings.confirmed_systems
+    if given is None:
+        systems = frames.confirmations.select("source_system").distinct()
+    else:
+        systems = frames.spark.createDataFrame([(s,) for s in given], "source_system string")
+    owed = (
+        frames.messages.where(F.col("state").isin(list(CONFIRMED)) & F.col("parent_id").isNull()
+                              & (F.col("last_update_ts") < frames.ago(frames.settings.grace)))
+        .join(F.broadcast(systems), "source_system", "left_semi")
+    )
+    return (
+        owed.join(frames.confirmations.select(F.col("message_id").alias("id")), "id", "left_anti")
+        .select(F.col("id").alias("message_id"))
+    )
+
+
+def confirmation_overdue(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    settings = frames.settings
+    return frames.confirmations.where(
+        (F.col("status") == "PENDING")
+        & ((F.col("attempts") >= settings.confirmation_max_attempts)
+           | (F.col("next_attempt_at") < frames.ago(settings.stuck_after)))
+    ).select("message_id")
+
+
+def _children(frames: AuditFrames) -> DataFrame:
+    """Child messages with their parent's finality, state and last update."""
+    from pyspark.sql import functions as F
+
+    parents = frames.messages.select(F.col("id").alias("parent_id"), F.col("is_final").alias("parent_final"),
+                                     F.col("state").alias("parent_state"),
+                                     F.col("last_update_ts").alias("parent_ts"))
+    return frames.messages.where(F.col("parent_id").isNotNull()).join(parents, "parent_id")
+
+
+def parent_final_child_open(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return _children(frames).where(F.col("parent_final") & ~F.col("is_final")).select(
+        F.col("id").alias("message_id"))
+
+
+def children_final_parent_waiting(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return (
+        _children(frames).where(F.col("parent_state") == MessageState.WAITING_FOR_CHILDREN.value)
+        .groupBy("parent_id")
+        .agg(F.min(F.col("is_final").cast("int")).alias("all_final"), F.max("last_update_ts").alias("last_child"))
+        .where((F.col("all_final") == 1) & (F.col("last_child") < frames.ago(frames.settings.grace)))
+        .select(F.col("parent_id").alias("message_id"))
+    )
+
+
+def duplicate_ok_call(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    entity_dups = (
+        frames.read("entity_call").where(F.col("status") == "OK")
+        .withColumn("n", F.count("*").over(Window.partitionBy("entity_type", "object_id", "call_key")))
+        .where(F.col("n") > 1).select(F.col("owner_message_id").alias("message_id"))
+    )
+    message_dups = (
+        frames.read("external_call").where(F.col("status") == "OK")
+        .withColumn("n", F.count("*").over(Window.partitionBy("message_id", "call_key")))
+        .where(F.col("n") > 1).select("message_id")
+    )
+    return entity_dups.unionByName(message_dups).where(F.col("message_id").isNotNull())
+
+
+def history_mismatch(frames: AuditFrames) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    steps = frames.steps()
+    broken = steps.where(
+        F.col("prev_to").isNotNull() & ~F.col("from_state").eqNullSafe(F.col("prev_to"))
+    ).select("message_id")
+    last = steps.where(F.col("rank_desc") == 1).select("message_id", F.col("to_state").alias("last_to"))
+    messages = frames.messages
+    wrong_end = (
+        messages.join(last, messages.id == last.message_id, "left")
+        .where(F.col("last_to").isNull() | (F.col("last_to") != F.col("state")))
+    )
+    # messages received before the store kept transitions have no history to check
+    started = frames.transitions.agg(F.min("at").alias("started"))
+    wrong_end = wrong_end.crossJoin(started).where(
+        F.col("last_to").isNotNull() | (F.col("started").isNotNull() & (F.col("receive_ts") >= F.col("started")))
+    )
+    return broken.unionByName(wrong_end.select(F.col("id").alias("message_id")))
+
+
+#: the consistency checks, in the report's order (name: the key in the report and summary.json)
+CONSISTENCY_CHECKS: tuple[Step, ...] = (
+    Step("stuck", "non-final messages that have not moved and are not scheduled for longer than stuck_after", stuck),
+    Step("dead_node_processing",
+         "PROCESSING messages owned by a node whose heartbeat stopped (or that is unknown)", dead_node_processing),
+    Step("confirmation_missing",
+         "final top-level messages of a confirmed source system without any confirmation row", confirmation_missing),
+    Step("confirmation_overdue", "confirmations still PENDING after their retries or long past their due time",
+         confirmation_overdue),
+    Step("parent_final_child_open", "final parent messages with a child that is not final (id: the child)",
+         parent_final_child_open),
+    Step("children_final_parent_waiting",
+         "parents WAITING_FOR_CHILDREN whose children are all final (id: the parent)", children_final_parent_waiting),
+    Step("duplicate_ok_call", "an external call recorded OK more than once for one (entity, key) or (message, key)",
+         duplicate_ok_call),
+    Step("history_mismatch",
+         "messages whose transition history does not lead to their state (or is missing, broken)", history_mismatch),
+)
