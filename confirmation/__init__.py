@@ -10,13 +10,15 @@ from openroute.confirmation.channel import ChannelConfirmation
 from openroute.confirmation.model import (
     BusinessErrorInfo,
     ConfirmationError,
+    ConfirmationInfo,
     ConfirmationRequest,
     ConfirmationSendError,
     InvalidConfirmationError,
+    ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.confirmation.requests import request_from_message
-from openroute.confirmation.service import ConfirmationInfo, ConfirmationService, ProcessReport
+from openroute.confirmation.service import ConfirmationService
 from openroute.confirmation.transports import HttpJsonConfirmation, SoapConfirmation
 
 __all__ = [

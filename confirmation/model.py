@@ -127,3 +127,42 @@ class ConfirmationRequest:
             "errorText": self.error_text,
             "confirmationId": self.confirmation_id,
         }
+
+
+@dataclass(frozen=True)
+class ConfirmationInfo:
+    """A confirmation row as the admin API shows it."""
+
+    message_id: int
+    source_system: str
+    outcome_state: str
+    status: str
+    attempts: int
+    next_attempt_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    sent_at: datetime | None
+    confirmation_id: str | None = None
+    claimed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    """What one :meth:`ConfirmationService.process_due` pass did.
+
+    ``sent``: delivered and marked SENT; ``retry_scheduled``: failed, due again later; ``given_up``: failed for the
+    last time, now FAILED; ``lost_claims``: rows another node claimed first (or took over after our lease expired);
+    ``errors``: attempts whose outcome could not be written (the row is retried when its lease expires).
+    """
+
+    sent: int = 0
+    retry_scheduled: int = 0
+    given_up: int = 0
+    lost_claims: int = 0
+    errors: int = 0
+
+    @property
+    def attempted(self) -> int:
+        """Confirmations this pass tried to send."""
+        return self.sent + self.retry_scheduled + self.given_up

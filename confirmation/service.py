@@ -28,7 +28,6 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, cast
@@ -37,9 +36,11 @@ import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
 from openroute.confirmation.model import (
     CONFIRMED_STATES,
+    ConfirmationInfo,
     ConfirmationRequest,
     ConfirmationSendError,
     InvalidConfirmationError,
+    ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.confirmation.requests import HELD_ERROR_CODE, confirmation_id_of, is_held, request_from_message
@@ -67,46 +68,7 @@ class AttemptOutcome(StrEnum):
     LOST = "lost"
 
 
-@dataclass(frozen=True)
-class ConfirmationInfo:
-    """A confirmation row as the admin API shows it."""
-
-    message_id: int
-    source_system: str
-    outcome_state: str
-    status: str
-    attempts: int
-    next_attempt_at: datetime | None
-    last_error: str | None
-    created_at: datetime
-    updated_at: datetime
-    sent_at: datetime | None
-    confirmation_id: str | None = None
-    claimed_by: str | None = None
-
-
 _INFO_FIELDS = tuple(ConfirmationInfo.__dataclass_fields__)
-
-
-@dataclass(frozen=True)
-class ProcessReport:
-    """What one :meth:`ConfirmationService.process_due` pass did.
-
-    ``sent``: delivered and marked SENT; ``retry_scheduled``: failed, due again later; ``given_up``: failed for the
-    last time, now FAILED; ``lost_claims``: rows another node claimed first (or took over after our lease expired);
-    ``errors``: attempts whose outcome could not be written (the row is retried when its lease expires).
-    """
-
-    sent: int = 0
-    retry_scheduled: int = 0
-    given_up: int = 0
-    lost_claims: int = 0
-    errors: int = 0
-
-    @property
-    def attempted(self) -> int:
-        """Confirmations this pass tried to send."""
-        return self.sent + self.retry_scheduled + self.given_up
 
 
 def _engine_of(store_or_engine: object) -> sa.Engine:

@@ -37,8 +37,8 @@ Spans and their attributes are listed in docs/operations.md (Tracing).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from openroute.errors import ConfigurationError
 from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
@@ -82,6 +82,17 @@ _owned_provider: Any = None  # made by configure(): flushed and shut down by dis
 _propagator: Any = None
 _kinds: Any = None  # opentelemetry.trace.SpanKind
 
+
+
+class _AcceptResult(Protocol):
+    @property
+    def message_id(self) -> int: ...
+    @property
+    def duplicate(self) -> bool: ...
+
+
+_Accepted = TypeVar("_Accepted", bound=_AcceptResult)
+_Attempted = TypeVar("_Attempted")
 
 def enable(provider: Any = None) -> None:
     """Turn tracing on with ``provider`` (an OpenTelemetry ``TracerProvider``; default: the global one).
@@ -206,6 +217,27 @@ def attempt_span(message: StoredMessage, node_id: str) -> Iterator[Any]:
                                        context=_parent(message.traceparent, fallback_to_current=False),
                                        attributes=attributes) as span:
         yield span
+
+
+async def traced_accept(inbound: InboundMessage, accept: Callable[[str | None], Awaitable[_Accepted]]) -> _Accepted:
+    """``accept(traceparent)`` in the accept span (child of the sender's traceparent): the traceparent it stores is
+    the span's own, so the message's attempts and confirmation hang under it."""
+    with accept_span(inbound) as span:
+        result = await accept(traceparent_of(span))
+        span.set_attribute("openroute.message_id", result.message_id)
+        span.set_attribute("openroute.duplicate", result.duplicate)
+        return result
+
+
+async def traced_attempt(message: StoredMessage, node_id: str, attempt: Awaitable[_Attempted]) -> _Attempted:
+    """``attempt`` (the engine's attempt of the claimed ``message``) in its attempt span."""
+    from openroute.persistence import StoredMessage
+
+    with attempt_span(message, node_id) as span:
+        attempted = await attempt
+        if isinstance(attempted, StoredMessage):  # held back, dropped or waiting for children
+            span.set_attribute("openroute.outcome", attempted.state.value)
+        return attempted
 
 
 def attempt_ended(outcome: str, error_code: str | None, error: BaseException | None) -> None:

@@ -108,16 +108,13 @@ class Engine:
         # what the writer does in a transaction (claims, outcomes, funnels, parents), and what it leaves for the loop
         self._writes = EngineWrites(self.store, routes, self.clock, self.node_id, self.final_state_tx_hooks,
                                     self._queued, lambda message, conn: self._funnel_wake.released_in(message, conn))
-        self._writer = GroupCommitWriter(
-            self.store.engine, settings.write_batch, name=f"openroute-writer-{self.node_id}"
-        )
+        self._writer = GroupCommitWriter(self.store.engine, settings.write_batch,
+                                         name=f"openroute-writer-{self.node_id}")
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
             lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
-            "insert",
-        )
-        self._claim_group: Grouped[StoredMessage, StoredMessage | None] = Grouped(self._writes.claim_many, "claim")
-        self._finish_group: Grouped[states.TransitionRequest, StoredMessage] = Grouped(
-            self._writes.finish_many, "finish")
+            "insert")
+        self._claim_group = Grouped(self._writes.claim_many, "claim")
+        self._finish_group = Grouped(self._writes.finish_many, "finish")
         self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
         # what every exchange may ask of this engine: the same for all of them, so built once
         #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
@@ -144,7 +141,8 @@ class Engine:
         self._repoll = Repoll(
             self.store, routes, self.clock, settings, self.stats, run_db=self._run_db, apply=self._apply,
             emit=lambda message: self._emit(message, wait=False), is_running=lambda: self._running,
-            queued=self._queued, node_state=lambda: self.node_state, obey=self._obey,
+            queued=self._queued, node_state=lambda: self.node_state,
+            obey=lambda state: setattr(self, "node_state", state),
         )
         self._running = False
         self._stopping = False
@@ -265,16 +263,8 @@ class Engine:
         that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
         if tracing.ENABLED:
-            return await self._traced_accept(inbound)
+            return await tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))
         return await self._accept(inbound, None)
-
-    async def _traced_accept(self, inbound: InboundMessage) -> AcceptResult:
-        """:meth:`accept` in its span (child of the sender's traceparent), whose traceparent is stored."""
-        with tracing.accept_span(inbound) as span:
-            result = await self._accept(inbound, tracing.traceparent_of(span))
-            span.set_attribute("openroute.message_id", result.message_id)
-            span.set_attribute("openroute.duplicate", result.duplicate)
-            return result
 
     async def _accept(self, inbound: InboundMessage, traceparent: str | None) -> AcceptResult:
         if self.node_state is not NodeState.RUN:
@@ -354,10 +344,6 @@ class Engine:
         if node_id == self.node_id:
             self.node_state = state
         log.info("node %s is now %s", node_id, state.value)
-
-    def _obey(self, state: NodeState) -> None:
-        """The heartbeat read the ``state`` an operator gave this node from another node."""
-        self.node_state = state
 
     # -- the processing channel -----------------------------------------------------------------
     async def _emit(self, message: StoredMessage, wait: bool) -> bool:
@@ -467,13 +453,8 @@ class Engine:
             return None
         self.stats.claimed += 1
         self._after_commit.notify(previous, claimed)
-        if tracing.ENABLED:
-            with tracing.attempt_span(claimed, self.node_id) as span:
-                attempted = await self._attempt(claimed, background)
-                if isinstance(attempted, StoredMessage):  # held back, dropped or waiting for children
-                    span.set_attribute("openroute.outcome", attempted.state.value)
-                return attempted
-        return await self._attempt(claimed, background)
+        attempt = self._attempt(claimed, background)
+        return await (tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt)
 
     async def _attempt(
         self, claimed: StoredMessage, background: bool
