@@ -6,6 +6,8 @@ For example::
     openroute spark reprocess --plan reprocess-rp-... --apply --rate 200/s
     openroute spark archive --keep OK=30d,FAILED=180d --to /data/openroute-archive
     openroute spark audit --out audit-report --stuck-after 2h                # exit 1 when a check fails
+    openroute spark connect start                                      # a warm server on sc://127.0.0.1:15002
+    openroute spark audit --remote sc://127.0.0.1:15002                # a job on it: no JVM start-up
 
 Exit status: 0 done, 2 a usage or setup problem (no Java, no JDBC driver, database unreachable, bad option),
 printed as one line on stderr; Spark's own log and any Java stack trace go to a file, never to the terminal.
@@ -93,7 +95,11 @@ def add_parser(subparsers: Any) -> None:
 
     server = jobs.add_parser("connect", help="start, stop or show a Spark Connect server for warm jobs",
                              description="A long-lived Spark Connect server (JDBC drivers on its class path): jobs "
-                                         "given --remote sc://HOST:PORT run on it and start in about a second.")
+                                         "given --remote sc://HOST:PORT run on it and start in about a second.",
+                             epilog="examples:\n  openroute spark connect start --port 15002\n"
+                                    "  openroute spark audit --remote sc://127.0.0.1:15002\n"
+                                    "  openroute spark connect stop",
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
     server.add_argument("action", choices=("start", "stop", "status"))
     server.add_argument("--port", type=int, default=None, help="the server's port (default 15002)")
     server.add_argument("--master", default=None, help="the server's Spark master (default local[*])")

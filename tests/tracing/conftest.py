@@ -29,7 +29,7 @@ from openroute.retry import RetryPolicy
 from openroute.route import Route as RouteDefinition
 from openroute.route import RouteRegistry
 from openroute.server import create_app
-from tests.outbound.test_http_client import served
+from tests._support.servers import served
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 #: the sender's trace context (W3C Trace Context's own example)
@@ -84,7 +84,7 @@ async def remote() -> AsyncIterator[Remote]:
     app.mount("/api", Starlette(routes=[Route("/charges", system.charges, methods=["POST"]),
                                         Route("/confirm", system.confirm, methods=["POST"])]))
     async with served(app) as url:
-        system.url = url
+        system.url = f"{url}/api/"
         yield system
 
 

@@ -25,7 +25,7 @@ from openroute.inbound.channel import ChannelDelivery, ChannelInbound
 from openroute.messaging import Message
 from openroute.outbound import SoapService
 from openroute.server import create_app
-from tests.outbound.test_http_client import served
+from tests._support.servers import served
 from tests.tracing.conftest import SENDER_SPAN, SENDER_TRACE, SENDER_TRACEPARENT, hex_ids, stored_form
 
 SOAP11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -147,7 +147,7 @@ async def test_the_soap_client_sends_the_call_span_as_traceparent(spans: InMemor
 
     async with served(Starlette(routes=[Route("/billing", billing, methods=["POST"])])) as url:
         shared = httpx.AsyncClient(timeout=5)
-        async with SoapService(BILLING_WSDL, address=url.replace("/api/", "/billing"), http_client=shared) as service:
+        async with SoapService(BILLING_WSDL, address=f"{url}/billing", http_client=shared) as service:
             tracing.propagate_from(shared)  # a second time: still one hook
             with tracing.call_span("charge", "BILLING", "key-1", 1):
                 assert await service.call("charge", customerId="C-1", amount="1") == "INV-1"
