@@ -140,8 +140,16 @@ def shot(driver: Any, name: str, tmp_path: Path) -> None:
 
 
 def text(driver: Any, element_id: str) -> str:
+    """The element's text; the console's live refresh may replace the element between finding and reading it,
+    so a stale element is looked up again (a bounded number of times)."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
+    for _ in range(5):
+        try:
+            return str(driver.find_element(By.ID, element_id).text)
+        except StaleElementReferenceException:
+            continue
     return str(driver.find_element(By.ID, element_id).text)
 
 
