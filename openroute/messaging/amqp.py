@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +47,34 @@ NOT_PERSISTENT = aio_pika.DeliveryMode.NOT_PERSISTENT
 
 
 class _Delivery:
-    """A received message and whether it went downstream yet (for prefetch accounting and requeue)."""
+    """One received message: its ack / nack callbacks, the outcome its delivery task waits for, and whether it went
+    downstream yet (prefetch accounting, requeue on close).
 
-    __slots__ = ("emitted", "message")
+    It holds no reference to its ``Message`` (the message holds its bound callbacks), so a settled delivery is
+    freed by reference counting, never left to the cycle collector.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("decision", "emitted", "finished", "source")
+
+    def __init__(self, source: AmqpSource, loop: asyncio.AbstractEventLoop) -> None:
+        self.source = source
         self.emitted = False
-        self.message: Message[Any] | None = None
+        self.decision: asyncio.Future[bool | None] = loop.create_future()  # None: ack, bool: reject(requeue)
+        self.finished: asyncio.Future[None] = loop.create_future()
+
+    def _settle(self, requeue: bool | None) -> asyncio.Future[None]:
+        if self.emitted:
+            self.source._unacked -= 1
+        if not self.decision.done():
+            self.decision.set_result(requeue)
+        return self.finished
+
+    def ack(self) -> asyncio.Future[None]:
+        return self._settle(None)
+
+    def nack(self, reason: BaseException) -> asyncio.Future[None]:
+        return self._settle(self.source._requeue or isinstance(reason, RedeliverError)
+                            or (isinstance(reason, ChannelClosedError) and not self.emitted))
 
 
 @dataclass(frozen=True)
@@ -68,6 +89,17 @@ class AmqpIncomingMetadata:
     message_id: str | None = None
     redelivered: bool = False
     delivery_tag: int | None = None
+
+    @classmethod
+    def of(cls, incoming: AbstractIncomingMessage) -> AmqpIncomingMetadata:
+        """The metadata of a delivery (made once per message: without the frozen ``__setattr__`` per field)."""
+        metadata = object.__new__(cls)
+        metadata.__dict__.update(
+            exchange=incoming.exchange or "", routing_key=incoming.routing_key or "",
+            headers=dict(incoming.headers or {}), content_type=incoming.content_type,
+            correlation_id=incoming.correlation_id, message_id=incoming.message_id,
+            redelivered=bool(incoming.redelivered), delivery_tag=incoming.delivery_tag)
+        return metadata
 
 
 @dataclass(frozen=True)
@@ -94,12 +126,40 @@ def encode(payload: Any, content_type: str | None = None) -> tuple[bytes, str]:
 
 def decode(body: bytes, content_type: str | None) -> Any:
     """Payload of a body, by content type."""
+    decoder = _DECODERS.get(content_type)
+    if decoder is None:
+        decoder = _decoder(content_type)
+        if len(_DECODERS) < 256:  # content types are few; a sender that varies them gets no cache, not a leak
+            _DECODERS[content_type] = decoder
+    return decoder(body)
+
+
+def _decoder(content_type: str | None) -> Callable[[bytes], Any]:
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind == "application/json" or kind.endswith("+json"):
-        return json.loads(body)
+        return _json
     if kind.startswith("text/"):
-        return body.decode("utf-8")
+        return _text
+    return _raw
+
+
+def _json(body: bytes) -> Any:
+    # json.loads guesses UTF-16/32 and BOMs from the first bytes; plain UTF-8 skips that guess
+    if b"\x00" in body[:4] or body[:1] in (b"\xef", b"\xfe", b"\xff"):
+        return json.loads(body)
+    return _JSON_DECODER.decode(body.decode("utf-8"))
+
+
+def _text(body: bytes) -> str:
+    return body.decode("utf-8")
+
+
+def _raw(body: bytes) -> bytes:
     return body
+
+
+_JSON_DECODER = json.JSONDecoder()
+_DECODERS: dict[str | None, Callable[[bytes], Any]] = {}
 
 
 class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
@@ -118,7 +178,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         if self._max_prefetch < 1 or (self._fixed_prefetch is not None and self._fixed_prefetch < 1):
             raise DeploymentError(f"incoming channel '{config.channel}': prefetch and max-prefetch must be positive")
         self._subscriber: Subscriber[Message[Any]] | None = None
-        self._buffer: deque[_Delivery] = deque()
+        self._buffer: deque[tuple[_Delivery, Message[Any]]] = deque()
         self._demand = 0
         self._unacked = 0  # emitted downstream, not yet settled
         self._prefetch = 0
@@ -187,9 +247,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._cancelled = True
         self._subscriber = None
         self._wake.set()
-        for delivery in self._buffer:  # never seen downstream: give them back to the queue
-            assert delivery.message is not None  # noqa: S101  narrows an Optional for mypy: set before this point
-            delivery.message.nack(ChannelClosedError("requeue"))
+        for _, message in self._buffer:  # never seen downstream: give them back to the queue
+            message.nack(ChannelClosedError("requeue"))
         self._buffer.clear()
 
     def _adjust(self) -> None:
@@ -233,8 +292,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             if subscriber is not None:
                 subscriber.on_error(error)
 
-    # C901 over 12: one delivery's outcomes (cancelled, decoded, nacked, requeued, settled) kept in one place
-    async def _on_delivery(self, incoming: AbstractIncomingMessage) -> None:  # noqa: C901
+    async def _on_delivery(self, incoming: AbstractIncomingMessage) -> None:
         if self._cancelled:
             await incoming.reject(requeue=True)
             return
@@ -244,33 +302,11 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             log.warning("amqp channel '%s': undecodable body (%r), rejected", self.name, error)
             await incoming.reject(requeue=False)
             return
-        metadata = AmqpIncomingMetadata(
-            exchange=incoming.exchange or "", routing_key=incoming.routing_key or "",
-            headers=dict(incoming.headers or {}), content_type=incoming.content_type,
-            correlation_id=incoming.correlation_id, message_id=incoming.message_id,
-            redelivered=bool(incoming.redelivered), delivery_tag=incoming.delivery_tag)
+        metadata = AmqpIncomingMetadata.of(incoming)
         # The broker-side ack runs in this delivery's own task (aio-pika made one already): no task per ack.
-        loop = asyncio.get_running_loop()
-        decision: asyncio.Future[bool | None] = loop.create_future()  # None: ack, bool: reject(requeue)
-        finished: asyncio.Future[None] = loop.create_future()
-        delivery = _Delivery()
-
-        def settle(requeue: bool | None) -> asyncio.Future[None]:
-            if delivery.emitted:
-                self._unacked -= 1
-            if not decision.done():
-                decision.set_result(requeue)
-            return finished
-
-        def ack() -> asyncio.Future[None]:
-            return settle(None)
-
-        def nack(reason: BaseException) -> asyncio.Future[None]:
-            return settle(self._requeue or isinstance(reason, RedeliverError)
-                          or (isinstance(reason, ChannelClosedError) and not delivery.emitted))
-
-        delivery.message = Message(payload, (metadata,), ack=ack, nack=nack)
-        self._buffer.append(delivery)
+        delivery = _Delivery(self, asyncio.get_running_loop())
+        decision, finished = delivery.decision, delivery.finished
+        self._buffer.append((delivery, Message(payload, (metadata,), ack=delivery.ack, nack=delivery.nack)))
         self._pending.add(decision)
         self._drain()
         try:
@@ -299,7 +335,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             if not isinstance(error, Exception):
                 raise
             return
-        finished.set_result(None)
+        if not finished.done():  # a stopped consumer may have cancelled it meanwhile
+            finished.set_result(None)
 
     def abandon(self) -> None:
         """Stop waiting for outcomes of unsettled deliveries (the broker requeues them on channel close)."""
@@ -308,12 +345,12 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
 
     def _drain_once(self) -> None:
         while self._buffer and self._demand > 0 and self._subscriber is not None:
-            delivery = self._buffer.popleft()
+            delivery, message = self._buffer.popleft()
             delivery.emitted = True
             if self._demand < UNBOUNDED:
                 self._demand -= 1
             self._unacked += 1
-            self._subscriber.on_next(delivery.message)  # type: ignore[arg-type]
+            self._subscriber.on_next(message)
 
     def _drain(self) -> None:
         super()._drain()

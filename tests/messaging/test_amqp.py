@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -93,6 +94,19 @@ def amqp_out(broker: Broker, channel: str, **attributes: Any) -> dict[str, Any]:
 def test_payload_encoding_round_trip() -> None:
     for payload in (b"\x00raw", "text ü", {"id": 1, "tags": ["a"]}, [1, 2]):
         assert decode(*encode(payload)) == payload
+
+
+def test_json_bodies_decode_as_json_loads_does_whatever_their_encoding() -> None:
+    value = {"name": "Zoë", "kana": "ｱ"}
+    for body in (json.dumps(value).encode(), json.dumps(value, ensure_ascii=False).encode(),
+                 json.dumps(value).encode("utf-8-sig"), json.dumps(value).encode("utf-16"),
+                 json.dumps(value).encode("utf-32-le"), '"ｱ"'.encode()):
+        assert decode(body, "application/json; charset=utf-8") == json.loads(body)
+    assert decode(b"12", "application/vnd.openroute+json") == 12
+    assert decode(b"Zo\xc3\xab", "TEXT/plain") == "Zoë"
+    assert decode(b"\x00raw", "application/octet-stream") == decode(b"\x00raw", None) == b"\x00raw"
+    with pytest.raises(ValueError):
+        decode(b"{", "application/json")
 
 
 async def test_consume_and_ack(broker: Broker) -> None:
