@@ -390,13 +390,16 @@ class AmqpSink(Subscriber[Message[Any]]):
         subscription.request(self._max_inflight)
 
     def _amqp_message(self, message: Message[Any]) -> tuple[aio_pika.Message, str]:
-        meta = message.get_metadata(AmqpOutgoingMetadata) or AmqpOutgoingMetadata()
+        meta = message.get_metadata(AmqpOutgoingMetadata)
+        delivery_mode = PERSISTENT if self._persistent else NOT_PERSISTENT
+        if meta is None:  # the common case: the channel's settings alone
+            body, content_type = encode(message.payload, self._content_type)
+            return aio_pika.Message(body, content_type=content_type, delivery_mode=delivery_mode), self._routing_key
         body, content_type = encode(message.payload, meta.content_type or self._content_type)
         amqp_message = aio_pika.Message(
             body, content_type=content_type, headers=dict(meta.headers or {}),
             correlation_id=meta.correlation_id, message_id=meta.message_id, priority=meta.priority,
-            expiration=meta.expiration,
-            delivery_mode=PERSISTENT if self._persistent else NOT_PERSISTENT)
+            expiration=meta.expiration, delivery_mode=delivery_mode)
         return amqp_message, meta.routing_key or self._routing_key
 
     def on_next(self, item: Message[Any]) -> None:

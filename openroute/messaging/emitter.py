@@ -50,29 +50,25 @@ class OnOverflow(enum.Enum):
 
 def _settle(future: AnyFuture, error: BaseException | None) -> None:
     if isinstance(future, concurrent.futures.Future):
-        if not future.done():
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
+        _settle_now(future, error)
         return
     loop = future.get_loop()
-
-    def settle() -> None:
-        if not future.done():
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
     if running is loop:
-        settle()
+        _settle_now(future, error)
     elif not loop.is_closed():
-        loop.call_soon_threadsafe(settle)
+        loop.call_soon_threadsafe(_settle_now, future, error)
+
+
+def _settle_now(future: AnyFuture, error: BaseException | None) -> None:
+    if not future.done():
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
