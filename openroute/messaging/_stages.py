@@ -204,7 +204,12 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
         except Exception:  # handlers catch user errors; this is a bug in the wrapper, keep consuming
             log.exception("channel '%s': handler failed", self.channel)
             result = None
-        if result is not None and not isinstance(result, Done) and hasattr(result, "__await__"):
+        if result is None or isinstance(result, Done):
+            self._finished(None)
+        elif isinstance(result, asyncio.Future):  # a connector's pending acknowledgment: no task to wrap it
+            self._tasks.add(result)
+            result.add_done_callback(self._finished)
+        elif hasattr(result, "__await__"):
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
             task.add_done_callback(self._finished)

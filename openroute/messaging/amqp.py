@@ -238,7 +238,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
                     subscriber.on_error(error)
             return
         self._demand = add_demand(self._demand, n)
-        self._drain()
+        if self._buffer:  # usually empty: a delivery goes downstream as it arrives when there is demand
+            self._drain()
         self._adjust()
 
     def cancel(self) -> None:
