@@ -378,6 +378,10 @@ class AmqpSink(Subscriber[Message[Any]]):
             raise DeploymentError(f"outgoing channel '{self.name}': max-inflight must be positive")
         self._subscription: Subscription | None = None
         self._inflight = 0
+        # confirmed publishes whose slots are requested again together: a request per message costs a pass
+        # through every stage upstream, and the window stays max-inflight (in flight + requested + credit)
+        self._credit = 0
+        self._batch = max(1, self._max_inflight // 8)
         self._done = False
         self.completion: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -425,7 +429,10 @@ class AmqpSink(Subscriber[Message[Any]]):
         else:
             item.ack()
         if not self._done and self._subscription is not None:
-            self._subscription.request(1)
+            self._credit += 1
+            if self._credit >= self._batch or self._inflight == 0:
+                credit, self._credit = self._credit, 0
+                self._subscription.request(credit)
         self._check_done()
 
     def _check_done(self) -> None:
