@@ -7,21 +7,29 @@
    times (bare, connector, bare, ...); the ratios connector / bare are printed per repetition and as
    min / median / max.
 
-Usage: python benchmarks/messaging_bench.py [--memory N] [--amqp N] [--repeat R] [--url URL] [--window W]
+3. With ``--cpu N``: the process CPU time per message of the same consume and publish loops, bare and connector,
+   against broker-free fakes that keep the broker's flow (prefetch window, a task per delivery, an ack or confirm
+   one writer step later); best of ``--repeat``. Load-independent enough to compare changes on a busy machine.
+
+Usage: python benchmarks/messaging_bench.py [--memory N] [--amqp N] [--repeat R] [--url URL] [--window W] [--cpu N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import time
 import uuid
+from typing import Any
 
 import aio_pika
 
 from openroute.messaging import MessagingApp, OnOverflow
+from openroute.messaging.amqp import AmqpConnector, AmqpSink, AmqpSource
+from openroute.messaging.config import ChannelConfig
 
 
 async def memory_pipeline(count: int, window: int) -> float:
@@ -129,12 +137,181 @@ async def connector_amqp(url: str, queue: str, count: int, window: int) -> tuple
     return count / published, count / consumed
 
 
+# -- CPU per message without a broker (load-independent-ish: process time, best of --repeat) -----------------------
+class _FakeBroker:
+    """Delivers ``count`` messages to one consumer callback as RabbitMQ would: at most ``prefetch`` unacked, a task per
+    delivery (aiormq) and one for the callback (aio-pika); an ack is a write taken by a writer task."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.sent, self.unacked, self.acked, self.prefetch = count, 0, 0, 0, 0
+        self.callback: Any = None
+        self.writes: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self.done = asyncio.Event()
+        self.writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while True:
+            written = await self.writes.get()
+            self.unacked -= 1
+            self.acked += 1
+            written.set_result(None)
+            if self.acked == self.count:
+                self.done.set()
+            self.pump()
+
+    def pump(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.callback is not None and self.sent < self.count and self.unacked < self.prefetch:
+            self.sent += 1
+            self.unacked += 1
+            loop.create_task(self._deliver(_FakeIncoming(self, self.sent)))
+
+    async def _deliver(self, message: _FakeIncoming) -> None:
+        await asyncio.get_running_loop().create_task(self.callback(message))
+
+    # the AMQP channel and queue the connector's source uses
+    is_closed = False
+
+    async def set_qos(self, prefetch_count: int, global_: bool = False) -> None:
+        self.prefetch = prefetch_count
+        self.pump()
+
+    async def consume(self, callback: Any) -> str:
+        self.callback = callback
+        self.pump()
+        return "fake"
+
+    async def cancel(self, tag: str) -> None:
+        self.callback = None
+
+
+class _FakeIncoming:
+    content_type, headers, exchange, routing_key = "application/json", None, "", "fake"
+    correlation_id = message_id = None
+    redelivered = False
+
+    def __init__(self, broker: _FakeBroker, tag: int) -> None:
+        self.broker, self.delivery_tag, self.body = broker, tag, str(tag).encode()
+
+    async def ack(self) -> None:
+        written = asyncio.get_running_loop().create_future()
+        await self.broker.writes.put(written)
+        await written
+
+    async def reject(self, requeue: bool = False) -> None:
+        await self.ack()
+
+
+class _FakeExchange:
+    """Confirms each publish one writer step later."""
+
+    def __init__(self) -> None:
+        self.pending: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self.confirmer = asyncio.ensure_future(self._confirm())
+
+    async def _confirm(self) -> None:
+        while True:
+            (await self.pending.get()).set_result(None)
+
+    async def publish(self, message: aio_pika.Message, routing_key: str) -> None:
+        confirmed = asyncio.get_running_loop().create_future()
+        self.pending.put_nowait(confirmed)
+        await confirmed
+
+
+async def fake_consume(count: int, window: int, connector: bool) -> float:
+    broker = _FakeBroker(count)
+    if not connector:
+        async def on_message(message: _FakeIncoming) -> None:
+            int(message.body)
+            await message.ack()
+
+        broker.prefetch = window
+        started = time.process_time()
+        broker.callback = on_message
+        broker.pump()
+        await broker.done.wait()
+        return time.process_time() - started
+
+    class FakeAmqp(AmqpConnector):
+        async def create_publisher(self, config: ChannelConfig) -> AmqpSource:
+            return AmqpSource(self, config, broker, broker)  # type: ignore[arg-type]
+
+    app = MessagingApp({"openroute.messaging.incoming.in.connector": "fake-amqp",
+                        "openroute.messaging.incoming.in.queue": "fake"}, environ={},
+                       connectors={"fake-amqp": FakeAmqp()})
+
+    @app.incoming("in", concurrency=window)
+    def consume(value: int) -> None:
+        pass
+
+    await app.start()
+    started = time.process_time()
+    await broker.done.wait()
+    elapsed = time.process_time() - started
+    await app.stop()
+    return elapsed
+
+
+async def fake_publish(count: int, window: int, connector: bool) -> float:
+    exchange = _FakeExchange()
+    if not connector:
+        started = time.process_time()
+        for base in range(0, count, window):
+            await asyncio.gather(*(exchange.publish(
+                aio_pika.Message(str(i).encode(), content_type="application/json",
+                                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT), "fake")
+                for i in range(base, min(base + window, count))))
+        return time.process_time() - started
+
+    class FakeAmqp(AmqpConnector):
+        async def create_subscriber(self, config: ChannelConfig) -> AmqpSink:
+            return AmqpSink(config, exchange, "fake")  # type: ignore[arg-type]
+
+    app = MessagingApp({"openroute.messaging.outgoing.out.connector": "fake-amqp",
+                        "openroute.messaging.outgoing.out.max-inflight": window}, environ={},
+                       connectors={"fake-amqp": FakeAmqp()})
+    emitter = app.emitter("out", OnOverflow.BUFFER, buffer_size=window)
+    await app.start()
+    started = time.process_time()
+    for base in range(0, count, window):
+        await asyncio.gather(*(emitter.send(i) for i in range(base, min(base + window, count))))
+    elapsed = time.process_time() - started
+    await app.stop()
+    return elapsed
+
+
+async def _measured(run: Any, count: int, window: int, connector: bool) -> float:
+    """Seconds of process time of one fake run; the fakes' own tasks are cancelled afterwards."""
+    before = asyncio.all_tasks()
+    elapsed: float = await run(count, window, connector)
+    for task in asyncio.all_tasks() - before:
+        task.cancel()
+    await asyncio.sleep(0)
+    return elapsed
+
+
+async def cpu_per_message(count: int, window: int, repeat: int) -> None:
+    """Best-of-``repeat`` process time per message, bare and connector interleaved, against the fakes above."""
+    for name, run in (("consume", fake_consume), ("publish", fake_publish)):
+        best = {"bare": float("inf"), "connector": float("inf")}
+        for _ in range(repeat):
+            for side in best:
+                gc.collect()
+                best[side] = min(best[side], await _measured(run, count, window, side == "connector") / count * 1e6)
+        print(f"cpu     {name:<8} bare {best['bare']:6.1f} us/msg  connector {best['connector']:6.1f} us/msg  "
+              f"(extra {best['connector'] - best['bare']:.1f} us/msg; broker-free fake, best of {repeat} x {count})",
+              flush=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--memory", type=int, default=200_000)
     parser.add_argument("--amqp", type=int, default=50_000)
     parser.add_argument("--repeat", type=int, default=3, help="interleaved repetitions of bare and connector")
     parser.add_argument("--window", type=int, default=256, help="confirm window / prefetch / emitter batch")
+    parser.add_argument("--cpu", type=int, default=0,
+                        help="also: process CPU per message, bare vs connector, against broker-free fakes (N msgs)")
     parser.add_argument("--url", default=os.environ.get("OPENROUTE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
     args = parser.parse_args()
 
@@ -142,6 +319,8 @@ async def main() -> None:
         rate = await memory_pipeline(args.memory, 1000)
         print(f"memory  emitter->processor->consumer  {args.memory:>7} msgs  {rate:>10,.0f} msgs/s "
               "(POST_PROCESSING acks)")
+    if args.cpu > 0:
+        await cpu_per_message(args.cpu, args.window, args.repeat)
     if args.amqp <= 0:
         return
     ratios: dict[str, list[float]] = {"publish": [], "consume": [], "overall": []}
