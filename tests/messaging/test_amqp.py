@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ import aio_pika
 import pytest
 
 from openroute.messaging import Acknowledgment, Message, MessagingApp
-from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, decode, encode
+from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, _Delivery, decode, encode
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -130,6 +131,31 @@ async def test_consume_and_ack(broker: Broker) -> None:
     assert seen == [{"n": 1}, {"n": 2}, "three"]
     assert await broker.count(queue) == 0
     assert app.counters() == {"orders": 3}
+
+
+async def test_settled_deliveries_are_freed_without_the_cycle_collector(broker: Broker) -> None:
+    queue = await broker.queue("in")
+    await broker.publish(queue, *range(50))
+    app = MessagingApp(amqp_in(broker, "orders", queue), environ={})
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    @app.incoming("orders", concurrency=8)
+    def handle(value: int) -> None:
+        seen.append(value)
+        if len(seen) == 50:
+            done.set()
+
+    gc.collect()
+    gc.disable()  # a delivery that only the collector could free would still be there after the stop
+    try:
+        async with app:
+            await asyncio.wait_for(done.wait(), 10)
+        left = [o for o in gc.get_objects() if isinstance(o, _Delivery)]
+    finally:
+        gc.enable()
+    assert sorted(seen) == list(range(50))
+    assert left == []
 
 
 async def test_nack_dead_letters_by_default(broker: Broker) -> None:
