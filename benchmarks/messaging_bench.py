@@ -23,6 +23,7 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import aio_pika
@@ -95,6 +96,19 @@ async def bare_amqp(url: str, queue: str, count: int, window: int) -> tuple[floa
     return count / published, count / consumed
 
 
+async def publish_through(app: MessagingApp, count: int, window: int, clock: Callable[[], float]) -> float:
+    """Start ``app``, send 0..count-1 to its channel ``out`` in windows of ``window`` messages (each window awaited
+    whole, as the bare loop's confirms), stop it; the ``clock`` time the sending took."""
+    emitter = app.emitter("out", OnOverflow.BUFFER, buffer_size=window)
+    await app.start()
+    started = clock()
+    for base in range(0, count, window):
+        await asyncio.gather(*(emitter.send(i) for i in range(base, min(base + window, count))))
+    elapsed = clock() - started
+    await app.stop()
+    return elapsed
+
+
 async def connector_amqp(url: str, queue: str, count: int, window: int) -> tuple[float, float]:
     publisher = MessagingApp({
         "openroute.messaging.outgoing.out.connector": "amqp",
@@ -102,13 +116,7 @@ async def connector_amqp(url: str, queue: str, count: int, window: int) -> tuple
         "openroute.messaging.outgoing.out.queue": queue,
         "openroute.messaging.outgoing.out.max-inflight": window,
     }, environ={})
-    emitter = publisher.emitter("out", OnOverflow.BUFFER, buffer_size=window)
-    await publisher.start()
-    started = time.perf_counter()
-    for base in range(0, count, window):
-        await asyncio.gather(*(emitter.send(i) for i in range(base, min(base + window, count))))
-    published = time.perf_counter() - started
-    await publisher.stop()
+    published = await publish_through(publisher, count, window, time.perf_counter)
 
     consumer = MessagingApp({
         "openroute.messaging.incoming.in.connector": "amqp",
@@ -271,14 +279,7 @@ async def fake_publish(count: int, window: int, connector: bool) -> float:
     app = MessagingApp({"openroute.messaging.outgoing.out.connector": "fake-amqp",
                         "openroute.messaging.outgoing.out.max-inflight": window}, environ={},
                        connectors={"fake-amqp": FakeAmqp()})
-    emitter = app.emitter("out", OnOverflow.BUFFER, buffer_size=window)
-    await app.start()
-    started = time.process_time()
-    for base in range(0, count, window):
-        await asyncio.gather(*(emitter.send(i) for i in range(base, min(base + window, count))))
-    elapsed = time.process_time() - started
-    await app.stop()
-    return elapsed
+    return await publish_through(app, count, window, time.process_time)
 
 
 async def _measured(run: Any, count: int, window: int, connector: bool) -> float:
