@@ -25,7 +25,7 @@ import asyncio
 import json
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,74 @@ log = logging.getLogger("openroute.messaging.amqp")
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
 NOT_PERSISTENT = aio_pika.DeliveryMode.NOT_PERSISTENT
+
+
+class _Acks:
+    """The acks of one AMQP channel, sent together: one ``basic.ack`` with ``multiple`` for every delivery settled
+    since the last one, up to (not past) the oldest delivery still undecided (or being rejected) on that channel.
+
+    A delivery counts as open from its arrival until its ack is decided or its reject has been written: an ack with
+    ``multiple`` never covers a delivery that will be rejected or is still being processed. Deliveries start in the
+    order of their tags; the lowest open tag is looked up, not assumed.
+    """
+
+    __slots__ = ("acked", "channel", "closed", "open", "scheduled")
+
+    def __init__(self, channel: Any, closed: Callable[[], bool]) -> None:
+        self.channel = channel  # aiormq's channel of the deliveries: tags restart on a reopened channel
+        self.closed = closed  # the consumer's channel is closed: the broker requeues what was not acked
+        self.open: set[int] = set()
+        self.acked: list[tuple[int, asyncio.Future[None]]] = []  # decided, not yet sent
+        self.scheduled = False
+
+    def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
+        self.open.discard(tag)
+        self.acked.append((tag, finished))
+        self.schedule()
+
+    def forget(self, tag: int) -> None:
+        """``tag`` is settled otherwise (rejected, or abandoned): it holds back no ack any more."""
+        self.open.discard(tag)
+        if self.acked:
+            self.schedule()
+
+    def schedule(self) -> None:
+        # once the loop ran what is ready: the other deliveries of the same commit are settled by then
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        if not self.acked:
+            return
+        if self.open:
+            low = min(self.open)
+            covered = [entry for entry in self.acked if entry[0] < low]
+            if not covered:
+                return
+            self.acked = [entry for entry in self.acked if entry[0] > low]
+        else:
+            covered, self.acked = self.acked, []
+        if self.closed():  # the broker requeues unacked deliveries of a closed channel by itself
+            _finish(covered, None)
+            return
+        sent = asyncio.ensure_future(self.channel.basic_ack(max(tag for tag, _ in covered), multiple=True))
+        sent.add_done_callback(lambda task: _finish(covered, task))
+
+
+def _finish(covered: list[tuple[int, asyncio.Future[None]]], task: asyncio.Future[None] | None) -> None:
+    error: BaseException | None = None
+    if task is not None:
+        error = ChannelClosedError("settling the delivery was cancelled") if task.cancelled() else task.exception()
+    for _, finished in covered:
+        if finished.done():
+            continue
+        if error is None:
+            finished.set_result(None)
+        else:
+            finished.set_exception(error)
+            finished.exception()  # retrieved: nobody may be waiting for it
 
 
 class _Delivery:
@@ -126,6 +194,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._control: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._pending: set[asyncio.Future[bool | None]] = set()
+        self._acks: _Acks | None = None
         self._cancelled = False
         self._refused: tuple[Subscriber[Message[Any]], BaseException] | None = None
 
@@ -249,16 +318,24 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             headers=dict(incoming.headers or {}), content_type=incoming.content_type,
             correlation_id=incoming.correlation_id, message_id=incoming.message_id,
             redelivered=bool(incoming.redelivered), delivery_tag=incoming.delivery_tag)
-        # The broker-side ack runs in this delivery's own task (aio-pika made one already): no task per ack.
+        # A reject runs in this delivery's own task (aio-pika made one already); acks are sent together (_Acks).
         loop = asyncio.get_running_loop()
         decision: asyncio.Future[bool | None] = loop.create_future()  # None: ack, bool: reject(requeue)
         finished: asyncio.Future[None] = loop.create_future()
         delivery = _Delivery()
+        tag = incoming.delivery_tag
+        acks = self._acks
+        if acks is None or acks.channel is not incoming.channel:
+            acks = self._acks = _Acks(incoming.channel, lambda: self._channel.is_closed)
+        if tag is not None:
+            acks.open.add(tag)
 
         def settle(requeue: bool | None) -> asyncio.Future[None]:
             if delivery.emitted:
                 self._unacked -= 1
             if not decision.done():
+                if requeue is None and tag is not None:
+                    acks.ack(tag, finished)
                 decision.set_result(requeue)
             return finished
 
@@ -278,12 +355,16 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         except BaseException:
             # the delivery's task was cancelled (connection lost, close): whoever settles it must not wait forever;
             # the broker redelivers it
+            if tag is not None:
+                acks.forget(tag)
             if not finished.done():
                 finished.set_exception(ChannelClosedError(f"amqp channel '{self.name}': delivery abandoned"))
                 finished.exception()  # retrieved: nobody may be waiting for it
             raise
         finally:
             self._pending.discard(decision)
+        if requeue is None and tag is not None:
+            return  # acked with its neighbours (_Acks.flush sets ``finished``)
         try:
             if self._channel.is_closed:
                 pass  # the broker requeues unacked deliveries of a closed channel by itself
@@ -299,6 +380,9 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             if not isinstance(error, Exception):
                 raise
             return
+        finally:
+            if tag is not None:
+                acks.forget(tag)  # written (or failed): acks past it may go
         finished.set_result(None)
 
     def abandon(self) -> None:
