@@ -55,7 +55,7 @@ class _Acks:
     order of their tags; the lowest open tag is looked up, not assumed.
     """
 
-    __slots__ = ("acked", "channel", "closed", "open", "scheduled")
+    __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled")
 
     def __init__(self, channel: Any, closed: Callable[[], bool]) -> None:
         self.channel = channel  # aiormq's channel of the deliveries: tags restart on a reopened channel
@@ -63,6 +63,7 @@ class _Acks:
         self.open: set[int] = set()
         self.acked: list[tuple[int, asyncio.Future[None]]] = []  # decided, not yet sent
         self.scheduled = False
+        self.loop = asyncio.get_running_loop()
 
     def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
         self.open.discard(tag)
@@ -79,7 +80,7 @@ class _Acks:
         # once the loop ran what is ready: the other deliveries of the same commit are settled by then
         if not self.scheduled:
             self.scheduled = True
-            asyncio.get_running_loop().call_soon(self.flush)
+            self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.scheduled = False
