@@ -55,7 +55,7 @@ class _Acks:
     order of their tags; the lowest open tag is looked up, not assumed.
     """
 
-    __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled")
+    __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled", "sending")
 
     def __init__(self, channel: Any, closed: Callable[[], bool]) -> None:
         self.channel = channel  # aiormq's channel of the deliveries: tags restart on a reopened channel
@@ -64,6 +64,7 @@ class _Acks:
         self.acked: list[tuple[int, asyncio.Future[None]]] = []  # decided, not yet sent
         self.scheduled = False
         self.loop = asyncio.get_running_loop()
+        self.sending: set[asyncio.Future[None]] = set()  # the loop keeps tasks only weakly
 
     def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
         self.open.discard(tag)
@@ -97,8 +98,14 @@ class _Acks:
         if self.closed():  # the broker requeues unacked deliveries of a closed channel by itself
             _finish(covered, None)
             return
-        sent = asyncio.ensure_future(self.channel.basic_ack(max(tag for tag, _ in covered), multiple=True))
-        sent.add_done_callback(lambda task: _finish(covered, task))
+        self.sending.add(sent := asyncio.ensure_future(
+            self.channel.basic_ack(max(tag for tag, _ in covered), multiple=True)))
+
+        def done(task: asyncio.Future[None]) -> None:
+            self.sending.discard(task)
+            _finish(covered, task)
+
+        sent.add_done_callback(done)
 
 
 def _finish(covered: list[tuple[int, asyncio.Future[None]]], task: asyncio.Future[None] | None) -> None:
