@@ -47,12 +47,12 @@ NOT_PERSISTENT = aio_pika.DeliveryMode.NOT_PERSISTENT
 
 
 class _Acks:
-    """The acks of one AMQP channel, sent together: one ``basic.ack`` with ``multiple`` for every delivery settled
-    since the last one, up to (not past) the oldest delivery still undecided (or being rejected) on that channel.
+    """The acks of one AMQP channel, sent together once per loop turn: those of deliveries below the oldest one still
+    undecided (or being rejected) as one ``basic.ack`` with ``multiple``, any above it each on its own, so an ack
+    never waits for an earlier delivery and never covers one that is still open.
 
-    A delivery counts as open from its arrival until its ack is decided or its reject has been written: an ack with
-    ``multiple`` never covers a delivery that will be rejected or is still being processed. Deliveries start in the
-    order of their tags; the lowest open tag is looked up, not assumed.
+    A delivery counts as open from its arrival until its ack is decided or its reject has been written. Deliveries
+    start in the order of their tags; the lowest open tag is looked up, not assumed.
     """
 
     __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled", "sending")
@@ -69,43 +69,32 @@ class _Acks:
     def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
         self.open.discard(tag)
         self.acked.append((tag, finished))
-        self.schedule()
-
-    def forget(self, tag: int) -> None:
-        """``tag`` is settled otherwise (rejected, or abandoned): it holds back no ack any more."""
-        self.open.discard(tag)
-        if self.acked:
-            self.schedule()
-
-    def schedule(self) -> None:
-        # once the loop ran what is ready: the other deliveries of the same commit are settled by then
-        if not self.scheduled:
+        if not self.scheduled:  # once the loop ran what is ready: the others of the same commit are acked by then
             self.scheduled = True
             self.loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.scheduled = False
-        if not self.acked:
-            return
-        if self.open:
-            low = min(self.open)
-            covered = [entry for entry in self.acked if entry[0] < low]
-            if not covered:
-                return
-            self.acked = [entry for entry in self.acked if entry[0] > low]
-        else:
-            covered, self.acked = self.acked, []
+        acked, self.acked = self.acked, []
         if self.closed():  # the broker requeues unacked deliveries of a closed channel by itself
-            _finish(covered, None)
+            _finish(acked, None)
             return
-        self.sending.add(sent := asyncio.ensure_future(
-            self.channel.basic_ack(max(tag for tag, _ in covered), multiple=True)))
+        low = min(self.open) if self.open else None
+        below = [tag for tag, _ in acked if low is None or tag < low]
+        alone = [tag for tag, _ in acked if low is not None and tag > low]
+        self.sending.add(sent := asyncio.ensure_future(self._send(max(below) if below else None, alone)))
 
         def done(task: asyncio.Future[None]) -> None:
             self.sending.discard(task)
-            _finish(covered, task)
+            _finish(acked, task)
 
         sent.add_done_callback(done)
+
+    async def _send(self, up_to: int | None, alone: list[int]) -> None:
+        if up_to is not None:
+            await self.channel.basic_ack(up_to, multiple=True)
+        for tag in alone:
+            await self.channel.basic_ack(tag)
 
 
 def _finish(covered: list[tuple[int, asyncio.Future[None]]], task: asyncio.Future[None] | None) -> None:
@@ -364,7 +353,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             # the delivery's task was cancelled (connection lost, close): whoever settles it must not wait forever;
             # the broker redelivers it
             if tag is not None:
-                acks.forget(tag)
+                acks.open.discard(tag)
             if not finished.done():
                 finished.set_exception(ChannelClosedError(f"amqp channel '{self.name}': delivery abandoned"))
                 finished.exception()  # retrieved: nobody may be waiting for it
@@ -390,7 +379,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             return
         finally:
             if tag is not None:
-                acks.forget(tag)  # written (or failed): acks past it may go
+                acks.open.discard(tag)  # written (or failed): an ack with multiple may cover it now
         finished.set_result(None)
 
     def abandon(self) -> None:
