@@ -14,6 +14,10 @@ one is stored and acked:
   :class:`~openroute.inbound.channel.ChannelInbound` (parse, route checks and extraction, ``Engine.accept`` on the
   group-commit writer, ack after the commit).
 
+Both sides freeze the garbage collector's view of what start-up made once they consume (``gc.freeze()``, as
+``openroute run`` does once it serves; unfrozen after the side, so the runs stay independent): a full collection
+then walks only what consuming creates, as in a served node.
+
 Three sides, interleaved in every repetition (the floor first, the two route sides alternating):
 
 * ``floor``, above;
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -138,8 +143,10 @@ async def floor(url: str, queue: str, count: int, settings: EngineSettings) -> f
 
     started = time.perf_counter()
     await declared.consume(on_message)
+    gc.freeze()  # the same collector treatment as the route's (whose `openroute run` freezes once it serves)
     await done.wait()
     elapsed = time.perf_counter() - started
+    gc.unfreeze()
     with ready:
         pending.append((None, None))  # type: ignore[arg-type]
         ready.notify()
@@ -165,9 +172,11 @@ async def route(url: str, queue: str, count: int, process: bool = True) -> float
     stats = channels.stats("crm-in")
     started = time.perf_counter()
     await channels.start()
+    gc.freeze()  # as `openroute run` does once it serves (unfrozen after the run, so the runs stay independent)
     while stats.accepted < count:
         await asyncio.sleep(0.005)
     elapsed = time.perf_counter() - started
+    gc.unfreeze()
     COMMITS["process" if process else "accept"] += engine._writer.transactions  # a benchmark may look inside
     await channels.stop()
     await engine.stop()

@@ -268,17 +268,17 @@ class ChannelInbound:
 
     # -- one delivery ----------------------------------------------------------------------------------------
     def _consumer(self, name: str) -> Any:
+        channel = self._channels[name]
+
         async def consume(message: Message[Any]) -> None:
-            await self._deliver(name, message)
+            await self._deliver(channel, message)
 
         consume.__name__ = consume.__qualname__ = f"channel:{name}"
         return consume
 
-    async def _deliver(self, name: str, message: Message[Any]) -> None:
-        channel = self._channels[name]
-        # the common case (no pause, not stopping) without a coroutine call per delivery
-        paused = self._stopping.is_set() or self._resume_at > asyncio.get_running_loop().time()
-        if paused and not await self._wait_resume():
+    async def _deliver(self, channel: _Channel, message: Message[Any]) -> None:
+        # the common case (no pause, not stopping): two attribute reads, no clock
+        if (self._resume_at or self._stopping.is_set()) and not await self._may_take():
             await message.nack(RedeliverError("the node is stopping"))
             return
         body, meta = _body_and_meta(message)
@@ -301,7 +301,16 @@ class ChannelInbound:
             await message.ack()
         except Exception as error:  # the connection went: the broker redelivers it, acked then as a duplicate
             log.info("channel %s: ack of stored message %s lost (%s); its redelivery will be acked as a duplicate",
-                     name, result.message_id, _one_line(error))
+                     channel.binding.channel, result.message_id, _one_line(error))
+
+    async def _may_take(self) -> bool:
+        """Whether a delivery may be accepted now, after waiting out a back-off (False: the node stops)."""
+        if self._stopping.is_set():
+            return False
+        if self._resume_at <= asyncio.get_running_loop().time():
+            self._resume_at = 0.0  # the pause is over: the next deliveries skip the clock
+            return True
+        return await self._wait_resume()
 
     async def _wait_resume(self) -> bool:
         """Wait out a back-off after a store failure; False when the node stops meanwhile."""

@@ -46,6 +46,71 @@ PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
 NOT_PERSISTENT = aio_pika.DeliveryMode.NOT_PERSISTENT
 
 
+class _Acks:
+    """The acks of one AMQP channel, sent together once per loop turn: those of deliveries below the oldest one still
+    undecided (or being rejected) as one ``basic.ack`` with ``multiple``, any above it each on its own, so an ack
+    never waits for an earlier delivery and never covers one that is still open.
+
+    A delivery counts as open from its arrival until its ack is decided or its reject has been written. Deliveries
+    start in the order of their tags; the lowest open tag is looked up, not assumed.
+    """
+
+    __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled", "sending")
+
+    def __init__(self, channel: Any, closed: Callable[[], bool]) -> None:
+        self.channel = channel  # aiormq's channel of the deliveries: tags restart on a reopened channel
+        self.closed = closed  # the consumer's channel is closed: the broker requeues what was not acked
+        self.open: set[int] = set()
+        self.acked: list[tuple[int, asyncio.Future[None]]] = []  # decided, not yet sent
+        self.scheduled = False
+        self.loop = asyncio.get_running_loop()
+        self.sending: set[asyncio.Future[None]] = set()  # the loop keeps tasks only weakly
+
+    def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
+        self.open.discard(tag)
+        self.acked.append((tag, finished))
+        if not self.scheduled:  # once the loop ran what is ready: the others of the same commit are acked by then
+            self.scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.scheduled = False
+        acked, self.acked = self.acked, []
+        if self.closed():  # the broker requeues unacked deliveries of a closed channel by itself
+            _finish(acked, None)
+            return
+        low = min(self.open) if self.open else None
+        below = [tag for tag, _ in acked if low is None or tag < low]
+        alone = [tag for tag, _ in acked if low is not None and tag > low]
+        self.sending.add(sent := asyncio.ensure_future(self._send(max(below) if below else None, alone)))
+
+        def done(task: asyncio.Future[None]) -> None:
+            self.sending.discard(task)
+            _finish(acked, task)
+
+        sent.add_done_callback(done)
+
+    async def _send(self, up_to: int | None, alone: list[int]) -> None:
+        if up_to is not None:
+            await self.channel.basic_ack(up_to, multiple=True)
+        for tag in alone:
+            await self.channel.basic_ack(tag)
+
+
+def _finish(covered: list[tuple[int, asyncio.Future[None]]], task: asyncio.Future[None] | None) -> None:
+    error: BaseException | None = None
+    if task is not None:
+        error = ChannelClosedError("settling the delivery was cancelled") if task.cancelled() else task.exception()
+    for _, finished in covered:
+        if finished.done():
+            continue
+        if error is None:
+            finished.set_result(None)
+        else:
+            finished.set_exception(error)
+            finished.exception()  # retrieved: nobody may be waiting for it
+
+
 class _Delivery:
     """One received message: its ack / nack callbacks, the outcome its delivery task waits for, and whether it went
     downstream yet (prefetch accounting, requeue on close).
@@ -54,10 +119,12 @@ class _Delivery:
     freed by reference counting, never left to the cycle collector.
     """
 
-    __slots__ = ("decision", "emitted", "finished", "source")
+    __slots__ = ("acks", "decision", "emitted", "finished", "source", "tag")
 
-    def __init__(self, source: AmqpSource, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, source: AmqpSource, loop: asyncio.AbstractEventLoop, tag: int | None, acks: _Acks) -> None:
         self.source = source
+        self.tag = tag
+        self.acks = acks
         self.emitted = False
         self.decision: asyncio.Future[bool | None] = loop.create_future()  # None: ack, bool: reject(requeue)
         self.finished: asyncio.Future[None] = loop.create_future()
@@ -66,6 +133,8 @@ class _Delivery:
         if self.emitted:
             self.source._unacked -= 1
         if not self.decision.done():
+            if requeue is None and self.tag is not None:
+                self.acks.ack(self.tag, self.finished)
             self.decision.set_result(requeue)
         return self.finished
 
@@ -186,6 +255,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._control: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._pending: set[asyncio.Future[bool | None]] = set()
+        self._acks: _Acks | None = None
         self._cancelled = False
         self._refused: tuple[Subscriber[Message[Any]], BaseException] | None = None
 
@@ -304,8 +374,10 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             await incoming.reject(requeue=False)
             return
         metadata = AmqpIncomingMetadata.of(incoming)
-        # The broker-side ack runs in this delivery's own task (aio-pika made one already): no task per ack.
-        delivery = _Delivery(self, asyncio.get_running_loop())
+        # A reject runs in this delivery's own task (aio-pika made one already); acks are sent together (_Acks).
+        tag = incoming.delivery_tag
+        acks = self._opened(incoming)
+        delivery = _Delivery(self, asyncio.get_running_loop(), tag, acks)
         decision, finished = delivery.decision, delivery.finished
         self._buffer.append((delivery, Message(payload, (metadata,), ack=delivery.ack, nack=delivery.nack)))
         self._pending.add(decision)
@@ -315,12 +387,22 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         except BaseException:
             # the delivery's task was cancelled (connection lost, close): whoever settles it must not wait forever;
             # the broker redelivers it
+            if tag is not None:
+                acks.open.discard(tag)
             if not finished.done():
                 finished.set_exception(ChannelClosedError(f"amqp channel '{self.name}': delivery abandoned"))
                 finished.exception()  # retrieved: nobody may be waiting for it
             raise
         finally:
             self._pending.discard(decision)
+        if requeue is None and tag is not None:
+            return  # acked with its neighbours (_Acks.flush sets ``finished``)
+        await self._settle_alone(incoming, requeue, finished, acks)
+
+    async def _settle_alone(self, incoming: AbstractIncomingMessage, requeue: bool | None,
+                            finished: asyncio.Future[None], acks: _Acks) -> None:
+        """Write a reject (or the ack of a delivery without a tag) in the delivery's own task."""
+        tag = incoming.delivery_tag
         try:
             if self._channel.is_closed:
                 pass  # the broker requeues unacked deliveries of a closed channel by itself
@@ -336,8 +418,23 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
             if not isinstance(error, Exception):
                 raise
             return
+        finally:
+            if tag is not None:
+                acks.open.discard(tag)  # written (or failed): an ack with multiple may cover it now
         if not finished.done():  # a stopped consumer may have cancelled it meanwhile
             finished.set_result(None)
+
+    def _channel_closed(self) -> bool:
+        return self._channel.is_closed
+
+    def _opened(self, incoming: AbstractIncomingMessage) -> _Acks:
+        """The acks of the delivery's channel (new ones after a reconnect: tags restart), with the delivery open."""
+        acks = self._acks
+        if acks is None or acks.channel is not incoming.channel:
+            acks = self._acks = _Acks(incoming.channel, self._channel_closed)
+        if incoming.delivery_tag is not None:
+            acks.open.add(incoming.delivery_tag)
+        return acks
 
     def abandon(self) -> None:
         """Stop waiting for outcomes of unsettled deliveries (the broker requeues them on channel close)."""

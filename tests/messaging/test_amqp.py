@@ -219,6 +219,42 @@ async def test_nack_requeues_when_configured(broker: Broker) -> None:
     assert await broker.count(queue) == 0
 
 
+async def test_acks_sent_together_never_cover_an_undecided_delivery(broker: Broker) -> None:
+    """Acks go out as one basic.ack with multiple=True: one of a later delivery must not settle an earlier one that is
+    still undecided, and is then given back (it comes again, redelivered)."""
+    from openroute.messaging.errors import RedeliverError
+
+    queue = await broker.queue("in")
+    await broker.publish(queue, "first", "second", "third")
+    app = MessagingApp(amqp_in(broker, "orders", queue), environ={})
+    held: asyncio.Future[Message[str]] = asyncio.get_running_loop().create_future()
+    later_acked = asyncio.Event()
+    again = asyncio.Event()
+    seen: list[tuple[str, bool]] = []
+
+    @app.incoming("orders", acknowledgment=Acknowledgment.MANUAL, concurrency=3)
+    async def handle(message: Message[str]) -> None:
+        metadata = message.get_metadata(AmqpIncomingMetadata)
+        assert metadata is not None
+        seen.append((message.payload, metadata.redelivered))
+        if message.payload == "first" and not metadata.redelivered:
+            held.set_result(message)  # undecided while the later two are acked
+            return
+        await message.ack()
+        if message.payload == "first":
+            again.set()
+        elif len(seen) == 3:
+            later_acked.set()
+
+    async with app:
+        first = await asyncio.wait_for(held, 5)
+        await asyncio.wait_for(later_acked.wait(), 5)
+        await first.nack(RedeliverError("given back"))
+        await asyncio.wait_for(again.wait(), 5)
+    assert sorted(seen) == [("first", False), ("first", True), ("second", False), ("third", False)]
+    assert await broker.count(queue) == 0
+
+
 async def test_prefetch_follows_downstream_demand(broker: Broker) -> None:
     queue = await broker.queue("in")
     await broker.publish(queue, *range(10))
