@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.models import message_transition_table
 
 from tests.spark.cluster_driver import ANSWER
-from tests.spark.processes import ROOT, child_env
+from tests.spark.processes import CHILD_JVM_OPTIONS, ROOT, child_env
 from tests.spark.stores import reprocess_store
 
 S = MessageState
@@ -52,22 +52,41 @@ def spark_class() -> Path:
 
 @dataclass
 class StandaloneCluster:
-    """A running Spark standalone master with one registered worker."""
+    """A running Spark standalone master and its worker (started; :meth:`wait_until` says when it registered)."""
 
     url: str
     status_url: str
-    processes: list[subprocess.Popen[bytes]]
+    folder: Path
+    processes: dict[str, subprocess.Popen[bytes]]
 
-    def alive_workers(self) -> int:
+    def alive_workers(self) -> int | None:
+        """How many workers the master counts alive (None while its status page does not answer yet)."""
         try:
             status = httpx.get(self.status_url, timeout=2.0).json()
         except (httpx.HTTPError, ValueError):  # not serving yet
-            return 0
+            return None
         return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
+
+    def wait_until(self, ready: Callable[[int | None], bool], what: str, deadline: float) -> None:
+        """Poll the master's status page until ``ready(alive_workers())`` (bounded by ``deadline``, a monotonic
+        time; fails at once when the master or the worker ends)."""
+        while not ready(self.alive_workers()):  # the master's own status page: no event to await from outside
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise AssertionError(f"the Spark {name} ended ({process.returncode}): "
+                                         f"{(self.folder / f'{name}.log').read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} within {START_TIMEOUT} s: "
+                                     f"{(self.folder / 'worker.log').read_text()[-2000:]}")
+            time.sleep(0.5)
 
 
 def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = child_env({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"})
+    # the master's and the worker's JVMs (spark-class reads $SPARK_DAEMON_JAVA_OPTS for them, not $SPARK_SUBMIT_OPTS)
+    # only route a few small jobs: the first JIT tier, like the children's drivers
+    daemon_options = f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} {CHILD_JVM_OPTIONS}".strip()
+    env = child_env({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
+                     "SPARK_DAEMON_JAVA_OPTS": daemon_options})
     with log.open("wb") as out:
         return subprocess.Popen([str(spark_class()), *argv], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -75,7 +94,8 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
 
 @pytest.fixture(scope="module")
 def cluster(spark_installed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """Master + one worker (2 cores, 1 GiB) on loopback for this module's tests; both stopped after."""
+    """Master + one worker (2 cores, 1 GiB) on loopback for this module's tests, given once the master serves (the
+    worker registers while the application's driver starts: see :func:`application`); both stopped after."""
     folder = tmp_path_factory.mktemp("standalone")
     port, ui, worker_ui = _free_port(), _free_port(), _free_port()
     master = _start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
@@ -83,18 +103,11 @@ def cluster(spark_installed: None, tmp_path_factory: pytest.TempPathFactory) -> 
     worker = _start(["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2", "--memory",
                      "1g", "--webui-port", str(worker_ui), "--work-dir", str(folder / "work"),
                      f"spark://127.0.0.1:{port}"], folder / "worker.log")
-    running = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}/json/", [master, worker])
+    running = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}/json/", folder,
+                                {"master": master, "worker": worker})
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while running.alive_workers() < 1:  # bounded: the master's own status page says when the worker is in
-            for process, name in ((master, "master"), (worker, "worker")):
-                if process.poll() is not None:
-                    raise AssertionError(f"the Spark {name} ended ({process.returncode}): "
-                                         f"{(folder / f'{name}.log').read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no worker registered with the master within {START_TIMEOUT} s: "
-                                     f"{(folder / 'worker.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+        running.wait_until(lambda alive: alive is not None, "the master did not serve its status page",
+                           time.monotonic() + START_TIMEOUT)
         yield running
     finally:
         for process in (worker, master):
@@ -161,9 +174,12 @@ class ClusterApplication:
 
 @pytest.fixture
 def application(cluster: StandaloneCluster, tmp_path: Path) -> Iterator[ClusterApplication]:
-    """One Spark application on the cluster for the test's jobs; stopped after."""
+    """One Spark application on the cluster for the test's jobs, given once the worker is registered (the driver's
+    JVM starts meanwhile: the two start-ups overlap); stopped after."""
+    started = time.monotonic()
     running = ClusterApplication(cluster.url, tmp_path)
     try:
+        cluster.wait_until(lambda alive: bool(alive), "no worker registered with the master", started + START_TIMEOUT)
         yield running
     finally:
         running.stop()

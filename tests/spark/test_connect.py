@@ -16,7 +16,7 @@ import pytest
 from openroute.spark.audit import audit
 from openroute.spark.connect import ConnectServer
 from openroute.spark.session import SparkSetupError, build_session
-from tests.spark.processes import ROOT, child_env
+from tests.spark.processes import CHILD_JVM_OPTIONS, ROOT, child_env
 from tests.spark.test_audit import NOW
 from tests.spark.test_audit_cli import small_store
 
@@ -31,7 +31,8 @@ def _free_port() -> int:
 def connect_server(spark_installed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     """A Spark Connect server on a free port (local[2]) for this module's tests; stopped after them."""
     server = ConnectServer(_free_port(), state_dir=tmp_path_factory.mktemp("connect"))
-    server.start("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    # its JVM serves one short audit: the first JIT tier, as every openroute spark child (tests/spark/processes.py)
+    server.start("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.extraJavaOptions": CHILD_JVM_OPTIONS})
     try:
         yield server
     finally:
@@ -44,6 +45,7 @@ def _spark_cli(*argv: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600, check=False)
 
 
+@pytest.mark.timeout(600)  # its time includes the module's server start (a JVM) and the child's own session
 def test_an_audit_on_the_connect_server_finds_what_the_local_session_finds(
     connect_server: ConnectServer, spark: Any, sqlite_url: str, tmp_path: Path
 ) -> None:
