@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from . import runner
 from . import stages as st
-from .protocol import Processor, Publisher, Subscriber, Subscription
+from .protocol import Processor, Publisher, Subscriber, Subscription, cancel_if_any, refuse_none
 from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
 
 T = TypeVar("T")
@@ -386,8 +386,7 @@ class _IteratingSubscriber(Subscriber[Any]):
         subscription.request(self._batch)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        refuse_none(item, "on_next")
         self._buffer.append(item)
         self._wake()
 
@@ -424,11 +423,9 @@ class _IteratingSubscriber(Subscriber[Any]):
         return item
 
     def cancel(self) -> None:
-        subscription = self._subscription
-        self._subscription = None
+        subscription, self._subscription = self._subscription, None
         self._done = True
-        if subscription is not None:
-            subscription.cancel()
+        cancel_if_any(subscription)
 
 
 async def _iterate(publisher: Publisher[Any]) -> AsyncIterator[Any]:

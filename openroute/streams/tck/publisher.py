@@ -63,6 +63,13 @@ class PublisherVerification:
         publisher.subscribe(probe)
         return publisher
 
+    async def _subscribed_probe(self, n: int) -> ProbeSubscriber:
+        """A probe subscribed to a publisher of ``n`` elements, once its ``on_subscribe`` came (rule 1.9)."""
+        probe = ProbeSubscriber()
+        await self._subscribe(n, probe)
+        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        return probe
+
     async def _finish(self, probe: ProbeSubscriber) -> None:
         probe.check()
         if probe.subscription is not None and not probe.terminated:
@@ -71,9 +78,7 @@ class PublisherVerification:
     async def rule_1_1_on_next_not_more_than_requested(self) -> None:
         """1.1: the number of on_next signals never exceeds the total requested."""
         n = self._size(10, at_least=4, rule="1.1")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(3)
         await probe.wait_until(lambda: len(probe.items) >= 3 or probe.terminated, self.timeout, "1.1", "3 elements")
         if not await probe.quiet(self.quiet_timeout) or len(probe.items) > 3:
@@ -222,9 +227,7 @@ class PublisherVerification:
     async def rule_3_6_request_after_cancel_is_a_no_op(self) -> None:
         """3.6: after cancel, request signals nothing."""
         n = self._size(10, at_least=0, rule="3.6")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         before = probe.signals
         probe.cancel()
         probe.request(5)
@@ -248,9 +251,7 @@ class PublisherVerification:
     async def rule_3_8_demand_accumulates_while_not_cancelled(self) -> None:
         """3.8: separate requests add up; the publisher delivers their sum."""
         n = self._size(10, at_least=6, rule="3.8")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(2)
         probe.request(3)
         await probe.wait_until(lambda: len(probe.items) >= 5, self.timeout, "3.8", "5 elements for 2 + 3 requested")
@@ -344,9 +345,7 @@ class PublisherVerification:
     async def rule_3_17_demand_is_capped_at_unbounded(self) -> None:
         """3.17: demand summing past 2**63-1 is treated as unbounded, not as an error."""
         n = self._size(20, at_least=0, rule="3.17", completes=True)
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(UNBOUNDED - 1)
         probe.request(UNBOUNDED)
         probe.request(UNBOUNDED)
