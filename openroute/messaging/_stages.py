@@ -254,8 +254,7 @@ class ConsumerSubscriber(_OneUpstream, Subscriber[Message[Any]]):
         refuse_none(error, "on_error")
         self.failure = error
         log.error("channel '%s' failed: %r", self.channel, error)
-        self._upstream_done = True
-        self._check_done()
+        self.on_complete()  # the failure is kept: the completion fails with it
 
     def on_complete(self) -> None:
         self._upstream_done = True
@@ -403,8 +402,7 @@ class ProcessorStage(_OneUpstream, DrainLoop, Processor[Message[Any], Message[An
         refuse_none(error, "on_error")
         if self._error is None:
             self._error = error
-        self._upstream_done = True
-        self._drain()
+        self.on_complete()  # the error kept goes downstream once the running calls are delivered
 
     def on_complete(self) -> None:
         self._upstream_done = True

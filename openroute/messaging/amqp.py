@@ -397,8 +397,7 @@ class AmqpSink(Subscriber[Message[Any]]):
     def on_error(self, error: BaseException) -> None:
         refuse_none(error, "on_error")
         log.error("outgoing amqp channel '%s' upstream failed: %r", self.name, error)
-        self._done = True
-        self._check_done()
+        self.on_complete()  # the messages in flight are still confirmed
 
     def on_complete(self) -> None:
         self._done = True

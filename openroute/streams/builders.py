@@ -391,9 +391,8 @@ class _IteratingSubscriber(Subscriber[Any]):
         self._wake()
 
     def on_error(self, error: BaseException) -> None:
-        self._error = error
-        self._done = True
-        self._wake()
+        self._error = error  # raised by the iteration once the buffered items are taken
+        self.on_complete()
 
     def on_complete(self) -> None:
         self._done = True
