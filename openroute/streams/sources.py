@@ -7,7 +7,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, STOP, Stop, apply_plan, none_element_error, plan
+from .fusion import DROP, Stop, apply_plan, none_element_error, plan
 from .protocol import (
     NOOP_SUBSCRIPTION,
     UNBOUNDED,
@@ -17,6 +17,9 @@ from .protocol import (
     add_demand,
     signal_end,
 )
+
+#: what ``next`` returns for an exhausted iterator in the drain loop
+_END: Any = object()
 
 
 def bad_request_error(n: int) -> ValueError:
@@ -108,9 +111,9 @@ class _IteratorSubscription(Subscription):
             emitted = 0
             while emitted != demand:
                 try:
-                    item = next(iterator, STOP)  # STOP marks the end without a StopIteration to catch
-                    if item is STOP:
-                        raise STOP
+                    item = next(iterator, _END)
+                    if item is _END:
+                        raise Stop  # a fresh one: re-raising one instance would grow its traceback each time
                     if item is None:
                         raise none_element_error("source iterable")
                     if fused_plan:
