@@ -76,7 +76,22 @@ class _OneUpstream:
         return True
 
 
-class ChannelTap(_OneUpstream, Processor[Message[Any], Message[Any]], Subscription):
+class _OneDownstream(Subscription):
+    """The one downstream of a stage (unicast); the stage itself is its subscription."""
+
+    _subscribed: bool
+    _down: Subscriber[Message[Any]] | None
+
+    def _attach(self, subscriber: Subscriber[Message[Any]], what: str) -> bool:
+        if not may_attach(subscriber, self._subscribed, what):
+            return False
+        self._subscribed = True
+        self._down = subscriber
+        subscriber.on_subscribe(self)
+        return True
+
+
+class ChannelTap(_OneUpstream, Processor[Message[Any], Message[Any]], _OneDownstream):
     """Sits on every channel: counts the messages that pass and lets the application stop a source.
 
     Accepts its downstream before or after its upstream (an injected channel is subscribed late).
@@ -99,11 +114,8 @@ class ChannelTap(_OneUpstream, Processor[Message[Any], Message[Any]], Subscripti
         return self._subscribed
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if not may_attach(subscriber, self._subscribed, f"channel '{self.channel}'"):
+        if not self._attach(subscriber, f"channel '{self.channel}'"):
             return
-        self._subscribed = True
-        self._down = subscriber
-        subscriber.on_subscribe(self)
         if self._terminal is not None and not self._done:
             self._deliver_terminal(self._terminal[0])
 
@@ -286,7 +298,7 @@ class _Slot:
         self.results: deque[Message[Any]] = deque()
 
 
-class ProcessorStage(_OneUpstream, DrainLoop, Processor[Message[Any], Message[Any]], Subscription):
+class ProcessorStage(_OneUpstream, DrainLoop, Processor[Message[Any], Message[Any]], _OneDownstream):
     """Applies a handler (message -> iterable of messages, possibly awaitable) with up to ``concurrency``
     calls in flight and ``prefetch`` more messages requested ahead and queued (as ``ConsumerSubscriber``);
     results leave in input order. The handler deals with user errors itself (nack)."""
@@ -311,11 +323,8 @@ class ProcessorStage(_OneUpstream, DrainLoop, Processor[Message[Any], Message[An
         self._cancelled = False
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if not may_attach(subscriber, self._subscribed, f"processor '{self.name}'"):
+        if not self._attach(subscriber, f"processor '{self.name}'"):
             return
-        self._subscribed = True
-        self._down = subscriber
-        subscriber.on_subscribe(self)
         self._drain()
 
     def on_subscribe(self, subscription: Subscription) -> None:
