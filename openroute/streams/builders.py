@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from . import runner
 from . import stages as st
-from .protocol import Processor, Publisher, Subscriber, Subscription, cancel_if_any, refuse_none
+from .protocol import Processor, Publisher, Subscriber, Subscription, cancel_if_any
 from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
 
 T = TypeVar("T")
@@ -386,7 +386,8 @@ class _IteratingSubscriber(Subscriber[Any]):
         subscription.request(self._batch)
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._buffer.append(item)
         self._wake()
 

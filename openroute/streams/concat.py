@@ -20,7 +20,8 @@ class InnerSubscriber(Subscriber[Any]):
         self._owner._inner_subscribe(self, subscription)
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._owner._inner_next(self, item)
 
     def on_error(self, error: BaseException) -> None:

@@ -28,14 +28,6 @@ class _Emitter(BaseProcessor):
         self._pending_error: BaseException | None = None
         self._waiting = False  # an item was asked for with request(1) and has not arrived
 
-    def _arrived(self, item: Any) -> bool:
-        """The item asked for has arrived: False when nobody downstream wants it any more (rule 2.13 first)."""
-        refuse_none(item, "on_next")
-        if self._downstream is None:
-            return False
-        self._waiting = False
-        return True
-
     def request(self, n: int) -> None:
         if self._cancelled or self._terminated:
             return
@@ -238,8 +230,11 @@ class FlatMapProcessor(_InnerPublisherProcessor):
         self._upstream.request(1)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
-        if not self._arrived(item):
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._downstream is None:
             return
+        self._waiting = False
         try:
             result = self._fn(item)
             if result is None:
@@ -291,8 +286,11 @@ class FlatMapIterableProcessor(_Emitter):
         self._upstream_done = False
 
     def on_next(self, item: Any) -> None:
-        if not self._arrived(item):
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._downstream is None:
             return
+        self._waiting = False
         try:
             self._iterator = iter(self._fn(item))
         except Exception as error:

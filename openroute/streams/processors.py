@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, Stop, apply_plan, plan
+from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
 from .protocol import (
     NOOP_SUBSCRIPTION,
     UNBOUNDED,
@@ -203,15 +203,26 @@ class FusedProcessor(BaseProcessor):
         if downstream is None:
             return
         try:
-            item = apply_plan(self._plan, item)
+            # fusion.apply_plan written inline: one call less per item on the processor's hot path (benchmarks)
+            for kind, fn in self._plan:
+                if kind == MAP:
+                    item = fn(item)
+                    if item is None:
+                        raise none_element_error("map returned None")
+                elif kind == FILTER:
+                    if not fn(item):
+                        self._dropped()
+                        return
+                else:
+                    item = fn(item)
+                    if item is DROP:
+                        self._dropped()
+                        return
         except Stop:
             self._finish()
             return
         except Exception as error:
             self._fail(error)
-            return
-        if item is DROP:
-            self._dropped()
             return
         downstream.on_next(item)
 

@@ -104,6 +104,7 @@ class _IteratorSubscription(Subscription):
         assert iterator is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         on_next = subscriber.on_next
         fused_plan = self._plan
+        end = _END
         while True:
             demand = self._demand
             if demand == 0:
@@ -111,8 +112,8 @@ class _IteratorSubscription(Subscription):
             emitted = 0
             while emitted != demand:
                 try:
-                    item = next(iterator, _END)
-                    if item is _END:
+                    item = next(iterator, end)
+                    if item is end:
                         raise Stop  # a fresh one: re-raising one instance would grow its traceback each time
                     if item is None:
                         raise none_element_error("source iterable")

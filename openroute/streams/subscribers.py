@@ -114,7 +114,8 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
             subscription.request(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
 
     def on_error(self, error: BaseException) -> None:
         refuse_none(error, "on_error")
@@ -143,7 +144,8 @@ class ToListSubscriber(CompletionSubscriber[list[Any]]):
         self._items: list[Any] = []
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._items.append(item)
 
     def on_complete(self) -> None:
@@ -177,7 +179,8 @@ class CollectSubscriber(CompletionSubscriber[Any]):
         subscription.request(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
         try:
@@ -210,7 +213,8 @@ class ReduceSubscriber(CompletionSubscriber[Any]):
         self._value = identity if has_identity else _UNSET
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
         if self._value is _UNSET:
@@ -234,7 +238,8 @@ class FindFirstSubscriber(CompletionSubscriber[Any]):
             subscription.request(1)
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
         self._cancel_upstream()
@@ -249,7 +254,8 @@ class ForEachSubscriber(CompletionSubscriber[None]):
         self._fn = fn
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
         try:
@@ -283,7 +289,8 @@ class WrappingSubscriber(CompletionSubscriber[None]):
         self._user.on_subscribe(_WatchedSubscription(self, subscription))
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._user.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
