@@ -25,10 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from openroute.persistence import MessageStore  # noqa: E402
 
 from tests.channels.amqp_helpers import delete, publish, ready, unique  # noqa: E402
-from tests.channels.run_config import write_run_config  # noqa: E402
+from tests.channels.run_config import with_schema, write_run_config  # noqa: E402
 from tests.channels.test_channel_kill import (  # noqa: E402
     leased_events,
     stored,
@@ -46,10 +45,7 @@ def main() -> int:
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="openroute-kill-"))
-    url = args.database_url or f"sqlite:///{folder / 'openroute.db'}"
-    store = MessageStore(url)
-    store.create_schema()
-    store.dispose()
+    url = with_schema(args.database_url or f"sqlite:///{folder / 'openroute.db'}")
     queue, events = unique("kill-bench"), unique("kill-bench-events")
     config = write_run_config(folder, url, args.amqp_url, queue, events=events, node_id="kill-bench-node")
     in_flight: set[str] = set()

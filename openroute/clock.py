@@ -44,3 +44,14 @@ class ManualClock:
         with self._lock:
             self._now += delta
             return self._now
+
+
+def aware_datetime(value: str, error: type[Exception], not_iso: str, no_zone: str) -> datetime:
+    """``value`` read as an ISO 8601 date-time with a time zone; else ``error(not_iso)`` or ``error(no_zone)``."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise error(not_iso) from None
+    if parsed.tzinfo is None:
+        raise error(no_zone)
+    return parsed

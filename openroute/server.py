@@ -31,7 +31,6 @@ from openroute.inbound import (
     bindings_for,
 )
 from openroute.loading import checked_mounts
-from openroute.loading import routes_and_bindings as routes_and_bindings  # openroute.testing imports it from here
 from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:

@@ -105,7 +105,8 @@ class RouteTestKit:
         interceptors: Iterable[MessageInterceptor] = (),
         bindings: Iterable[InboundBinding] | None = None,
     ) -> None:
-        from openroute.server import create_app, routes_and_bindings
+        from openroute.loading import routes_and_bindings
+        from openroute.server import create_app
 
         routes, found = routes_and_bindings(application, "the kit's application")
         if bindings is not None:

@@ -130,46 +130,41 @@ def _message_paths(p: str) -> dict[str, Any]:
     }
 
 
+def _web_read(summary: str, schema: str, description: str) -> dict[str, Any]:
+    """A GET for the web role answered with one JSON document of ``schema``."""
+    return {"get": {
+        "summary": summary, "security": [{"basic": []}], "x-required-role": "web",
+        "responses": {"200": _json(schema, description), **_SECURED},
+    }}
+
+
+def _state_change(summary: str, parameter: str, state: dict[str, Any], result: tuple[str, str],
+                  errors: dict[str, Any]) -> dict[str, Any]:
+    """A POST for the admin role that sets the ``state`` of the thing named by the path ``parameter``."""
+    return {"post": {
+        "summary": summary, "security": [{"basic": []}], "x-required-role": "admin",
+        "parameters": [{"name": parameter, "in": "path", "required": True, "schema": {"type": "string"}}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["state"], "properties": {"state": state}}}}},
+        "responses": {"200": _json(*result), **errors},
+    }}
+
+
 def _node_and_breaker_paths(p: str) -> dict[str, Any]:
     """Counts, nodes, breakers and this document under the prefix ``p``."""
     return {
-    f"{p}/counts": {"get": {
-        "summary": "How many messages are in each state", "security": [{"basic": []}],
-        "x-required-role": "web",
-        "responses": {"200": _json("Counts", "every state, zeros included"), **_SECURED},
-    }},
-    f"{p}/nodes": {"get": {
-        "summary": "Every node with its heartbeat and state", "security": [{"basic": []}],
-        "x-required-role": "web",
-        "responses": {"200": _json("Nodes", "the nodes"), **_SECURED},
-    }},
-    f"{p}/nodes/{{node_id}}/state": {"post": {
-        "summary": "Set a node's state (HANDLES_EXISTING_MESSAGES drains it)",
-        "security": [{"basic": []}], "x-required-role": "admin",
-        "parameters": [{"name": "node_id", "in": "path", "required": True, "schema": {"type": "string"}}],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["state"],
-            "properties": {"state": {"$ref": "#/components/schemas/NodeState"}}}}}},
-        "responses": {"200": _json("NodeStateResult", "the node's new state"),
-                      "400": _error("not JSON, or an unknown state"), "404": _error("no such node"),
-                      **_SECURED, **_ACTING},
-    }},
-    f"{p}/breakers": {"get": {
-        "summary": "The circuit breaker of every external system", "security": [{"basic": []}],
-        "x-required-role": "web",
-        "responses": {"200": _json("Breakers", "the breakers"), **_SECURED},
-    }},
-    f"{p}/breakers/{{system}}/state": {"post": {
-        "summary": "Force a circuit breaker OPEN (until an admin closes it) or CLOSED",
-        "security": [{"basic": []}], "x-required-role": "admin",
-        "parameters": [{"name": "system", "in": "path", "required": True, "schema": {"type": "string"}}],
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["state"],
-            "properties": {"state": {"type": "string", "enum": ["OPEN", "CLOSED"]}}}}}},
-        "responses": {"200": _json("Breaker", "the breaker's new state"),
-                      "400": _error("not JSON, or a state other than OPEN / CLOSED"),
-                      "415": _error("the body is not application/json"), **_SECURED},
-    }},
+    f"{p}/counts": _web_read("How many messages are in each state", "Counts", "every state, zeros included"),
+    f"{p}/nodes": _web_read("Every node with its heartbeat and state", "Nodes", "the nodes"),
+    f"{p}/nodes/{{node_id}}/state": _state_change(
+        "Set a node's state (HANDLES_EXISTING_MESSAGES drains it)", "node_id",
+        {"$ref": "#/components/schemas/NodeState"}, ("NodeStateResult", "the node's new state"),
+        {"400": _error("not JSON, or an unknown state"), "404": _error("no such node"), **_SECURED, **_ACTING}),
+    f"{p}/breakers": _web_read("The circuit breaker of every external system", "Breakers", "the breakers"),
+    f"{p}/breakers/{{system}}/state": _state_change(
+        "Force a circuit breaker OPEN (until an admin closes it) or CLOSED", "system",
+        {"type": "string", "enum": ["OPEN", "CLOSED"]}, ("Breaker", "the breaker's new state"),
+        {"400": _error("not JSON, or a state other than OPEN / CLOSED"),
+         "415": _error("the body is not application/json"), **_SECURED}),
     f"{p}/openapi.json": {"get": {
         "summary": "This description", "security": [],
         "responses": {"200": {"description": "the OpenAPI document",

@@ -27,6 +27,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
 from openroute.persistence.messages import row_to_message
@@ -128,13 +129,11 @@ def parse_message_id(raw: str) -> int:
 
 
 def _parse_time(name: str, value: str) -> datetime:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidQueryError(f"{name} must be an ISO 8601 date-time, got {value[:60]!r}") from None
-    if parsed.tzinfo is None:
-        raise InvalidQueryError(f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}")
-    return parsed
+    return aware_datetime(
+        value, InvalidQueryError,
+        not_iso=f"{name} must be an ISO 8601 date-time, got {value[:60]!r}",
+        no_zone=f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}",
+    )
 
 
 def parse_filters(params: Mapping[str, Any]) -> SearchFilters:

@@ -17,6 +17,7 @@ from enum import StrEnum
 import sqlalchemy as sa
 
 from openroute.errors import ConfigurationError
+from openroute.names import by_unique_name
 from openroute.persistence import MessageState, message_table
 from openroute.persistence.alerts import AlertState
 
@@ -130,9 +131,4 @@ def decide(rule: AlertRule, state: AlertState, value: int, now: datetime
 
 def rules_by_name(rules: Sequence[AlertRule]) -> dict[str, AlertRule]:
     """``rules`` by name; a name given twice is a ConfigurationError."""
-    found: dict[str, AlertRule] = {}
-    for rule in rules:
-        if rule.name in found:
-            raise ConfigurationError(f"alert rule {rule.name} is given twice")
-        found[rule.name] = rule
-    return found
+    return by_unique_name(rules, "alert rule {name} is given")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from pydantic import Field, model_validator
 
@@ -13,19 +13,25 @@ from openroute.config.values import Duration, Section, read_secret
 from openroute.errors import ConfigurationError
 
 
-class BasicConfig(Section):
+class _Login(Section):
+    """A user name and its password: given inline, in ``password_file`` or in the variable ``password_env``."""
+
     username: str = Field(min_length=1)
     password: str | None = None
     password_file: Path | None = None
     password_env: str | None = None
 
     @model_validator(mode="after")
-    def _resolve(self) -> BasicConfig:
+    def _resolve_password(self) -> Self:
         secret = read_secret(self, "password")
         if secret is None:
             raise ValueError("give password, password_file or password_env")
         object.__setattr__(self, "password", secret)
         return self
+
+
+class BasicConfig(_Login):
+    """HTTP basic credentials of a source system."""
 
 
 class SourceSystemConfig(Section):
@@ -44,22 +50,10 @@ class SourceSystemConfig(Section):
         return self
 
 
-class AdminConfig(Section):
+class AdminConfig(_Login):
     """A user of the admin API."""
 
-    username: str = Field(min_length=1)
-    password: str | None = None
-    password_file: Path | None = None
-    password_env: str | None = None
     roles: list[str] = ["admin"]
-
-    @model_validator(mode="after")
-    def _resolve(self) -> AdminConfig:
-        secret = read_secret(self, "password")
-        if secret is None:
-            raise ValueError("give password, password_file or password_env")
-        object.__setattr__(self, "password", secret)
-        return self
 
 
 class AuthConfig(Section):

@@ -11,6 +11,7 @@ from typing import Any
 
 from lxml import etree
 
+from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.inbound.errors import (
     BodyTooLargeError,
@@ -178,10 +179,8 @@ def parse_timestamp(value: str | None) -> datetime | None:
     date-time, or None when absent. Raises ValidationError (nothing stored) for text that is not one."""
     if value is None:
         return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"timestamp {value[:60]!r} is not an ISO 8601 date-time") from None
-    if parsed.tzinfo is None:
-        raise ValidationError(f"timestamp {value[:60]!r} has no time zone")
-    return parsed
+    return aware_datetime(
+        value, ValidationError,
+        not_iso=f"timestamp {value[:60]!r} is not an ISO 8601 date-time",
+        no_zone=f"timestamp {value[:60]!r} has no time zone",
+    )

@@ -16,7 +16,15 @@ from typing import Any, cast
 from openroute.messaging._drain import DrainLoop
 from openroute.messaging.errors import ChannelClosedError
 from openroute.messaging.message import Done, Message
-from openroute.streams.protocol import NOOP_SUBSCRIPTION, Processor, Subscriber, Subscription, add_demand
+from openroute.streams.protocol import (
+    NOOP_SUBSCRIPTION,
+    Processor,
+    Subscriber,
+    Subscription,
+    add_demand,
+    refuse_none,
+    signal_end,
+)
 
 log = logging.getLogger("openroute.messaging")
 
@@ -46,7 +54,44 @@ def may_take_upstream(subscription: Subscription, current: Subscription | None, 
     return True
 
 
-class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
+class _OneUpstream:
+    """The one upstream of a stage: taken in ``on_subscribe`` (rules 2.5, 2.13), cancelled at most once."""
+
+    _up: Subscription | None
+    _cancelled: bool
+
+    def _take_upstream(self, subscription: Subscription) -> bool:
+        if not may_take_upstream(subscription, self._up, self._cancelled):
+            return False
+        self._up = subscription
+        return True
+
+    def _cancel_upstream(self) -> bool:
+        """Cancel the upstream, once; False when it was cancelled before."""
+        if self._cancelled:
+            return False
+        self._cancelled = True
+        if self._up is not None:
+            self._up.cancel()
+        return True
+
+
+class _OneDownstream(Subscription):
+    """The one downstream of a stage (unicast); the stage itself is its subscription."""
+
+    _subscribed: bool
+    _down: Subscriber[Message[Any]] | None
+
+    def _attach(self, subscriber: Subscriber[Message[Any]], what: str) -> bool:
+        if not may_attach(subscriber, self._subscribed, what):
+            return False
+        self._subscribed = True
+        self._down = subscriber
+        subscriber.on_subscribe(self)
+        return True
+
+
+class ChannelTap(_OneUpstream, Processor[Message[Any], Message[Any]], _OneDownstream):
     """Sits on every channel: counts the messages that pass and lets the application stop a source.
 
     Accepts its downstream before or after its upstream (an injected channel is subscribed late).
@@ -69,25 +114,20 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         return self._subscribed
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if not may_attach(subscriber, self._subscribed, f"channel '{self.channel}'"):
+        if not self._attach(subscriber, f"channel '{self.channel}'"):
             return
-        self._subscribed = True
-        self._down = subscriber
-        subscriber.on_subscribe(self)
         if self._terminal is not None and not self._done:
             self._deliver_terminal(self._terminal[0])
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if not may_take_upstream(subscription, self._up, self._cancelled):
+        if not self._take_upstream(subscription):
             return
-        self._up = subscription
         if self._pending_demand:
             demand, self._pending_demand = self._pending_demand, 0
             subscription.request(demand)
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         down = self._down
         if self._done or down is None:
             if isinstance(item, Message):
@@ -97,8 +137,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         down.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (rule 2.13)")
+        refuse_none(error, "on_error")
         self._terminate(error)
 
     def on_complete(self) -> None:
@@ -117,10 +156,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         down, self._down = self._down, None
         if down is None:
             return
-        if error is None:
-            down.on_complete()
-        else:
-            down.on_error(error)
+        signal_end(down, error)
 
     def request(self, n: int) -> None:
         if self._up is not None:
@@ -136,13 +172,6 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
         self._done = True
         self._cancel_upstream()
 
-    def _cancel_upstream(self) -> None:
-        if self._cancelled:
-            return
-        self._cancelled = True
-        if self._up is not None:
-            self._up.cancel()
-
     def stop(self) -> None:
         """Cancel the upstream (the source stops) and complete the downstream (it drains what it holds)."""
         self._cancel_upstream()
@@ -155,7 +184,7 @@ class ChannelTap(Processor[Message[Any], Message[Any]], Subscription):
 DEFAULT_PREFETCH = 16
 
 
-class ConsumerSubscriber(Subscriber[Message[Any]]):
+class ConsumerSubscriber(_OneUpstream, Subscriber[Message[Any]]):
     """Calls a handler for every message, at most ``concurrency`` at a time, with ``prefetch`` more requested
     ahead and queued; each finished call requests one more.
 
@@ -180,14 +209,12 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
         self.completion.add_done_callback(_retrieve)
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if not may_take_upstream(subscription, self._up, self._cancelled):
+        if not self._take_upstream(subscription):
             return
-        self._up = subscription
         subscription.request(self._concurrency + self._prefetch)
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         if self._cancelled:
             item.nack(ChannelClosedError(f"channel '{self.channel}' consumer was stopped"))
             return
@@ -241,12 +268,10 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
                 self.completion.set_result(None)
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (rule 2.13)")
+        refuse_none(error, "on_error")
         self.failure = error
         log.error("channel '%s' failed: %r", self.channel, error)
-        self._upstream_done = True
-        self._check_done()
+        self.on_complete()  # the failure is kept: the completion fails with it
 
     def on_complete(self) -> None:
         self._upstream_done = True
@@ -254,11 +279,8 @@ class ConsumerSubscriber(Subscriber[Message[Any]]):
 
     def cancel(self) -> None:
         """Stop consuming: cancel the upstream, cancel running calls, nack queued messages."""
-        if self._cancelled:
+        if not self._cancel_upstream():
             return
-        self._cancelled = True
-        if self._up is not None:
-            self._up.cancel()
         for item in self._queue:
             item.nack(ChannelClosedError(f"channel '{self.channel}' consumer was stopped"))
         self._queue.clear()
@@ -281,7 +303,7 @@ class _Slot:
         self.results: deque[Message[Any]] = deque()
 
 
-class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscription):
+class ProcessorStage(_OneUpstream, DrainLoop, Processor[Message[Any], Message[Any]], _OneDownstream):
     """Applies a handler (message -> iterable of messages, possibly awaitable) with up to ``concurrency``
     calls in flight and ``prefetch`` more messages requested ahead and queued (as ``ConsumerSubscriber``);
     results leave in input order. The handler deals with user errors itself (nack)."""
@@ -306,40 +328,29 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         self._cancelled = False
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        if not may_attach(subscriber, self._subscribed, f"processor '{self.name}'"):
+        if not self._attach(subscriber, f"processor '{self.name}'"):
             return
-        self._subscribed = True
-        self._down = subscriber
-        subscriber.on_subscribe(self)
         self._drain()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if not may_take_upstream(subscription, self._up, self._cancelled):
+        if not self._take_upstream(subscription):
             return
-        self._up = subscription
         self._drain()
 
     def request(self, n: int) -> None:
         if self._terminated or self._cancelled:
             return
         if n <= 0:
-            self._error = ValueError(f"request({n}): demand must be positive (rule 3.9)")
-            self._upstream_done = True
-            self._slots.clear()
-            self._drop_pending(self._error)
-            if self._up is not None:
-                self._up.cancel()
-        else:
-            self._demand = add_demand(self._demand, n)
+            self._fail(ValueError(f"request({n}): demand must be positive (rule 3.9)"))
+            return
+        self._demand = add_demand(self._demand, n)
         self._drain()
 
     def cancel(self) -> None:
         if self._cancelled:
             return
-        self._cancelled = True
         self._down = None
-        if self._up is not None:
-            self._up.cancel()
+        self._cancel_upstream()
         for task in list(self._tasks):
             task.cancel()
         self._drop_pending(ChannelClosedError(f"processor '{self.name}' was cancelled"))
@@ -352,8 +363,7 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
                 item.nack(reason)
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         if self._outstanding > 0:
             self._outstanding -= 1
         if self._cancelled or self._upstream_done:
@@ -403,12 +413,10 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         self._drain()
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (rule 2.13)")
+        refuse_none(error, "on_error")
         if self._error is None:
             self._error = error
-        self._upstream_done = True
-        self._drain()
+        self.on_complete()  # the error kept goes downstream once the running calls are delivered
 
     def on_complete(self) -> None:
         self._upstream_done = True
@@ -430,10 +438,7 @@ class ProcessorStage(DrainLoop, Processor[Message[Any], Message[Any]], Subscript
         if self._upstream_done:
             if not slots and not self._pending:
                 self._terminated = True
-                if self._error is not None:
-                    down.on_error(self._error)
-                else:
-                    down.on_complete()
+                signal_end(down, self._error)
             return
         want = self._concurrency + self._prefetch - len(slots) - len(self._pending) - self._outstanding
         if want > 0 and self._demand > 0 and self._up is not None:
@@ -476,8 +481,7 @@ class PostAckSubscriber(Subscriber[Message[Any]]):
         self._inner.on_subscribe(subscription)
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         try:
             self._inner.on_next(item if self._unwrap is None else self._unwrap(item))
         except Exception as error:

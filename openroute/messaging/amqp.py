@@ -37,7 +37,15 @@ from openroute.messaging.config import ChannelConfig
 from openroute.messaging.connector import IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.errors import ChannelClosedError, DeploymentError, RedeliverError
 from openroute.messaging.message import Message
-from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from openroute.streams.protocol import (
+    UNBOUNDED,
+    Publisher,
+    Subscriber,
+    Subscription,
+    add_demand,
+    first_subscription,
+    refuse_none,
+)
 
 log = logging.getLogger("openroute.messaging.amqp")
 
@@ -483,13 +491,9 @@ class AmqpSink(Subscriber[Message[Any]]):
         self.completion: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("on_subscribe(None) (rule 2.13)")
-        if self._subscription is not None:
-            subscription.cancel()
-            return
-        self._subscription = subscription
-        subscription.request(self._max_inflight)
+        if first_subscription(self._subscription, subscription):
+            self._subscription = subscription
+            subscription.request(self._max_inflight)
 
     def _amqp_message(self, message: Message[Any]) -> tuple[aio_pika.Message, str]:
         meta = message.get_metadata(AmqpOutgoingMetadata)
@@ -505,8 +509,7 @@ class AmqpSink(Subscriber[Message[Any]]):
         return amqp_message, meta.routing_key or self._routing_key
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         try:
             amqp_message, routing_key = self._amqp_message(item)
         except (TypeError, ValueError) as error:  # payload that cannot be encoded
@@ -537,11 +540,9 @@ class AmqpSink(Subscriber[Message[Any]]):
             self.completion.set_result(None)
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (rule 2.13)")
+        refuse_none(error, "on_error")
         log.error("outgoing amqp channel '%s' upstream failed: %r", self.name, error)
-        self._done = True
-        self._check_done()
+        self.on_complete()  # the messages in flight are still confirmed
 
     def on_complete(self) -> None:
         self._done = True

@@ -180,29 +180,27 @@ class MessagingApp:
             raise TypeError(f"acknowledgment must be an Acknowledgment, got {acknowledgment!r}")
         if concurrency is not None:
             concurrency = _check_concurrency(concurrency, f"incoming channel '{channel}'")
-
-        def decorate(fn: F) -> F:
-            spec = self._spec(fn)
-            if spec.incoming is not None:
-                spec.problems.append(f"function '{spec.name}': several incoming channels "
-                                     f"('{spec.incoming}', '{channel}'); one function consumes one channel")
-            spec.incoming = channel
-            spec.acknowledgment = acknowledgment
-            spec.concurrency = concurrency
-            return fn
-
-        return decorate
+        return self._marking("incoming", channel, "; one function consumes one channel",
+                             acknowledgment=acknowledgment, concurrency=concurrency)
 
     def outgoing(self, channel: str) -> Callable[[F], F]:
         """Decorator: the function's results go to channel ``channel``."""
         _check_channel(channel)
+        return self._marking("outgoing", channel)
+
+    def _marking(self, direction: str, channel: str, why: str = "", **settings: Any) -> Callable[[F], F]:
+        """The decorator that sets a function's ``direction`` channel (and ``settings``); one channel per
+        direction: a second one is a problem of the assembly."""
 
         def decorate(fn: F) -> F:
             spec = self._spec(fn)
-            if spec.outgoing is not None:
-                spec.problems.append(f"function '{spec.name}': several outgoing channels "
-                                     f"('{spec.outgoing}', '{channel}')")
-            spec.outgoing = channel
+            current = getattr(spec, direction)
+            if current is not None:
+                spec.problems.append(f"function '{spec.name}': several {direction} channels "
+                                     f"('{current}', '{channel}'){why}")
+            setattr(spec, direction, channel)
+            for name, value in settings.items():
+                setattr(spec, name, value)
             return fn
 
         return decorate
@@ -329,19 +327,7 @@ class MessagingApp:
                 except ValueError as error:
                     problems.append(str(error))
         for channel in sorted(set(ups) | set(downs)):
-            up, down = ups.get(channel, []), downs.get(channel, [])
-            if not up:
-                for who in down:
-                    problems.append(f"channel '{channel}' ({who}) has no upstream: no emitter, @outgoing function "
-                                    "or incoming connector feeds it")
-            elif len(up) > 1:
-                problems.append(f"channel '{channel}' has several upstreams: {', '.join(up)}")
-            if not down:
-                for who in up:
-                    problems.append(f"channel '{channel}' ({who}) has no downstream: no @incoming function, "
-                                    "injected channel or outgoing connector consumes it")
-            elif len(down) > 1:
-                problems.append(f"channel '{channel}' has several downstreams: {', '.join(down)}")
+            problems += _end_problems(channel, ups.get(channel, []), downs.get(channel, []))
         if problems:
             raise (DefinitionError if definition else DeploymentError)(problems)
         return analyses, incoming, outgoing
@@ -531,3 +517,20 @@ class MessagingApp:
                 await factory.close()
             except Exception:  # closing must go on for the other connectors
                 log.exception("closing connector %r failed", factory)
+
+
+#: a channel's two ends: what is missing when it has none
+_ENDS = (("upstream", "no emitter, @outgoing function or incoming connector feeds it"),
+         ("downstream", "no @incoming function, injected channel or outgoing connector consumes it"))
+
+
+def _end_problems(channel: str, up: list[str], down: list[str]) -> list[str]:
+    """What is wrong with the ends of ``channel``: each end needs exactly one of ``up`` (its feeders) and of
+    ``down`` (its consumers)."""
+    problems: list[str] = []
+    for (end, missing), these, those in zip(_ENDS, (up, down), (down, up), strict=True):
+        if not these:
+            problems += [f"channel '{channel}' ({who}) has no {end}: {missing}" for who in those]
+        elif len(these) > 1:
+            problems.append(f"channel '{channel}' has several {end}s: {', '.join(these)}")
+    return problems

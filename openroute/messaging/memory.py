@@ -14,7 +14,7 @@ from openroute.messaging.config import ChannelConfig
 from openroute.messaging.connector import IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.emitter import AnyFuture, Emitter, OnOverflow
 from openroute.messaging.message import Message
-from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription
+from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, first_subscription, refuse_none
 
 
 class InMemorySource:
@@ -75,25 +75,19 @@ class InMemorySink(Subscriber[Message[Any]]):
         return [m.payload for m in self.received]
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("on_subscribe(None) (rule 2.13)")
-        if self._subscription is not None:
-            subscription.cancel()
-            return
-        self._subscription = subscription
-        subscription.request(UNBOUNDED)
+        if first_subscription(self._subscription, subscription):
+            self._subscription = subscription
+            subscription.request(UNBOUNDED)
 
     def on_next(self, item: Message[Any]) -> None:
-        if item is None:
-            raise TypeError("on_next(None) (rule 2.13)")
+        refuse_none(item, "on_next")
         self.received.append(item)
         if self.auto_ack:
             item.ack()
         self._changed.set()
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (rule 2.13)")
+        refuse_none(error, "on_error")
         self.failure = error
         self._changed.set()
 

@@ -311,10 +311,22 @@ def _consume_error(channel: str, name: str, message: Message[Any], error: Except
 
 # -- per-message handlers ------------------------------------------------------------------------------------
 
+def _invoker(spec: MethodSpec, analysis: Analysis) -> Callable[[Message[Any]], Any]:
+    """Calls the function with the message (or its payload), acknowledging it first under PRE_PROCESSING."""
+    fn, messages = spec.fn, analysis.messages
+    pre_processing = analysis.acknowledgment is A.PRE_PROCESSING
+
+    def invoke(message: Message[Any]) -> Any:
+        if pre_processing:
+            message.ack()  # never raises: a failing callback is seen by whoever awaits the outcome
+        return fn(message if messages else message.payload)
+
+    return invoke
+
+
 def consumer_handler(spec: MethodSpec, analysis: Analysis) -> Callable[[Message[Any]], Any]:
     """The per-message callable a ``ConsumerSubscriber`` runs for a consumer function."""
-    fn, ack, channel, name = spec.fn, analysis.acknowledgment, spec.incoming or "", spec.name
-    messages = analysis.messages
+    invoke, ack, channel, name = _invoker(spec, analysis), analysis.acknowledgment, spec.incoming or "", spec.name
     returned_value = f"incoming-only function '{name}' returned a value"
 
     async def finish_async(message: Message[Any], pending: Awaitable[Any]) -> None:
@@ -330,10 +342,8 @@ def consumer_handler(spec: MethodSpec, analysis: Analysis) -> Callable[[Message[
             await message.ack()
 
     def handle(message: Message[Any]) -> Any:
-        if ack is A.PRE_PROCESSING:
-            message.ack()
         try:
-            result = fn(message if messages else message.payload)
+            result = invoke(message)
         except Exception as error:
             return _consume_error(channel, name, message, error, ack)  # type: ignore[arg-type]
         if _awaitable(result):
@@ -351,7 +361,7 @@ def consumer_handler(spec: MethodSpec, analysis: Analysis) -> Callable[[Message[
 # C901 over 12: one branch per acknowledgment strategy and argument kind of the spec
 def value_processor_handler(spec: MethodSpec, analysis: Analysis) -> Callable[[Message[Any]], Any]:  # noqa: C901
     """Per-message callable for a value processor: returns the messages to forward (maybe awaitable)."""
-    fn, ack, channel, name = spec.fn, analysis.acknowledgment, spec.incoming or "", spec.name
+    invoke, ack, channel, name = _invoker(spec, analysis), analysis.acknowledgment, spec.incoming or "", spec.name
     messages = analysis.messages
 
     def outputs(message: Message[Any], result: Any) -> tuple[Message[Any], ...]:
@@ -379,10 +389,8 @@ def value_processor_handler(spec: MethodSpec, analysis: Analysis) -> Callable[[M
         return outputs(message, result)
 
     def handle(message: Message[Any]) -> Any:
-        if ack is A.PRE_PROCESSING:
-            message.ack()
         try:
-            result = fn(message if messages else message.payload)
+            result = invoke(message)
         except Exception as error:
             _consume_error(channel, name, message, error, ack)  # type: ignore[arg-type]
             return ()

@@ -6,6 +6,7 @@ call may take, their circuit breaker and whether their calls are recorded.
 base_url = "http://hlr.internal:8080/"
 timeout = "5s"                       # each read / write / connect of the HTTP client
 call_timeout = "10s"                 # the whole call, whatever client the route uses
+headers = { X-Client = "openroute" } # sent with every call of the system's HTTP client
 
 [external_systems.HLR.breaker]
 failure_rate_threshold = 50
@@ -32,6 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from openroute.errors import ConfigurationError
+from openroute.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
 
 __all__ = ["CallRecordSettings", "ExternalSystem", "mask"]
@@ -113,12 +115,7 @@ class ExternalSystem:
 
 def systems_by_name(systems: Iterable[ExternalSystem]) -> dict[str, ExternalSystem]:
     """``systems`` by name; a name given twice is a ConfigurationError."""
-    found: dict[str, ExternalSystem] = {}
-    for system in systems:
-        if system.name in found:
-            raise ConfigurationError(f"external system {system.name} is declared twice")
-        found[system.name] = system
-    return found
+    return by_unique_name(systems, "external system {name} is declared")
 
 
 _XML_FIELD = r"(<(?:[\w.-]+:)?{name}\b[^>]*>)([^<]*)(</(?:[\w.-]+:)?{name}\s*>)"

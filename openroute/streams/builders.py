@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from . import runner
 from . import stages as st
-from .protocol import Processor, Publisher, Subscriber, Subscription
+from .protocol import Processor, Publisher, Subscriber, Subscription, cancel_if_any
 from .subscribers import ChainedCompletionSubscriber, CompletionSubscriber
 
 T = TypeVar("T")
@@ -386,15 +386,14 @@ class _IteratingSubscriber(Subscriber[Any]):
         subscription.request(self._batch)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._buffer.append(item)
         self._wake()
 
     def on_error(self, error: BaseException) -> None:
-        self._error = error
-        self._done = True
-        self._wake()
+        self._error = error  # raised by the iteration once the buffered items are taken
+        self.on_complete()
 
     def on_complete(self) -> None:
         self._done = True
@@ -424,11 +423,9 @@ class _IteratingSubscriber(Subscriber[Any]):
         return item
 
     def cancel(self) -> None:
-        subscription = self._subscription
-        self._subscription = None
+        subscription, self._subscription = self._subscription, None
         self._done = True
-        if subscription is not None:
-            subscription.cancel()
+        cancel_if_any(subscription)
 
 
 async def _iterate(publisher: Publisher[Any]) -> AsyncIterator[Any]:

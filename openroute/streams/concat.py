@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from .protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand, cancel_if_any, refuse_none
 from .sources import CANCEL_ON_SUBSCRIBE, bad_request_error, check_subscriber
 
 
@@ -20,13 +20,12 @@ class InnerSubscriber(Subscriber[Any]):
         self._owner._inner_subscribe(self, subscription)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._owner._inner_next(self, item)
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (Reactive Streams rule 2.13)")
+        refuse_none(error, "on_error")
         self._owner._inner_error(self, error)
 
     def on_complete(self) -> None:
@@ -88,10 +87,8 @@ class _ConcatSubscription(Subscription):
             return
         self._downstream = None
         self._inner = None
-        current = self._current
-        self._current = None
-        if current is not None:
-            current.cancel()
+        current, self._current = self._current, None
+        cancel_if_any(current)
         self._release_second()
 
     def _release_second(self) -> None:

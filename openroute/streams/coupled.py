@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import NOOP_SUBSCRIPTION, Processor, Publisher, Subscriber, Subscription
+from .protocol import (
+    NOOP_SUBSCRIPTION,
+    Processor,
+    Publisher,
+    Subscriber,
+    Subscription,
+    cancel_if_any,
+    refuse_none,
+    signal_end,
+)
 from .sources import check_subscriber
-
-
-def _not_none(value: object, signal: str) -> None:
-    if value is None:
-        raise TypeError(f"{signal}(None) (Reactive Streams rule 2.13)")
 
 
 class CoupledProcessor(Processor[Any, Any]):
@@ -40,7 +44,7 @@ class CoupledProcessor(Processor[Any, Any]):
 
     # -- the upstream side (this processor as a Subscriber) --------------------------------------------------
     def on_subscribe(self, subscription: Subscription) -> None:
-        _not_none(subscription, "on_subscribe")
+        refuse_none(subscription, "on_subscribe")
         if self._upstream is not None or self._upstream_done:
             subscription.cancel()
             return
@@ -49,26 +53,25 @@ class CoupledProcessor(Processor[Any, Any]):
         self._subscriber.on_subscribe(_UpstreamLink(self, subscription))
 
     def on_next(self, item: Any) -> None:
-        _not_none(item, "on_next")
+        refuse_none(item, "on_next")
         if not self._subscriber_done:
             self._subscriber.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
-        _not_none(error, "on_error")
+        refuse_none(error, "on_error")
+        self._upstream_ended(error)
+
+    def on_complete(self) -> None:
+        self._upstream_ended(None)
+
+    def _upstream_ended(self, error: BaseException | None) -> None:
+        """The upstream's terminal signal (``error``, or None for completion) ends both sides, once."""
         if self._upstream_done:
             return
         self._upstream_done = True
         self._upstream = None
         self._end_subscriber(error)
         self._end_downstream(error)
-
-    def on_complete(self) -> None:
-        if self._upstream_done:
-            return
-        self._upstream_done = True
-        self._upstream = None
-        self._end_subscriber(None)
-        self._end_downstream(None)
 
     # -- the downstream side (this processor as a Publisher) -------------------------------------------------
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
@@ -81,7 +84,7 @@ class CoupledProcessor(Processor[Any, Any]):
         if self._pending_end is not None:
             self._downstream_done = True
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)
-            _terminate(subscriber, self._pending_end[0])
+            signal_end(subscriber, self._pending_end[0])
             return
         self._publisher.subscribe(_PublisherLink(self))
 
@@ -94,12 +97,11 @@ class CoupledProcessor(Processor[Any, Any]):
         upstream, self._upstream = self._upstream, None
         if not self._upstream_done:
             self._upstream_done = True
-            if upstream is not None:
-                upstream.cancel()
+            cancel_if_any(upstream)
         if not self._subscriber_started:
             self._subscriber_started = True
             self._subscriber.on_subscribe(NOOP_SUBSCRIPTION)  # rule 1.9: on_subscribe before the terminal signal
-        _terminate(self._subscriber, error)
+        signal_end(self._subscriber, error)
 
     def _end_downstream(self, error: BaseException | None) -> None:
         """Terminate the publisher side: cancel the publisher and pass ``error`` (or completion) downstream."""
@@ -111,13 +113,13 @@ class CoupledProcessor(Processor[Any, Any]):
             return
         self._downstream_done = True
         self._downstream = None
-        subscription, self._publisher_subscription = self._publisher_subscription, None
+        subscription = self._take_publisher_subscription()
         if subscription is not None:
             subscription.cancel()
         else:
             # the publisher has not called on_subscribe yet: the downstream still needs its first signal
             downstream.on_subscribe(NOOP_SUBSCRIPTION)
-        _terminate(downstream, error)
+        signal_end(downstream, error)
 
     def _subscriber_cancelled(self) -> None:
         self._subscriber_done = True  # a subscriber that cancelled gets no more signals
@@ -127,10 +129,12 @@ class CoupledProcessor(Processor[Any, Any]):
     def _downstream_cancelled(self) -> None:
         self._downstream_done = True
         self._downstream = None
-        subscription, self._publisher_subscription = self._publisher_subscription, None
-        if subscription is not None:
-            subscription.cancel()
+        cancel_if_any(self._take_publisher_subscription())
         self._end_subscriber(None)
+
+    def _take_publisher_subscription(self) -> Subscription | None:
+        subscription, self._publisher_subscription = self._publisher_subscription, None
+        return subscription
 
     def _publisher_subscribed(self, subscription: Subscription) -> None:
         downstream = self._downstream
@@ -152,19 +156,12 @@ class CoupledProcessor(Processor[Any, Any]):
         self._downstream_done = True
         self._downstream = None
         self._publisher_subscription = None
-        _terminate(downstream, error)
+        signal_end(downstream, error)
         self._end_subscriber(error)
 
 
-def _terminate(subscriber: Subscriber[Any], error: BaseException | None) -> None:
-    if error is None:
-        subscriber.on_complete()
-    else:
-        subscriber.on_error(error)
-
-
-class _UpstreamLink(Subscription):
-    """The subscription the coupled subscriber sees: its cancel also ends the publisher side."""
+class _Link(Subscription):
+    """A subscription the coupled processor hands on: requests pass through while its side runs."""
 
     __slots__ = ("_owner", "_subscription")
 
@@ -172,9 +169,21 @@ class _UpstreamLink(Subscription):
         self._owner = owner
         self._subscription = subscription
 
+    def _side_done(self) -> bool:
+        raise NotImplementedError
+
     def request(self, n: int) -> None:
-        if not self._owner._subscriber_done:
+        if not self._side_done():
             self._subscription.request(n)
+
+
+class _UpstreamLink(_Link):
+    """The subscription the coupled subscriber sees: its cancel also ends the publisher side."""
+
+    __slots__ = ()
+
+    def _side_done(self) -> bool:
+        return self._owner._subscriber_done
 
     def cancel(self) -> None:
         owner = self._owner
@@ -185,18 +194,13 @@ class _UpstreamLink(Subscription):
         owner._subscriber_cancelled()
 
 
-class _DownstreamLink(Subscription):
+class _DownstreamLink(_Link):
     """The subscription the downstream sees: its cancel also ends the subscriber side."""
 
-    __slots__ = ("_owner", "_subscription")
+    __slots__ = ()
 
-    def __init__(self, owner: CoupledProcessor, subscription: Subscription) -> None:
-        self._owner = owner
-        self._subscription = subscription
-
-    def request(self, n: int) -> None:
-        if not self._owner._downstream_done:
-            self._subscription.request(n)
+    def _side_done(self) -> bool:
+        return self._owner._downstream_done
 
     def cancel(self) -> None:
         if not self._owner._downstream_done:
@@ -212,15 +216,15 @@ class _PublisherLink(Subscriber[Any]):
         self._owner = owner
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        _not_none(subscription, "on_subscribe")
+        refuse_none(subscription, "on_subscribe")
         self._owner._publisher_subscribed(subscription)
 
     def on_next(self, item: Any) -> None:
-        _not_none(item, "on_next")
+        refuse_none(item, "on_next")
         self._owner._publisher_next(item)
 
     def on_error(self, error: BaseException) -> None:
-        _not_none(error, "on_error")
+        refuse_none(error, "on_error")
         self._owner._publisher_ended(error)
 
     def on_complete(self) -> None:

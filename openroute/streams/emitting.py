@@ -12,8 +12,8 @@ from typing import Any
 
 from .concat import InnerSubscriber
 from .fusion import none_element_error
-from .processors import CANCELLED_UPSTREAM, BaseProcessor, refuse_none
-from .protocol import UNBOUNDED, Publisher, Subscription, add_demand
+from .processors import CANCELLED_UPSTREAM, BaseProcessor
+from .protocol import UNBOUNDED, Publisher, Subscription, add_demand, cancel_if_any, refuse_none
 from .sources import bad_request_error
 
 
@@ -26,6 +26,7 @@ class _Emitter(BaseProcessor):
         self._emitting = False
         self._pushing = False
         self._pending_error: BaseException | None = None
+        self._waiting = False  # an item was asked for with request(1) and has not arrived
 
     def request(self, n: int) -> None:
         if self._cancelled or self._terminated:
@@ -43,17 +44,7 @@ class _Emitter(BaseProcessor):
         pass
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        refuse_none(subscription, "on_subscribe")
-        if self._upstream is not None or self._terminated:
-            subscription.cancel()
-            return
-        self._upstream = subscription
-        if self._cancelled:
-            self._upstream = CANCELLED_UPSTREAM
-            subscription.cancel()
-            return
-        self._on_upstream(subscription)
-        if self._demand:
+        if self._take_upstream(subscription) and self._demand:
             self._on_request(self._demand)
 
     def _on_request(self, n: int) -> None:
@@ -180,11 +171,9 @@ class _InnerPublisherProcessor(_Emitter):
         raise NotImplementedError
 
     def _cancel_inner(self) -> None:
-        subscription = self._inner_subscription
+        subscription, self._inner_subscription = self._inner_subscription, None
         self._inner = None
-        self._inner_subscription = None
-        if subscription is not None:
-            subscription.cancel()
+        cancel_if_any(subscription)
 
     def _on_cancel(self) -> None:
         self._cancel_inner()
@@ -222,7 +211,6 @@ class FlatMapProcessor(_InnerPublisherProcessor):
 
     def __init__(self, fn: Callable[[Any], Any], to_publisher: Callable[[Any], Publisher[Any]]) -> None:
         super().__init__(fn, to_publisher)
-        self._waiting = False  # one upstream item requested, not yet arrived
         self._upstream_done = False
 
     def _on_request(self, n: int) -> None:
@@ -242,7 +230,8 @@ class FlatMapProcessor(_InnerPublisherProcessor):
         self._upstream.request(1)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._downstream is None:
             return
         self._waiting = False
@@ -294,11 +283,11 @@ class FlatMapIterableProcessor(_Emitter):
         super().__init__()
         self._fn = fn
         self._iterator: Iterator[Any] | None = None
-        self._waiting = False
         self._upstream_done = False
 
     def on_next(self, item: Any) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._downstream is None:
             return
         self._waiting = False

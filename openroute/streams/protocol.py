@@ -7,7 +7,7 @@ Signals are plain method calls. Asynchrony comes from whoever calls them (usuall
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,6 +65,36 @@ class Publisher(ABC, Generic[T]):
 
 class Processor(Subscriber[T], Publisher[R], Generic[T, R]):
     """A processing stage: a subscriber to its upstream and a publisher to its downstream (rule 4.1)."""
+
+
+def refuse_none(value: object, signal: str) -> None:
+    """Rule 2.13: a ``None`` subscription, element or error is refused with :class:`TypeError`."""
+    if value is None:
+        raise TypeError(f"{signal}(None) (Reactive Streams rule 2.13)")
+
+
+def first_subscription(held: Subscription | None, offered: Subscription) -> bool:
+    """Rules 2.13 and 2.5 for the ``on_subscribe`` of a subscriber with one upstream: True to keep ``offered``;
+    a second subscription while one is ``held`` is cancelled (False)."""
+    refuse_none(offered, "on_subscribe")
+    if held is not None:
+        offered.cancel()
+        return False
+    return True
+
+
+def signal_end(subscriber: Subscriber[Any], error: BaseException | None) -> None:
+    """The terminal signal: ``on_error(error)``, or ``on_complete()`` when ``error`` is None."""
+    if error is None:
+        subscriber.on_complete()
+    else:
+        subscriber.on_error(error)
+
+
+def cancel_if_any(subscription: Subscription | None) -> None:
+    """Cancel ``subscription`` unless there is none (its holder lets go of it first: cancelling may re-enter)."""
+    if subscription is not None:
+        subscription.cancel()
 
 
 def add_demand(current: int, n: int) -> int:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
+from .fusion import DROP, Stop, apply_plan, none_element_error, plan
 from .protocol import (
     NOOP_SUBSCRIPTION,
     UNBOUNDED,
@@ -15,7 +15,11 @@ from .protocol import (
     Subscriber,
     Subscription,
     add_demand,
+    signal_end,
 )
+
+#: what ``next`` returns for an exhausted iterator in the drain loop
+_END: Any = object()
 
 
 def bad_request_error(n: int) -> ValueError:
@@ -100,6 +104,7 @@ class _IteratorSubscription(Subscription):
         assert iterator is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         on_next = subscriber.on_next
         fused_plan = self._plan
+        end = _END
         while True:
             demand = self._demand
             if demand == 0:
@@ -107,20 +112,13 @@ class _IteratorSubscription(Subscription):
             emitted = 0
             while emitted != demand:
                 try:
-                    item = next(iterator)
-                except StopIteration:
-                    self._stop()
-                    subscriber.on_complete()
-                    return
-                except Exception as error:
-                    self._stop()
-                    subscriber.on_error(error)
-                    return
-                try:
+                    item = next(iterator, end)
+                    if item is end:
+                        raise Stop  # a fresh one: re-raising one instance would grow its traceback each time
                     if item is None:
                         raise none_element_error("source iterable")
                     if fused_plan:
-                        item = _apply(fused_plan, item)
+                        item = apply_plan(fused_plan, item)
                 except Stop:
                     self._stop()
                     subscriber.on_complete()
@@ -154,23 +152,6 @@ class _IteratorSubscription(Subscription):
     def cancel(self) -> None:
         if self._subscriber is not None:
             self._stop()
-
-
-def _apply(fused_plan: tuple[tuple[int, Any], ...], item: Any) -> Any:
-    """``item`` through the fused stages: the result, DROP when filtered out; raises Stop to complete."""
-    for kind, fn in fused_plan:
-        if kind == MAP:
-            item = fn(item)
-            if item is None:
-                raise none_element_error("map returned None")
-        elif kind == FILTER:
-            if not fn(item):
-                return DROP
-        else:
-            item = fn(item)
-            if item is DROP:
-                return DROP
-    return item
 
 
 # Strong references to the aclose() tasks of never-started async iterators, so they are not collected mid-run.
@@ -321,26 +302,13 @@ class _AsyncIteratorSubscription(Subscription):
 
 
 
-class EmptyPublisher(Publisher[Any]):
-    """Completes every subscriber right after ``on_subscribe``."""
-
-    __slots__ = ()
-
-    def subscribe(self, subscriber: Subscriber[Any]) -> None:
-        check_subscriber(subscriber)
-        subscription = _TerminalSubscription()
-        subscriber.on_subscribe(subscription)
-        if not subscription.cancelled:
-            subscription.cancelled = True
-            subscriber.on_complete()
-
-
-class FailedPublisher(Publisher[Any]):
-    """Fails every subscriber with the same error object right after ``on_subscribe``."""
+class _TerminalPublisher(Publisher[Any]):
+    """Sends every subscriber its terminal signal right after ``on_subscribe``: ``on_error(error)``, or
+    ``on_complete`` when ``error`` is None."""
 
     __slots__ = ("_error",)
 
-    def __init__(self, error: BaseException) -> None:
+    def __init__(self, error: BaseException | None) -> None:
         self._error = error
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
@@ -349,7 +317,25 @@ class FailedPublisher(Publisher[Any]):
         subscriber.on_subscribe(subscription)
         if not subscription.cancelled:
             subscription.cancelled = True
-            subscriber.on_error(self._error)
+            signal_end(subscriber, self._error)
+
+
+class EmptyPublisher(_TerminalPublisher):
+    """Completes every subscriber right after ``on_subscribe``."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+
+class FailedPublisher(_TerminalPublisher):
+    """Fails every subscriber with the same error object right after ``on_subscribe``."""
+
+    __slots__ = ()
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
 
 
 class _TerminalSubscription(Subscription):

@@ -6,7 +6,15 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .protocol import UNBOUNDED, StreamCancelledError, Subscriber, Subscription
+from .protocol import (
+    UNBOUNDED,
+    StreamCancelledError,
+    Subscriber,
+    Subscription,
+    cancel_if_any,
+    first_subscription,
+    refuse_none,
+)
 from .sources import check_subscriber
 
 R = TypeVar("R")
@@ -87,16 +95,14 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
         self._resolve(_Failure(error))
 
     def _cancel_upstream(self) -> None:
-        subscription = self._subscription
-        self._subscription = None
-        if subscription is not None:
-            subscription.cancel()
+        subscription, self._subscription = self._subscription, None
+        cancel_if_any(subscription)
 
     def _accept(self, subscription: Subscription) -> bool:
         """Rules 2.5 / 2.13 for on_subscribe; returns False when the subscription was refused."""
-        if subscription is None:
-            raise TypeError("on_subscribe(None) (Reactive Streams rule 2.13)")
-        if self._subscription is not None or self._finished:
+        if not first_subscription(self._subscription, subscription):
+            return False
+        if self._finished:
             subscription.cancel()
             return False
         self._subscription = subscription
@@ -108,12 +114,11 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
             subscription.request(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (Reactive Streams rule 2.13)")
+        refuse_none(error, "on_error")
         self._reject(error)
 
     def on_complete(self) -> None:
@@ -139,7 +144,7 @@ class ToListSubscriber(CompletionSubscriber[list[Any]]):
         self._items: list[Any] = []
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._items.append(item)
 
@@ -174,7 +179,7 @@ class CollectSubscriber(CompletionSubscriber[Any]):
         subscription.request(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
@@ -208,7 +213,7 @@ class ReduceSubscriber(CompletionSubscriber[Any]):
         self._value = identity if has_identity else _UNSET
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
@@ -233,7 +238,7 @@ class FindFirstSubscriber(CompletionSubscriber[Any]):
             subscription.request(1)
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
@@ -249,7 +254,7 @@ class ForEachSubscriber(CompletionSubscriber[None]):
         self._fn = fn
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
             return
@@ -264,8 +269,7 @@ class CancelSubscriber(CompletionSubscriber[None]):
     """Cancels as soon as it is subscribed; resolves with None."""
 
     def on_subscribe(self, subscription: Subscription) -> None:
-        if subscription is None:
-            raise TypeError("on_subscribe(None) (Reactive Streams rule 2.13)")
+        refuse_none(subscription, "on_subscribe")
         subscription.cancel()
         self._resolve(None)
 
@@ -285,13 +289,12 @@ class WrappingSubscriber(CompletionSubscriber[None]):
         self._user.on_subscribe(_WatchedSubscription(self, subscription))
 
     def on_next(self, item: Any) -> None:
-        if item is None:
+        if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._user.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
-        if error is None:
-            raise TypeError("on_error(None) (Reactive Streams rule 2.13)")
+        refuse_none(error, "on_error")
         if self._finished:
             return
         self._reject(error)

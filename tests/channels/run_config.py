@@ -1,9 +1,12 @@
-"""The ``openroute.toml`` of the tests (and benchmarks) that start ``openroute run`` on a channel-fed route."""
+"""The ``openroute.toml`` and the database of the tests (and benchmarks) that start ``openroute run`` or a node on a
+channel-fed route."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from openroute.persistence import MessageStore
 
 
 def write_run_config(folder: Path, database_url: str, broker: str, queue: str, *, events: str | None = None,
@@ -25,3 +28,11 @@ def write_run_config(folder: Path, database_url: str, broker: str, queue: str, *
     path = folder / "openroute.toml"
     path.write_text("\n".join(lines))
     return path
+
+
+def with_schema(database_url: str) -> str:
+    """``database_url`` once the store's schema is in it (the engine disposed again)."""
+    store = MessageStore(database_url)
+    store.create_schema()
+    store.dispose()
+    return database_url

@@ -16,6 +16,7 @@ from openroute.engine import Engine, EngineSettings
 from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelInbound
 from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
 from tests.channels.channel_app import app as application
+from tests.channels.run_config import with_schema
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -76,19 +77,12 @@ async def until(check: Callable[[], Awaitable[bool] | bool], timeout: float = 30
         await asyncio.sleep(0.05)
 
 
-def schema(url: str) -> str:
-    store = MessageStore(url)
-    store.create_schema()
-    store.dispose()
-    return url
-
-
 async def test_n_published_are_n_rows_and_the_queue_is_empty(
     sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
 ) -> None:
     queue, dlq = queues
     await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(200)])
-    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
+    node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
     await node.start()
     try:
         assert node.channels.health() == {"crm-in": "connected"}
@@ -106,7 +100,7 @@ async def test_duplicates_are_acked_without_second_rows_and_invalid_ones_are_dea
     good = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)]
     await publish(rabbitmq_url, queue, [*good, *good])
     await publish(rabbitmq_url, queue, [("{broken", "bad-1"), ({"customer": {}}, "bad-2")])
-    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
+    node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
@@ -128,7 +122,7 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
 ) -> None:
     queue, dlq = queues
     await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)])
-    node = Node(schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
+    node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
     accept = node.engine.accept
     down = True
 
@@ -156,7 +150,7 @@ async def test_two_nodes_on_one_queue_store_each_message_once(
 ) -> None:
     queue, dlq = queues
     messages = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(150)]
-    schema(postgres_url)
+    with_schema(postgres_url)
     nodes = [Node(postgres_url, {"node_id": f"node-{n}", "write_batch": 16}, rabbitmq_url, queue, dlq, concurrency=8)
              for n in (1, 2)]
     for node in nodes:

@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.channels.amqp_helpers import delete, publish, ready, unique
-from tests.channels.test_amqp_channel import Node, schema, until
+from tests.channels.run_config import with_schema
+from tests.channels.test_amqp_channel import Node, until
 
 pytestmark = pytest.mark.rabbitmq
 
@@ -70,7 +71,7 @@ async def test_a_cut_broker_connection_loses_and_doubles_nothing(sqlite_url: str
     node: Any = None
     try:
         await publish(rabbitmq_url, queue, messages)
-        node = Node(schema(sqlite_url), {}, via_proxy, queue, dlq, concurrency=32)
+        node = Node(with_schema(sqlite_url), {}, via_proxy, queue, dlq, concurrency=32)
         await node.start()
         stats = node.channels.stats("crm-in")
         await until(lambda: stats.accepted >= 30)

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from openroute.persistence import MessageStore
 
 from tests.channels.amqp_helpers import delete, publish, ready, take_all, unique
-from tests.channels.run_config import write_run_config
+from tests.channels.run_config import with_schema, write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = [pytest.mark.rabbitmq, pytest.mark.slow]
@@ -57,10 +56,7 @@ def wait_rows(url: str, at_least: int, timeout: float = 60) -> int:
 
 
 def test_sigkill_during_a_load_loses_and_doubles_nothing(tmp_path: Path, rabbitmq_url: str) -> None:
-    url = f"sqlite:///{tmp_path / 'openroute.db'}"
-    store = MessageStore(url)
-    store.create_schema()
-    store.dispose()
+    url = with_schema(f"sqlite:///{tmp_path / 'openroute.db'}")
     queue, events = unique("kill"), unique("kill-events")
     # a fixed node id: the restarted node takes back the outbox leases its killed run held
     config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events, node_id="kill-node")

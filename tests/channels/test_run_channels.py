@@ -14,17 +14,14 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
 from tests.channels.amqp_helpers import delete, publish, take_all, unique
-from tests.channels.run_config import write_run_config
+from tests.channels.run_config import with_schema, write_run_config
 from tests.inbound.test_cli_run import ROOT, Server, _environment
 
 pytestmark = pytest.mark.rabbitmq
 
 
 def test_run_serves_the_channel_and_publishes_the_outcomes(tmp_path: Path, rabbitmq_url: str) -> None:
-    url = f"sqlite:///{tmp_path / 'openroute.db'}"
-    store = MessageStore(url)
-    store.create_schema()
-    store.dispose()
+    url = with_schema(f"sqlite:///{tmp_path / 'openroute.db'}")
     queue, events = unique("run-in"), unique("run-events")
     config = write_run_config(tmp_path, url, rabbitmq_url, queue, events=events)
     try:

@@ -10,31 +10,13 @@ import pytest
 from openroute import ConfigurationError, route
 from openroute.config import load_config
 from openroute.errors import DeploymentError
+from openroute.outbound import systems
 
 
 def test_a_system_is_declared_once_with_its_breaker_and_records(tmp_path: Path) -> None:
     path = tmp_path / "openroute.toml"
-    path.write_text("""
-[external_systems.HLR]
-base_url = "http://hlr.internal:8080/"
-timeout = "5s"
-call_timeout = "10s"
-headers = { X-Client = "openroute" }
-
-[external_systems.HLR.breaker]
-window_size = 20
-minimum_calls = 10
-open_wait = "20s"
-trial_calls = 2
-
-[external_systems.HLR.records]
-enabled = true
-operations = "activate.*"
-secret_fields = ["pin"]
-
-[external_systems.LEGACY.breaker]
-enabled = false
-""")
+    documented = systems.__doc__.split("```toml\n")[1].split("```")[0]  # the module's own example
+    path.write_text(documented + "\n[external_systems.LEGACY.breaker]\nenabled = false\n")
     hlr, legacy = load_config(path).external_system_list()
     assert (hlr.name, hlr.base_url, hlr.timeout, hlr.call_timeout) == ("HLR", "http://hlr.internal:8080/", 5.0,
                                                                       timedelta(seconds=10))

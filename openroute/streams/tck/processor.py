@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription
+from ..protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription, signal_end
 from .probes import ProbeSubscriber, ProbeSubscription, run_all, violation, wait_on_subscription
 from .publisher import PublisherVerification
 from .subscriber import SubscriberVerification
@@ -129,10 +129,7 @@ class RangeSubscription(Subscription):
                     return
                 if self._next > self._n:
                     self._subscriber = None
-                    if self._fail_with is not None:
-                        subscriber.on_error(self._fail_with)
-                    else:
-                        subscriber.on_complete()
+                    signal_end(subscriber, self._fail_with)
                     return
                 if self._demand == 0:
                     return

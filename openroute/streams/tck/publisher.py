@@ -63,6 +63,28 @@ class PublisherVerification:
         publisher.subscribe(probe)
         return publisher
 
+    async def _subscribed_probe(self, n: int) -> ProbeSubscriber:
+        """A probe subscribed to a publisher of ``n`` elements, once its ``on_subscribe`` came (rule 1.9)."""
+        probe = ProbeSubscriber()
+        await self._subscribe(n, probe)
+        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        return probe
+
+    async def _ended_probe(self, n: int, probe: ProbeSubscriber, rule: str, awaited: str) -> ProbeSubscriber:
+        """``probe`` subscribed to a publisher of ``n`` elements, once the stream has ended (``awaited`` names the
+        terminal signal a violation of ``rule`` reports as missing)."""
+        await self._subscribe(n, probe)
+        await probe.wait_until(lambda: probe.terminated, self.timeout, rule, awaited)
+        return probe
+
+    async def _quiet_after_request(self, probe: ProbeSubscriber, n: int, rule: str, violated: str) -> None:
+        """After the terminal signal, ``request(n)`` makes the publisher signal nothing more (else ``violated``)."""
+        before = probe.signals
+        probe.request(n)
+        if not await probe.quiet(self.quiet_timeout, since=before):
+            raise violation(rule, f"{violated} ({probe.describe()})")
+        probe.check()
+
     async def _finish(self, probe: ProbeSubscriber) -> None:
         probe.check()
         if probe.subscription is not None and not probe.terminated:
@@ -71,9 +93,7 @@ class PublisherVerification:
     async def rule_1_1_on_next_not_more_than_requested(self) -> None:
         """1.1: the number of on_next signals never exceeds the total requested."""
         n = self._size(10, at_least=4, rule="1.1")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(3)
         await probe.wait_until(lambda: len(probe.items) >= 3 or probe.terminated, self.timeout, "1.1", "3 elements")
         if not await probe.quiet(self.quiet_timeout) or len(probe.items) > 3:
@@ -87,9 +107,7 @@ class PublisherVerification:
     async def rule_1_2_may_signal_fewer_than_requested_then_complete(self) -> None:
         """1.2: a publisher with fewer elements than requested emits them and terminates."""
         n = self._size(3, at_least=0, rule="1.2", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=n + 10)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.2", "on_complete")
+        probe = await self._ended_probe(n, ProbeSubscriber(request_on_subscribe=n + 10), "1.2", "on_complete")
         if probe.error is not None or len(probe.items) != n:
             raise violation("1.2", f"expected {n} elements then on_complete, got {probe.describe()}")
         await self._finish(probe)
@@ -97,9 +115,8 @@ class PublisherVerification:
     async def rule_1_3_signals_are_serial(self) -> None:
         """1.3: signals never overlap, even when the subscriber requests from inside on_next."""
         n = self._size(50, at_least=0, rule="1.3", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.3", "on_complete")
+        probe = await self._ended_probe(
+            n, ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1), "1.3", "on_complete")
         if probe.max_depth > 1:
             raise violation("1.3", "a signal started while another was running")
         await self._finish(probe)
@@ -120,18 +137,16 @@ class PublisherVerification:
     async def rule_1_5_completes_after_the_last_element(self) -> None:
         """1.5: a finite stream signals on_complete after its last element (the TCK asks for one more to see it)."""
         n = self._size(5, at_least=0, rule="1.5", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.5", "on_complete")
+        probe = await self._ended_probe(n, ProbeSubscriber(request_on_subscribe=n + 1), "1.5", "on_complete")
         if not probe.completed or len(probe.items) != n:
             raise violation("1.5", f"expected {n} elements then on_complete, got {probe.describe()}")
         await self._finish(probe)
 
     async def rule_1_5_empty_stream_completes(self) -> None:
         """1.5 / 2.9: an empty stream signals on_complete (the TCK asks for one element to see it)."""
-        probe = ProbeSubscriber(request_on_subscribe=1)
-        await self._subscribe(self._size(0, at_least=0, rule="1.5", completes=True), probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.5", "on_complete")
+        probe = await self._ended_probe(
+            self._size(0, at_least=0, rule="1.5", completes=True), ProbeSubscriber(request_on_subscribe=1), "1.5",
+            "on_complete")
         if not probe.completed or probe.items:
             raise violation("1.5", f"expected on_complete only, got {probe.describe()}")
         await self._finish(probe)
@@ -139,14 +154,8 @@ class PublisherVerification:
     async def rule_1_6_terminal_signal_ends_the_subscription(self) -> None:
         """1.6 / 1.7: after on_complete the subscription is over; further requests signal nothing."""
         n = self._size(2, at_least=0, rule="1.6", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.6", "on_complete")
-        before = probe.signals
-        probe.request(5)
-        if not await probe.quiet(self.quiet_timeout, since=before):
-            raise violation("1.6", f"signal after the terminal signal ({probe.describe()})")
-        probe.check()
+        probe = await self._ended_probe(n, ProbeSubscriber(request_on_subscribe=n + 1), "1.6", "on_complete")
+        await self._quiet_after_request(probe, 5, "1.6", "signal after the terminal signal")
 
     async def rule_1_7_no_signals_after_on_error(self) -> None:
         """1.7: nothing follows on_error, whatever the subscriber requests afterwards."""
@@ -156,18 +165,12 @@ class PublisherVerification:
         probe = ProbeSubscriber(request_on_subscribe=10)
         self.make_failed_publisher().subscribe(probe)
         await probe.wait_until(lambda: probe.terminated, self.timeout, "1.7", "on_error")
-        before = probe.signals
-        probe.request(10)
-        if not await probe.quiet(self.quiet_timeout, since=before):
-            raise violation("1.7", f"signal after on_error ({probe.describe()})")
-        probe.check()
+        await self._quiet_after_request(probe, 10, "1.7", "signal after on_error")
 
     async def rule_1_9_on_subscribe_comes_first(self) -> None:
         """1.9: on_subscribe is the first signal, exactly once."""
         n = self._size(3, at_least=0, rule="1.9", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "1.9", "the stream to end")
+        probe = await self._ended_probe(n, ProbeSubscriber(request_on_subscribe=n + 1), "1.9", "the stream to end")
         if probe.on_subscribe_calls != 1:
             raise violation("1.9", f"on_subscribe called {probe.on_subscribe_calls} times")
         await self._finish(probe)
@@ -197,9 +200,8 @@ class PublisherVerification:
     async def rule_3_2_request_from_on_next_is_allowed(self) -> None:
         """3.2: request may be called synchronously from on_next."""
         n = self._size(10, rule="3.2", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "3.2", "on_complete")
+        probe = await self._ended_probe(
+            n, ProbeSubscriber(request_on_subscribe=1, request_in_on_next=1), "3.2", "on_complete")
         if not probe.completed or len(probe.items) != n:
             raise violation("3.2", f"expected {n} elements then on_complete, got {probe.describe()}")
         await self._finish(probe)
@@ -222,9 +224,7 @@ class PublisherVerification:
     async def rule_3_6_request_after_cancel_is_a_no_op(self) -> None:
         """3.6: after cancel, request signals nothing."""
         n = self._size(10, at_least=0, rule="3.6")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         before = probe.signals
         probe.cancel()
         probe.request(5)
@@ -248,9 +248,7 @@ class PublisherVerification:
     async def rule_3_8_demand_accumulates_while_not_cancelled(self) -> None:
         """3.8: separate requests add up; the publisher delivers their sum."""
         n = self._size(10, at_least=6, rule="3.8")
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(2)
         probe.request(3)
         await probe.wait_until(lambda: len(probe.items) >= 5, self.timeout, "3.8", "5 elements for 2 + 3 requested")
@@ -274,9 +272,8 @@ class PublisherVerification:
     async def rule_3_9_non_positive_request_from_on_next(self) -> None:
         """3.9 with 1.3: request(0) from inside on_next still gives a serial on_error(ValueError)."""
         n = self._size(10, at_least=2, rule="3.9")
-        probe = ProbeSubscriber(request_on_subscribe=1, request_in_on_next=0)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "3.9", "on_error after request(0)")
+        probe = await self._ended_probe(
+            n, ProbeSubscriber(request_on_subscribe=1, request_in_on_next=0), "3.9", "on_error after request(0)")
         if not isinstance(probe.error, ValueError):
             raise violation("3.9", f"request(0) in on_next gave {probe.describe()}")
         await probe.quiet(self.quiet_timeout)
@@ -329,9 +326,7 @@ class PublisherVerification:
     async def rule_3_15_and_3_16_cancel_and_request_return_normally(self) -> None:
         """3.15 / 3.16: cancel and request return normally, whatever the state of the subscription."""
         n = self._size(3, at_least=0, rule="3.15", completes=True)
-        probe = ProbeSubscriber(request_on_subscribe=n + 1)
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.terminated, self.timeout, "3.16", "the stream to end")
+        probe = await self._ended_probe(n, ProbeSubscriber(request_on_subscribe=n + 1), "3.16", "the stream to end")
         calls: tuple[Callable[[], None], ...] = (
             lambda: probe.request(1), probe.cancel, lambda: probe.request(UNBOUNDED), probe.cancel)
         for call in calls:
@@ -344,9 +339,7 @@ class PublisherVerification:
     async def rule_3_17_demand_is_capped_at_unbounded(self) -> None:
         """3.17: demand summing past 2**63-1 is treated as unbounded, not as an error."""
         n = self._size(20, at_least=0, rule="3.17", completes=True)
-        probe = ProbeSubscriber()
-        await self._subscribe(n, probe)
-        await probe.wait_until(lambda: probe.subscription is not None, self.timeout, "1.9", "on_subscribe")
+        probe = await self._subscribed_probe(n)
         probe.request(UNBOUNDED - 1)
         probe.request(UNBOUNDED)
         probe.request(UNBOUNDED)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import drop_columns
+
 revision = "0005"
 down_revision = "0004"
 
@@ -22,5 +24,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("node", schema=None) as batch_op:
-        batch_op.drop_column("state")
+    drop_columns("node", "state")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import drop_columns
+
 revision = "0006"
 down_revision = "0005"
 
@@ -28,10 +30,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("confirmation", schema=None) as batch_op:
-        batch_op.drop_column("claimed_by")
-        batch_op.drop_column("confirmation_id")
-    with op.batch_alter_table("external_call", schema=None) as batch_op:
-        batch_op.drop_column("started_at")
-        batch_op.drop_column("node_id")
-        batch_op.drop_column("idempotency_key")
+    drop_columns("confirmation", "claimed_by", "confirmation_id")
+    drop_columns("external_call", "started_at", "node_id", "idempotency_key")

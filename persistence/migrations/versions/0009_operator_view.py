@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import drop_columns
+
 revision = "0009"
 down_revision = "0008"
 
@@ -43,9 +45,7 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.drop_index("ix_message_error_text_trgm", table_name="message")
         op.drop_index("ix_message_payload_trgm", table_name="message")
-    with op.batch_alter_table("message_transition", schema=None) as batch_op:
-        batch_op.drop_column("error_trace")
-        batch_op.drop_column("error_text")
+    drop_columns("message_transition", "error_trace", "error_text")
     with op.batch_alter_table("message", schema=None) as batch_op:
         batch_op.drop_index("ix_message_error_code")
         batch_op.drop_column("last_error_trace")

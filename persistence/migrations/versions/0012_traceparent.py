@@ -13,6 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from openroute.persistence.migrations._columns import drop_columns
+
 revision = "0012"
 down_revision = "0011"
 branch_labels = None
@@ -25,5 +27,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("message", schema=None) as batch_op:
-        batch_op.drop_column("traceparent")
+    drop_columns("message", "traceparent")
