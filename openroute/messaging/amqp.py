@@ -22,17 +22,18 @@ by content type (JSON, text) and stay ``bytes`` otherwise.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, AbstractIncomingMessage, AbstractQueue
 
+from openroute.messaging._amqp_acks import Acks as _Acks
 from openroute.messaging._drain import DrainLoop
+from openroute.messaging.amqp_body import decode, encode
 from openroute.messaging.config import ChannelConfig
 from openroute.messaging.connector import IncomingConnectorFactory, OutgoingConnectorFactory
 from openroute.messaging.errors import ChannelClosedError, DeploymentError, RedeliverError
@@ -52,71 +53,6 @@ log = logging.getLogger("openroute.messaging.amqp")
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 PERSISTENT = aio_pika.DeliveryMode.PERSISTENT
 NOT_PERSISTENT = aio_pika.DeliveryMode.NOT_PERSISTENT
-
-
-class _Acks:
-    """The acks of one AMQP channel, sent together once per loop turn: those of deliveries below the oldest one still
-    undecided (or being rejected) as one ``basic.ack`` with ``multiple``, any above it each on its own, so an ack
-    never waits for an earlier delivery and never covers one that is still open.
-
-    A delivery counts as open from its arrival until its ack is decided or its reject has been written. Deliveries
-    start in the order of their tags; the lowest open tag is looked up, not assumed.
-    """
-
-    __slots__ = ("acked", "channel", "closed", "loop", "open", "scheduled", "sending")
-
-    def __init__(self, channel: Any, closed: Callable[[], bool]) -> None:
-        self.channel = channel  # aiormq's channel of the deliveries: tags restart on a reopened channel
-        self.closed = closed  # the consumer's channel is closed: the broker requeues what was not acked
-        self.open: set[int] = set()
-        self.acked: list[tuple[int, asyncio.Future[None]]] = []  # decided, not yet sent
-        self.scheduled = False
-        self.loop = asyncio.get_running_loop()
-        self.sending: set[asyncio.Future[None]] = set()  # the loop keeps tasks only weakly
-
-    def ack(self, tag: int, finished: asyncio.Future[None]) -> None:
-        self.open.discard(tag)
-        self.acked.append((tag, finished))
-        if not self.scheduled:  # once the loop ran what is ready: the others of the same commit are acked by then
-            self.scheduled = True
-            self.loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        self.scheduled = False
-        acked, self.acked = self.acked, []
-        if self.closed():  # the broker requeues unacked deliveries of a closed channel by itself
-            _finish(acked, None)
-            return
-        low = min(self.open) if self.open else None
-        below = [tag for tag, _ in acked if low is None or tag < low]
-        alone = [tag for tag, _ in acked if low is not None and tag > low]
-        self.sending.add(sent := asyncio.ensure_future(self._send(max(below) if below else None, alone)))
-
-        def done(task: asyncio.Future[None]) -> None:
-            self.sending.discard(task)
-            _finish(acked, task)
-
-        sent.add_done_callback(done)
-
-    async def _send(self, up_to: int | None, alone: list[int]) -> None:
-        if up_to is not None:
-            await self.channel.basic_ack(up_to, multiple=True)
-        for tag in alone:
-            await self.channel.basic_ack(tag)
-
-
-def _finish(covered: list[tuple[int, asyncio.Future[None]]], task: asyncio.Future[None] | None) -> None:
-    error: BaseException | None = None
-    if task is not None:
-        error = ChannelClosedError("settling the delivery was cancelled") if task.cancelled() else task.exception()
-    for _, finished in covered:
-        if finished.done():
-            continue
-        if error is None:
-            finished.set_result(None)
-        else:
-            finished.set_exception(error)
-            finished.exception()  # retrieved: nobody may be waiting for it
 
 
 class _Delivery:
@@ -190,53 +126,6 @@ class AmqpOutgoingMetadata:
     content_type: str | None = None
     priority: int | None = None
     expiration: float | None = None
-
-
-def encode(payload: Any, content_type: str | None = None) -> tuple[bytes, str]:
-    """Body and content type of a payload."""
-    if isinstance(payload, bytes | bytearray | memoryview):
-        return bytes(payload), content_type or "application/octet-stream"
-    if isinstance(payload, str):
-        return payload.encode("utf-8"), content_type or "text/plain"
-    return json.dumps(payload).encode("utf-8"), content_type or "application/json"
-
-
-def decode(body: bytes, content_type: str | None) -> Any:
-    """Payload of a body, by content type."""
-    decoder = _DECODERS.get(content_type)
-    if decoder is None:
-        decoder = _decoder(content_type)
-        if len(_DECODERS) < 256:  # content types are few; a sender that varies them gets no cache, not a leak
-            _DECODERS[content_type] = decoder
-    return decoder(body)
-
-
-def _decoder(content_type: str | None) -> Callable[[bytes], Any]:
-    kind = (content_type or "").split(";")[0].strip().lower()
-    if kind == "application/json" or kind.endswith("+json"):
-        return _json
-    if kind.startswith("text/"):
-        return _text
-    return _raw
-
-
-def _json(body: bytes) -> Any:
-    # json.loads guesses UTF-16/32 and BOMs from the first bytes; plain UTF-8 skips that guess
-    if b"\x00" in body[:4] or body[:1] in (b"\xef", b"\xfe", b"\xff"):
-        return json.loads(body)
-    return _JSON_DECODER.decode(body.decode("utf-8"))
-
-
-def _text(body: bytes) -> str:
-    return body.decode("utf-8")
-
-
-def _raw(body: bytes) -> bytes:
-    return body
-
-
-_JSON_DECODER = json.JSONDecoder()
-_DECODERS: dict[str | None, Callable[[bytes], Any]] = {}
 
 
 class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
