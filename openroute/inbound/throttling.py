@@ -100,7 +100,7 @@ def parse_rules(rules: Mapping[str, object]) -> list[ThrottleRule]:
 
 
 #: a node takes ahead, beside what its waiting requests need, the permits its recent rate will use in this many seconds
-LEASE_SECONDS = 0.25
+LEASE_SECONDS = 1.0
 #: and holds (spendable, or being taken) at most the limit divided by this: what a node holds unspent when its
 #: requests stop is at most 5 %
 LEASE_SHARE = 20
