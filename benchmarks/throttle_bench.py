@@ -58,7 +58,8 @@ async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[floa
         await engine.stop()
         store.dispose()
     if throttling is not None:
-        print(f"  throttled run: {throttling.reservations} counting transactions for {count} messages")
+        print(f"  throttled run: {throttling.reservations} counting transactions for {count} messages, "
+              f"{throttling.waits} requests waited for one")
     return count / elapsed, cpu * 1000 / count
 
 

@@ -99,22 +99,39 @@ def parse_rules(rules: Mapping[str, object]) -> list[ThrottleRule]:
     return parsed
 
 
-#: beside what its waiting requests need, a node takes the permits its recent rate will use in this many seconds
-LEASE_SECONDS = 0.25
-#: and never more than the limit divided by this: what a node holds unspent when its requests stop is at most 5 %
+#: a node takes ahead, beside what its waiting requests need, the permits its recent rate will use in this many seconds
+LEASE_SECONDS = 1.0
+#: and holds (spendable, or being taken) at most the limit divided by this: what a node holds unspent when its
+#: requests stop is at most 5 %
 LEASE_SHARE = 20
+#: the (system, operation) pairs remembered: beyond this many, those holding no permits are forgotten
+MAX_KEYS = 10_000
 
 
-@dataclass
 class _Lease:
-    """The permits this node took for one source system and operation and has not spent yet, and its recent rate."""
+    """One source system and operation on this node: its rule, the permits this node took and has not spent yet,
+    and its recent rate."""
 
-    #: the window the permits belong to (they expire with it)
-    window: int = -1
-    permits: int = 0
-    #: requests since the last reservation, and when it was made (time.monotonic; None before the first)
-    arrivals: int = 0
-    since: float | None = None
+    __slots__ = ("arrivals", "cap", "full", "limit", "low", "operation", "permits", "refilling", "rule", "since",
+                 "source_system", "window", "window_ms")
+
+    def __init__(self, source_system: str, operation: str, rule: ThrottleRule) -> None:
+        self.source_system, self.operation, self.rule = source_system, operation, rule
+        self.limit = rule.limit
+        self.window_ms = max(1, int(rule.interval * 1000))
+        #: permits held or being taken ahead at most (0: every request is counted in the store)
+        self.cap = rule.limit // LEASE_SHARE
+        #: the window the permits belong to (they expire with it), and how many are left
+        self.window = -1
+        self.permits = 0
+        #: a background reservation starts when the permits fall to this (half of those held after the last one)
+        self.low = 0
+        self.refilling = False
+        #: the window the store said is full (counts only grow in a window: it stays full)
+        self.full = -1
+        #: requests since the last reservation, and when it was made (the throttling's clock; None before the first)
+        self.arrivals = 0
+        self.since: float | None = None
 
     def spend(self, window: int) -> bool:
         """Spend a permit of ``window`` if one is held."""
@@ -123,17 +140,16 @@ class _Lease:
         self.permits -= 1
         return True
 
-    def ahead(self, limit: int) -> int:
-        """How many permits to take beside those needed now: ``LEASE_SECONDS`` at the rate since the last
-        reservation, at most ``limit // LEASE_SHARE`` (none for a small limit: counted exactly, request by request;
-        none at the first reservation: no rate yet). Starts the next rate measurement."""
-        now = time.monotonic()
+    def ahead(self, window: int, now: float) -> int:
+        """How many permits of ``window`` to take at ``now`` beside those needed: ``LEASE_SECONDS`` at the rate
+        since the last reservation, at most ``cap`` with those held (none for a limit under ``LEASE_SHARE``: counted
+        exactly, request by request; none at the first reservation: no rate yet). Starts the next rate measurement."""
         since, arrivals = self.since, self.arrivals
         self.since, self.arrivals = now, 0
         if since is None or now <= since:
             return 0
-        elapsed = now - since
-        return min(int(arrivals / elapsed * LEASE_SECONDS), limit // LEASE_SHARE)
+        held = self.permits if self.window == window else 0
+        return max(0, min(int(arrivals / (now - since) * LEASE_SECONDS), self.cap - held))
 
     def keep(self, window: int, permits: int) -> None:
         """Hold ``permits`` more of ``window`` (those of an earlier window are dropped)."""
@@ -142,16 +158,25 @@ class _Lease:
         self.permits += permits
 
 
+#: an item waiting for the next counting transaction: the lease, the window, and the request's future (None: a
+#: background reservation of permits ahead)
+_Pending = tuple[_Lease, int, "asyncio.Future[bool] | None"]
+
+
 class Throttling:
     """The throttling rules of the inbound endpoints and their shared counters (see the module doc).
 
     ``clock`` gives seconds since the epoch (the nodes share the windows, so it is wall-clock time).
 
-    Under a steady load a node does not count every request in the store: when it must count, it takes the permits
-    its waiting requests need plus what its recent rate will use in ``LEASE_SECONDS`` (at most ``limit //
-    LEASE_SHARE``), and spends those without the store. The limit stays exact across nodes, as a node spends only
-    permits the shared counter gave it; a node whose requests stop while it holds some leaves them unspent (they
-    expire with the window), so a window can admit a few fewer than the limit, never more.
+    Under a steady load a node does not count every request in the store. When it must count, it takes the permits
+    its waiting requests need plus what its recent rate will use in ``LEASE_SECONDS``, and spends those without the
+    store; when they fall to half of what it held after its last reservation, it takes the next ones in the
+    background, so its requests do not wait for the store. What it holds (spendable or being taken) is at most
+    ``limit // LEASE_SHARE``, and nothing for a smaller limit. The limit stays exact across nodes, as a node spends
+    only permits the shared counter gave it; a node whose requests stop while it holds some leaves them unspent
+    (they expire with the window), so a window can admit a few fewer than the limit, never more. Once the store says
+    a window is full, the node refuses the rest of that window's requests without asking it again (a window's count
+    only grows).
     """
 
     def __init__(self, rules: Iterable[ThrottleRule], counters: ThrottleCounters,
@@ -159,13 +184,16 @@ class Throttling:
         self.rules = {(rule.source_system, rule.operation): rule for rule in rules}
         self.counters = counters
         self.clock = clock
-        # requests waiting for the next counting transaction, and whether one is running
-        self._pending: list[tuple[tuple[str, str, int, int], asyncio.Future[bool]]] = []
+        # requests (and background reservations) waiting for the next counting transaction, and whether one runs
+        self._pending: list[_Pending] = []
         self._counting = False
         self._counter_task: asyncio.Future[None] | None = None
-        self._leases: dict[tuple[str, str], _Lease] = {}
+        # per real (system, operation): its lease, None when no rule applies (the rule lookup is made once)
+        self._leases: dict[tuple[str, str], _Lease | None] = {}
         #: counting transactions made (each takes the permits of one batch of waiting requests)
         self.reservations = 0
+        #: requests that waited for a counting transaction (the others were admitted from held permits)
+        self.waits = 0
 
     @classmethod
     def from_rules(cls, rules: Mapping[str, object], store: MessageStore,
@@ -179,6 +207,27 @@ class Throttling:
         return (rules.get((source_system, operation)) or rules.get((source_system, WILDCARD))
                 or rules.get((WILDCARD, operation)) or rules.get((WILDCARD, WILDCARD)))
 
+    def _lease(self, key: tuple[str, str]) -> _Lease | None:
+        """The lease of a (system, operation) seen for the first time (None without a rule), remembered."""
+        leases = self._leases
+        if len(leases) >= MAX_KEYS:  # many source systems (a header, unless authenticated): forget the idle ones
+            for idle in [k for k, lease in leases.items() if lease is None or not (lease.permits or lease.refilling)]:
+                del leases[idle]
+        rule = self.rule_for(*key)
+        lease = leases[key] = None if rule is None else _Lease(*key, rule)
+        return lease
+
+    async def counted(self) -> None:
+        """Return once the requests and background reservations waiting so far are counted (none may be)."""
+        while (task := self._counter_task) is not None and not task.done():
+            await asyncio.shield(task)
+
+    def _enqueue(self, item: _Pending) -> None:
+        self._pending.append(item)
+        if not self._counting:
+            self._counting = True
+            self._counter_task = asyncio.ensure_future(self._count())
+
     async def _count(self) -> None:
         """Count the waiting requests, in one transaction per batch (those that arrive meanwhile wait for the next):
         a transaction per request cost a third of the inbound throughput (docs/performance.md)."""
@@ -189,60 +238,85 @@ class Throttling:
         finally:
             self._counting = False
 
-    async def _count_batch(self, batch: list[tuple[tuple[str, str, int, int], asyncio.Future[bool]]]) -> None:
-        """Admit the requests of ``batch`` from held permits, else from one reservation for all of them."""
-        groups: dict[tuple[str, str, int, int], list[asyncio.Future[bool]]] = {}
-        for request, future in batch:
-            if not future.done():
-                groups.setdefault(request, []).append(future)
-        blocks: list[tuple[tuple[str, str, int, int], list[asyncio.Future[bool]], int]] = []
-        for (system, operation, window, limit), futures in groups.items():
-            lease = self._leases[(system, operation)]
+    async def _count_batch(self, batch: list[_Pending]) -> None:
+        """Admit the requests of ``batch`` from held permits, else from one reservation for all of them (with the
+        permits taken ahead, and the background reservations of the batch)."""
+        groups: dict[tuple[_Lease, int], list[asyncio.Future[bool]]] = {}
+        refills: set[tuple[_Lease, int]] = set()
+        for lease, window, future in batch:
+            futures = groups.setdefault((lease, window), [])
+            if future is None:
+                refills.add((lease, window))
+            elif not future.done():
+                futures.append(future)
+        now = self.clock()
+        now_ms = int(now * 1000)
+        blocks: list[tuple[_Lease, int, list[asyncio.Future[bool]], int]] = []
+        for (lease, window), futures in groups.items():
             while futures and lease.spend(window):  # permits taken since these requests queued
                 futures.pop(0).set_result(True)
             if futures:
-                blocks.append(((system, operation, window, limit), futures, len(futures) + lease.ahead(limit)))
-        if not blocks:
-            return
+                blocks.append((lease, window, futures, len(futures) + lease.ahead(window, now)))
+            elif ((lease, window) in refills and lease.full != window
+                  and window == now_ms - now_ms % lease.window_ms  # not for a window that has ended
+                  and (ahead := lease.ahead(window, now))):
+                blocks.append((lease, window, futures, ahead))
+        try:
+            if blocks:
+                await self._reserve(blocks)
+        finally:
+            for lease, _ in refills:
+                lease.refilling = False
+
+    async def _reserve(self, blocks: list[tuple[_Lease, int, list[asyncio.Future[bool]], int]]) -> None:
         self.reservations += 1
         store = self.counters.store
         try:
-            granted = await asyncio.to_thread(self.counters.reserve_many, [(*key, wanted) for key, _, wanted in blocks])
+            granted = await asyncio.to_thread(
+                self.counters.reserve_many,
+                [(lease.source_system, lease.operation, window, lease.limit, wanted)
+                 for lease, window, _, wanted in blocks])
         except Exception as error:
             unreachable = store.outage.failed(error, "counting a request for throttling")
-            for future in (future for _, futures, _ in blocks for future in futures):
+            for future in (future for _, _, futures, _ in blocks for future in futures):
                 if not future.done():
                     future.set_exception(StoreUnavailableError() if unreachable else error)
             return
         store.outage.succeeded()
-        for ((system, operation, window, _), futures, _), admitted in zip(blocks, granted, strict=True):
+        for (lease, window, futures, wanted), admitted in zip(blocks, granted, strict=True):
             waiting = [future for future in futures if not future.done()]  # a request gone meanwhile leaves its permit
             for index, future in enumerate(waiting):
                 future.set_result(index < admitted)
-            self._leases[(system, operation)].keep(window, max(0, admitted - len(waiting)))
+            taken_ahead = max(0, admitted - len(waiting))
+            lease.keep(window, taken_ahead)
+            lease.low = lease.permits // 2
+            if admitted < wanted:
+                lease.full = window
 
     async def check(self, source_system: str, operation: str) -> None:
         """Count a request of ``source_system`` / ``operation`` under its rule (nothing to do without one).
 
         Raises :class:`ThrottledError` when the window is full (the request is not counted) and
         :class:`StoreUnavailableError` when the counters cannot be reached (nothing counted)."""
-        rule = self.rule_for(source_system, operation)
-        if rule is None:
+        key = (source_system, operation)
+        lease = self._leases.get(key)
+        if lease is None and (key in self._leases or (lease := self._lease(key)) is None):
             return
         now = self.clock()
-        window = int(rule.interval * 1000)
-        start = int(now * 1000) // window * window
-        lease = self._leases.get((source_system, operation))
-        if lease is None:
-            lease = self._leases[(source_system, operation)] = _Lease()
+        now_ms = int(now * 1000)
+        window = now_ms - now_ms % lease.window_ms
         lease.arrivals += 1
-        if lease.spend(start):
+        if lease.window == window and lease.permits > 0:
+            lease.permits -= 1
+            if lease.permits <= lease.low and lease.cap and not lease.refilling:
+                lease.refilling = True  # the next permits, taken while these are spent
+                self._enqueue((lease, window, None))
             return
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._pending.append(((source_system, operation, start, rule.limit), future))
-        if not self._counting:
-            self._counting = True
-            self._counter_task = asyncio.ensure_future(self._count())
-        if not await future:
-            retry_after = max(1, math.ceil((start + window) / 1000 - now))
-            raise ThrottledError(source_system, operation, rule.limit, rule.interval, retry_after)
+        if lease.full != window:
+            future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._enqueue((lease, window, future))
+            self.waits += 1
+            if await future:
+                return
+        raise ThrottledError(source_system, operation, lease.limit, lease.rule.interval,
+                             max(1, math.ceil((window + lease.window_ms) / 1000 - now)))

@@ -165,7 +165,10 @@ def test_concurrent_batches_admit_the_limit_exactly(store: MessageStore) -> None
 
 
 async def _admitted(throttling: Throttling, requests: int) -> int:
-    """How many of ``requests`` concurrent requests of CRM / create ``throttling`` admits."""
+    """How many of ``requests`` concurrent requests of CRM / create ``throttling`` admits, 10 ms after the previous
+    ones (on its clock, when it is a :class:`Clock`: a rate of 100 per second per request of a round)."""
+    if isinstance(throttling.clock, Clock):
+        throttling.clock.now += 0.01
     answers = await asyncio.gather(*(throttling.check("CRM", "create") for _ in range(requests)),
                                    return_exceptions=True)
     assert all(answer is None or isinstance(answer, ThrottledError) for answer in answers), answers
@@ -179,9 +182,38 @@ async def test_a_busy_node_takes_permits_ahead_and_spends_them_without_the_store
     for _ in range(10):
         admitted += await _admitted(throttling, 20)
     assert admitted == 200
-    assert throttling.reservations < 100  # not one counting transaction per request, nor per batch of 20
+    assert throttling.reservations < 10  # not one counting transaction per request, nor per batch of 20
     held = counters.count("CRM", "create", 1_800_000_000_000) - admitted
     assert 0 <= held <= 800 // LEASE_SHARE  # taken ahead: at most the limit's share
+
+
+async def test_a_busy_node_takes_its_next_permits_in_the_background(store: MessageStore) -> None:
+    """When its permits fall to half of what it took ahead, a node takes the next ones while it spends the rest:
+    its requests do not wait for the store, and it never holds more than the limit's share."""
+    counters = ThrottleCounters(store)
+    throttling = Throttling(parse_rules({"*.*": "800/60"}), counters, Clock(1_800_000_000.0))
+    # counted (no rate yet), then counted with the limit's share taken ahead (2,000 requests/s x LEASE_SECONDS)
+    assert await _admitted(throttling, 20) + await _admitted(throttling, 20) == 40
+    assert throttling.waits == 40
+    assert counters.count("CRM", "create", 1_800_000_000_000) - 40 == 800 // LEASE_SHARE
+    reservations = throttling.reservations
+    for _ in range(5):  # each round spends half of the permits and takes them again while they are spent
+        assert await _admitted(throttling, 20) == 20
+        await throttling.counted()
+    assert throttling.waits == 40  # no request of those rounds waited for the store
+    assert throttling.reservations == reservations + 5
+    assert counters.count("CRM", "create", 1_800_000_000_000) - 140 == 800 // LEASE_SHARE  # never more held
+
+
+async def test_a_full_window_is_refused_without_the_store(store: MessageStore) -> None:
+    clock = Clock(1_800_000_000.0)
+    throttling = Throttling(parse_rules({"CRM.create": "5/60"}), ThrottleCounters(store), clock)
+    assert await _admitted(throttling, 7) == 5
+    reservations = throttling.reservations
+    assert await _admitted(throttling, 10) == 0
+    assert throttling.reservations == reservations  # the store said the window is full: its count only grows
+    clock.now += 60
+    assert await _admitted(throttling, 1) == 1  # the next window is counted again
 
 
 async def test_two_busy_nodes_taking_permits_ahead_admit_the_limit_exactly(store: MessageStore) -> None:
