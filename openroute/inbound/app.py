@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from lxml import etree
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from openroute import tracing
 from openroute.binding import InboundBinding, ParsedPayload
@@ -173,6 +174,21 @@ class InboundEndpoints:
             Route(self.settings.soap_prefix + "/{service}", self.wsdl, methods=["GET"]),
             *contract.routes(),
         ]
+
+    def post_endpoint(self, path: str) -> tuple[Callable[[Request], Awaitable[Response]], dict[str, str]] | None:
+        """The endpoint and path parameters of a POST to ``path`` as :meth:`routes` match it (``[^/]+`` for each
+        parameter), or None for a path no POST route of these endpoints matches."""
+        soap = self.settings.soap_prefix + "/"
+        if path.startswith(soap):
+            service = path[len(soap):]
+            if service and "/" not in service:
+                return self.soap, {"service": service}
+        json_prefix = self.settings.json_prefix + "/"
+        if path.startswith(json_prefix):
+            service, slash, operation = path[len(json_prefix):].partition("/")
+            if service and slash and operation and "/" not in operation:
+                return self.json, {"service": service, "operation": operation}
+        return None
 
     # -- shared steps ----------------------------------------------------------------------------------------
     def _authenticate(self, headers: Mapping[str, str], request: Request) -> str | None:
@@ -372,6 +388,32 @@ class InboundEndpoints:
             "state": result.state.value,
         }
         return _Answer(_JSON_ENCODER.encode(answer).encode("utf-8"), status, result, b"application/json")
+
+
+class InboundDispatch:
+    """ASGI middleware handing ``POST {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}`` to
+    their endpoints directly, with the scope the router would give them (``endpoint``, ``path_params``): each
+    inbound request skips the exception middleware, the tries of every route in turn and the request-response
+    wrappers (a fifth of an accepted request's Python). The app's routes come first for those paths anyway
+    (:meth:`InboundEndpoints.routes` precede the others), the endpoints answer every error themselves, and what
+    escapes them reaches the server-error middleware as before. Requests under a ``root_path`` take the router::
+
+        Starlette(routes=..., middleware=[Middleware(InboundDispatch, endpoints=inbound)])
+    """
+
+    def __init__(self, app: ASGIApp, endpoints: InboundEndpoints) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            found = self.endpoints.post_endpoint(scope["path"])
+            if found is not None:
+                scope["endpoint"], scope["path_params"] = found
+                response = await found[0](Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 #: what JSONResponse renders with (json.dumps with arguments builds a new encoder per call)
