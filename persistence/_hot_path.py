@@ -126,9 +126,9 @@ _SMALL_DICTS = 256
 
 def _with_empty_containers(processor: Processor) -> Processor:
     """A JSON column's processor that answers an empty dict or list from a cache: most messages carry empty headers,
-    custom data and business errors, and serialising them is most of the JSON work of the hot path. A small dict
-    of texts (an inbound message's headers: ``{"endpoint": "soap", "soapVersion": "1.1"}``) is answered from a
-    bounded cache keyed by its items in order, so the stored text is the one the processor wrote for them."""
+    custom data and business errors, and serialising them is most of the JSON work of the hot path. Where the
+    processor writes text (SQLite), a small dict of texts (an inbound message's headers: ``{"endpoint": "soap",
+    "soapVersion": "1.1"}``) is answered from a bounded cache keyed by its items in order: the same text."""
     empty_dict, empty_list = processor({}), processor([])
     known: dict[tuple[tuple[str, str], ...], Any] = {}
 
@@ -143,9 +143,11 @@ def _with_empty_containers(processor: Processor) -> Processor:
             if all(item.__class__ is str for pair in key for item in pair):
                 found = known.get(key)
                 if found is None:
-                    if len(known) >= _SMALL_DICTS:
-                        known.clear()
-                    found = known[key] = processor(value)
+                    found = processor(value)
+                    if found.__class__ is str:  # PostgreSQL's driver gets a wrapper of the dict: it writes it later
+                        if len(known) >= _SMALL_DICTS:
+                            known.clear()
+                        known[key] = found
                 return found
         return processor(value)
 
