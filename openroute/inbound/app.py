@@ -381,13 +381,13 @@ class InboundEndpoints:
             return JSONResponse(answer, status, headers=extra)
         status = 200 if result.duplicate else 202
         self._observe("json", "DUPLICATE" if result.duplicate else "ACCEPTED", status, started)
-        answer = {
+        accepted: dict[str, object] = {
             "messageId": result.message_id,
             "correlationId": result.correlation_id,
             "status": "DUPLICATE" if result.duplicate else "ACCEPTED",
             "state": result.state.value,
         }
-        return _Answer(_JSON_ENCODER.encode(answer).encode("utf-8"), status, result, b"application/json")
+        return _Answer(_JSON_ENCODER.encode(accepted).encode("utf-8"), status, result, b"application/json")
 
 
 class InboundDispatch:
