@@ -394,7 +394,7 @@ class InboundDispatch:
     """ASGI middleware handing ``POST {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}`` to
     their endpoints directly, with the scope the router would give them (``endpoint``, ``path_params``): each
     inbound request skips the exception middleware, the tries of every route in turn and the request-response
-    wrappers (a fifth of an accepted request's Python). The app's routes come first for those paths anyway
+    wrappers (about a sixth of an accepted request's Python). The app's routes come first for those paths anyway
     (:meth:`InboundEndpoints.routes` precede the others), the endpoints answer every error themselves, and what
     escapes them reaches the server-error middleware as before. Requests under a ``root_path`` take the router::
 
