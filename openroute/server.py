@@ -30,6 +30,7 @@ from openroute.inbound import (
     SourceSystemAuth,
     bindings_for,
 )
+from openroute.inbound.app import InboundDispatch
 from openroute.loading import checked_mounts
 from openroute.retention import RetentionJob, RetentionPolicy
 
@@ -112,7 +113,7 @@ def create_app(
                 Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=services.lifespan,
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=[Middleware(SecurityHeaders), Middleware(InboundDispatch, endpoints=inbound)],
     )
     app.state.engine = engine
     app.state.inbound = inbound

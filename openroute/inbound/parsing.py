@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from lxml import etree
+from starlette.requests import ClientDisconnect
 
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
@@ -31,6 +33,17 @@ LIBXML2_MAX_DEPTH = 256
 _PARSER = secure_parser()
 
 
+class _FeedParsers(threading.local):
+    """One secure parser per thread for the push (feed) interface: fed a whole body, it costs less than
+    ``etree.fromstring`` (no new parser context per call) and keeps the GIL for its final step."""
+
+    def __init__(self) -> None:
+        self.parser = secure_parser()
+
+
+_FEED = _FeedParsers()
+
+
 def check_content_length(value: str | None, limit: int) -> None:
     """Reject a declared body larger than ``limit`` before reading any of it."""
     if value is None:
@@ -45,16 +58,26 @@ def check_content_length(value: str | None, limit: int) -> None:
         raise BodyTooLargeError(limit, size)
 
 
-async def read_limited(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    """Join the body chunks, stopping with :class:`BodyTooLargeError` as soon as they exceed ``limit`` bytes."""
+async def receive_limited(receive: Callable[[], Awaitable[Mapping[str, Any]]], limit: int) -> bytes:
+    """The body of an ASGI request read from ``receive``, stopping with :class:`BodyTooLargeError` as soon as it
+    exceeds ``limit`` bytes; Starlette's ``ClientDisconnect`` when the client goes first. Read from ``receive``
+    directly: ``Request.stream()`` is an async generator per request."""
     parts: list[bytes] = []
     size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(limit)
-        parts.append(chunk)
-    return b"".join(parts)
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLargeError(limit)
+                parts.append(chunk)
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
 
 
 def _short(text: str) -> str:
@@ -69,22 +92,38 @@ def parse_xml(body: bytes, max_depth: int) -> etree._Element:
     # a DOCTYPE is the only way to declare entities: refuse it before libxml2 sees it
     if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
         raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
+    parser = _FEED.parser
     try:
-        root = etree.fromstring(body, _PARSER)
+        parser.feed(body)
+        root = parser.close()
+    except (etree.XMLSyntaxError, ValueError):
+        # the push parser words some errors less well ("no element found" for an undefined entity): the errors,
+        # and whatever it refused, are those of the one-shot parse
+        root = _parse_whole(body, max_depth)
+    if root is None:
+        raise MalformedPayloadError("the request body holds no XML element")
+    docinfo = root.getroottree().docinfo
+    if docinfo.doctype or docinfo.internalDTD is not None:  # other encodings (UTF-16) slip past the byte scan
+        raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
+    # a document of at most max_depth elements cannot nest deeper: small ones skip the XPath (and its GIL releases).
+    # Each element has a start tag, so a body that starts with "<" (an ASCII-compatible encoding) and holds at most
+    # max_depth of them has at most max_depth elements (comments and the like only add to the count)
+    if (body[:1] != b"<" or body.count(b"<") > max_depth) and len(
+            list(itertools.islice(root.iter(), max_depth + 1))) > max_depth and _deeper_than(max_depth)(root):
+        raise NestingTooDeepError(max_depth)
+    return root
+
+
+def _parse_whole(body: bytes, max_depth: int) -> etree._Element | None:
+    """``body`` parsed by ``etree.fromstring``, its errors as the inbound errors they are."""
+    try:
+        root: etree._Element | None = etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as error:
         if "Excessive depth" in str(error):  # libxml2's own limit reached before ours was checked
             raise NestingTooDeepError(min(max_depth, LIBXML2_MAX_DEPTH)) from None
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
     except ValueError as error:  # e.g. an unsupported encoding declaration
         raise MalformedPayloadError(f"malformed XML: {_short(str(error))}") from None
-    if root is None:
-        raise MalformedPayloadError("the request body holds no XML element")
-    docinfo = root.getroottree().docinfo
-    if docinfo.doctype or docinfo.internalDTD is not None:  # other encodings (UTF-16) slip past the byte scan
-        raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
-    # a document of at most max_depth elements cannot nest deeper: small ones skip the XPath (and its GIL releases)
-    if len(list(itertools.islice(root.iter(), max_depth + 1))) > max_depth and _deeper_than(max_depth)(root):
-        raise NestingTooDeepError(max_depth)
     return root
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,7 +75,7 @@ class SoapRequest:
 
     def payload(self) -> ParsedPayload:
         """The body element as a document of its own, with only the namespaces it uses, and its text (stored)."""
-        element = copy.copy(self.body_element)  # lxml copies the whole subtree (and its tail) into a new document
+        element = self.body_element.__copy__()  # the whole subtree (and its tail) into a new document
         etree.cleanup_namespaces(element)
         return ParsedPayload("xml", etree.tostring(element, encoding="unicode"), xml=element)
 
@@ -137,9 +136,10 @@ def _text(value: object) -> str:
     return escape(_INVALID_XML_CHARS.sub("\ufffd", str(value)))
 
 
-def _trace_header(correlation_id: str) -> str:
+def _trace_header(correlation: str) -> str:
+    """The answer's trace header, of the correlation id ``correlation`` already escaped (:func:`_text`)."""
     return (
-        f'<env:Header><tr:traceHeader xmlns:tr="{TRACE_NS}"><tr:correlationId>{_text(correlation_id)}'
+        f'<env:Header><tr:traceHeader xmlns:tr="{TRACE_NS}"><tr:correlationId>{correlation}'
         "</tr:correlationId></tr:traceHeader></env:Header>"
     )
 
@@ -149,11 +149,12 @@ def accept_envelope(
 ) -> bytes:
     """The acknowledgment: ``acceptResponse`` with the message id, sent after the commit."""
     status = "DUPLICATE" if duplicate else "ACCEPTED"
+    correlation = _text(correlation_id)
     return (
         f'<?xml version="1.0" encoding="UTF-8"?><env:Envelope xmlns:env="{version.namespace}">'
-        f"{_trace_header(correlation_id)}<env:Body>"
+        f"{_trace_header(correlation)}<env:Body>"
         f'<ib:acceptResponse xmlns:ib="{INBOUND_NS}"><ib:messageId>{message_id}</ib:messageId>'
-        f"<ib:correlationId>{_text(correlation_id)}</ib:correlationId><ib:status>{status}</ib:status>"
+        f"<ib:correlationId>{correlation}</ib:correlationId><ib:status>{status}</ib:status>"
         f"<ib:state>{_text(state)}</ib:state></ib:acceptResponse></env:Body></env:Envelope>"
     ).encode()
 
@@ -171,7 +172,7 @@ def fault_envelope(version: SoapVersion, sender: bool, code: str, reason: str, c
         f'<ib:error xmlns:ib="{INBOUND_NS}"><ib:code>{_text(code)}</ib:code>'
         f"<ib:reason>{_text(reason)}</ib:reason>{listed}</ib:error>"
     )
-    header = _trace_header(correlation_id) if correlation_id else ""
+    header = _trace_header(_text(correlation_id)) if correlation_id else ""
     if version is SOAP11:
         fault_code = "Client" if sender else "Server"
         if code == "VERSION_MISMATCH":

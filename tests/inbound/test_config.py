@@ -114,6 +114,39 @@ def test_member_paths_find_what_jsonpath_finds(expression: str) -> None:
         assert evaluate(document) == [match.value for match in path.find(document)], document
 
 
+_XML_DOCUMENTS = [
+    b'<o:r xmlns:o="urn:o"><o:a>1</o:a><o:b><o:c>2</o:c><o:c>3</o:c></o:b><o:b><o:c>4</o:c></o:b><a>5</a></o:r>',
+    b'<o:r xmlns:o="urn:o" xmlns:p="urn:o"><p:a>6</p:a><!-- c --><o:a><o:a/></o:a><?pi x?><x:a xmlns:x="urn:x"/></o:r>',
+    b'<r><a>7</a><b><c>8</c></b><o:a xmlns:o="urn:o">9</o:a></r>',
+    b'<o:r xmlns:o="urn:o"/>',
+]
+
+
+@pytest.mark.parametrize("expression", ["o:a", "a", "o:b/o:c", "b/c", "o:a/o:a", "o:b/o:missing", "o:a/text()",
+                                        "o:b[1]/o:c", "//o:c", "o:*", "q:a", "o:c.d", "o:b/o:c/o:d"])
+def test_child_paths_find_what_xpath_finds(expression: str) -> None:
+    """XPaths of child steps by name are walked in Python (libxml2's XPath releases the GIL twice per evaluation):
+    same matches in the same order; every other XPath, and an undeclared prefix, still goes through libxml2."""
+    from lxml import etree
+
+    from openroute.binding import _child_tags, _compile
+
+    namespaces = {"o": "urn:o"}
+    evaluate = _compile(expression, "xml", namespaces, "test")
+    walked = _child_tags(expression, namespaces) is not None
+    assert walked == (expression in {"o:a", "a", "o:b/o:c", "b/c", "o:a/o:a", "o:b/o:missing", "o:c.d",
+                                     "o:b/o:c/o:d"})
+    xpath = etree.XPath(expression, namespaces=namespaces)
+    for document in _XML_DOCUMENTS:
+        root = etree.fromstring(document)
+        if expression.startswith("q:"):
+            with pytest.raises(ConfigurationError, match="cannot be evaluated"):
+                evaluate(root)
+            continue
+        expected = xpath(root)
+        assert evaluate(root) == (expected if isinstance(expected, list) else [expected]), document
+
+
 async def test_bad_endpoint_configuration(sqlite_url: str) -> None:
     engine = Engine(sqlite_url, routes(), EngineSettings(repoll_interval=None))
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from lxml import etree
 
@@ -83,3 +85,20 @@ def test_json_exactly_as_deep_as_the_limit_is_parsed_one_level_more_is_refused(l
     assert parse_json(nested_json(limit, noise), limit)[1] is not None
     with pytest.raises(NestingTooDeepError, match=f"limit of {limit} levels"):
         parse_json(nested_json(limit + 1, noise), limit)
+
+
+def test_the_reused_parser_words_errors_as_a_one_shot_parse_and_parses_again_after_one() -> None:
+    with pytest.raises(MalformedPayloadError, match="Entity 'undefined' not defined"):
+        parse_xml(b"<r>&undefined;</r>", 64)
+    assert parse_xml(b"<r>ok</r>", 64).text == "ok"
+    with pytest.raises(MalformedPayloadError, match="Premature end of data"):
+        parse_xml(b"<r><a>", 64)
+    assert parse_xml("<s>é</s>".encode("utf-16"), 64).text == "é"
+
+
+def test_threads_parse_at_the_same_time_each_with_its_own_parser() -> None:
+    def parse(n: int) -> str | None:
+        return parse_xml(f"<r><n>{n}</n>{'<x/>' * (n % 50)}</r>".encode(), 64).findtext("n")
+
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(parse, range(400))) == [str(n) for n in range(400)]

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence._hot_path import _sqlite_timestamp, _statement_sizes
+from openroute.persistence._hot_path import _SMALL_DICTS, _processor, _sqlite_timestamp, _statement_sizes
 from openroute.persistence.models import message_transition_table
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 
 from openroute import states
 from tests.lifecycle.conftest import START
@@ -140,3 +140,22 @@ def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store:
             assert stored == outcome.message
     ids = [o.message.id for i, o in enumerate(outcomes) if i != 7]
     assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.psycopg.dialect()], ids=["sqlite", "postgresql"])
+def test_small_dicts_of_texts_get_the_json_sqlalchemy_writes_also_from_the_cache(dialect: sa.Dialect) -> None:
+    sqlalchemy_processor = message_table.c.headers.type.dialect_impl(dialect).bind_processor(dialect)
+    our_processor = _processor(message_table.c.headers, dialect)
+    assert our_processor is not None and sqlalchemy_processor is not None
+    ours, sqlalchemys = our_processor, sqlalchemy_processor
+    values: list[Any] = [{"endpoint": "soap", "soapVersion": "1.1"}, {"soapVersion": "1.1", "endpoint": "soap"},
+                         {"endpoint": "json"}, {"a": "é", "b": "\"quoted\""}, {"n": 1}, {"x": ["y"]}, {}, [],
+                         {str(n): "v" for n in range(6)}]
+    def same(value: Any) -> bool:  # PostgreSQL's processor wraps the value for the driver, which writes it later
+        a, b = ours(value), sqlalchemys(value)
+        return bool(a == b) if isinstance(b, str) else (type(a) is type(b) and a.obj == b.obj == value)
+
+    for value in values * 2:  # the second time from the cache where one is kept
+        assert same(value), value
+    for n in range(_SMALL_DICTS + 5):  # more distinct dicts than the cache keeps
+        assert same({"endpoint": str(n)})
