@@ -298,7 +298,7 @@ def probe_statement(filters: SearchFilters, cursor: str | None, limit: int) -> s
     return sa.select(candidates).where(*filters.text_conditions(candidates.c)).order_by(*order).limit(limit + 1)
 
 
-def probe_count_statement(filters: SearchFilters) -> sa.Select[Any]:
+def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
     """(matches, candidates) among the newest :data:`TEXT_PROBE` messages that match the filters but the text
     ones: every match when there are fewer candidates than that, else at least ``COUNT_CAP + 1`` when the text is
     common."""
