@@ -99,3 +99,59 @@ def age(
             fill(connection, backlog, "NEW", "backlog", first=final + 1, route=backlog_route)
     with engine.begin() as connection:
         analyze(connection)
+
+
+#: marks a store that :func:`wear` has aged (a table comment, so a reused bench database is known to be aged)
+WORN = "openroute bench: worn v2"
+
+
+def wear(engine: sa.Engine, rows: int) -> None:
+    """Age a PostgreSQL :data:`MIXED` fill of ``rows`` messages (ids 1..rows) the way production ages a table.
+
+    In place (the row count stays ``rows``), keeping every value the module docstring promises:
+
+    1. one message in three is written again (a confirmation, a restart that ended as before: version and
+       ``last_update_ts`` change, both indexed, so the updates are not HOT and the new row versions land away
+       from their receive-time neighbours); then VACUUM ANALYZE, as autovacuum does once 20 % of a table is dead;
+    2. a realistic mix: 0.1 % CANCEL and 0.1 % SKIPPED; every seventh failed message has one of 12 rarer error
+       codes (``E01``..``E12``, text ``e{code} at {g}``); the newest messages are a backlog (1,000 NEW, 300
+       PROCESSING, 300 POSTPONED, 100 WAITING_FOR_CHILDREN: non-failed rows of the last ~2,000 seconds);
+    3. the newest 5 % of the messages and one old message in 1,000 (restarts) are written again and left dead
+       (below autovacuum's vacuum threshold), and the table is ANALYZEd (autovacuum's analyze threshold is
+       10 %): the newest pages are not all-visible, as between two autovacuum runs of a live store.
+    """
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "UPDATE message SET version = version + 1, last_update_ts = last_update_ts + interval '1 second' "
+            "WHERE mod(id, 3) = 0")
+    with autocommit.connect() as connection:
+        connection.exec_driver_sql("VACUUM ANALYZE message")
+    newest = rows - 2000
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE message SET state = 'CANCEL' WHERE mod(id, 1000) = 5")
+        connection.exec_driver_sql("UPDATE message SET state = 'SKIPPED' WHERE mod(id, 1000) = 7")
+        connection.exec_driver_sql(
+            "UPDATE message SET last_error_code = 'E' || lpad((1 + mod(id, 12))::text, 2, '0'), "
+            "last_error_text = 'e' || lpad((1 + mod(id, 12))::text, 2, '0') || ' at ' || id "
+            "WHERE mod(id, 100) IN (1, 2) AND mod(id, 7) = 0")
+        backlog = (("NEW", 0, 1000), ("PROCESSING", 1000, 1300), ("POSTPONED", 1300, 1600),
+                   ("WAITING_FOR_CHILDREN", 1600, 1700))
+        for state, low, high in backlog:
+            extra = ", start_process_ts = NULL, node_id = NULL, version = 0" if state == "NEW" else ""
+            connection.exec_driver_sql(
+                f"UPDATE message SET state = '{state}'{extra} "
+                f"WHERE id > {newest + low} AND id <= {newest + high} AND mod(id, 100) >= 3")
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "UPDATE message SET version = version + 1, last_update_ts = last_update_ts + interval '1 second' "
+            f"WHERE id > {rows - rows // 20} OR mod(id, 1000) = 11")
+        connection.exec_driver_sql(f"COMMENT ON TABLE message IS '{WORN}'")
+    with autocommit.connect() as connection:
+        connection.exec_driver_sql("ANALYZE message")
+
+
+def worn(connection: sa.Connection) -> bool:
+    """Whether :func:`wear` aged this (PostgreSQL) store."""
+    comment = connection.exec_driver_sql("SELECT obj_description('message'::regclass, 'pg_class')").scalar_one()
+    return bool(comment == WORN)

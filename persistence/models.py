@@ -179,11 +179,21 @@ class MessageRecord(Base):
         sa.Index("ix_message_error_code_state", "last_error_code", "state", "receive_ts",
                  postgresql_where=sa.text("last_error_code IS NOT NULL"),
                  sqlite_where=sa.text("last_error_code IS NOT NULL")),
-        # search by text in the payload or the error (migration 0009): trigram indexes, PostgreSQL only (pg_trgm)
+        # an error code with a service (migration 0013), errors only
+        sa.Index("ix_message_error_service", "last_error_code", "service", "receive_ts",
+                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
+                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
+        # the operation alone (migration 0013)
+        sa.Index("ix_message_operation", "operation", "receive_ts"),
+        # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only
+        # (pg_trgm), with a short pending list (a search reads all of it); the error text's has errors only
         sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",
-                 postgresql_ops={"payload": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
+                 postgresql_ops={"payload": "gin_trgm_ops"},
+                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
         sa.Index("ix_message_error_text_trgm", "last_error_text", postgresql_using="gin",
-                 postgresql_ops={"last_error_text": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
+                 postgresql_ops={"last_error_text": "gin_trgm_ops"},
+                 postgresql_where=sa.text("last_error_text IS NOT NULL"),
+                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
     )
 
 

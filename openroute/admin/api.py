@@ -31,6 +31,7 @@ from openroute.admin.search import (
     TEXT_FILTERS,
     InvalidQueryError,
     Page,
+    SearchFilters,
     decode_cursor,
     parse_filters,
     parse_message_id,
@@ -162,13 +163,19 @@ def _check_params(names: Iterable[str]) -> None:
         raise InvalidQueryError(f"unknown search parameters {sorted(unknown)}; known: {sorted(_KNOWN_PARAMS)}")
 
 
+def search_filters(params: Mapping[str, Any], states_: list[str]) -> SearchFilters:
+    """The filters of the admin search parameters ``params`` (paging ones allowed) and the states ``states_``;
+    InvalidQueryError for an unknown or malformed parameter."""
+    _check_params(params)
+    return parse_filters({**params, "state": states_})
+
+
 def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
     """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad).
 
     Prefer :func:`openroute.admin.search.search_messages`, which also pages and counts.
     """
-    _check_params(params)
-    return parse_filters({**params, "state": states_}).conditions()
+    return search_filters(params, states_).conditions()
 
 
 def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -33,6 +34,13 @@ class StateCounts:
 
     counts: dict[MessageState, int]
     final_as_of: datetime
+
+
+def counts_statement(states: tuple[MessageState, ...]) -> sa.Select[Any]:
+    """How many messages are in each of ``states`` (the open ones on every call, the final ones when the cached
+    counts are refreshed)."""
+    c = message_table.c
+    return sa.select(c.state, sa.func.count()).where(c.state.in_(states)).group_by(c.state)
 
 
 class MessageCounts:
@@ -62,10 +70,8 @@ class MessageCounts:
 
     def by_state(self) -> StateCounts:
         """Exact counts of the non-final states, and the (cached) counts of the final states."""
-        c = message_table.c
-        open_query = sa.select(c.state, sa.func.count()).where(c.state.in_(OPEN_STATES)).group_by(c.state)
         with self.engine.connect() as connection:
-            counts = {MessageState(s): int(n) for s, n in connection.execute(open_query).all()}
+            counts = {MessageState(s): int(n) for s, n in connection.execute(counts_statement(OPEN_STATES)).all()}
             _at, as_of, final = self._final_counts(connection)
         counts.update(final)
         return StateCounts(counts, as_of)
@@ -82,10 +88,8 @@ class MessageCounts:
         return self._count_final(connection)
 
     def _count_final(self, connection: sa.Connection) -> tuple[float, datetime, dict[MessageState, int]]:
-        c = message_table.c
-        query = sa.select(c.state, sa.func.count()).where(c.state.in_(FINAL_STATES)).group_by(c.state)
-        fresh = (self._monotonic(), datetime.now(UTC),
-                 {MessageState(s): int(n) for s, n in connection.execute(query).all()})
+        counted = connection.execute(counts_statement(tuple(FINAL_STATES))).all()
+        fresh = (self._monotonic(), datetime.now(UTC), {MessageState(s): int(n) for s, n in counted})
         with self._lock:
             self._final = fresh
         return fresh

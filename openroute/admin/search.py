@@ -11,8 +11,16 @@ Both the JSON API (``GET /admin/messages``) and the web console call :func:`sear
 
 Pages are ordered newest first by (receive time, id) and continue after an opaque cursor (keyset pagination: a
 deep page costs what the first costs, unlike OFFSET). The count is exact up to :data:`COUNT_CAP` matches;
-beyond it the database's estimate is returned and :attr:`Page.total_estimated` is True. Each selective filter
-has an index ordered by receive time (migration 0004); see docs/performance.md for the plans at 1M rows.
+beyond it the database's estimate is returned and :attr:`Page.total_estimated` is True. A first page that holds
+every match is its own count (no count query).
+
+Every filter has an index ordered by receive time after its value (migrations 0004, 0009, 0011, 0013), so each
+search reads a bounded number of index entries: a page reads ``limit + 1`` of them per listed state or error
+code (the lists are searched one value at a time and merged), the capped count at most ``COUNT_CAP + 1`` (from a
+B-tree index, see :func:`steer_count`). Text searches first check the newest messages of the other filters
+(:func:`probe_statement`), then ask the trigram index; a text whose words are shorter than 3 characters gives
+the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
+(``benchmarks/admin_bench.py --plans``).
 """
 
 from __future__ import annotations
@@ -20,8 +28,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -89,10 +97,7 @@ class SearchFilters:
             conditions.append(c.last_error_code == self.error_codes[0])
         elif self.error_codes:
             conditions.append(c.last_error_code.in_(self.error_codes))
-        if self.error_text is not None:
-            conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
-        if self.payload_text is not None:
-            conditions.append(c.payload.ilike(like_pattern(self.payload_text), escape="\\"))
+        conditions.extend(self.text_conditions(c))
         if len(self.states) == 1:
             conditions.append(c.state == self.states[0])
         elif self.states:
@@ -103,6 +108,23 @@ class SearchFilters:
         if self.received_to is not None:
             conditions.append(c.receive_ts < self.received_to)
         return conditions
+
+    def text_conditions(self, c: sa.ColumnCollection[str, Any]) -> list[sa.ColumnElement[bool]]:
+        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's)."""
+        conditions: list[sa.ColumnElement[bool]] = []
+        if self.error_text is not None:
+            conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
+        if self.payload_text is not None:
+            conditions.append(c.payload.ilike(like_pattern(self.payload_text), escape="\\"))
+        return conditions
+
+    def without_text(self) -> SearchFilters:
+        """These filters without ``error_text`` and ``payload_text``."""
+        return replace(self, error_text=None, payload_text=None)
+
+    @property
+    def has_text(self) -> bool:
+        return self.error_text is not None or self.payload_text is not None
 
 
 @dataclass(frozen=True)
@@ -205,19 +227,96 @@ def count_statement(filters: SearchFilters) -> sa.Select[Any]:
     return sa.select(sa.func.count()).select_from(capped.subquery())
 
 
+#: most index scans one page query merges (a list of states times a list of error codes)
+MAX_BRANCHES = 64
+
+
+def _branches(filters: SearchFilters) -> list[SearchFilters]:
+    """``filters`` split into one search per listed state and error code (a product at most
+    :data:`MAX_BRANCHES` long, else per error code only); one element when no list has several values."""
+    codes = [(code,) for code in filters.error_codes] if len(filters.error_codes) > 1 else [filters.error_codes]
+    states = [(state,) for state in filters.states] if len(filters.states) > 1 else [filters.states]
+    if len(codes) * len(states) > MAX_BRANCHES:
+        states = [filters.states]
+    return [replace(filters, error_codes=code, states=state) for code in codes for state in states]
+
+
 def page_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
-    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``."""
+    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``.
+
+    Each index behind a filter is ordered by receive time after its value, so a list of states or error codes
+    is searched one value at a time (each branch reads at most ``limit + 1`` rows in index order) and the
+    branches are merged: an ``IN`` list would read every match to sort them. PostgreSQL bounds the index range
+    by the cursor's receive time (from the row comparison), so a deep page costs what the first does.
+    """
     c = message_table.c
-    conditions = filters.conditions()
+    after: list[sa.ColumnElement[bool]] = []
     if cursor is not None:
         at, last_id = decode_cursor(cursor)
-        conditions.append(sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
-                                                                     sa.literal(last_id, c.id.type)))
-    return sa.select(message_table).where(*conditions).order_by(c.receive_ts.desc(), c.id.desc()).limit(limit + 1)
+        after = [sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
+                                                           sa.literal(last_id, c.id.type))]
+    order = (c.receive_ts.desc(), c.id.desc())
+    branches = _branches(filters)
+    if len(branches) == 1:
+        return sa.select(message_table).where(*filters.conditions(), *after).order_by(*order).limit(limit + 1)
+    parts = [sa.select(sa.select(message_table).where(*branch.conditions(), *after).order_by(*order)
+                       .limit(limit + 1).subquery()) for branch in branches]
+    merged = sa.union_all(*parts).subquery()
+    return sa.select(merged).order_by(merged.c.receive_ts.desc(), merged.c.id.desc()).limit(limit + 1)
+
+
+def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = True) -> bool:
+    """On PostgreSQL, without a text filter: make the capped count of ``filters`` read a B-tree index (``on``)
+    or stop doing so (``on=False``, after the count), for the rest of the transaction. True when it did.
+
+    A B-tree index serves every filter but the text ones, so the count reads at most ``COUNT_CAP + 1`` of its
+    entries; the planner would rather read every match into a bitmap before the LIMIT, or read the table until
+    ``COUNT_CAP`` rows match (20,000 rows for a filter that 5 % of the messages match)."""
+    if connection.dialect.name != "postgresql" or filters.error_text is not None or filters.payload_text is not None:
+        return False
+    value = "off" if on else "DEFAULT"
+    connection.exec_driver_sql(f"SET LOCAL enable_seqscan TO {value}; SET LOCAL enable_bitmapscan TO {value}")
+    return True
+
+
+#: how many of the newest messages matching the other filters a text search checks for its count, when its first
+#: page had matches enough (:func:`probe_count_statement`); its page checks ten times the page (:func:`probe_statement`)
+TEXT_PROBE = 2 * (COUNT_CAP + 1)
+
+
+def probe_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
+    """A text search's first try: the text checked on the newest ``10 * (limit + 1)`` messages that match the
+    other filters (read in the order of their B-tree index, so at most that many); ``limit + 1`` rows.
+
+    When the text is common among them (one in ten or more), this finds the page from a bounded read. A trigram
+    index finds a rare text fast but cannot stop early: its bitmap holds every match before the LIMIT (60,000
+    rows for an error code with a text its errors share).
+    """
+    candidates = page_statement(filters.without_text(), cursor, 10 * (limit + 1) - 1).subquery()
+    order = (candidates.c.receive_ts.desc(), candidates.c.id.desc())
+    return sa.select(candidates).where(*filters.text_conditions(candidates.c)).order_by(*order).limit(limit + 1)
+
+
+def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
+    """(matches, candidates) among the newest :data:`TEXT_PROBE` messages that match the filters but the text
+    ones: every match when there are fewer candidates than that, else at least ``COUNT_CAP + 1`` when the text is
+    common."""
+    candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1).subquery()
+    matching = sa.and_(*filters.text_conditions(candidates.c))
+    return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
 
 
 def _count(connection: sa.Connection, filters: SearchFilters) -> tuple[int, bool]:
-    exact = connection.execute(count_statement(filters)).scalar_one()
+    exact = 0
+    if filters.has_text:
+        exact, candidates = connection.execute(probe_count_statement(filters)).one()
+        if exact <= COUNT_CAP and candidates < TEXT_PROBE:  # the probe saw every candidate
+            return int(exact), False
+    if exact <= COUNT_CAP:
+        steered = steer_count(connection, filters)
+        exact = connection.execute(count_statement(filters)).scalar_one()
+        if steered:  # an error rolls the transaction back, and the settings with it
+            steer_count(connection, filters, on=False)
     conditions = filters.conditions()
     if exact <= COUNT_CAP:
         return int(exact), False
@@ -241,9 +340,14 @@ def search_messages(
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
-    query = page_statement(filters, cursor, limit)
-    total, estimated = _count(connection, filters)
-    rows = connection.execute(query).all()
+    rows: Sequence[sa.Row[Any]] = []
+    if filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
+        rows = connection.execute(probe_statement(filters, cursor, limit)).all()
+    if len(rows) <= limit:
+        rows = connection.execute(page_statement(filters, cursor, limit)).all()
     items = [row_to_message(row) for row in rows[:limit]]
     next_cursor = encode_cursor(items[-1]) if len(rows) > limit else None
+    if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
+        return Page(items, None, len(items), False)
+    total, estimated = _count(connection, filters)
     return Page(items, next_cursor, total, estimated)

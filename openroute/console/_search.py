@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.admin.api import search_conditions
-from openroute.admin.search import DEFAULT_LIMIT, MAX_LIMIT, InvalidQueryError, Page
+from openroute.admin.api import search_conditions, search_filters
+from openroute.admin.search import DEFAULT_LIMIT, MAX_LIMIT, InvalidQueryError, Page, decode_cursor, search_messages
 from openroute.persistence import MessageState, MessageStore, message_table
 
 #: the states a restart takes a message from
@@ -33,20 +31,6 @@ SEARCH_FIELDS = (
     ("error_text", "Text in the error"),
     ("payload_text", "Text in the payload"),
 )
-
-def _decode(cursor: str) -> int:
-    try:
-        value = int(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode())
-        if value < 1:
-            raise ValueError
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidQueryError(f"cursor {cursor[:60]!r} is not one this search returned") from None
-    return value
-
-
-def _encode(message_id: int) -> str:
-    return base64.urlsafe_b64encode(str(message_id).encode()).decode().rstrip("=")
-
 
 def restartable_ids(store: MessageStore, params: Any) -> tuple[list[int], tuple[str, ...]]:
     """The ids (oldest first) of the messages matching the search ``params`` that a restart can take, and the
@@ -92,8 +76,10 @@ def _flatten(params: Any) -> tuple[dict[str, Any], list[str], str | None, str | 
 
 def search_page(store: MessageStore, params: Any) -> Page:
     """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
-    strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``. Empty values are ignored
-    (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
+    strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``, searched as the admin API
+    does (:func:`~openroute.admin.search.search_messages`: newest first, keyset pages, capped count). Empty
+    values are ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed
+    parameter."""
     flat, states, cursor, raw_limit = _flatten(params)
     try:
         limit = DEFAULT_LIMIT if raw_limit is None else int(raw_limit)
@@ -101,20 +87,11 @@ def search_page(store: MessageStore, params: Any) -> Page:
         raise InvalidQueryError(f"limit must be an integer, got {str(raw_limit)[:40]!r}") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
-    conditions = search_conditions(flat, states)
-    c = message_table.c
-    page_conditions = list(conditions)
+    filters = search_filters(flat, states)
     if cursor is not None:
-        page_conditions.append(c.id < _decode(cursor))
+        decode_cursor(cursor)  # a bad cursor is an error before any database work
     with store.engine.connect() as connection:
-        total = int(connection.execute(
-            sa.select(sa.func.count()).select_from(message_table).where(*conditions)).scalar_one())
-        rows = connection.execute(
-            sa.select(c.id).where(*page_conditions).order_by(c.id.desc()).limit(limit + 1)).scalars().all()
-        found = store.find(c.id.in_(rows[:limit]), connection=connection) if rows else []
-    found.sort(key=lambda m: m.id, reverse=True)
-    next_cursor = _encode(found[-1].id) if len(rows) > limit and found else None
-    return Page(found, next_cursor, total, False)
+        return search_messages(connection, filters, cursor, limit)
 
 
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:

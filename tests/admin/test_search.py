@@ -40,6 +40,26 @@ def test_cursor_pages_visit_every_match_once_newest_first(filled: MessageStore) 
     assert len(seen) == ROWS and seen == sorted(seen, reverse=True)
 
 
+def test_lists_of_states_and_codes_page_like_one_ordered_scan(filled: MessageStore) -> None:
+    """A list is searched one value at a time and merged: pages stay newest first, each match exactly once."""
+    params = {"state": ["FAILED", "PARTLY_FAILED"], "error_code": ["HLR_DOWN", "TIMEOUT", "NONE_SUCH"]}
+    seen: list[tuple[object, int]] = []
+    cursor = None
+    with filled.engine.connect() as connection:
+        while True:
+            page = search_messages(connection, parse_filters(params), cursor, limit=7)
+            seen.extend((m.receive_ts, m.id) for m in page.items)
+            assert page.total == 45 and not page.total_estimated
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    assert len(seen) == 45 and seen == sorted(seen, reverse=True) and len(set(seen)) == 45
+    with filled.engine.connect() as connection:
+        states = search_messages(connection, parse_filters({"state": ["PARTLY_FAILED", "FAILED", "OK"]}), None, 50)
+    assert [m.id for m in states.items] == sorted((m.id for m in states.items), reverse=True)
+    assert states.next_cursor is not None
+
+
 def test_count_is_exact_up_to_the_cap_and_estimated_above(filled: MessageStore) -> None:
     with filled.engine.connect() as connection:
         everything = search_messages(connection, parse_filters({}), limit=1)
@@ -105,29 +125,65 @@ def test_like_wildcards_in_the_users_text_are_plain_characters(store: MessageSto
         parse_filters({"payload_text": ""})
 
 
-def test_text_search_uses_the_trigram_indexes_on_postgresql(postgres_url: str) -> None:
+@pytest.fixture
+def filled_100k(postgres_url: str) -> Iterator[MessageStore]:
+    """A PostgreSQL store of 100,000 mixed messages, analyzed: big enough for the planner to choose like at 1M."""
+    store = MessageStore(postgres_url)
+    store.create_schema()
+    with store.engine.begin() as connection:
+        fill(connection, 100_000, "mixed", "t")
+    with store.engine.begin() as connection:
+        analyze(connection)
+    yield store
+    store.dispose()
+
+
+def test_text_search_uses_the_trigram_indexes_on_postgresql(filled_100k: MessageStore) -> None:
     """At a modest size (100,000 rows, analyzed) PostgreSQL answers the text searches from the GIN trigram indexes
     of migration 0009 (benchmarks/admin_bench.py measures 1M rows through HTTP)."""
     from openroute.admin.search import page_statement
 
-    store = MessageStore(postgres_url)
-    store.create_schema()
-    try:
-        with store.engine.begin() as connection:
-            fill(connection, 100_000, "mixed", "t")
-        with store.engine.begin() as connection:
-            analyze(connection)
-        with store.engine.connect() as connection:
-            for params, index, matches in (
-                ({"payload_text": 'id="12345"'}, "ix_message_payload_trgm", 1),
-                ({"error_text": "hlr 12302 is"}, "ix_message_error_text_trgm", 1),
-                # a code with a state none of its messages has: checked in the index (migration 0011)
-                ({"error_code": ["HLR_DOWN"], "state": ["OK"]}, "ix_message_error_code_state", 0),
-            ):
-                query = page_statement(parse_filters(params), None, 50)
-                compiled = query.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
-                plan = "\n".join(connection.exec_driver_sql(f"EXPLAIN {compiled}").scalars())
-                assert index in plan, plan
-                assert len(_ids(store, params)) == matches
-    finally:
-        store.dispose()
+    store = filled_100k
+    with store.engine.connect() as connection:
+        for params, index, matches in (
+            ({"payload_text": 'id="12345"'}, "ix_message_payload_trgm", 1),
+            ({"error_text": "hlr 12302 is"}, "ix_message_error_text_trgm", 1),
+            # a code with a state none of its messages has: checked in the index (migration 0011)
+            ({"error_code": ["HLR_DOWN"], "state": ["OK"]}, "ix_message_error_code_state", 0),
+        ):
+            query = page_statement(parse_filters(params), None, 50)
+            compiled = query.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+            plan = "\n".join(connection.exec_driver_sql(f"EXPLAIN {compiled}").scalars())
+            assert index in plan, plan
+            assert len(_ids(store, params)) == matches
+
+
+def test_every_filter_reads_a_bounded_part_of_an_index_on_postgresql(filled_100k: MessageStore) -> None:
+    """The plans that keep issue 26's searches bounded at 1M messages (benchmarks/admin_bench.py --plans): an
+    operation no message has, an error code with a service, a list of states (one scan per state, merged), a next
+    page (its receive time bounds the index range) and a capped count (index entries, not the table)."""
+    from openroute.admin.search import count_statement, page_statement, steer_count
+
+    store = filled_100k
+    with store.engine.connect() as connection:
+        def plan(statement: object) -> str:
+            compiled = statement.compile(  # type: ignore[attr-defined]
+                dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+            return "\n".join(connection.exec_driver_sql(f"EXPLAIN {compiled}").scalars())
+
+        def page(params: dict[str, object], cursor: str | None = None) -> str:
+            return plan(page_statement(parse_filters(params), cursor, 50))
+
+        assert "ix_message_operation" in page({"operation": "nope"})
+        assert "ix_message_error_service" in page({"error_code": ["TIMEOUT"], "service": "svc2"})
+        merged = page({"state": ["FAILED", "PARTLY_FAILED"]})
+        assert "Merge Append" in merged and merged.count("ix_message_state_receive") == 2, merged
+        first = search_messages(connection, parse_filters({"state": ["FAILED"]}), None, 50)
+        deep = page({"state": ["FAILED"]}, first.next_cursor)
+        bound = f"receive_ts <= '{first.items[-1].receive_ts:%Y-%m-%d %H:%M:%S}"  # from the row comparison
+        assert "ix_message_state_receive" in deep and bound in deep, deep
+        filters = parse_filters({"service": "svc1", "operation": "op2"})
+        assert steer_count(connection, filters)
+        counted = plan(count_statement(filters))
+        steer_count(connection, filters, on=False)
+        assert "Index Only Scan using ix_message_service_op_state" in counted, counted

@@ -53,6 +53,18 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         indexes = {i["name"]: i["column_names"] for i in sa.inspect(store.engine).get_indexes("message")}
         for name, columns in SEARCH_INDEXES.items():
             assert indexes.get(name) == columns
+        # migration 0013: the operation alone, an error code with a service; short trigram pending lists
+        assert indexes.get("ix_message_operation") == ["operation", "receive_ts"]
+        assert indexes.get("ix_message_error_service") == ["last_error_code", "service", "receive_ts"]
+        if store.engine.dialect.name == "postgresql":
+            with store.engine.connect() as connection:
+                options = dict(connection.execute(sa.text(
+                    "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'ix_message_%_trgm'")).all())
+                error_text = connection.execute(sa.text(
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_message_error_text_trgm'")).scalar_one()
+            assert options == {"ix_message_payload_trgm": ["gin_pending_list_limit=128"],
+                               "ix_message_error_text_trgm": ["gin_pending_list_limit=128"]}
+            assert "WHERE (last_error_text IS NOT NULL)" in error_text
         with store.engine.connect() as connection:
             page = search_messages(connection, parse_filters({"object_id": "obj-0", "process_id": "p-1"}))
         assert [m.id for m in page.items] == [ids[4], ids[2], ids[0]] and page.total == 3
@@ -61,7 +73,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
             config.attributes["connection"] = connection
             command.downgrade(config, "0003")
         names = {i["name"] for i in sa.inspect(store.engine).get_indexes("message")}
-        assert not names & set(SEARCH_INDEXES)
+        assert not names & {*SEARCH_INDEXES, "ix_message_operation", "ix_message_error_service"}
         with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
             kept = connection.execute(sa.text("SELECT id, correlation_id, state FROM message ORDER BY id")).all()
         assert [tuple(r) for r in kept] == [(m.id, m.correlation_id, m.state.value) for m in before]
