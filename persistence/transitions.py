@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import HotPath, TransitionRow
+from openroute.persistence._staging import StagedWriter
 from openroute.persistence.database import Database, StorePart
 from openroute.persistence.models import MessageState, message_transition_table
 
@@ -81,6 +82,7 @@ class Transitions(StorePart):
         # the per-message statements (claim, outcome, transition row) run as SQL text on the driver's cursor
         self._hot = hot_path
         self._checked_columns: set[tuple[str, ...]] = set()  # column sets a transition was allowed to write
+        self._staged: StagedWriter | None = None  # made at the first set-based batch (it needs the dialect)
 
     def apply(
         self,
@@ -146,6 +148,39 @@ class Transitions(StorePart):
                 if written
             ])
             return flags
+
+        return self.database.run(work, connection)
+
+    def apply_staged(
+        self,
+        batch: Sequence[TransitionItem],
+        connection: sa.Connection | None = None,
+        *,
+        node_id: str | None = None,
+        cause: str | Sequence[str] = "engine",
+    ) -> list[bool]:
+        """:meth:`apply_many` set-based, for bulk jobs: the batch staged in a temporary table, then one UPDATE and
+        one INSERT of the ``message_transition`` rows for all of it (``persistence/_staging.py``).
+
+        One flag per item: False for an item whose row is no longer at its version (nothing written for it). Each
+        message may appear once in ``batch`` (ValueError otherwise); it never raises :class:`GroupConflict`.
+        """
+        causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
+        if len(causes) != len(batch):
+            raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
+        self._column_groups(batch)  # the ValueError for a column no transition writes
+        if not batch:
+            return []
+
+        def work(conn: sa.Connection) -> list[bool]:
+            if self._staged is None:
+                self._staged = StagedWriter(conn.dialect, sorted(TRANSITION_COLUMNS))
+            written = self._staged.apply(conn, [
+                (item[0], item[1], item[2], item[3], item[4], node_id, why,
+                 transition_row(item[0], item[2], item[3], item[4], None, None, why, item[5])[7], item[5])
+                for item, why in zip(batch, causes, strict=True)
+            ])
+            return [item[0] in written for item in batch]
 
         return self.database.run(work, connection)
 
