@@ -203,8 +203,8 @@ def transition_set(
 
     One result per request: True (written, with its ``message_transition`` row), False (the row is no longer at
     its version: nothing written, nothing overwritten) or the :class:`IllegalTransitionError` (nothing written).
-    The legal ones are written by :meth:`Transitions.apply_staged`: one staging table, one UPDATE and one INSERT
-    for the whole list. A message may appear once (ValueError otherwise).
+    The legal ones are written by :meth:`Transitions.apply_many` with ``staged``: one staging table, one UPDATE and
+    one INSERT for the whole list. A message may appear once (ValueError otherwise).
     """
     results: list[bool | IllegalTransitionError] = [False] * len(requests)
     legal: list[int] = []
@@ -213,9 +213,9 @@ def transition_set(
             legal.append(index)
         else:
             results[index] = IllegalTransitionError(before, after)
-    flags = store.transitions.apply_staged(
+    flags = store.transitions.apply_many(
         [(r[0], r[1], _as_state(r[2]), _as_state(r[3]), r[4], r[5]) for r in (requests[i] for i in legal)],
-        connection, node_id=node_id, cause=[requests[i][6] for i in legal],
+        connection, node_id=node_id, cause=[requests[i][6] for i in legal], staged=True,
     )
     for index, written in zip(legal, flags, strict=True):
         results[index] = written

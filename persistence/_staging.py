@@ -14,7 +14,8 @@ into the temporary table, which is no write to the database file) and the databa
 
 The version check is the one of the per-row path: a row matched by id and version only, so a message another writer
 changed since it was read is not overwritten (its flag is False). Values go through the columns' own bind
-processors, so a row is stored exactly as the per-row path stores it.
+processors, so a row is stored exactly as the per-row path stores it. The statements run on the DB-API cursor;
+SQLAlchemy's cursor listeners do not hear them (a bulk job's batch, not the engine's hot path that tracing follows).
 """
 
 from __future__ import annotations

@@ -115,6 +115,7 @@ class Transitions(StorePart):
         *,
         node_id: str | None = None,
         cause: str | Sequence[str] = "engine",
+        staged: bool = False,
     ) -> list[bool]:
         """:meth:`apply` for many (id, version, from, to, now, changes) items, one flag per item.
 
@@ -122,11 +123,17 @@ class Transitions(StorePart):
         item lost, :class:`GroupConflict` is raised: the caller must roll back and retry the items one by
         one (a single item is always resolved exactly). The written items' ``message_transition`` rows
         follow in one executemany INSERT; ``cause`` is one for all items or one per item.
+
+        ``staged`` (for bulk jobs) writes set-based instead: the batch staged in a temporary table, then one UPDATE
+        and one INSERT of the ``message_transition`` rows for all of it (``persistence/_staging.py``); each message
+        may appear once (ValueError otherwise), and an item that lost gets its False flag (no GroupConflict).
         """
         causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
         if len(causes) != len(batch):
             raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
         groups = self._column_groups(batch)
+        if staged:
+            return self._apply_staged(batch, causes, connection, node_id)
 
         def work(conn: sa.Connection) -> list[bool]:
             flags = [False] * len(batch)
@@ -151,24 +158,8 @@ class Transitions(StorePart):
 
         return self.database.run(work, connection)
 
-    def apply_staged(
-        self,
-        batch: Sequence[TransitionItem],
-        connection: sa.Connection | None = None,
-        *,
-        node_id: str | None = None,
-        cause: str | Sequence[str] = "engine",
-    ) -> list[bool]:
-        """:meth:`apply_many` set-based, for bulk jobs: the batch staged in a temporary table, then one UPDATE and
-        one INSERT of the ``message_transition`` rows for all of it (``persistence/_staging.py``).
-
-        One flag per item: False for an item whose row is no longer at its version (nothing written for it). Each
-        message may appear once in ``batch`` (ValueError otherwise); it never raises :class:`GroupConflict`.
-        """
-        causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
-        if len(causes) != len(batch):
-            raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
-        self._column_groups(batch)  # the ValueError for a column no transition writes
+    def _apply_staged(self, batch: Sequence[TransitionItem], causes: list[str], connection: sa.Connection | None,
+                      node_id: str | None) -> list[bool]:
         if not batch:
             return []
 

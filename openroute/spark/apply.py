@@ -65,7 +65,8 @@ def parse_rate(value: str | float | None) -> float | None:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What applying a plan did: counts, and the ids left alone because they changed since the plan."""
+    """What applying a plan did: counts, and the ids left alone because they changed since the plan (two results
+    add up: the sum of two batches)."""
 
     restarted: int = 0
     skipped: int = 0
@@ -76,6 +77,11 @@ class ApplyResult:
     #: planned messages no longer in the store (archived or deleted)
     missing: list[int] = field(default_factory=list)
     batches: int = 0
+
+    def __add__(self, other: ApplyResult) -> ApplyResult:
+        return ApplyResult(self.restarted + other.restarted, self.skipped + other.skipped,
+                           self.already_applied + other.already_applied, self.moved + other.moved,
+                           self.missing + other.missing, self.batches + other.batches)
 
 
 def read_job(out: str | Path) -> dict[str, Any]:
@@ -141,37 +147,22 @@ def _decided(row: Any, now: datetime) -> tuple[MessageState, dict[str, Any]]:
     return skip.target, {**restart.changes, **skip.changes}
 
 
-@dataclass
-class _Tally:
-    """One batch's counts: (restarted, skipped, already applied, moved ids, missing ids)."""
-
-    restarted: int = 0
-    skipped: int = 0
-    already: int = 0
-    moved: list[int] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
-
-    def unwritten(self, connection: sa.Connection, ids: list[int], cause: str) -> None:
-        """Sort the planned ids nothing was written for: this job's already, gone from the store, or moved."""
-        if not ids:
-            return
-        done = set(connection.execute(sa.select(message_transition_table.c.message_id).where(
-            message_transition_table.c.cause == cause, message_transition_table.c.message_id.in_(ids))).scalars())
-        present = set(connection.execute(sa.select(message_table.c.id).where(message_table.c.id.in_(ids))).scalars())
-        for message_id in ids:
-            if message_id in done:
-                self.already += 1
-            elif message_id not in present:
-                self.missing.append(message_id)
-            else:
-                self.moved.append(message_id)
+def _unwritten(connection: sa.Connection, ids: list[int], cause: str) -> ApplyResult:
+    """The planned ids nothing was written for, sorted: this job's already, gone from the store, or moved."""
+    if not ids:
+        return ApplyResult()
+    t = message_transition_table.c
+    done = set(connection.execute(sa.select(t.message_id).where(t.cause == cause, t.message_id.in_(ids))).scalars())
+    present = set(connection.execute(sa.select(message_table.c.id).where(message_table.c.id.in_(ids))).scalars())
+    return ApplyResult(already_applied=sum(1 for i in ids if i in done),
+                       moved=[i for i in ids if i not in done and i in present],
+                       missing=[i for i in ids if i not in done and i not in present])
 
 
-def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime) -> _Tally:
+def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime) -> ApplyResult:
     """One transaction, set-based: the batch's planned changes staged and written by one UPDATE and one INSERT
     (:func:`openroute.states.transition_set`), each row still at its planned version; the rest sorted after."""
     cause = job_cause(job_id)
-    tally = _Tally()
     requests: list[lifecycle.StagedRequest] = []
     for row in batch:
         target, changes = _decided(row, now)
@@ -179,27 +170,23 @@ def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime
                          cause))
     with store.begin() as connection:
         results = lifecycle.transition_set(store, requests, connection, node_id="spark")
-        unwritten = []
-        for request, result in zip(requests, results, strict=True):
-            if result is True:
-                if request[3] is S.SKIPPED:
-                    tally.skipped += 1
-                else:
-                    tally.restarted += 1
-            else:  # an illegal transition means the plan's state is not the row's: moved, like a stale one
-                unwritten.append(request[0])
-        tally.unwritten(connection, unwritten, cause)
+        written = [request[3] for request, result in zip(requests, results, strict=True) if result is True]
+        # an illegal transition means the plan's state is not the row's: moved, like a stale one
+        unwritten = [request[0] for request, result in zip(requests, results, strict=True) if result is not True]
+        tally = ApplyResult(sum(1 for s in written if s is not S.SKIPPED), sum(1 for s in written if s is S.SKIPPED),
+                            batches=1) + _unwritten(connection, unwritten, cause)
         # written, not committed: a test kills the job here (kill -9) to see the database roll the batch back
         pause_point("batch-written")
     return tally
 
 
-def _apply_rows(store: MessageStore, batch: list[Any], job_id: str, now: datetime, one_by_one: bool) -> _Tally:
+def _apply_rows(store: MessageStore, batch: list[Any], job_id: str, now: datetime,
+                one_by_one: bool) -> ApplyResult:
     """One transaction, row by row (the engine's per-message path, :func:`openroute.states.transition_many`): the
     current rows read, each change version-checked; the reference the set-based path is tested against."""
     cause = job_cause(job_id)
     ids = [int(r["id"]) for r in batch]
-    tally = _Tally()
+    restarted = skipped = 0
     with store.begin() as connection:
         current = {m.id: m for m in store.find(message_table.c.id.in_(ids), connection=connection)}
         requests: list[lifecycle.TransitionRequest] = []
@@ -225,10 +212,10 @@ def _apply_rows(store: MessageStore, batch: list[Any], job_id: str, now: datetim
             if isinstance(result, Exception):
                 unwritten.append(request[0].id)
             elif result.state is S.SKIPPED:
-                tally.skipped += 1
+                skipped += 1
             else:
-                tally.restarted += 1
-        tally.unwritten(connection, sorted(unwritten), cause)
+                restarted += 1
+        tally = ApplyResult(restarted, skipped, batches=1) + _unwritten(connection, sorted(unwritten), cause)
         pause_point("batch-written")
     return tally
 
@@ -283,8 +270,7 @@ def apply_plan(
     )
     store = MessageStore(url, pool_size=1)
     pacer = _Pacer(per_second)
-    total = _Tally()
-    batches = 0
+    total = ApplyResult()
     try:
         for batch in _batches(plan.toLocalIterator(), batch_size):
             if set_based:
@@ -294,20 +280,14 @@ def apply_plan(
                     tally = _apply_rows(store, batch, job_id, now(), one_by_one=False)
                 except GroupConflict:  # some item lost inside a grouped statement: redo the batch item by item
                     tally = _apply_rows(store, batch, job_id, now(), one_by_one=True)
-            total.restarted += tally.restarted
-            total.skipped += tally.skipped
-            total.already += tally.already
-            total.moved.extend(tally.moved)
-            total.missing.extend(tally.missing)
-            batches += 1
+            total += tally
             if tally.restarted or tally.skipped:
-                _log_batch(job_id, batches, tally.restarted, tally.skipped)
+                _log_batch(job_id, total.batches, tally.restarted, tally.skipped)
             pacer.released_now(tally.restarted + tally.skipped)
             if progress is not None:
-                progress(ApplyResult(total.restarted, total.skipped, total.already, list(total.moved),
-                                     list(total.missing), batches))
+                progress(total)
     finally:
         store.dispose()
-    return ApplyResult(total.restarted, total.skipped, total.already, total.moved, total.missing, batches)
+    return total
 
 
