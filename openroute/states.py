@@ -7,7 +7,7 @@ version check (:class:`StaleMessageError` when another writer won, nothing overw
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -185,6 +185,40 @@ def transition_many(
             if written
             else StaleMessageError(message.id, message.version)
         )
+    return results
+
+
+#: (message id, version read, its state at that version, to_state, now, changes, cause)
+StagedRequest = tuple[int, int, MessageState, MessageState, datetime, Mapping[str, Any], str]
+
+
+def transition_set(
+    store: MessageStore,
+    requests: Sequence[StagedRequest],
+    connection: sa.Connection | None = None,
+    *,
+    node_id: str | None = None,
+) -> list[bool | IllegalTransitionError]:
+    """:func:`transition_many` set-based, for bulk jobs that know each message by (id, version, state) only.
+
+    One result per request: True (written, with its ``message_transition`` row), False (the row is no longer at
+    its version: nothing written, nothing overwritten) or the :class:`IllegalTransitionError` (nothing written).
+    The legal ones are written by :meth:`Transitions.apply_many` with ``staged``: one staging table, one UPDATE and
+    one INSERT for the whole list. A message may appear once (ValueError otherwise).
+    """
+    results: list[bool | IllegalTransitionError] = [False] * len(requests)
+    legal: list[int] = []
+    for index, (_id, _version, before, after, *_rest) in enumerate(requests):
+        if is_legal(before, after):
+            legal.append(index)
+        else:
+            results[index] = IllegalTransitionError(before, after)
+    flags = store.transitions.apply_many(
+        [(r[0], r[1], _as_state(r[2]), _as_state(r[3]), r[4], r[5]) for r in (requests[i] for i in legal)],
+        connection, node_id=node_id, cause=[requests[i][6] for i in legal], staged=True,
+    )
+    for index, written in zip(legal, flags, strict=True):
+        results[index] = written
     return results
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import HotPath, TransitionRow
+from openroute.persistence._staging import StagedWriter
 from openroute.persistence.database import Database, StorePart
 from openroute.persistence.models import MessageState, message_transition_table
 
@@ -81,6 +82,7 @@ class Transitions(StorePart):
         # the per-message statements (claim, outcome, transition row) run as SQL text on the driver's cursor
         self._hot = hot_path
         self._checked_columns: set[tuple[str, ...]] = set()  # column sets a transition was allowed to write
+        self._staged: StagedWriter | None = None  # made at the first set-based batch (it needs the dialect)
 
     def apply(
         self,
@@ -113,6 +115,7 @@ class Transitions(StorePart):
         *,
         node_id: str | None = None,
         cause: str | Sequence[str] = "engine",
+        staged: bool = False,
     ) -> list[bool]:
         """:meth:`apply` for many (id, version, from, to, now, changes) items, one flag per item.
 
@@ -120,11 +123,17 @@ class Transitions(StorePart):
         item lost, :class:`GroupConflict` is raised: the caller must roll back and retry the items one by
         one (a single item is always resolved exactly). The written items' ``message_transition`` rows
         follow in one executemany INSERT; ``cause`` is one for all items or one per item.
+
+        ``staged`` (for bulk jobs) writes set-based instead: the batch staged in a temporary table, then one UPDATE
+        and one INSERT of the ``message_transition`` rows for all of it (``persistence/_staging.py``); each message
+        may appear once (ValueError otherwise), and an item that lost gets its False flag (no GroupConflict).
         """
         causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
         if len(causes) != len(batch):
             raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
         groups = self._column_groups(batch)
+        if staged:
+            return self._apply_staged(batch, causes, connection, node_id)
 
         def work(conn: sa.Connection) -> list[bool]:
             flags = [False] * len(batch)
@@ -146,6 +155,23 @@ class Transitions(StorePart):
                 if written
             ])
             return flags
+
+        return self.database.run(work, connection)
+
+    def _apply_staged(self, batch: Sequence[TransitionItem], causes: list[str], connection: sa.Connection | None,
+                      node_id: str | None) -> list[bool]:
+        if not batch:
+            return []
+
+        def work(conn: sa.Connection) -> list[bool]:
+            if self._staged is None:
+                self._staged = StagedWriter(conn.dialect, sorted(TRANSITION_COLUMNS))
+            written = self._staged.apply(conn, [
+                (item[0], item[1], item[2], item[3], item[4], node_id, why,
+                 transition_row(item[0], item[2], item[3], item[4], None, None, why, item[5])[7], item[5])
+                for item, why in zip(batch, causes, strict=True)
+            ])
+            return [item[0] in written for item in batch]
 
         return self.database.run(work, connection)
 

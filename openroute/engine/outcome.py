@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from openroute.engine.idempotency import CallInDoubtError
 from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
@@ -224,7 +224,17 @@ def parent_outcome(parent: StoredMessage, children: Sequence[StoredMessage]) -> 
     return None
 
 
-def obsolete(message: StoredMessage) -> Decision:
+class OfEntity(Protocol):
+    """What :func:`obsolete` reads of a message: its entity (a :class:`StoredMessage`, or a reprocessing plan's row)."""
+
+    @property
+    def entity_type(self) -> str | None: ...
+
+    @property
+    def object_id(self) -> str | None: ...
+
+
+def obsolete(message: OfEntity) -> Decision:
     """A newer message of the same entity already ended OK: this one ends SKIPPED without running."""
     return Decision(MessageState.SKIPPED, {
         "next_attempt_at": None, "last_error_code": ErrorCode.OBSOLETE.value,

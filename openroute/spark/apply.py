@@ -2,9 +2,10 @@
 
 The plan (written by :func:`openroute.spark.reprocess.write_plan`) streams from its Parquet files partition by
 partition; each batch is one transaction that decides every row's next state with
-:mod:`openroute.engine.outcome` (as ``Engine.restart`` and the admin API do) and writes the whole batch through
-:func:`openroute.states.transition_many`: one grouped UPDATE per set of changed columns and one INSERT of the
-``message_transition`` rows, version-checked.
+:mod:`openroute.engine.outcome` (as ``Engine.restart`` and the admin API do) and writes the whole batch set-based
+through :func:`openroute.states.transition_set`: the rows staged in a temporary table (``COPY`` on PostgreSQL), then
+one UPDATE of the messages still at their planned version and one INSERT of their ``message_transition`` rows.
+A message changed since the plan is not overwritten: it is counted and listed (``ApplyResult.moved``).
 Those rows carry the cause ``reprocess:<job id>``: the job's applied marker, so applying again or resuming after
 a kill changes each planned message exactly once::
 
@@ -64,7 +65,8 @@ def parse_rate(value: str | float | None) -> float | None:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """What applying a plan did: counts, and the ids left alone because they changed since the plan."""
+    """What applying a plan did: counts, and the ids left alone because they changed since the plan (two results
+    add up: the sum of two batches)."""
 
     restarted: int = 0
     skipped: int = 0
@@ -75,6 +77,11 @@ class ApplyResult:
     #: planned messages no longer in the store (archived or deleted)
     missing: list[int] = field(default_factory=list)
     batches: int = 0
+
+    def __add__(self, other: ApplyResult) -> ApplyResult:
+        return ApplyResult(self.restarted + other.restarted, self.skipped + other.skipped,
+                           self.already_applied + other.already_applied, self.moved + other.moved,
+                           self.missing + other.missing, self.batches + other.batches)
 
 
 def read_job(out: str | Path) -> dict[str, Any]:
@@ -120,62 +127,97 @@ def _batches(rows: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def _apply_batch(
-    store: MessageStore, batch: list[Any], job_id: str, now: datetime, one_by_one: bool
-) -> tuple[int, int, int, list[int], list[int]]:
-    """One transaction: the batch's planned changes, version-checked; returns (restarted, skipped, already,
-    moved ids, missing ids)."""
+@dataclass(frozen=True)
+class _Entity:
+    """A planned row's entity, as :func:`openroute.engine.outcome.obsolete` reads it (pinned by the row's version)."""
+
+    entity_type: str | None
+    object_id: str | None
+
+
+def _decided(row: Any, now: datetime) -> tuple[MessageState, dict[str, Any]]:
+    """The next state and columns of a planned row, by the engine's own rules (engine/outcome.py), as the admin
+    API, the CLI and the engine apply them: RESTART is Engine.restart's decision; SKIP_OBSOLETE is where the engine
+    takes a restarted message once its obsolete check finds the newer OK one (restart's columns, then the obsolete
+    decision)."""
+    restart = outcomes.restarted(now)
+    if row["decision"] == RESTART:
+        return restart.target, dict(restart.changes)
+    skip = outcomes.obsolete(_Entity(row["entity_type"], row["object_id"]))
+    return skip.target, {**restart.changes, **skip.changes}
+
+
+def _unwritten(connection: sa.Connection, ids: list[int], cause: str) -> ApplyResult:
+    """The planned ids nothing was written for, sorted: this job's already, gone from the store, or moved."""
+    if not ids:
+        return ApplyResult()
+    t = message_transition_table.c
+    done = set(connection.execute(sa.select(t.message_id).where(t.cause == cause, t.message_id.in_(ids))).scalars())
+    present = set(connection.execute(sa.select(message_table.c.id).where(message_table.c.id.in_(ids))).scalars())
+    return ApplyResult(already_applied=sum(1 for i in ids if i in done),
+                       moved=[i for i in ids if i not in done and i in present],
+                       missing=[i for i in ids if i not in done and i not in present])
+
+
+def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime) -> ApplyResult:
+    """One transaction, set-based: the batch's planned changes staged and written by one UPDATE and one INSERT
+    (:func:`openroute.states.transition_set`), each row still at its planned version; the rest sorted after."""
+    cause = job_cause(job_id)
+    requests: list[lifecycle.StagedRequest] = []
+    for row in batch:
+        target, changes = _decided(row, now)
+        requests.append((int(row["id"]), int(row["version"]), MessageState(row["state"]), target, now, changes,
+                         cause))
+    with store.begin() as connection:
+        results = lifecycle.transition_set(store, requests, connection, node_id="spark")
+        written = [request[3] for request, result in zip(requests, results, strict=True) if result is True]
+        # an illegal transition means the plan's state is not the row's: moved, like a stale one
+        unwritten = [request[0] for request, result in zip(requests, results, strict=True) if result is not True]
+        tally = ApplyResult(sum(1 for s in written if s is not S.SKIPPED), sum(1 for s in written if s is S.SKIPPED),
+                            batches=1) + _unwritten(connection, unwritten, cause)
+        # written, not committed: a test kills the job here (kill -9) to see the database roll the batch back
+        pause_point("batch-written")
+    return tally
+
+
+def _apply_rows(store: MessageStore, batch: list[Any], job_id: str, now: datetime,
+                one_by_one: bool) -> ApplyResult:
+    """One transaction, row by row (the engine's per-message path, :func:`openroute.states.transition_many`): the
+    current rows read, each change version-checked; the reference the set-based path is tested against."""
     cause = job_cause(job_id)
     ids = [int(r["id"]) for r in batch]
-    t = message_transition_table.c
-    restarted = skipped = already = 0
-    moved: list[int] = []
-    missing: list[int] = []
+    restarted = skipped = 0
     with store.begin() as connection:
-        done = set(connection.execute(
-            sa.select(t.message_id).where(t.cause == cause, t.message_id.in_(ids))
-        ).scalars())
         current = {m.id: m for m in store.find(message_table.c.id.in_(ids), connection=connection)}
         requests: list[lifecycle.TransitionRequest] = []
+        unwritten = []
         for row in batch:
-            message_id = int(row["id"])
-            message: StoredMessage | None = current.get(message_id)
-            if message_id in done:
-                already += 1
-            elif message is None:
-                missing.append(message_id)
-            elif message.version != int(row["version"]):
-                moved.append(message_id)
+            message: StoredMessage | None = current.get(int(row["id"]))
+            if message is None or message.version != int(row["version"]):
+                unwritten.append(int(row["id"]))
             else:
-                # the engine's own rules (engine/outcome.py), as the admin API, the CLI and the engine apply them:
-                # RESTART is Engine.restart's decision; SKIP_OBSOLETE is where the engine takes a restarted message
-                # once its obsolete check finds the newer OK one (restart's columns, then the obsolete decision)
-                restart = outcomes.restarted(now)
-                if row["decision"] == RESTART:
-                    requests.append((message, restart.target, now, dict(restart.changes), cause))
-                else:
-                    skip = outcomes.obsolete(message)
-                    requests.append((message, skip.target, now, {**restart.changes, **skip.changes}, cause))
+                target, changes = _decided(row, now)
+                requests.append((message, target, now, changes, cause))
         if one_by_one:
             results: list[Any] = []
             for request in requests:
                 try:
                     results.append(lifecycle.transition(store, request[0], request[1], now, request[3], connection,
-                                                     node_id="spark", cause=cause))
+                                                        node_id="spark", cause=cause))
                 except StaleMessageError as lost:
                     results.append(lost)
         else:
             results = lifecycle.transition_many(store, requests, connection, node_id="spark")
         for request, result in zip(requests, results, strict=True):
             if isinstance(result, Exception):
-                moved.append(request[0].id)
+                unwritten.append(request[0].id)
             elif result.state is S.SKIPPED:
                 skipped += 1
             else:
                 restarted += 1
-        # written, not committed: a test kills the job here (kill -9) to see the database roll the batch back
+        tally = ApplyResult(restarted, skipped, batches=1) + _unwritten(connection, sorted(unwritten), cause)
         pause_point("batch-written")
-    return restarted, skipped, already, moved, missing
+    return tally
 
 
 def _log_batch(job_id: str, batch: int, restarted: int, skipped: int) -> None:
@@ -201,13 +243,16 @@ def apply_plan(
     batch_size: int = 500,
     progress: Callable[[ApplyResult], None] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    set_based: bool = True,
 ) -> ApplyResult:
     """Apply the plan written under ``out`` (RESTART and SKIP_OBSOLETE rows) to the store at ``url``.
 
     Rows stream from the Parquet plan partition by partition (never the whole plan on the driver), in batches
     of ``batch_size``, one transaction each; ``rate`` (messages per second, or ``"50/m"``) paces the releases.
     A message this job changed already is counted, not changed again; one whose version moved since the
-    plan is left alone and listed. Raises ``ValueError`` for a folder without a plan or a bad rate.
+    plan is left alone and listed. Each batch is written set-based (staged, then one UPDATE and one INSERT);
+    ``set_based=False`` writes it row by row through the engine's per-message path instead (the reference the tests
+    compare with). Raises ``ValueError`` for a folder without a plan or a bad rate.
     """
     from pyspark.sql import functions as F
 
@@ -220,33 +265,29 @@ def apply_plan(
     plan = (
         spark.read.parquet(str(Path(out) / "plan"))
         .where(F.col("decision").isin(RESTART, SKIP_OBSOLETE))
-        .select("id", "version", "decision", "newer_ok_id")
+        .select("id", "version", "state", "entity_type", "object_id", "decision")
         .orderBy("id")
     )
     store = MessageStore(url, pool_size=1)
     pacer = _Pacer(per_second)
-    restarted = skipped = already = batches = 0
-    moved: list[int] = []
-    missing: list[int] = []
+    total = ApplyResult()
     try:
         for batch in _batches(plan.toLocalIterator(), batch_size):
-            try:
-                outcome = _apply_batch(store, batch, job_id, now(), one_by_one=False)
-            except GroupConflict:  # some item lost inside a grouped statement: redo the batch item by item
-                outcome = _apply_batch(store, batch, job_id, now(), one_by_one=True)
-            restarted += outcome[0]
-            skipped += outcome[1]
-            already += outcome[2]
-            moved.extend(outcome[3])
-            missing.extend(outcome[4])
-            batches += 1
-            if outcome[0] or outcome[1]:
-                _log_batch(job_id, batches, outcome[0], outcome[1])
-            pacer.released_now(outcome[0] + outcome[1])
+            if set_based:
+                tally = _apply_set(store, batch, job_id, now())
+            else:
+                try:
+                    tally = _apply_rows(store, batch, job_id, now(), one_by_one=False)
+                except GroupConflict:  # some item lost inside a grouped statement: redo the batch item by item
+                    tally = _apply_rows(store, batch, job_id, now(), one_by_one=True)
+            total += tally
+            if tally.restarted or tally.skipped:
+                _log_batch(job_id, total.batches, tally.restarted, tally.skipped)
+            pacer.released_now(tally.restarted + tally.skipped)
             if progress is not None:
-                progress(ApplyResult(restarted, skipped, already, list(moved), list(missing), batches))
+                progress(total)
     finally:
         store.dispose()
-    return ApplyResult(restarted, skipped, already, moved, missing, batches)
+    return total
 
 

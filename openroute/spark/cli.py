@@ -103,6 +103,8 @@ def add_parser(subparsers: Any) -> None:
     server.add_argument("action", choices=("start", "stop", "status"))
     server.add_argument("--port", type=int, default=None, help="the server's port (default 15002)")
     server.add_argument("--master", default=None, help="the server's Spark master (default local[*])")
+    server.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                        help="how long start waits for the server to listen (default 120; a loaded machine needs more)")
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -380,7 +382,7 @@ def _run_connect(args: argparse.Namespace, name: str) -> int:
     try:
         if args.action == "start":
             started = time.monotonic()
-            pid = server.start(args.master or "local[*]")
+            pid = server.start(args.master or "local[*]", wait=args.wait)
             took = time.monotonic() - started
             print(f"Spark Connect server running (pid {pid}) on {server.remote} after {took:.1f} s; "
                   f"use --remote {server.remote}")

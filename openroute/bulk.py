@@ -1,0 +1,41 @@
+"""The size of a bulk change of stored messages above which a Spark job is quicker than plain SQL.
+
+``openroute messages`` (and the admin API) change messages one by one through the engine and start at once; an
+``openroute spark`` job pays a fixed start (a JVM and a session, or a round trip to a warm Spark Connect server)
+and then grows more slowly with the rows. :data:`SPARK_PAYS_OFF_AT` is the measured crossover
+(``benchmarks/spark_bench.py``; docs/spark.md, "Spark or plain SQL", says how it is found). Both command lines
+read it from here, below them both, and each suggests the other tool on the wrong side of it::
+
+    from openroute.bulk import spark_suggestion, sql_suggestion
+
+    print(spark_suggestion(12_000_000))  # from openroute messages: Spark is quicker above ...
+    print(sql_suggestion(400))           # from openroute spark reprocess: plain SQL is quicker below ...
+"""
+
+from __future__ import annotations
+
+__all__ = ["SPARK_PAYS_OFF_AT", "spark_suggestion", "sql_suggestion"]
+
+#: messages of one bulk restart above which ``openroute spark reprocess`` is quicker than ``openroute messages``
+SPARK_PAYS_OFF_AT = 5_000_000
+
+
+def sql_suggestion(messages: int, threshold: int | None = None) -> str | None:
+    """The line a Spark job prints when plain SQL would do its ``messages`` quicker (None at or above
+    ``threshold``, default :data:`SPARK_PAYS_OFF_AT`, where Spark is the right tool)."""
+    threshold = SPARK_PAYS_OFF_AT if threshold is None else threshold
+    if messages >= threshold:
+        return None
+    return (f"{messages} message(s): below ~{threshold:,} plain SQL is quicker than Spark's start-up; "
+            "openroute messages restart --state FAILED ... (or the admin API) does the same through the same rules")
+
+
+def spark_suggestion(messages: int, threshold: int | None = None) -> str | None:
+    """The line ``openroute messages`` prints when a Spark job would do its ``messages`` quicker (None below
+    ``threshold``, default :data:`SPARK_PAYS_OFF_AT`)."""
+    threshold = SPARK_PAYS_OFF_AT if threshold is None else threshold
+    if messages < threshold:
+        return None
+    return (f"{messages} message(s): from ~{threshold:,} on a Spark job is quicker than one by one; "
+            "openroute spark reprocess --state FAILED ... --apply does the same through the same rules "
+            "(docs/spark.md)")
