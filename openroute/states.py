@@ -77,6 +77,23 @@ def is_legal(from_state: MessageState, to_state: MessageState) -> bool:
     return (MessageState(from_state), MessageState(to_state)) in LEGAL_TRANSITIONS
 
 
+#: trigger -> (the states it fires from, its destination), from the table above
+TRIGGERS: Mapping[str, tuple[frozenset[MessageState], MessageState]] = {
+    trigger: (frozenset(sources), dest) for trigger, sources, dest in TRANSITION_TABLE
+}
+
+
+def check_trigger(trigger: str, from_state: MessageState) -> None:
+    """Raise :class:`IllegalTransitionError` unless ``trigger`` fires from ``from_state``.
+
+    Stricter than :func:`check_transition` where several triggers reach one state: an operator's ``restart`` leads
+    to PARTLY_FAILED from FAILED or CANCEL only, while the engine's own failures reach it from PROCESSING.
+    """
+    sources, dest = TRIGGERS[trigger]
+    if from_state not in sources:
+        raise IllegalTransitionError(from_state, dest)
+
+
 def check_transition(from_state: MessageState, to_state: MessageState) -> None:
     """Raise :class:`IllegalTransitionError` unless ``from_state -> to_state`` is legal."""
     if not is_legal(from_state, to_state):

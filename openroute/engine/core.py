@@ -298,7 +298,7 @@ class Engine:
         Raises :class:`LookupError` for an unknown id, :class:`IllegalTransitionError` from any other state,
         :class:`StaleMessageError` if it changed meanwhile. The final-state hooks run as for any final state.
         """
-        return await self._change_by_operator(message_id, MessageState.CANCEL, lambda _now: outcomes.cancelled(reason),
+        return await self._change_by_operator(message_id, "cancel", lambda _now: outcomes.cancelled(reason),
                                               cause)
 
     async def restart(self, message_id: int, cause: str = "engine") -> StoredMessage:
@@ -312,19 +312,19 @@ class Engine:
         :class:`StaleMessageError`.
         The message is emitted at once when this node runs, else the next repoll of any node takes it.
         """
-        updated = await self._change_by_operator(message_id, MessageState.PARTLY_FAILED, outcomes.restarted, cause)
+        updated = await self._change_by_operator(message_id, "restart", outcomes.restarted, cause)
         await self._emit(updated, wait=False)
         return updated
 
     async def _change_by_operator(
-        self, message_id: int, target: MessageState, decide: Callable[[datetime], outcomes.Decision], cause: str
+        self, message_id: int, trigger: str, decide: Callable[[datetime], outcomes.Decision], cause: str
     ) -> StoredMessage:
-        """Move ``message_id`` to ``target`` with the decision ``decide(now)``: LookupError, IllegalTransitionError or
-        StaleMessageError when it cannot."""
+        """Move ``message_id`` by the operator's ``trigger`` (``restart``, ``cancel``) with the decision
+        ``decide(now)``: LookupError, IllegalTransitionError or StaleMessageError when it cannot."""
         message = await self._run_db(lambda: self.store.get(message_id))
         if message is None:
             raise LookupError(f"no message {message_id}")
-        states.check_transition(message.state, target)
+        states.check_trigger(trigger, message.state)
         now = self.clock.now()
         updated = await self._apply(message, decide(now), now, cause)
         if updated is None:

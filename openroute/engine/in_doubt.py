@@ -57,7 +57,7 @@ async def resolve_in_doubt(engine: Engine, message_id: int, action: InDoubtActio
     message = await asyncio.to_thread(store.get, message_id)
     if message is None:
         raise LookupError(f"no message {message_id}")
-    states.check_transition(message.state, MessageState.PARTLY_FAILED)
+    states.check_trigger("restart", message.state)
     now = engine.clock.now()
     keys = await asyncio.to_thread(
         lambda: store.calls.resolve_in_doubt(message_id, action == "mark-done", now, note=cause)

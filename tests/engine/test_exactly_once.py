@@ -210,6 +210,27 @@ async def test_resolving_needs_a_restartable_message_with_a_call_in_doubt(kit_on
         await resolve_in_doubt(kit.engine, sent.message_id, "forget", "test")  # type: ignore[arg-type]
 
 
+async def test_a_message_being_processed_is_neither_restarted_nor_resolved(kit_on: Any) -> None:
+    """An operator's restart leads to PARTLY_FAILED from FAILED or CANCEL only: a PROCESSING message (a worker holds
+    it; the engine's own failures take it to PARTLY_FAILED) is refused, and nothing changes."""
+    from datetime import UTC, datetime
+
+    from openroute.persistence import NewMessage
+
+    from openroute import states
+
+    kit = await kit_on(Application(route("crm", "setCustomer").json().ext_call("billing", Remote())))
+    stored = kit.store.insert_message(NewMessage(
+        service="crm", operation="setCustomer", payload="{}", content_type="application/json",
+        correlation_id="held-by-a-worker", source_system="CRM", receive_ts=datetime.now(UTC))).message
+    processing = states.claim(kit.store, [stored], "other-node", datetime.now(UTC))[0]
+    with pytest.raises(IllegalTransitionError):
+        await kit.engine.restart(processing.id, cause="test")
+    with pytest.raises(IllegalTransitionError):
+        await resolve_in_doubt(kit.engine, processing.id, "call-again", "test")
+    assert kit.store.get(processing.id) == processing
+
+
 async def test_no_call_in_doubt_is_a_clear_refusal(kit_on: Any) -> None:
     remote = Remote()
     kit = await kit_on(Application(route("crm", "setCustomer").json()
