@@ -153,15 +153,19 @@ class _FakeBroker:
     def __init__(self, count: int) -> None:
         self.count, self.sent, self.unacked, self.acked, self.prefetch = count, 0, 0, 0, 0
         self.callback: Any = None
-        self.writes: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+        self.outstanding: set[int] = set()  # delivered, not acked: what a basic.ack with multiple covers
+        self.writes: asyncio.Queue[tuple[asyncio.Future[None], list[int]]] = asyncio.Queue()
         self.done = asyncio.Event()
         self.writer = asyncio.ensure_future(self._write())
 
     async def _write(self) -> None:
         while True:
-            written = await self.writes.get()
-            self.unacked -= 1
-            self.acked += 1
+            written, tags = await self.writes.get()
+            for tag in tags:
+                if tag in self.outstanding:
+                    self.outstanding.discard(tag)
+                    self.unacked -= 1
+                    self.acked += 1
             written.set_result(None)
             if self.acked == self.count:
                 self.done.set()
@@ -172,6 +176,7 @@ class _FakeBroker:
         while self.callback is not None and self.sent < self.count and self.unacked < self.prefetch:
             self.sent += 1
             self.unacked += 1
+            self.outstanding.add(self.sent)
             loop.create_task(self._deliver(_FakeIncoming(self, self.sent)))
 
     async def _deliver(self, message: _FakeIncoming) -> None:
@@ -179,6 +184,13 @@ class _FakeBroker:
 
     # the AMQP channel and queue the connector's source uses
     is_closed = False
+
+    async def basic_ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        """One write, as one ``basic.ack`` frame is: with ``multiple`` it covers every delivery up to the tag."""
+        tags = [tag for tag in self.outstanding if tag <= delivery_tag] if multiple else [delivery_tag]
+        written = asyncio.get_running_loop().create_future()
+        await self.writes.put((written, tags))
+        await written
 
     async def set_qos(self, prefetch_count: int, global_: bool = False) -> None:
         self.prefetch = prefetch_count
@@ -200,11 +212,10 @@ class _FakeIncoming:
 
     def __init__(self, broker: _FakeBroker, tag: int) -> None:
         self.broker, self.delivery_tag, self.body = broker, tag, str(tag).encode()
+        self.channel = broker  # the connector acks through the channel (basic.ack with multiple)
 
     async def ack(self) -> None:
-        written = asyncio.get_running_loop().create_future()
-        await self.broker.writes.put(written)
-        await written
+        await self.broker.basic_ack(self.delivery_tag)
 
     async def reject(self, requeue: bool = False) -> None:
         await self.ack()

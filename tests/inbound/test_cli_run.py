@@ -371,3 +371,30 @@ def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collectors_reac
         gc.unfreeze()
         sock.close()
         store.dispose()
+
+
+async def test_the_served_connections_send_without_waiting_for_acks() -> None:
+    """The listening socket of ``openroute run`` names its protocol, so asyncio sets TCP_NODELAY on every accepted
+    connection: with Nagle on, a keep-alive response written as headers then body waited for the client's delayed
+    ACK (~40 ms a request, measured through the admin API)."""
+    import asyncio
+
+    from openroute.commands.run import _bind
+
+    sock = _bind("127.0.0.1", 0)
+    accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            served = transport.get_extra_info("socket")
+            accepted.set_result(served.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+    try:
+        _reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        assert await asyncio.wait_for(accepted, timeout=10) == 1
+        writer.close()
+    finally:
+        server.close()
+        await server.wait_closed()
