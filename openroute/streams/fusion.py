@@ -1,7 +1,7 @@
 """Fusion of consecutive synchronous 1:1 stages into one loop (a processor, or the drain loop of a source).
 
 A fused plan is a tuple of ``(kind, fn)``: ``MAP`` and ``FILTER`` call the user function inline, ``OTHER``
-calls a compiled function returning the item, or ``DROP``, or raising :data:`STOP` to end the stream.
+calls a compiled function returning the item, or ``DROP``, or raising :class:`Stop` to end the stream.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ DROP: Any = object()
 
 
 class Stop(Exception):
-    """Raised by a fused operation to end the stream early (take_while)."""
+    """Raised by a fused operation to end the stream early (take_while).
 
-
-STOP = Stop()
+    Raised as a fresh instance each time: re-raising one shared instance would chain each raise's traceback onto
+    it and keep every frame it passed through alive.
+    """
 
 
 def none_element_error(where: str) -> TypeError:
@@ -28,7 +29,7 @@ def none_element_error(where: str) -> TypeError:
 
 # C901 over 12: one branch per fusable stage type
 def compile_stage(stage: st.Stage) -> Callable[[Any], Any]:  # noqa: C901
-    """One synchronous stage as a function ``item -> item | DROP`` (raising ``_STOP`` to end the stream)."""
+    """One synchronous stage as a function ``item -> item | DROP`` (raising :class:`Stop` to end the stream)."""
     if isinstance(stage, st.Map):
         fn = stage.fn
 
@@ -56,7 +57,7 @@ def compile_stage(stage: st.Stage) -> Callable[[Any], Any]:  # noqa: C901
         def take_while_op(item: Any) -> Any:
             if take(item):
                 return item
-            raise STOP
+            raise Stop
 
         return take_while_op
     if isinstance(stage, st.DropWhile):

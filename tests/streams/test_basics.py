@@ -58,3 +58,28 @@ async def test_user_exception_arrives_as_same_object() -> None:
     with pytest.raises(RuntimeError) as caught:
         await rs.of(1).map(explode).to_list()
     assert caught.value is boom
+
+
+def test_a_fused_take_while_ends_each_stream_with_its_own_stop() -> None:
+    """One shared exception instance, re-raised by every stream that a take_while ends, would chain each raise's
+    traceback onto the last and keep every frame it passed through alive."""
+    from openroute.streams import stages as st
+    from openroute.streams.fusion import Stop, compile_stage
+
+    take_below_one = compile_stage(st.TakeWhile(lambda x: x < 1))
+    raised: list[Stop] = []
+    for _ in range(3):
+        with pytest.raises(Stop) as caught:
+            take_below_one(5)
+        raised.append(caught.value)
+    assert len({id(stop) for stop in raised}) == 3
+    depths = [len(list(_frames(stop.__traceback__))) for stop in raised]
+    assert depths[0] == depths[-1]
+
+
+def _frames(tb: object) -> list[object]:
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next  # type: ignore[attr-defined]
+    return frames
