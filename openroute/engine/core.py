@@ -197,7 +197,7 @@ class Engine:
             await self._close_resources()
             return
         self._stopping = True
-        self._repoll.stop_jobs()
+        await self._repoll.stop_jobs(self.settings.stop_timeout)
         assert self._app is not None and self._permits is not None  # noqa: S101  narrows an Optional for mypy: set before this point
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)

@@ -4,6 +4,7 @@ the node's heartbeat, run by an APScheduler job each while the node runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
@@ -49,6 +50,8 @@ class Repoll:
     node_state: Callable[[], NodeState]
     obey: Callable[[NodeState], None]
     _scheduler: Any = field(default=None, init=False, repr=False)
+    #: the job runs in progress, awaited by ``stop_jobs``
+    _runs: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
     #: store outages whose stranded PROCESSING messages were repaired
     _outages_recovered: int = field(default=0, init=False, repr=False)
 
@@ -60,20 +63,47 @@ class Repoll:
 
         self._scheduler = AsyncIOScheduler()
         self._scheduler.add_job(
-            self._repoll_job, "interval", seconds=self.settings.repoll_interval.total_seconds(),
-            max_instances=1, coalesce=True, id="repoll",
+            self._tracked, "interval", args=[self._repoll_job],
+            seconds=self.settings.repoll_interval.total_seconds(), max_instances=1, coalesce=True, id="repoll",
         )
         self._scheduler.add_job(
-            self.heartbeat, "interval", seconds=max(self.settings.heartbeat_interval.total_seconds(), 1.0),
-            max_instances=1, coalesce=True, id="heartbeat",
+            self._tracked, "interval", args=[self.heartbeat],
+            seconds=max(self.settings.heartbeat_interval.total_seconds(), 1.0), max_instances=1, coalesce=True,
+            id="heartbeat",
         )
         self._scheduler.start()
 
-    def stop_jobs(self) -> None:
-        """Stop the jobs (a run in progress finishes on its own)."""
+    async def stop_jobs(self, timeout: float) -> None:
+        """Stop the jobs: no new run starts; a run in progress gets ``timeout`` seconds to finish, then is cancelled.
+
+        APScheduler's own shutdown cancels a run at once and logs the cancellation as the job's error, with a
+        traceback: each run is therefore its own task (see ``_tracked``), awaited here.
+        """
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
+        runs = set(self._runs)
+        if not runs:
+            return
+        _done, late = await asyncio.wait(runs, timeout=timeout)
+        for run in late:
+            run.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    async def _tracked(self, job: Callable[[], Awaitable[None]]) -> None:
+        """Run one job as a task of its own, which ``stop_jobs`` awaits; APScheduler's cancellation at its shutdown
+        ends only this wrapper, quietly."""
+        run: asyncio.Task[None] = asyncio.ensure_future(job())
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+        try:
+            await asyncio.shield(run)
+        except asyncio.CancelledError:
+            if self._scheduler is not None:  # not the scheduler's shutdown: the cancellation is someone else's
+                run.cancel()
+                raise
+            log.debug("%s goes on while the node stops", getattr(job, "__name__", "a job run"))
 
     async def run_once(self, new_cutoff: datetime | None = None) -> None:
         """One run of the repoll job (see ``Engine.repoll_once``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -355,6 +356,51 @@ async def test_repoll_job_runs_on_its_schedule(store: MessageStore, make_engine:
     await asyncio.wait_for(done.wait(), WAIT)
     await engine.wait_idle(WAIT)
     assert _only(store).state is S.OK
+
+
+async def test_stop_ends_a_hanging_repoll_run_quietly(
+    store: MessageStore, make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A repoll run still in progress when the node stops gets ``stop_timeout``, then the stop cancels it, quietly:
+    APScheduler's shutdown cancelled it at once and logged that as the job's error, with a traceback."""
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def hanging_run() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    engine = make_engine(_route(lambda ex: None), repoll_interval=timedelta(milliseconds=20), stop_timeout=0.05)
+    engine._repoll._repoll_job = hanging_run  # type: ignore[method-assign]
+    await engine.start()
+    await asyncio.wait_for(started.wait(), WAIT)
+    await asyncio.wait_for(engine.stop(), WAIT)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert cancelled.is_set(), "the run was left to the event loop's end"
+    assert not engine._repoll._runs
+
+
+async def test_stop_lets_a_repoll_run_in_progress_finish(store: MessageStore, make_engine: EngineFactory) -> None:
+    started, release, finished = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def slow_run() -> None:
+        started.set()
+        await release.wait()
+        finished.set()
+
+    engine = make_engine(_route(lambda ex: None), repoll_interval=timedelta(milliseconds=20), stop_timeout=WAIT)
+    engine._repoll._repoll_job = slow_run  # type: ignore[method-assign]
+    await engine.start()
+    await asyncio.wait_for(started.wait(), WAIT)
+    stopping = asyncio.create_task(engine.stop())
+    await asyncio.sleep(0)  # one loop turn: the stop has shut the scheduler down and waits for the run
+    assert not stopping.done()
+    release.set()
+    await asyncio.wait_for(stopping, WAIT)
+    assert finished.is_set()
 
 
 # -- back-pressure -----------------------------------------------------------------------------------
