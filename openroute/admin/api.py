@@ -34,6 +34,7 @@ from openroute.admin.search import (
     SearchFilters,
     decode_cursor,
     parse_filters,
+    parse_limit,
     parse_message_id,
     search_messages,
 )
@@ -141,18 +142,6 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "lastErrorTrace": _masked(message.last_error_trace),
         "version": message.version,
     }
-
-
-def _parse_int(name: str, value: str | None, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidQueryError(f"{name} must be an integer, got {value[:40]!r}") from None
-    if not low <= number <= high:
-        raise InvalidQueryError(f"{name} must be in {low}..{high}, got {number}")
-    return number
 
 
 def _check_params(names: Iterable[str]) -> None:
@@ -350,7 +339,7 @@ class AdminApi:
         filters = parse_filters({**params, "state": request.query_params.getlist("state"),
                                  "error_code": request.query_params.getlist("error_code")})
         size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
-        limit = _parse_int(size_name, params.get(size_name), DEFAULT_LIMIT, 1, MAX_LIMIT)
+        limit = parse_limit(params.get(size_name), size_name)
         cursor = params.get("cursor")
         if cursor is not None:
             decode_cursor(cursor)  # a bad cursor is a 400 before any database work

@@ -139,15 +139,29 @@ class Page:
     total_estimated: bool
 
 
-def parse_message_id(raw: str) -> int:
-    """A message id from a URL or form value; :class:`InvalidQueryError` (answered 400) unless a positive integer."""
+def _parse_int(raw: str, low: int, high: int | None, not_int: str, out_of_range: str) -> int:
+    """``raw`` (a URL or form value) as an integer in ``low..high`` (no upper bound when ``high`` is None); else
+    :class:`InvalidQueryError` (answered 400): ``"<not_int>, got 'raw'"`` or ``"<out_of_range>, got N"``."""
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidQueryError(f"a message id is an integer, got {raw[:40]!r}") from None
-    if value < 1:
-        raise InvalidQueryError(f"a message id is positive, got {value}")
+        raise InvalidQueryError(f"{not_int}, got {raw[:40]!r}") from None
+    if value < low or (high is not None and value > high):
+        raise InvalidQueryError(f"{out_of_range}, got {value}")
     return value
+
+
+def parse_limit(raw: str | None, name: str = "limit") -> int:
+    """A page size from a URL or form value named ``name``: :data:`DEFAULT_LIMIT` when absent, else 1..:data:`MAX_LIMIT`
+    (:class:`InvalidQueryError` otherwise)."""
+    if raw is None:
+        return DEFAULT_LIMIT
+    return _parse_int(raw, 1, MAX_LIMIT, f"{name} must be an integer", f"{name} must be in 1..{MAX_LIMIT}")
+
+
+def parse_message_id(raw: str) -> int:
+    """A message id from a URL or form value; :class:`InvalidQueryError` (answered 400) unless a positive integer."""
+    return _parse_int(raw, 1, None, "a message id is an integer", "a message id is positive")
 
 
 def _parse_time(name: str, value: str) -> datetime:

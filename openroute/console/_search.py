@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from openroute.admin.api import search_conditions, search_filters
-from openroute.admin.search import DEFAULT_LIMIT, MAX_LIMIT, InvalidQueryError, Page, decode_cursor, search_messages
+from openroute.admin.search import InvalidQueryError, Page, decode_cursor, parse_limit, search_messages
 from openroute.persistence import MessageState, MessageStore, message_table
 
 #: the states a restart takes a message from
@@ -81,12 +81,7 @@ def search_page(store: MessageStore, params: Any) -> Page:
     values are ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed
     parameter."""
     flat, states, cursor, raw_limit = _flatten(params)
-    try:
-        limit = DEFAULT_LIMIT if raw_limit is None else int(raw_limit)
-    except ValueError:
-        raise InvalidQueryError(f"limit must be an integer, got {str(raw_limit)[:40]!r}") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
+    limit = parse_limit(raw_limit)
     filters = search_filters(flat, states)
     if cursor is not None:
         decode_cursor(cursor)  # a bad cursor is an error before any database work
