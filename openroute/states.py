@@ -148,8 +148,8 @@ def transition(
         raise ValueError(f"a transition cannot write {sorted(bad)}")
     node = node_id if node_id is not None else changes.get("node_id", message.node_id)
     written = _changed(message, changes)
-    if not store.transitions.apply(message.id, message.version, message.state, to_state, now, written, connection,
-                                  node_id=node, cause=cause):
+    item = (message.id, message.version, message.state, to_state, now, written)
+    if not store.transitions.apply(item, connection, node_id=node, cause=cause):
         raise StaleMessageError(message.id, message.version)
     return message.evolve(state=MessageState(to_state), version=message.version + 1, last_update_ts=now, **changes)
 

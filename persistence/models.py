@@ -197,7 +197,18 @@ class MessageRecord(Base):
     )
 
 
-class ExternalCallRecord(Base):
+class _CallAttempts:
+    """The columns both records of an external call have (per message and per entity): how many attempts made it,
+    its result or the last attempt's error, and when the row was made and last changed."""
+
+    attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
+    result: Mapped[Any | None] = mapped_column(Json)
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ExternalCallRecord(_CallAttempts, Base):
     """A call to an external system made once per (message, call key).
 
     ``idempotency_key`` is the key handed to the remote (the same on every attempt); ``node_id`` and
@@ -212,11 +223,6 @@ class ExternalCallRecord(Base):
     status: Mapped[ExternalCallStatus] = mapped_column(
         sa.Enum(ExternalCallStatus, native_enum=False, length=16, name="external_call_status")
     )
-    attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
-    result: Mapped[Any | None] = mapped_column(Json)
-    last_error: Mapped[str | None] = mapped_column(sa.Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     idempotency_key: Mapped[str | None] = mapped_column(sa.String(64))
     node_id: Mapped[str | None] = mapped_column(sa.String(100))
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -224,7 +230,7 @@ class ExternalCallRecord(Base):
     __table_args__ = (sa.UniqueConstraint("message_id", "call_key", name="uq_external_call_message_key"),)
 
 
-class EntityCallRecord(Base):
+class EntityCallRecord(_CallAttempts, Base):
     """A call to an external system made once per (entity type, object id, call key), whichever message asks.
 
     ``status`` is IN_PROGRESS while a worker makes the call (the row is the lock that keeps a concurrent
@@ -239,11 +245,6 @@ class EntityCallRecord(Base):
     call_key: Mapped[str] = mapped_column(sa.String(255))
     status: Mapped[str] = mapped_column(sa.String(16))
     owner_message_id: Mapped[int | None] = mapped_column(BigId)
-    attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
-    result: Mapped[Any | None] = mapped_column(Json)
-    last_error: Mapped[str | None] = mapped_column(sa.Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),

@@ -86,27 +86,21 @@ class Transitions(StorePart):
 
     def apply(
         self,
-        message_id: int,
-        version: int,
-        from_state: MessageState,
-        to_state: MessageState,
-        now: datetime,
-        changes: Mapping[str, Any] | None = None,
+        item: TransitionItem,
         connection: sa.Connection | None = None,
         *,
         node_id: str | None = None,
         cause: str = "engine",
     ) -> bool:
-        """Write one state change if the row is still at ``version`` (read in ``from_state``).
+        """Write one state change ``item`` (id, version read, from state, to state, at, changes) if the row is still
+        at the version read.
 
         Returns False (and writes nothing) when another writer got there first. The row is matched by id and
         version only: every write bumps the version, so an unchanged version means an unchanged state. Legality
         is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
         The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
-        return self.apply_many(
-            [(message_id, version, from_state, to_state, now, changes or {})], connection, node_id=node_id, cause=cause
-        )[0]
+        return self.apply_many([item], connection, node_id=node_id, cause=cause)[0]
 
     def apply_many(
         self,

@@ -38,7 +38,7 @@ def fill(store: MessageStore, n: int) -> list[int]:
                            correlation_id=f"c{i}", source_system="CRM", receive_ts=now),
                 connection,
             ).message.id
-            store.transitions.apply(mid, 0, MessageState.NEW, MessageState.OK, now, None, connection)
+            store.transitions.apply((mid, 0, MessageState.NEW, MessageState.OK, now, {}), connection)
             ids.append(mid)
     return ids
 

@@ -75,7 +75,7 @@ def add_message(
     )
     message_id = outcome.message.id
     if state is not MessageState.NEW:
-        assert store.transitions.apply(message_id, 0, MessageState.NEW, state, START, changes)
+        assert store.transitions.apply((message_id, 0, MessageState.NEW, state, START, changes))
     return message_id
 
 
@@ -105,12 +105,12 @@ async def test_enqueue_in_joins_the_callers_transaction(store: MessageStore, clo
     service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
     mid = add_message(store, 1, MessageState.PROCESSING)
     with pytest.raises(RuntimeError), store.begin() as connection:
-        assert store.transitions.apply(mid, 1, MessageState.PROCESSING, MessageState.OK, START, None, connection)
+        assert store.transitions.apply((mid, 1, MessageState.PROCESSING, MessageState.OK, START, {}), connection)
         assert service.enqueue_in(request_for(mid), connection) is True
         raise RuntimeError("the final-state commit fails")
     assert await service.get(mid) is None  # rolled back together with the final state
     with store.begin() as connection:
-        assert store.transitions.apply(mid, 1, MessageState.PROCESSING, MessageState.OK, START, None, connection)
+        assert store.transitions.apply((mid, 1, MessageState.PROCESSING, MessageState.OK, START, {}), connection)
         assert service.enqueue_in(request_for(mid), connection) is True
     assert (await service.get(mid)).status == "PENDING"  # type: ignore[union-attr]
 

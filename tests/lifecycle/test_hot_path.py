@@ -83,11 +83,11 @@ def test_values_sqlalchemy_refuses_are_refused_with_its_error(store: MessageStor
         store.insert_message(_new("naive", msg_ts=datetime(2024, 1, 1)))
     message = store.insert_message(_new("ok")).message
     with pytest.raises(sa.exc.StatementError, match="naive"):
-        store.transitions.apply(message.id, 0, MessageState.NEW, MessageState.CANCEL, datetime(2024, 1, 1))
+        store.transitions.apply((message.id, 0, MessageState.NEW, MessageState.CANCEL, datetime(2024, 1, 1), {}))
     with pytest.raises(sa.exc.StatementError, match="BOGUS"):
-        store.transitions.apply(message.id, 0, MessageState.NEW, "BOGUS", START)  # type: ignore[arg-type]
+        store.transitions.apply((message.id, 0, MessageState.NEW, "BOGUS", START, {}))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cannot write"):
-        store.transitions.apply(message.id, 0, MessageState.NEW, MessageState.CANCEL, START, {"payload": "x"})
+        store.transitions.apply((message.id, 0, MessageState.NEW, MessageState.CANCEL, START, {"payload": "x"}))
     # nothing of the refused writes reached the store
     assert store.get(message.id) == message
     assert store.count_by_state() == {MessageState.NEW: 1}

@@ -137,5 +137,5 @@ def test_transition_cannot_write_the_state_or_identity_columns(store: MessageSto
     message = _new(store, "columns")
     for column in ("state", "version", "id", "payload"):
         with pytest.raises(ValueError, match="cannot write"):
-            store.transitions.apply(message.id, message.version, S.NEW, S.PROCESSING, START, {column: "x"})
+            store.transitions.apply((message.id, message.version, S.NEW, S.PROCESSING, START, {column: "x"}))
     assert store.get(message.id) == message

@@ -151,7 +151,7 @@ def test_every_write_of_a_message_bumps_its_version_so_a_version_pins_the_state(
     # every older snapshot is refused, whatever transition it asks for
     for stale in (message, retry):
         assert states.claim(store, [stale], "node-2", START) == []
-    assert not store.transitions.apply(single.id, single.version, single.state, MessageState.OK, START)
+    assert not store.transitions.apply((single.id, single.version, single.state, MessageState.OK, START, {}))
     assert store.get(message.id) == done
 
 
