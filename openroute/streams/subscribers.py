@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from .protocol import (
@@ -154,7 +155,24 @@ class ToListSubscriber(CompletionSubscriber[list[Any]]):
         self._resolve(items)
 
 
-class CollectSubscriber(CompletionSubscriber[Any]):
+class _EachItemSubscriber(CompletionSubscriber[R]):
+    """Calls ``self._each(item)`` for every item; a failing call cancels the stream and fails the completion."""
+
+    _each: Callable[[Any], Any]
+
+    def on_next(self, item: Any) -> None:
+        if item is None:  # inline, not refuse_none: once per item
+            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
+        if self._finished:
+            return
+        try:
+            self._each(item)
+        except Exception as error:
+            self._cancel_upstream()
+            self._reject(error)
+
+
+class CollectSubscriber(_EachItemSubscriber[Any]):
     """Resolves with ``initial_factory()`` after ``accumulator(container, item)`` for every item (then passed
     through ``finisher`` when given)."""
 
@@ -164,6 +182,7 @@ class CollectSubscriber(CompletionSubscriber[Any]):
         self._accumulator = accumulator
         self._finisher = finisher
         self._container: Any = None
+        self._each = partial(accumulator, None)  # replaced by the container's once it is made
         self._factory: Callable[[], Any] | None = initial_factory
 
     def on_subscribe(self, subscription: Subscription) -> None:
@@ -176,18 +195,8 @@ class CollectSubscriber(CompletionSubscriber[Any]):
             self._cancel_upstream()
             self._reject(error)
             return
+        self._each = partial(self._accumulator, self._container)  # a C-level call per item: no extra frame
         subscription.request(UNBOUNDED)
-
-    def on_next(self, item: Any) -> None:
-        if item is None:  # inline, not refuse_none: once per item
-            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
-        if self._finished:
-            return
-        try:
-            self._accumulator(self._container, item)
-        except Exception as error:
-            self._cancel_upstream()
-            self._reject(error)
 
     def on_complete(self) -> None:
         if self._finished:
@@ -246,23 +255,12 @@ class FindFirstSubscriber(CompletionSubscriber[Any]):
         self._resolve(item)
 
 
-class ForEachSubscriber(CompletionSubscriber[None]):
+class ForEachSubscriber(_EachItemSubscriber[None]):
     """Calls ``fn(item)`` for every item; a failing call cancels the stream and fails the completion."""
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         super().__init__()
-        self._fn = fn
-
-    def on_next(self, item: Any) -> None:
-        if item is None:  # inline, not refuse_none: once per item
-            raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
-        if self._finished:
-            return
-        try:
-            self._fn(item)
-        except Exception as error:
-            self._cancel_upstream()
-            self._reject(error)
+        self._each = fn
 
 
 class CancelSubscriber(CompletionSubscriber[None]):

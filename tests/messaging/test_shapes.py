@@ -21,6 +21,12 @@ def app_with(*configs: dict[str, Any]) -> MessagingApp:
     return MessagingApp(merged, environ={})
 
 
+async def produced(app: MessagingApp, count: int) -> list[Any]:
+    """Run ``app`` until its outgoing memory channel 'out' got ``count`` messages; returns their payloads."""
+    async with app:
+        return await app.connector("memory").sink("out").wait_for(count)
+
+
 # -- producers -------------------------------------------------------------------------------------------
 
 async def test_async_generator_producer() -> None:
@@ -31,8 +37,7 @@ async def test_async_generator_producer() -> None:
         for i in range(3):
             yield i
 
-    async with app:
-        assert await app.connector("memory").sink("out").wait_for(3) == [0, 1, 2]
+    assert await produced(app, 3) == [0, 1, 2]
 
 
 async def test_sync_generator_producer_of_messages() -> None:
@@ -43,8 +48,7 @@ async def test_sync_generator_producer_of_messages() -> None:
         yield Message("a")
         yield "b"
 
-    async with app:
-        assert await app.connector("memory").sink("out").wait_for(2) == ["a", "b"]
+    assert await produced(app, 2) == ["a", "b"]
 
 
 async def test_value_producer_is_called_on_demand() -> None:
@@ -55,8 +59,7 @@ async def test_value_producer_is_called_on_demand() -> None:
     def produce() -> int:
         return next(counter)
 
-    async with app:
-        payloads = await app.connector("memory").sink("out").wait_for(5)
+    payloads = await produced(app, 5)
     assert payloads[:5] == [0, 1, 2, 3, 4]
 
 
@@ -75,8 +78,7 @@ async def test_coroutine_producer_is_called_sequentially() -> None:
         running -= 1
         return next(values)
 
-    async with app:
-        payloads = await app.connector("memory").sink("out").wait_for(5)
+    payloads = await produced(app, 5)
     assert payloads[:5] == [0, 1, 2, 3, 4] and overlaps == 0
 
 
@@ -90,8 +92,7 @@ async def test_producer_returning_a_builder_called_once() -> None:
         calls += 1
         return rs.of(1, 2, 3)
 
-    async with app:
-        assert await app.connector("memory").sink("out").wait_for(3) == [1, 2, 3]
+    assert await produced(app, 3) == [1, 2, 3]
     assert calls == 1
 
 
@@ -102,8 +103,7 @@ async def test_unannotated_producer_returning_a_publisher() -> None:
     def produce():  # type: ignore[no-untyped-def]
         return rs.of("x", "y").build()
 
-    async with app:
-        assert await app.connector("memory").sink("out").wait_for(2) == ["x", "y"]
+    assert await produced(app, 2) == ["x", "y"]
 
 
 async def test_unannotated_producer_returning_values() -> None:
@@ -114,8 +114,7 @@ async def test_unannotated_producer_returning_values() -> None:
     def produce():  # type: ignore[no-untyped-def]
         return next(values)
 
-    async with app:
-        payloads = await app.connector("memory").sink("out").wait_for(3)
+    payloads = await produced(app, 3)
     assert payloads[:3] == [0, 1, 2]
 
 

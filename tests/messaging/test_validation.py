@@ -28,12 +28,17 @@ async def problems_of(app: MessagingApp) -> list[str]:
     return raised.value.problems
 
 
-async def test_incoming_without_upstream() -> None:
-    app = new_app()
+def consumer(app: MessagingApp, channel: str) -> None:
+    """Add to ``app`` a payload consumer of ``channel`` that does nothing (its function is named ``consume``)."""
 
-    @app.incoming("orders")
     def consume(payload: Any) -> None: ...
 
+    app.incoming(channel)(consume)
+
+
+async def test_incoming_without_upstream() -> None:
+    app = new_app()
+    consumer(app, "orders")
     [problem] = await problems_of(app)
     assert "channel 'orders'" in problem and "no upstream" in problem and "consume" in problem
 
@@ -81,10 +86,7 @@ async def test_emitter_and_injected_channel_with_none_or_several() -> None:
 
 async def test_unknown_connector() -> None:
     app = new_app({"openroute.messaging.incoming.orders.connector": "kafka"})
-
-    @app.incoming("orders")
-    def consume(payload: Any) -> None: ...
-
+    consumer(app, "orders")
     [problem] = await problems_of(app)
     assert "incoming channel 'orders': unknown connector 'kafka'" in problem
 
@@ -96,10 +98,7 @@ async def test_connector_channels_with_none_or_several_sides() -> None:
         "openroute.messaging.incoming.doubled.connector": "memory",
     })
     app.emitter("doubled")
-
-    @app.incoming("doubled")
-    def consume(payload: Any) -> None: ...
-
+    consumer(app, "doubled")
     problems = await problems_of(app)
     assert any("channel 'in-alone' (incoming connector 'memory') has no downstream" in p for p in problems)
     assert any("channel 'out-alone' (outgoing connector 'memory') has no upstream" in p for p in problems)
@@ -122,12 +121,8 @@ async def test_missing_mandatory_attributes_and_wrong_direction() -> None:
         "openroute.messaging.incoming.amqp-in.connector": "amqp",
     }, connectors={"custom": _NeedsTopic()})
     app.emitter("audit")
-
-    @app.incoming("orders")
-    def consume(payload: Any) -> None: ...
-
-    @app.incoming("amqp-in")
-    def consume_amqp(payload: Any) -> None: ...
+    consumer(app, "orders")
+    consumer(app, "amqp-in")
 
     problems = await problems_of(app)
     assert any("incoming channel 'orders': mandatory attribute 'topic'" in p for p in problems)
@@ -150,19 +145,13 @@ async def test_same_channel_on_both_sides_of_a_processor() -> None:
 
 async def test_every_problem_is_listed_together() -> None:
     app = new_app({"openroute.messaging.incoming.x.connector": "nope"})
-
-    @app.incoming("a")
-    def consume(payload: Any) -> None: ...
-
+    consumer(app, "a")
     @app.outgoing("b")
     def produce() -> int:
         return 1
 
     app.emitter("c")
-
-    @app.incoming("x")
-    def consume_x(payload: Any) -> None: ...
-
+    consumer(app, "x")
     problems = await problems_of(app)
     assert len(problems) == 4
     for name in ("channel 'a'", "channel 'b'", "channel 'c'", "channel 'x'"):
@@ -171,26 +160,27 @@ async def test_every_problem_is_listed_together() -> None:
 
 # -- definition errors -----------------------------------------------------------------------------------------
 
-async def test_sync_consumer_taking_a_message_is_a_definition_error() -> None:
+def _sync_consumer_of_messages(message: Message[int]) -> None: ...
+
+
+def _consumer_returning_a_value(payload: int) -> int:
+    return payload
+
+
+def _returns_the_wrong_kind():  # type: ignore[no-untyped-def]
+    return 42
+
+
+@pytest.mark.parametrize(("consume", "problem"), [
+    (_sync_consumer_of_messages, "must be a coroutine"),
+    (_consumer_returning_a_value, "must not return a value"),
+    (_returns_the_wrong_kind, "not a Subscriber or SubscriberBuilder"),  # found only when called at assembly
+], ids=["sync-consumer-taking-a-message", "incoming-only-returning-a-value", "returning-the-wrong-kind"])
+async def test_a_consumer_of_the_wrong_shape_is_a_definition_error(consume: Any, problem: str) -> None:
     app = new_app()
     app.emitter("in")
-
-    @app.incoming("in")
-    def consume(message: Message[int]) -> None: ...
-
-    with pytest.raises(DefinitionError, match="must be a coroutine"):
-        await app.start()
-
-
-async def test_incoming_only_function_returning_a_value() -> None:
-    app = new_app()
-    app.emitter("in")
-
-    @app.incoming("in")
-    def consume(payload: int) -> int:
-        return payload
-
-    with pytest.raises(DefinitionError, match="must not return a value"):
+    app.incoming("in")(consume)
+    with pytest.raises(DefinitionError, match=problem):
         await app.start()
 
 
@@ -245,10 +235,7 @@ async def test_two_incoming_channels_on_one_function() -> None:
 async def test_bad_concurrency_configuration() -> None:
     app = new_app({"openroute.messaging.incoming.in.concurrency": "lots"})
     app.emitter("in")
-
-    @app.incoming("in")
-    def consume(payload: Any) -> None: ...
-
+    consumer(app, "in")
     [problem] = await problems_of(app)
     assert "incoming channel 'in': concurrency must be a positive integer" in problem
 
@@ -281,18 +268,6 @@ async def test_concurrency_on_a_shape_that_cannot_use_it() -> None:
         await app.start()
 
 
-async def test_function_returning_the_wrong_kind_at_assembly() -> None:
-    app = new_app()
-    app.emitter("in")
-
-    @app.incoming("in")
-    def consume():  # type: ignore[no-untyped-def]
-        return 42
-
-    with pytest.raises(DefinitionError, match="not a Subscriber or SubscriberBuilder"):
-        await app.start()
-
-
 class _BrokenFactory(IncomingConnectorFactory):
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -306,10 +281,7 @@ async def test_connector_5_x_factory_exception_is_a_deployment_error_naming_chan
         error: Exception) -> None:
     app = new_app({"openroute.messaging.incoming.orders.connector": "broken"},
                   connectors={"broken": _BrokenFactory(error)})
-
-    @app.incoming("orders")
-    def consume(payload: Any) -> None: ...
-
+    consumer(app, "orders")
     with pytest.raises(DeploymentError) as raised:
         await app.start()
     [problem] = raised.value.problems

@@ -58,34 +58,38 @@ class RecordingPublisher(rs.Publisher[int]):
 
     def subscribe(self, subscriber: Subscriber[int]) -> None:
         self._log.append(f"{self._name}:subscribe")
-        publisher = self._builder.build()
-        log, name = self._log, self._name
+        self._builder.build().subscribe(_Recorder(subscriber, self._log, self._name))
 
-        class Spy(Subscriber[int]):
-            def on_subscribe(self, subscription: Subscription) -> None:
-                outer = subscription
 
-                class Sub(Subscription):
-                    def request(self, n: int) -> None:
-                        outer.request(n)
+class _Recorder(Subscriber[int], Subscription):
+    """Sits between a built publisher and its subscriber, passing every signal on and logging cancel and complete."""
 
-                    def cancel(self) -> None:
-                        log.append(f"{name}:cancel")
-                        outer.cancel()
+    def __init__(self, subscriber: Subscriber[int], log: list[str], name: str) -> None:
+        self._subscriber, self._log, self._name = subscriber, log, name
+        self._upstream: Subscription | None = None
 
-                subscriber.on_subscribe(Sub())
+    def on_subscribe(self, subscription: Subscription) -> None:
+        self._upstream = subscription
+        self._subscriber.on_subscribe(self)
 
-            def on_next(self, item: int) -> None:
-                subscriber.on_next(item)
+    def request(self, n: int) -> None:
+        assert self._upstream is not None
+        self._upstream.request(n)
 
-            def on_error(self, error: BaseException) -> None:
-                subscriber.on_error(error)
+    def cancel(self) -> None:
+        assert self._upstream is not None
+        self._log.append(f"{self._name}:cancel")
+        self._upstream.cancel()
 
-            def on_complete(self) -> None:
-                log.append(f"{name}:complete")
-                subscriber.on_complete()
+    def on_next(self, item: int) -> None:
+        self._subscriber.on_next(item)
 
-        publisher.subscribe(Spy())
+    def on_error(self, error: BaseException) -> None:
+        self._subscriber.on_error(error)
+
+    def on_complete(self) -> None:
+        self._log.append(f"{self._name}:complete")
+        self._subscriber.on_complete()
 
 
 # --- factories -----------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import Mock
 
 import pytest
 
@@ -77,24 +78,14 @@ async def test_publisher_rule_violation_is_reported(defect: str, rule: str, repo
         await getattr(verification, rule)()
 
 
-class LaxSubscriber(Subscriber[Any]):
-    """Accepts None and never cancels a second subscription."""
-
-    def on_subscribe(self, subscription: Subscription) -> None:
-        subscription.request(1)
-
-    def on_next(self, item: Any) -> None:
-        pass
-
-    def on_error(self, error: BaseException) -> None:
-        pass
-
-    def on_complete(self) -> None:
-        pass
+def lax_subscriber() -> Subscriber[Any]:
+    """A subscriber that refuses nothing: it accepts None and never cancels a second subscription."""
+    subscriber: Subscriber[Any] = Mock(spec=Subscriber)
+    return subscriber
 
 
 async def test_subscriber_rule_violations_are_reported() -> None:
-    verification = SubscriberVerification(LaxSubscriber, timeout=0.2)
+    verification = SubscriberVerification(lax_subscriber, timeout=0.2)
     with pytest.raises(AssertionError, match=r"rule 2\.13"):
         await verification.rule_2_13_none_signals_raise_type_error()
     with pytest.raises(AssertionError, match=r"rule 2\.5"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..protocol import UNBOUNDED, Processor, Publisher, Subscriber, Subscription, signal_end
@@ -11,6 +12,7 @@ from .publisher import PublisherVerification
 from .subscriber import SubscriberVerification
 
 
+@dataclass(eq=False)
 class ProcessorVerification:
     """Processor rules: 4.1 (publisher and subscriber rules through the processor) and 4.2 (error handling).
 
@@ -19,25 +21,23 @@ class ProcessorVerification:
     publisher rules about failing streams are not applied through it.
     """
 
-    def __init__(
-        self,
-        make_processor: Callable[[], Processor[Any, Any]],
-        *,
-        recovers: bool = False,
-        timeout: float = 5.0,
-        quiet_timeout: float = 0.05,
-    ) -> None:
-        self.make_processor = make_processor
-        self.timeout = timeout
-        self.quiet_timeout = quiet_timeout
+    make_processor: Callable[[], Processor[Any, Any]]
+    _: KW_ONLY
+    recovers: bool = False
+    timeout: float = 5.0
+    quiet_timeout: float = 0.05
+    publisher_rules: PublisherVerification = field(init=False, repr=False)
+    subscriber_rules: SubscriberVerification = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
         self.publisher_rules = PublisherVerification(
             self._publisher_through_processor,
-            make_failed_publisher=None if recovers else self._failing_through_processor,
-            timeout=timeout,
-            quiet_timeout=quiet_timeout,
+            make_failed_publisher=None if self.recovers else self._failing_through_processor,
+            timeout=self.timeout,
+            quiet_timeout=self.quiet_timeout,
         )
         self.subscriber_rules = SubscriberVerification(
-            self._processor_with_downstream, requests_on_subscribe=True, timeout=timeout
+            self._processor_with_downstream, requests_on_subscribe=True, timeout=self.timeout
         )
 
     def _publisher_through_processor(self, n: int) -> Publisher[Any]:

@@ -7,12 +7,14 @@ import gc
 import inspect
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..protocol import UNBOUNDED, Publisher, Subscription
 from .probes import ProbeSubscriber, RuleNotApplicable, has_subscription, has_terminated, violation
 
 
+@dataclass(eq=False)
 class PublisherVerification:
     """The publisher-side rules (1.x and the subscription rules 3.x) for publishers from ``make_publisher``.
 
@@ -22,22 +24,13 @@ class PublisherVerification:
     emits ``n`` elements and then nothing (the rules watching for ``on_complete`` are not applicable).
     """
 
-    def __init__(
-        self,
-        make_publisher: Callable[[int], Publisher[Any] | Awaitable[Publisher[Any]]],
-        *,
-        max_elements: int | None = None,
-        make_failed_publisher: Callable[[], Publisher[Any]] | None = None,
-        completes: bool = True,
-        timeout: float = 5.0,
-        quiet_timeout: float = 0.05,
-    ) -> None:
-        self.make_publisher = make_publisher
-        self.max_elements = max_elements
-        self.completes = completes
-        self.make_failed_publisher = make_failed_publisher
-        self.timeout = timeout
-        self.quiet_timeout = quiet_timeout
+    make_publisher: Callable[[int], Publisher[Any] | Awaitable[Publisher[Any]]]
+    _: KW_ONLY
+    max_elements: int | None = None
+    make_failed_publisher: Callable[[], Publisher[Any]] | None = None
+    completes: bool = True
+    timeout: float = 5.0
+    quiet_timeout: float = 0.05
 
     def _size(self, wanted: int, at_least: int = 1, rule: str = "", completes: bool = False) -> int:
         if completes and not self.completes:

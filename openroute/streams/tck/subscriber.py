@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ..protocol import Subscriber
 from .probes import ProbeSubscription, RuleNotApplicable, violation, wait_on_subscription
 
 
+@dataclass(eq=False)
 class SubscriberVerification:
     """The subscriber rules (2.x) for subscribers from ``make_subscriber()``, driven by a probe subscription.
 
     ``requests_on_subscribe``: the subscriber asks for elements by itself (rule 2.1 is then checked).
     """
 
-    def __init__(
-        self,
-        make_subscriber: Callable[[], Subscriber[Any]],
-        *,
-        requests_on_subscribe: bool = True,
-        timeout: float = 5.0,
-    ) -> None:
-        self.make_subscriber = make_subscriber
-        self.requests_on_subscribe = requests_on_subscribe
-        self.timeout = timeout
+    make_subscriber: Callable[[], Subscriber[Any]]
+    _: KW_ONLY
+    requests_on_subscribe: bool = True
+    timeout: float = 5.0
 
     async def rule_2_1_requests_before_receiving(self) -> None:
         """2.1: the subscriber signals demand before it expects elements."""
