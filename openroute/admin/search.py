@@ -364,30 +364,52 @@ def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
     return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
 
 
+def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
+    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of ``query``."""
+    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
+    plan = connection.exec_driver_sql(f"EXPLAIN ({options}FORMAT JSON) {compiled.string}", params).scalar_one()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    return dict(document[0]["Plan"])
+
+
+def counted_with_estimate(connection: sa.Connection, filters: SearchFilters) -> tuple[int, int]:
+    """PostgreSQL: (matches counted up to ``COUNT_CAP + 1``, the planner's estimate of all matches) in one statement.
+
+    ``EXPLAIN (ANALYZE, TIMING OFF)`` of ``SELECT 1 ... LIMIT COUNT_CAP + 1`` runs the capped count (the rows its
+    Limit returned) and shows the estimate its scan was planned with: one round trip and one plan where a count
+    and an ``EXPLAIN`` took two of each."""
+    query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions()).limit(COUNT_CAP + 1)
+    limit = _plan(connection, query, "ANALYZE, TIMING OFF, ")
+    scan = limit["Plans"][0]  # what the Limit reads from: a scan, or a Gather of parallel ones
+    return int(limit["Actual Rows"]), int(scan["Plan Rows"])
+
+
 def _count(connection: sa.Connection, filters: SearchFilters, keep_settings: bool) -> tuple[int, bool]:
-    exact = 0
+    exact, estimate = 0, None
+    postgresql = connection.dialect.name == "postgresql"
     if filters.has_text:
         exact, candidates = connection.execute(probe_count_statement(filters)).one()
         if exact <= COUNT_CAP and candidates < TEXT_PROBE:  # the probe saw every candidate
             return int(exact), False
     if exact <= COUNT_CAP:
         steered = steer_count(connection, filters)
-        exact = connection.execute(count_statement(filters)).scalar_one()
-        # an error rolls the transaction back, and the settings with it; the estimate below does not depend on them
-        # (the planner's row estimate of one table is the same for every path)
+        if postgresql:
+            exact, estimate = counted_with_estimate(connection, filters)
+        else:
+            exact = connection.execute(count_statement(filters)).scalar_one()
+        # an error rolls the transaction back, and the settings with it; the estimate does not depend on them (the
+        # planner's row estimate of one table is the same for every path)
         if steered and not keep_settings:
             steer_count(connection, filters, on=False)
-    conditions = filters.conditions()
     if exact <= COUNT_CAP:
         return int(exact), False
-    if connection.dialect.name != "postgresql":
+    if not postgresql:
         return COUNT_CAP + 1, True  # SQLite has no row estimate: "more than COUNT_CAP"
-    query = sa.select(sa.literal(1)).select_from(message_table).where(*conditions)
-    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
-    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
-    plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled.string}", params).scalar_one()
-    document = json.loads(plan) if isinstance(plan, str) else plan
-    return max(int(document[0]["Plan"]["Plan Rows"]), COUNT_CAP + 1), True
+    if estimate is None:  # the text probe found more than COUNT_CAP: only the estimate is missing
+        query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
+        estimate = int(_plan(connection, query, "")["Plan Rows"])
+    return max(estimate, COUNT_CAP + 1), True
 
 
 @dataclass(frozen=True)
