@@ -146,6 +146,26 @@ def test_summary_rows_give_the_api_items_of_the_messages(filled: MessageStore) -
                 messages.next_cursor, messages.total, messages.total_estimated)
 
 
+def test_the_capped_count_and_its_estimate_are_one_statement_on_postgresql(filled: MessageStore) -> None:
+    """EXPLAIN (ANALYZE) of the LIMITed select gives what the count statement counts and what a plain EXPLAIN
+    estimates."""
+    if filled.dialect != "postgresql":
+        pytest.skip("SQLite has no row estimate")
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin.search import count_statement, counted_with_estimate
+
+    with filled.engine.connect() as connection:
+        for params in ({}, {"state": ["FAILED"]}, {"error_code": ["HLR_DOWN", "TIMEOUT"], "service": "svc1"}):
+            filters = parse_filters(params)
+            query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
+            compiled = query.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+            plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}").scalar_one()
+            counted = connection.execute(count_statement(filters)).scalar_one()
+            assert counted_with_estimate(connection, filters) == (counted, plan[0]["Plan"]["Plan Rows"]), params
+
+
 # -- search by what went wrong (issue 26) ------------------------------------------------------------------------
 def _ids(store: MessageStore, params: dict[str, object]) -> list[int]:
     with store.engine.connect() as connection:
