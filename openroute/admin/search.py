@@ -16,8 +16,10 @@ every match is its own count (no count query).
 
 Every filter has an index ordered by receive time after its value (migrations 0004, 0009, 0011, 0013), so each
 search reads a bounded number of index entries: a page reads ``limit + 1`` of them per listed state or error
-code (the lists are searched one value at a time and merged), the capped count at most ``COUNT_CAP + 1`` (from a
-B-tree index, see :func:`steer_count`). Text searches first check the newest messages of the other filters
+code (the lists are searched one value at a time and merged; on PostgreSQL one ``LATERAL`` scan over an array), the
+capped count at most ``COUNT_CAP + 1`` (from a B-tree index, see :func:`steer_count`; on PostgreSQL counted with the
+estimate in one statement, :func:`counted_with_estimate`). The admin API reads only the :data:`SUMMARY_COLUMNS`
+(:func:`search_summaries`). Text searches first check the newest messages of the other filters
 (:func:`probe_statement`), then ask the trigram index; a text whose words are shorter than 3 characters gives
 the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
 (``benchmarks/admin_bench.py --plans``).
