@@ -242,7 +242,8 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
                 continue
             statements = _statements(connection, lambda c=cursor, f=filters: search_messages(connection, f, c, 50))
             time_ms, read, lines = _replay(connection, statements)
-            queries_run = sum(1 for statement, _ in statements if statement.lstrip().upper().startswith("SELECT"))
+            queries_run = sum(1 for statement, _ in statements
+                              if statement.lstrip().upper().startswith(("SELECT", "EXPLAIN (ANALYZE")))
             cells.append(f"{time_ms:8.2f} {read:7d} {queries_run:3d}")
             details.append((label, lines))
         total = f"{first.total}{'~' if first.total_estimated else ''}"
