@@ -208,6 +208,8 @@ def _replay(connection: sa.Connection, statements: list[tuple[str, Any]]) -> tup
     execution time (ms), the rows their scans read, and their plans."""
     total_ms, read, lines = 0.0, 0, []
     for statement, parameters in statements:
+        counted = "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) "  # the capped count with its estimate: replay its query
+        statement = statement.removeprefix(counted)
         if statement.lstrip().upper().startswith(("SET", "EXPLAIN")):
             connection.exec_driver_sql(statement, parameters)
             if statement.lstrip().upper().startswith("SET"):
@@ -240,7 +242,8 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
                 continue
             statements = _statements(connection, lambda c=cursor, f=filters: search_messages(connection, f, c, 50))
             time_ms, read, lines = _replay(connection, statements)
-            queries_run = sum(1 for statement, _ in statements if statement.lstrip().upper().startswith("SELECT"))
+            queries_run = sum(1 for statement, _ in statements
+                              if statement.lstrip().upper().startswith(("SELECT", "EXPLAIN (ANALYZE")))
             cells.append(f"{time_ms:8.2f} {read:7d} {queries_run:3d}")
             details.append((label, lines))
         total = f"{first.total}{'~' if first.total_estimated else ''}"

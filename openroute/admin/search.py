@@ -16,8 +16,10 @@ every match is its own count (no count query).
 
 Every filter has an index ordered by receive time after its value (migrations 0004, 0009, 0011, 0013), so each
 search reads a bounded number of index entries: a page reads ``limit + 1`` of them per listed state or error
-code (the lists are searched one value at a time and merged), the capped count at most ``COUNT_CAP + 1`` (from a
-B-tree index, see :func:`steer_count`). Text searches first check the newest messages of the other filters
+code (the lists are searched one value at a time and merged; on PostgreSQL one ``LATERAL`` scan over an array), the
+capped count at most ``COUNT_CAP + 1`` (from a B-tree index, see :func:`steer_count`; on PostgreSQL counted with the
+estimate in one statement, :func:`counted_with_estimate`). The admin API reads only the :data:`SUMMARY_COLUMNS`
+(:func:`search_summaries`). Text searches first check the newest messages of the other filters
 (:func:`probe_statement`), then ask the trigram index; a text whose words are shorter than 3 characters gives
 the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
 (``benchmarks/admin_bench.py --plans``).
@@ -34,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
@@ -54,6 +57,12 @@ ERROR_FILTERS = ("error_code", "error_text", "payload_text")
 SEARCH_PARAMS = (*TEXT_FILTERS, "state", "received_from", "received_to", *ERROR_FILTERS)
 #: most error codes in one search
 MAX_ERROR_CODES = 50
+#: the columns of a search result row (:func:`search_summaries`), in the order of the admin API's item
+#: (:func:`openroute.admin.api.message_summary`): no payload, headers, custom data or error text, so a page reads,
+#: sends and converts only these
+SUMMARY_COLUMNS = ("id", "state", "service", "operation", "source_system", "correlation_id", "process_id",
+                   "object_id", "entity_type", "funnel_value", "failed_count", "receive_ts", "last_update_ts",
+                   "next_attempt_at", "last_error_code", "parent_id")
 
 
 def like_pattern(text: str) -> str:
@@ -218,7 +227,12 @@ def parse_filters(params: Mapping[str, Any]) -> SearchFilters:
 
 def encode_cursor(message: StoredMessage) -> str:
     """The opaque cursor of the page that continues after ``message``."""
-    raw = json.dumps([message.receive_ts.isoformat(), message.id], separators=(",", ":")).encode()
+    return cursor_after(message.receive_ts, message.id)
+
+
+def cursor_after(receive_ts: datetime, message_id: int) -> str:
+    """The opaque cursor of the page that continues after the message ``message_id`` received at ``receive_ts``."""
+    raw = json.dumps([receive_ts.isoformat(), message_id], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -255,13 +269,24 @@ def _branches(filters: SearchFilters) -> list[SearchFilters]:
     return [replace(filters, error_codes=code, states=state) for code in codes for state in states]
 
 
-def page_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
-    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``.
+def _columns(names: Sequence[str] | None, table: Any = message_table) -> list[Any]:
+    return list(table.c) if names is None else [table.c[name] for name in names]
+
+
+def page_statement(
+    filters: SearchFilters, cursor: str | None, limit: int, columns: Sequence[str] | None = None, *,
+    lateral: bool = False,
+) -> sa.Select[Any]:
+    """The page query: ``limit + 1`` rows (one more tells whether a next page exists) after ``cursor``, of the
+    ``columns`` named (default every column; ``receive_ts`` and ``id`` among them).
 
     Each index behind a filter is ordered by receive time after its value, so a list of states or error codes
-    is searched one value at a time (each branch reads at most ``limit + 1`` rows in index order) and the
-    branches are merged: an ``IN`` list would read every match to sort them. PostgreSQL bounds the index range
-    by the cursor's receive time (from the row comparison), so a deep page costs what the first does.
+    is searched one value at a time (each reads at most ``limit + 1`` rows in index order) and the results are
+    merged: an ``IN`` list would read every match to sort them. By default each value is a branch of a
+    ``UNION ALL`` (a ``Merge Append``), which the database plans once per value; with ``lateral`` (PostgreSQL) the
+    values are an array joined to one ``LATERAL`` scan, planned once for any number of values (12 codes: a fifth
+    of the planning), whose ``(list length) * (limit + 1)`` rows at most are sorted. PostgreSQL bounds the index
+    range by the cursor's receive time (from the row comparison), so a deep page costs what the first does.
     """
     c = message_table.c
     after: list[sa.ColumnElement[bool]] = []
@@ -270,13 +295,43 @@ def page_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa
         after = [sa.tuple_(c.receive_ts, c.id) < sa.tuple_(sa.literal(at, c.receive_ts.type),
                                                            sa.literal(last_id, c.id.type))]
     order = (c.receive_ts.desc(), c.id.desc())
+    selected = _columns(columns)
     branches = _branches(filters)
     if len(branches) == 1:
-        return sa.select(message_table).where(*filters.conditions(), *after).order_by(*order).limit(limit + 1)
-    parts = [sa.select(sa.select(message_table).where(*branch.conditions(), *after).order_by(*order)
+        return sa.select(*selected).where(*filters.conditions(), *after).order_by(*order).limit(limit + 1)
+    if lateral:
+        return _lateral_page(filters, branches, after, limit, selected)
+    parts = [sa.select(sa.select(*selected).where(*branch.conditions(), *after).order_by(*order)
                        .limit(limit + 1).subquery()) for branch in branches]
     merged = sa.union_all(*parts).subquery()
     return sa.select(merged).order_by(merged.c.receive_ts.desc(), merged.c.id.desc()).limit(limit + 1)
+
+
+def _lateral_page(
+    filters: SearchFilters, branches: list[SearchFilters], after: list[sa.ColumnElement[bool]], limit: int,
+    selected: list[Any],
+) -> sa.Select[Any]:
+    """The branches of :func:`page_statement` as one ``LATERAL`` scan per value of an array (PostgreSQL)."""
+    c = message_table.c
+    rest = filters
+    values: list[Any] = []
+    conditions: list[sa.ColumnElement[bool]] = []
+    for name, column, listed in (("codes", c.last_error_code, [b.error_codes for b in branches]),
+                                 ("states", c.state, [b.states for b in branches])):
+        if all(len(value) == 1 for value in listed) and len({value[0] for value in listed}) > 1:
+            array = sa.bindparam(name, [str(value[0]) for value in dict.fromkeys(listed)],
+                                 type_=postgresql.ARRAY(sa.String), unique=True)
+            unnested = sa.func.unnest(array).table_valued("value").render_derived(name=name)
+            values.append(unnested)
+            conditions.append(column == unnested.c.value)
+            rest = replace(rest, error_codes=()) if name == "codes" else replace(rest, states=())
+    scan = (sa.select(*selected).where(*conditions, *rest.conditions(), *after)
+            .order_by(c.receive_ts.desc(), c.id.desc()).limit(limit + 1).lateral("page"))
+    joined: Any = values[0]
+    for more in values[1:]:
+        joined = joined.join(more, sa.true())
+    return (sa.select(*scan.c).select_from(joined.join(scan, sa.true()))
+            .order_by(scan.c.receive_ts.desc(), scan.c.id.desc()).limit(limit + 1))
 
 
 def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = True) -> bool:
@@ -298,17 +353,22 @@ def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = Tr
 TEXT_PROBE = 2 * (COUNT_CAP + 1)
 
 
-def probe_statement(filters: SearchFilters, cursor: str | None, limit: int) -> sa.Select[Any]:
+def probe_statement(
+    filters: SearchFilters, cursor: str | None, limit: int, columns: Sequence[str] | None = None
+) -> sa.Select[Any]:
     """A text search's first try: the text checked on the newest ``10 * (limit + 1)`` messages that match the
-    other filters (read in the order of their B-tree index, so at most that many); ``limit + 1`` rows.
+    other filters (read in the order of their B-tree index, so at most that many); ``limit + 1`` rows of the
+    ``columns`` named (default every column).
 
     When the text is common among them (one in ten or more), this finds the page from a bounded read. A trigram
     index finds a rare text fast but cannot stop early: its bitmap holds every match before the LIMIT (60,000
     rows for an error code with a text its errors share).
     """
-    candidates = page_statement(filters.without_text(), cursor, 10 * (limit + 1) - 1).subquery()
+    needed = None if columns is None else [*columns, "last_error_text", "payload"]
+    candidates = page_statement(filters.without_text(), cursor, 10 * (limit + 1) - 1, needed).subquery()
     order = (candidates.c.receive_ts.desc(), candidates.c.id.desc())
-    return sa.select(candidates).where(*filters.text_conditions(candidates.c)).order_by(*order).limit(limit + 1)
+    return (sa.select(*_columns(columns, candidates)).where(*filters.text_conditions(candidates.c))
+            .order_by(*order).limit(limit + 1))
 
 
 def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
@@ -320,28 +380,87 @@ def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
     return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
 
 
-def _count(connection: sa.Connection, filters: SearchFilters) -> tuple[int, bool]:
-    exact = 0
+def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
+    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of ``query``."""
+    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
+    plan = connection.exec_driver_sql(f"EXPLAIN ({options}FORMAT JSON) {compiled.string}", params).scalar_one()
+    document = json.loads(plan) if isinstance(plan, str) else plan
+    return dict(document[0]["Plan"])
+
+
+def counted_with_estimate(connection: sa.Connection, filters: SearchFilters) -> tuple[int, int]:
+    """PostgreSQL: (matches counted up to ``COUNT_CAP + 1``, the planner's estimate of all matches) in one statement.
+
+    ``EXPLAIN (ANALYZE, TIMING OFF)`` of ``SELECT 1 ... LIMIT COUNT_CAP + 1`` runs the capped count (the rows its
+    Limit returned) and shows the estimate its scan was planned with: one round trip and one plan where a count
+    and an ``EXPLAIN`` took two of each."""
+    query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions()).limit(COUNT_CAP + 1)
+    limit = _plan(connection, query, "ANALYZE, TIMING OFF, ")
+    scan = limit["Plans"][0]  # what the Limit reads from: a scan, or a Gather of parallel ones
+    return int(limit["Actual Rows"]), int(scan["Plan Rows"])
+
+
+def _count(connection: sa.Connection, filters: SearchFilters, keep_settings: bool) -> tuple[int, bool]:
+    exact, estimate = 0, None
+    postgresql = connection.dialect.name == "postgresql"
     if filters.has_text:
         exact, candidates = connection.execute(probe_count_statement(filters)).one()
         if exact <= COUNT_CAP and candidates < TEXT_PROBE:  # the probe saw every candidate
             return int(exact), False
     if exact <= COUNT_CAP:
         steered = steer_count(connection, filters)
-        exact = connection.execute(count_statement(filters)).scalar_one()
-        if steered:  # an error rolls the transaction back, and the settings with it
+        if postgresql:
+            exact, estimate = counted_with_estimate(connection, filters)
+        else:
+            exact = connection.execute(count_statement(filters)).scalar_one()
+        # an error rolls the transaction back, and the settings with it; the estimate does not depend on them (the
+        # planner's row estimate of one table is the same for every path)
+        if steered and not keep_settings:
             steer_count(connection, filters, on=False)
-    conditions = filters.conditions()
     if exact <= COUNT_CAP:
         return int(exact), False
-    if connection.dialect.name != "postgresql":
+    if not postgresql:
         return COUNT_CAP + 1, True  # SQLite has no row estimate: "more than COUNT_CAP"
-    query = sa.select(sa.literal(1)).select_from(message_table).where(*conditions)
-    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
-    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
-    plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled.string}", params).scalar_one()
-    document = json.loads(plan) if isinstance(plan, str) else plan
-    return max(int(document[0]["Plan"]["Plan Rows"]), COUNT_CAP + 1), True
+    if estimate is None:  # the text probe found more than COUNT_CAP: only the estimate is missing
+        query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
+        estimate = int(_plan(connection, query, "")["Plan Rows"])
+    return max(estimate, COUNT_CAP + 1), True
+
+
+@dataclass(frozen=True)
+class SummaryPage:
+    """One page of search results as rows of :data:`SUMMARY_COLUMNS`, newest first (:func:`search_summaries`)."""
+
+    rows: Sequence[sa.Row[Any]]
+    #: pass it back as ``cursor`` for the next page; None on the last page
+    next_cursor: str | None
+    #: how many messages match (exact when ``total_estimated`` is False)
+    total: int
+    total_estimated: bool
+
+
+def _search(
+    connection: sa.Connection, filters: SearchFilters, cursor: str | None, limit: int, columns: Sequence[str] | None,
+    keep_settings: bool = False,
+) -> tuple[Sequence[sa.Row[Any]], str | None, int, bool]:
+    """The rows of one page (``columns``, default every column), the next page's cursor and the total."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
+    rows: Sequence[sa.Row[Any]] = []
+    if filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
+        rows = connection.execute(probe_statement(filters, cursor, limit, columns)).all()
+    if len(rows) <= limit:
+        lateral = connection.dialect.name == "postgresql"
+        rows = connection.execute(page_statement(filters, cursor, limit, columns, lateral=lateral)).all()
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]._mapping
+        next_cursor = cursor_after(last["receive_ts"], last["id"])
+    if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
+        return rows, None, len(rows), False
+    total, estimated = _count(connection, filters, keep_settings)
+    return rows[:limit], next_cursor, total, estimated
 
 
 def search_messages(
@@ -352,16 +471,18 @@ def search_messages(
     ``limit`` is 1..:data:`MAX_LIMIT`. The total is exact up to :data:`COUNT_CAP` matches, else estimated.
     Raises :class:`InvalidQueryError` for a bad ``limit`` or a cursor this search did not issue.
     """
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
-    rows: Sequence[sa.Row[Any]] = []
-    if filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
-        rows = connection.execute(probe_statement(filters, cursor, limit)).all()
-    if len(rows) <= limit:
-        rows = connection.execute(page_statement(filters, cursor, limit)).all()
-    items = [row_to_message(row) for row in rows[:limit]]
-    next_cursor = encode_cursor(items[-1]) if len(rows) > limit else None
-    if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
-        return Page(items, None, len(items), False)
-    total, estimated = _count(connection, filters)
-    return Page(items, next_cursor, total, estimated)
+    rows, next_cursor, total, estimated = _search(connection, filters, cursor, limit, None)
+    return Page([row_to_message(row) for row in rows], next_cursor, total, estimated)
+
+
+def search_summaries(
+    connection: sa.Connection, filters: SearchFilters, cursor: str | None = None, limit: int = DEFAULT_LIMIT, *,
+    keep_settings: bool = False,
+) -> SummaryPage:
+    """:func:`search_messages` reading only the :data:`SUMMARY_COLUMNS` of each match, as rows (what the admin
+    API answers: no message objects are built). Same arguments, order, total and errors.
+
+    With ``keep_settings`` the planner settings of the capped count (:func:`steer_count`) stay for the rest of the
+    transaction, one round trip fewer: pass it when the transaction ends with the search."""
+    rows, next_cursor, total, estimated = _search(connection, filters, cursor, limit, SUMMARY_COLUMNS, keep_settings)
+    return SummaryPage(rows, next_cursor, total, estimated)

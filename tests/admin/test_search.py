@@ -87,6 +87,85 @@ def test_bad_limit_and_foreign_cursor_are_refused(filled: MessageStore) -> None:
         parse_filters({"state": "LOST"})
 
 
+def test_lists_are_one_statement_that_finds_what_one_in_list_finds(filled: MessageStore) -> None:
+    """A list of error codes or states is one page statement (on PostgreSQL an array joined to one LATERAL scan,
+    planned once; on SQLite one UNION ALL): its pages hold exactly the matches of the plain ``IN`` lists, newest
+    first; on PostgreSQL the UNION ALL of one branch per value finds the same rows."""
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin.search import page_statement, search_summaries
+
+    rare = [f"E{n:02d}" for n in range(1, 13)]
+    m = message_table.c
+    with filled.engine.begin() as connection:  # 12 rare codes, as the aged bench store has them
+        for n, code in enumerate(rare):
+            connection.execute(sa.update(message_table).where(m.id % 97 == n).values(last_error_code=code))
+    cases: list[dict[str, object]] = [
+        {"error_code": rare},
+        {"error_code": rare, "state": ["FAILED", "OK"]},
+        {"error_code": [*rare, "HLR_DOWN"], "service": "svc1"},
+        {"state": ["PARTLY_FAILED", "FAILED"], "error_code": ["TIMEOUT"]},
+        {"error_code": ["E03", "NONE_SUCH"], "state": ["OK"]},
+    ]
+    with filled.engine.connect() as connection:
+        for params in cases:
+            filters = parse_filters(params)
+            order = (m.receive_ts.desc(), m.id.desc())
+            expected = connection.execute(sa.select(m.id).where(*filters.conditions()).order_by(*order)).scalars().all()
+            found: list[int] = []
+            cursor = None
+            while True:
+                page = search_summaries(connection, filters, cursor, limit=7)
+                found.extend(row.id for row in page.rows)
+                assert page.total == len(expected) and not page.total_estimated
+                if filled.dialect == "postgresql":
+                    for lateral in (False, True):
+                        statement = page_statement(filters, cursor, 7, ["id", "receive_ts"], lateral=lateral)
+                        assert connection.execute(statement).scalars().all()[:7] == [row.id for row in page.rows]
+                    text = str(page_statement(filters, cursor, 7, lateral=True).compile(dialect=connection.dialect))
+                    assert "LATERAL" in text and "UNION" not in text
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            assert found == expected and expected, params
+
+
+def test_summary_rows_give_the_api_items_of_the_messages(filled: MessageStore) -> None:
+    """The admin API's items, built in one pass from rows of the summary columns, are those of the messages."""
+    from openroute.admin.api import message_summary, summaries
+    from openroute.admin.search import search_summaries
+
+    with filled.engine.connect() as connection:
+        for params in ({}, {"state": ["FAILED", "PARTLY_FAILED"]}, {"error_text": "down"}):
+            filters = parse_filters(params)
+            messages = search_messages(connection, filters, None, 50)
+            rows = search_summaries(connection, filters, None, 50)
+            assert summaries(rows.rows) == [message_summary(message) for message in messages.items]
+            assert (rows.next_cursor, rows.total, rows.total_estimated) == (
+                messages.next_cursor, messages.total, messages.total_estimated)
+
+
+def test_the_capped_count_and_its_estimate_are_one_statement_on_postgresql(filled: MessageStore) -> None:
+    """EXPLAIN (ANALYZE) of the LIMITed select gives what the count statement counts and what a plain EXPLAIN
+    estimates."""
+    if filled.dialect != "postgresql":
+        pytest.skip("SQLite has no row estimate")
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin.search import count_statement, counted_with_estimate
+
+    with filled.engine.connect() as connection:
+        for params in ({}, {"state": ["FAILED"]}, {"error_code": ["HLR_DOWN", "TIMEOUT"], "service": "svc1"}):
+            filters = parse_filters(params)
+            query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
+            compiled = query.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+            plan = connection.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}").scalar_one()
+            counted = connection.execute(count_statement(filters)).scalar_one()
+            assert counted_with_estimate(connection, filters) == (counted, plan[0]["Plan"]["Plan Rows"]), params
+
+
 # -- search by what went wrong (issue 26) ------------------------------------------------------------------------
 def _ids(store: MessageStore, params: dict[str, object]) -> list[int]:
     with store.engine.connect() as connection:
@@ -178,6 +257,9 @@ def test_every_filter_reads_a_bounded_part_of_an_index_on_postgresql(filled_100k
         assert "ix_message_error_service" in page({"error_code": ["TIMEOUT"], "service": "svc2"})
         merged = page({"state": ["FAILED", "PARTLY_FAILED"]})
         assert "Merge Append" in merged and merged.count("ix_message_state_receive") == 2, merged
+        lateral = plan(page_statement(parse_filters({"error_code": [f"E{n:02d}" for n in range(12)]}), None, 50,
+                                      lateral=True))
+        assert "Nested Loop" in lateral and lateral.count("using ix_message_error_code") == 1, lateral
         first = search_messages(connection, parse_filters({"state": ["FAILED"]}), None, 50)
         deep = page({"state": ["FAILED"]}, first.next_cursor)
         bound = f"receive_ts <= '{first.items[-1].receive_ts:%Y-%m-%d %H:%M:%S}"  # from the row comparison
