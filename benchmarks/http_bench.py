@@ -12,7 +12,8 @@ interleaved (one repetition runs floor, JSON and SOAP once each):
 The load generator is a raw asyncio HTTP/1.1 client in this process (pre-built request bytes, keep-alive
 connections, ``--concurrency`` in flight): it costs a few tens of microseconds per request, so the floor is
 limited by the server, not by the client (a floor under 1,000 req/s on this machine would mean the client is the
-limit; each run prints how busy the client was, and the server's CPU per request). Run:
+limit; each run prints how busy the client was, the server's CPU per request and its group-commit writer's
+operations per transaction). Run:
 ``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]
 [--databases sqlite,postgres]``. It prints req/s, p50 / p99 per run and min / median / max of each endpoint's
 ratio to the floor (the goal is >= 0.6).
@@ -24,10 +25,12 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -73,7 +76,9 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
         outcome = await writer.submit_grouped(group, new)
         return JSONResponse({"messageId": outcome.message.id}, 202)
 
-    return Starlette(routes=[Route("/api/bench/submit", submit, methods=["POST"])])
+    app = Starlette(routes=[Route("/api/bench/submit", submit, methods=["POST"])])
+    app.state.writer = writer
+    return app
 
 
 def openroute_app(url: str):  # type: ignore[no-untyped-def]
@@ -91,13 +96,24 @@ def openroute_app(url: str):  # type: ignore[no-untyped-def]
     ]
     # the engine only accepts here (no workers started): the benchmark measures the inbound path
     engine = Engine(url, registry, EngineSettings(repoll_interval=None, node_id="bench"))
-    return create_app(engine, bindings, manage_engine=False)
+    app = create_app(engine, bindings, manage_engine=False)
+    app.state.writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
+    return app
 
 
-def serve(kind: str, url: str, port: int) -> None:
+def serve(kind: str, url: str, port: int, counts: str) -> None:
+    """Serve ``kind`` on ``port``; on SIGUSR1 write the writer's transactions and operations so far to ``counts``."""
     import uvicorn
 
     app = floor_app(url) if kind == "floor" else openroute_app(url)
+    writer = app.state.writer
+
+    def write_counts(_signal: int, _frame: object) -> None:
+        written = Path(counts + ".tmp")
+        written.write_text(f"{writer.transactions} {writer.operations}")
+        written.replace(counts)  # whole, never half-written, when the client reads it
+
+    signal.signal(signal.SIGUSR1, write_counts)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
@@ -192,26 +208,46 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def writer_counts(process: subprocess.Popen[bytes], counts: Path) -> tuple[int, int] | None:
+    """The server's group-commit writer's (transactions, operations) so far, asked by SIGUSR1; None without an
+    answer within 5 s."""
+    counts.unlink(missing_ok=True)
+    process.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if counts.exists():
+            transactions, operations = counts.read_text().split()
+            return int(transactions), int(operations)
+        time.sleep(0.01)
+    return None
+
+
 def measure(kind: str, url: str, count: int, concurrency: int) -> dict[str, float]:
-    """One run: req/s and latencies, plus the server's CPU per request and how busy the client was (a client
-    near 100 % would be the limit, not the server)."""
+    """One run: req/s and latencies, plus the server's CPU per request, the writer's operations per transaction
+    and how busy the client was (a client near 100 % would be the limit, not the server)."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, __file__, "serve", kind, url, str(port)], cwd=ROOT)
-    try:
-        wait_for_port(port, process)
-        asyncio.run(load(kind, port, min(300, count), concurrency))  # warm-up
-        server_before = process_cpu_seconds(process.pid)
-        client_before, started = time.process_time(), time.perf_counter()
-        figures = asyncio.run(load(kind, port, count, concurrency))
-        server_after, client_cpu = process_cpu_seconds(process.pid), time.process_time() - client_before
-        wall = time.perf_counter() - started
-        figures["client_busy"] = client_cpu / wall
-        if server_before is not None and server_after is not None:
-            figures["server_us"] = (server_after - server_before) / count * 1e6
-        return figures
-    finally:
-        process.terminate()
-        process.wait(30)
+    with tempfile.TemporaryDirectory() as folder:
+        counts = Path(folder) / "writer"
+        process = subprocess.Popen([sys.executable, __file__, "serve", kind, url, str(port), str(counts)], cwd=ROOT)
+        try:
+            wait_for_port(port, process)
+            asyncio.run(load(kind, port, min(300, count), concurrency))  # warm-up
+            writer_before = writer_counts(process, counts)
+            server_before = process_cpu_seconds(process.pid)
+            client_before, started = time.process_time(), time.perf_counter()
+            figures = asyncio.run(load(kind, port, count, concurrency))
+            server_after, client_cpu = process_cpu_seconds(process.pid), time.process_time() - client_before
+            wall = time.perf_counter() - started
+            writer_after = writer_counts(process, counts)
+            figures["client_busy"] = client_cpu / wall
+            if server_before is not None and server_after is not None:
+                figures["server_us"] = (server_after - server_before) / count * 1e6
+            if writer_before is not None and writer_after is not None and writer_after[0] > writer_before[0]:
+                figures["batch"] = (writer_after[1] - writer_before[1]) / (writer_after[0] - writer_before[0])
+            return figures
+        finally:
+            process.terminate()
+            process.wait(30)
 
 
 def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None:
@@ -223,19 +259,21 @@ def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None
             figures = measure(kind, url, count, concurrency)
             runs[kind].append(figures)
             server = f"{figures['server_us']:5.0f}" if "server_us" in figures else "    ?"
+            batch = f"{figures['batch']:5.1f}" if "batch" in figures else "    ?"
             print(f"  rep {rep + 1} {db:10} {kind:5} {figures['rps']:7.0f} req/s  "
                   f"p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:7.1f} ms  "
-                  f"server CPU {server} us/req  client busy {figures['client_busy']:4.0%}  "
+                  f"server CPU {server} us/req  writes/commit {batch}  client busy {figures['client_busy']:4.0%}  "
                   f"errors {figures['errors']:.0f}", flush=True)
     print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
-          f"{'ratio to floor':>18}   (min / median / max)")
+          f"{'writes/commit':>18} {'ratio to floor':>18}   (min / median / max)")
     for kind in kinds:
         ratios = [r["rps"] / f["rps"] for r, f in zip(runs[kind], runs["floor"], strict=True)]
         cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
+        batches = [r["batch"] for r in runs[kind] if "batch" in r]
         print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
               f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
               f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(cpu) if cpu else '?':>18} "
-              f"{spread(ratios, 2):>18}")
+              f"{spread(batches, 1) if batches else '?':>18} {spread(ratios, 2):>18}")
     busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
     print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
 
@@ -267,6 +305,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
-        serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     else:
         main()

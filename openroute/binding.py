@@ -41,6 +41,20 @@ class ParsedPayload:
     text: str
     xml: etree._Element | None = None
     json: Any = None
+    #: the child lists of :meth:`children`, made on first use (checks read the payload, they never change it)
+    _children: dict[Any, list[Any]] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def children(self, parent: etree._Element) -> list[Any]:
+        """The child nodes of ``parent`` (an element of ``xml``), listed once per payload: a binding's child walks
+        share them (each child listed is a new Python object, the main cost of a walk)."""
+        memo = self._children
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_children", memo)
+        found = memo.get(parent)
+        if found is None:
+            found = memo[parent] = list(parent)
+        return found
 
 
 #: An XPath string (XML bindings), a JSON path string starting with ``$`` (JSON bindings) or a callable.
@@ -84,7 +98,7 @@ def _compile_xpath(expression: str, namespaces: Mapping[str, str], what: str) ->
         raise ConfigurationError(f"{what}: invalid XPath {expression!r}: {error}") from None
     tags = _child_tags(expression, namespaces)
     if tags is not None:
-        return _child_walk(tags)
+        return _ChildWalk(tags)
 
     def evaluate(element: Any) -> list[Any]:
         try:
@@ -121,20 +135,32 @@ def _child_tags(expression: str, namespaces: Mapping[str, str]) -> tuple[str, ..
     return tuple(tags)
 
 
-def _child_walk(tags: tuple[str, ...]) -> Callable[[Any], list[Any]]:
+class _ChildWalk:
     """What the XPath of :func:`_child_tags` finds (the matching elements in document order), by a walk over the
     few children in Python: as cheap as a compiled XPath in CPU, and it keeps the GIL, which libxml2's XPath
-    releases twice per evaluation (its lock and the evaluation) to a writer thread waiting for it."""
+    releases twice per evaluation (its lock and the evaluation) to a writer thread waiting for it. Called with an
+    element; :meth:`in_payload` walks a payload's ``xml`` over the child lists its other walks share."""
 
-    def walk(element: Any) -> list[Any]:
+    __slots__ = ("tags",)
+
+    def __init__(self, tags: tuple[str, ...]) -> None:
+        self.tags = tags
+
+    def __call__(self, element: Any) -> list[Any]:
         found = [element]
-        for tag in tags:
+        for tag in self.tags:
             found = [child for parent in found for child in parent if child.tag == tag]
             if not found:
                 break
         return found
 
-    return walk
+    def in_payload(self, payload: ParsedPayload) -> list[Any]:
+        found = [payload.xml]
+        for tag in self.tags:
+            found = [child for parent in found for child in payload.children(parent) if child.tag == tag]
+            if not found:
+                break
+        return found
 
 
 def _member_chain(path: Any) -> tuple[str, ...] | None:
@@ -215,7 +241,7 @@ class InboundBinding:
     funnel_value: Extractor | None = None
     schema: str | Path | None = None
     _schema: RequestSchema | None = field(init=False, repr=False, compare=False, default=None)
-    _required: tuple[tuple[str, Callable[[Any], list[Any]]], ...] = field(
+    _required: tuple[tuple[str, Callable[[ParsedPayload], list[Any]]], ...] = field(
         init=False, repr=False, compare=False, default=()
     )
     _extractors: dict[str, Callable[[ParsedPayload], str | None]] = field(
@@ -257,7 +283,10 @@ class InboundBinding:
         object.__setattr__(
             self,
             "_required",
-            tuple((e, _compile(e, self.content_type, self.namespaces, f"{what} required")) for e in self.required),
+            tuple(
+                (e, self._on_payload(_compile(e, self.content_type, self.namespaces, f"{what} required")))
+                for e in self.required
+            ),
         )
         if isinstance(self.validators, str) or not isinstance(self.validators, Sequence):
             raise ConfigurationError(f"{what}: validators must be a sequence of callables")
@@ -273,8 +302,8 @@ class InboundBinding:
             if callable(extractor):
                 extractors[name] = _checked_callable(extractor, f"{what} {name}")
             else:
-                extractors[name] = self._expression_extractor(
-                    _compile(extractor, self.content_type, self.namespaces, f"{what} {name}")
+                extractors[name] = _expression_extractor(
+                    self._on_payload(_compile(extractor, self.content_type, self.namespaces, f"{what} {name}"))
                 )
         object.__setattr__(self, "_extractors", extractors)
 
@@ -298,12 +327,14 @@ class InboundBinding:
         """The loaded XSD of this binding (``schema``), or None."""
         return self._schema
 
-    def _expression_extractor(self, evaluate: Callable[[Any], list[Any]]) -> Callable[[ParsedPayload], str | None]:
-        def extract(payload: ParsedPayload) -> str | None:
-            matches = evaluate(payload.xml if self.content_type == "xml" else payload.json)
-            return _as_text(matches[0]) if matches else None
-
-        return extract
+    def _on_payload(self, evaluate: Callable[[Any], list[Any]]) -> Callable[[ParsedPayload], list[Any]]:
+        """``evaluate`` (of a document) applied to a payload's document; child walks share the payload's child
+        lists."""
+        if isinstance(evaluate, _ChildWalk):
+            return evaluate.in_payload
+        if self.content_type == "xml":
+            return lambda payload: evaluate(payload.xml)
+        return lambda payload: evaluate(payload.json)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -312,11 +343,10 @@ class InboundBinding:
 
     def check(self, payload: ParsedPayload) -> Extracted:
         """Check ``required`` and run ``validators``, then extract; raises ValidationError with a precise reason."""
-        document = payload.xml if self.content_type == "xml" else payload.json
         if self._schema is not None and payload.xml is not None:
             self._schema.validate(payload.xml)
         for expression, evaluate in self._required:
-            matches = evaluate(document)
+            matches = evaluate(payload)
             if not matches or all(_missing(m) for m in matches):
                 raise ValidationError(f"required {expression} is missing or empty")
         for validator in self.validators:
@@ -324,6 +354,14 @@ class InboundBinding:
         values = {name: extract(payload) for name, extract in self._extractors.items()}
         entity_type = values.get("entity_type") if "entity_type" in self._extractors else self.operation
         return Extracted(values.get("object_id"), entity_type, values.get("funnel_value"))
+
+
+def _expression_extractor(evaluate: Callable[[ParsedPayload], list[Any]]) -> Callable[[ParsedPayload], str | None]:
+    def extract(payload: ParsedPayload) -> str | None:
+        matches = evaluate(payload)
+        return _as_text(matches[0]) if matches else None
+
+    return extract
 
 
 def _missing(value: Any) -> bool:

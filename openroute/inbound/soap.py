@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ def _params(value: str) -> tuple[str, dict[str, str]]:
     return media.strip().lower(), params
 
 
+@functools.lru_cache(maxsize=64)  # a sender sends the same few Content-Types; a refused one is not kept
 def soap_version_of(content_type: str | None) -> tuple[SoapVersion, str | None]:
     """The SOAP version announced by ``content_type`` and the SOAP 1.2 ``action`` parameter if any."""
     if not content_type:
@@ -119,7 +121,12 @@ def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:  #
     if len(children) != 1:
         raise MalformedPayloadError(f"the SOAP Body must hold exactly one element, found {len(children)}")
     trace: dict[str, str] = {}
-    element = None if header is None else next((e for e in header if e.tag == _TRACE_HEADER_TAG), None)
+    element = None
+    if header is not None:
+        for candidate in header:
+            if candidate.tag == _TRACE_HEADER_TAG:
+                element = candidate
+                break
     if element is not None:
         seen: set[str] = set()
         for field in element:
@@ -132,8 +139,15 @@ def read_envelope(root: etree._Element, version: SoapVersion) -> SoapRequest:  #
     return SoapRequest(version, children[0], trace)
 
 
+#: text that XML carries as it is (no markup character, no character XML refuses): most ids
+_PLAIN_TEXT = re.compile(r"[\w .:/@+=,;()#$%*!?~-]*", re.ASCII)
+
+
 def _text(value: object) -> str:
-    return escape(_INVALID_XML_CHARS.sub("\ufffd", str(value)))
+    text = str(value)
+    if _PLAIN_TEXT.fullmatch(text):
+        return text
+    return escape(_INVALID_XML_CHARS.sub("\ufffd", text))
 
 
 def _trace_header(correlation: str) -> str:

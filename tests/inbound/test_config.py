@@ -129,7 +129,7 @@ def test_child_paths_find_what_xpath_finds(expression: str) -> None:
     same matches in the same order; every other XPath, and an undeclared prefix, still goes through libxml2."""
     from lxml import etree
 
-    from openroute.binding import _child_tags, _compile
+    from openroute.binding import _child_tags, _ChildWalk, _compile
 
     namespaces = {"o": "urn:o"}
     evaluate = _compile(expression, "xml", namespaces, "test")
@@ -145,6 +145,10 @@ def test_child_paths_find_what_xpath_finds(expression: str) -> None:
             continue
         expected = xpath(root)
         assert evaluate(root) == (expected if isinstance(expected, list) else [expected]), document
+        if walked:  # a binding walks a payload over child lists its walks share: the same matches, twice over
+            assert isinstance(evaluate, _ChildWalk)
+            payload = ParsedPayload("xml", document.decode(), xml=root)
+            assert evaluate.in_payload(payload) == evaluate(root) == evaluate.in_payload(payload), document
 
 
 async def test_bad_endpoint_configuration(sqlite_url: str) -> None:

@@ -241,3 +241,17 @@ async def test_a_wrong_envelope_is_a_client_fault(
     assert response.status_code == 500 and answer(response)["faultcode"] == "env:Client"
     assert answer(response)["code"] == "MALFORMED_PAYLOAD" and reason in answer(response)["reason"]
     assert stored(store) == []
+
+
+#: plain texts, and texts with each thing escaping changes
+_ANSWER_TEXTS = ["ABC-123_x.y:z", "id 42/7@host+1=2,3;(4)#$%*!?~", "a<b", "a&b", "x>y", 'q"uote', "t'ick", "é"]
+
+
+@pytest.mark.parametrize("text", [*_ANSWER_TEXTS, "\x00nul", "tab\t", "line\nbreak", "\ud800", ""])
+def test_texts_go_into_answers_escaped_as_escape_writes_them(text: str) -> None:
+    """Plain texts (most correlation ids) skip the escaping: the answer's text is the same either way."""
+    from xml.sax.saxutils import escape
+
+    from openroute.inbound.soap import _INVALID_XML_CHARS, _text
+
+    assert _text(text) == escape(_INVALID_XML_CHARS.sub("\ufffd", text))
