@@ -18,8 +18,8 @@ from __future__ import annotations
 __all__ = ["SPARK_PAYS_OFF_AT", "spark_suggestion", "sql_suggestion"]
 
 #: messages of one bulk restart above which ``openroute spark reprocess`` is quicker than ``openroute messages``:
-#: extrapolated from issue 28's figures; the loaded run of 2026-11-27 (100k and 1M, load 7-17) is too noisy to
-#: move it (a warm plan + apply was 3.5-3.7x SQL's time at 1M, 20-23x at 100k)
+#: extrapolated from issue 28's figures; the runs of 2026-11-27 (100k and 1M, one each) are too few to move it: at
+#: load 1.5-4.7 the warm plan + apply lines crossed SQL's at ~312,000 selected, at load 7-17 they gave no line
 SPARK_PAYS_OFF_AT = 5_000_000
 
 
