@@ -14,16 +14,22 @@ Every measurement is one command in a fresh process, timed from its start to its
 
 The jobs: ``audit`` (the whole store), ``plan`` (``reprocess`` dry run of the FAILED messages, 5 %), ``apply``
 (that plan applied: restart or skip as obsolete), ``archive`` (final messages older than 3 days: about 64 %).
-``apply`` and ``archive`` change the store, so each of their runs gets its own copy of the size's database
-(``CREATE DATABASE ... TEMPLATE``, not timed); each reads the plan its own kind wrote (Parquet / CSV) in an earlier,
-untimed run.
+``apply`` and ``archive`` change the store: each archive run gets its own copy of the size's database (``CREATE
+DATABASE ... TEMPLATE``, not timed); the apply runs share one copy per size, put back as generated after each run
+(its FAILED messages restored from a table saved at the copy, the job's transition rows deleted, ``VACUUM ANALYZE``;
+not timed, and quicker than copying the whole store). Each apply reads the plan its own kind wrote (Parquet / CSV)
+in an earlier, untimed run.
+
+The cold kind runs on the empty store only (``--cold-sizes 0``, the default): a cold command is the warm one plus
+the JVM and session start, which the empty store measures; ``--cold-sizes all`` (or a list) times it at other sizes
+too.
 
 Each size has a PostgreSQL database ``openroute_spark_bench_<size>`` generated once with set-based SQL (``INSERT ...
 SELECT FROM generate_series``, as ``benchmarks/store_fill.py`` does, plus three transitions per message,
 confirmations, external and entity calls, a node: an aged store whose receive times span the 7 to 1 days before
-its generation) and reused; the store of size 0 (empty) measures the fixed cost of each kind of command: its
-start-up, reported apart. Runs are interleaved (each repeat goes through every size, job and kind, the kinds in a
-rotating order).
+its generation; the secondary indexes built after the rows) and reused; the store of size 0 (empty) measures the
+fixed cost of each kind of command: its start-up, reported apart. Runs are interleaved (each repeat goes through
+every size, job and kind, the kinds in a rotating order).
 
 It prints per job, size and kind the wall time min / median / max, the session start of the Spark commands (their
 ``spark session ready in`` line), the ratio Spark / SQL, the growth from one size to the next, and the crossover:
@@ -245,6 +251,21 @@ COMMIT;
 """
 
 
+#: the indexes of the store that back no constraint (the generation drops and rebuilds them)
+SECONDARY_INDEXES = """
+SELECT i.indexname, i.indexdef FROM pg_indexes i
+WHERE i.schemaname = 'public'
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = format('%I.%I', i.schemaname, i.indexname)::regclass)
+ORDER BY i.indexname
+"""
+
+#: the columns an apply changes, restored from ``bench_undo`` (the FAILED messages as generated) after each apply
+UNDO = """
+DELETE FROM message_transition WHERE cause = 'reprocess:{job}';
+UPDATE message m SET {assignments} FROM bench_undo b WHERE m.id = b.id AND m.version <> b.version;
+"""
+
+
 def database_url(size: int, suffix: str = "") -> str:
     return ADMIN_URL.rsplit("/", 1)[0] + f"/openroute_spark_bench_{size}{suffix}"
 
@@ -288,8 +309,16 @@ def ensure_store(size: int) -> str:
     started = time.perf_counter()
     engine = sa.create_engine(url)
     with engine.begin() as connection:
+        # the secondary indexes (trigram ones included) built once after the rows, not updated row by row: the same
+        # indexes, generated about twice as fast
+        indexes = connection.execute(sa.text(SECONDARY_INDEXES)).all()
+        for index, _definition in indexes:
+            connection.execute(sa.text(f'DROP INDEX "{index}"'))
         for statement in GENERATE if size else GENERATE[:1]:
             connection.execute(sa.text(statement), {"n": size})
+        connection.execute(sa.text("SET LOCAL maintenance_work_mem = '512MB'"))
+        for _index, definition in indexes:
+            connection.execute(sa.text(definition))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         connection.execute(sa.text("VACUUM ANALYZE"))
     engine.dispose()
@@ -316,12 +345,44 @@ def fresh_copy(size: int) -> str:
     return url
 
 
-def drop_copy(size: int) -> None:
+def drop_copy(size: int, suffix: str = "_run") -> None:
     admin = _admin()
     with admin.connect() as connection:
-        name = database_url(size, "_run").rsplit("/", 1)[1]
+        name = database_url(size, suffix).rsplit("/", 1)[1]
         connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+def apply_copy(size: int) -> str:
+    """The copy of the size's database the apply runs change, made once: each apply is undone after it (the FAILED
+    messages restored from ``bench_undo``, the job's transition rows deleted, both tables vacuumed), untimed, which
+    is quicker than a copy of the whole store per run."""
+    url = fresh_copy(size).replace("_run", "_apply")
+    drop_copy(size, "_apply")
+    admin = _admin()
+    with admin.connect() as connection:
+        old, new = database_url(size, "_run").rsplit("/", 1)[1], url.rsplit("/", 1)[1]
+        connection.execute(sa.text(f'ALTER DATABASE "{old}" RENAME TO "{new}"'))
+    admin.dispose()
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("CREATE TABLE bench_undo AS SELECT * FROM message WHERE state = 'FAILED'"))
+    engine.dispose()
+    return url
+
+
+def undo_apply(url: str) -> None:
+    """Put the apply copy back as generated (see :func:`apply_copy`)."""
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        columns = [c["name"] for c in sa.inspect(connection).get_columns("message") if c["name"] != "id"]
+        assignments = f"({', '.join(columns)}) = ({', '.join('b.' + c for c in columns)})"
+        for statement in UNDO.format(job=JOB_ID, assignments=assignments).split(";"):
+            if statement.strip():
+                connection.execute(sa.text(statement))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        connection.execute(sa.text("VACUUM ANALYZE message, message_transition"))
+    engine.dispose()
 
 
 def keep_hours(url: str) -> int:
@@ -342,6 +403,7 @@ class Runner:
     def __init__(self, work: Path, master: str, remote: str | None, partitions: int) -> None:
         self.work, self.master, self.remote, self.partitions = work, master, remote, partitions
         self.hours: dict[int, int] = {}
+        self.applied: dict[int, str] = {}  # size -> its apply copy
 
     def _spark(self, kind: str, url: str, job: list[str]) -> list[str]:
         where = ["--remote", self.remote] if kind == "warm" and self.remote else ["--master", self.master]
@@ -380,8 +442,12 @@ class Runner:
 
     def run(self, job: str, kind: str, size: int, keep_output: Path | None = None) -> dict[str, Any]:
         """One timed command; the store copied first for a job that changes it."""
-        changes = job in ("apply", "archive")
-        url = fresh_copy(size) if changes else database_url(size)
+        if job == "apply":
+            if size not in self.applied:
+                self.applied[size] = apply_copy(size)
+            url = self.applied[size]
+        else:
+            url = fresh_copy(size) if job == "archive" else database_url(size)
         if job == "archive" and size not in self.hours:
             self.hours[size] = keep_hours(url)
         out = keep_output or Path(tempfile.mkdtemp(dir=self.work)) / "out"
@@ -389,7 +455,9 @@ class Runner:
         started = time.perf_counter()
         child = subprocess.run(argv, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - started
-        if changes:
+        if job == "apply":
+            undo_apply(url)
+        elif job == "archive":
             drop_copy(size)
         if keep_output is None:
             shutil.rmtree(out.parent, ignore_errors=True)
@@ -416,6 +484,8 @@ def crossover(spark: tuple[float, float] | None, sql: tuple[float, float] | None
     if spark is None or sql is None:
         return "n/a (give two sizes or more)"
     (a_spark, b_spark), (a_sql, b_sql) = spark, sql
+    if b_spark < 0 or b_sql < 0:  # a time that fell with the size: the noise is larger than the growth
+        return "n/a: a line falls with the size (noise larger than the growth: repeat on a quiet machine)"
     if b_sql <= b_spark:
         return "none: SQL grows as slowly or slower, Spark never catches up" if a_spark >= a_sql else \
             "none: Spark quicker at every size"
@@ -473,7 +543,7 @@ def report(results: dict[tuple[str, str, int], list[dict[str, Any]]], sizes: lis
                 summary["crossover"][f"reprocess/{kind}"] = where
                 line, sql = both(kind), both("sql")
                 selected = ""
-                if line is not None and sql is not None and sql[1] > line[1] and line[0] > sql[0]:
+                if line is not None and sql is not None and sql[1] > line[1] >= 0 and line[0] > sql[0]:
                     # the commands' threshold counts the messages a job selects: the FAILED ones, 5 % of the store
                     selected = f" (~{(line[0] - sql[0]) / (sql[1] - line[1]) * FAILED_SHARE:,.0f} FAILED selected)"
                 print(f"  crossover reprocess (plan + apply) {kind} vs SQL: {where}{selected}")
@@ -481,8 +551,9 @@ def report(results: dict[tuple[str, str, int], list[dict[str, Any]]], sizes: lis
 
 
 def measure(runner: Runner, sizes: list[int], jobs: list[str], kinds: list[str],
-            repeat: int) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    """Every (job, kind, size) ``repeat`` times, interleaved; the empty store (size 0) gets the plan only."""
+            repeat: int, cold_sizes: set[int]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """Every (job, kind, size) ``repeat`` times, interleaved; the empty store (size 0) gets the plan only, and the
+    cold kind runs at ``cold_sizes`` only (elsewhere it is the warm run plus the start-up measured at size 0)."""
     remote = runner.remote
     # the plans the apply runs read (untimed): the same store, the same decisions, each kind's own format
     for size in sizes:
@@ -496,7 +567,7 @@ def measure(runner: Runner, sizes: list[int], jobs: list[str], kinds: list[str],
         for size in [0, *sizes]:
             for job in (["plan"] if size == 0 else jobs):  # the empty store: start-up and fixed cost only
                 turn = kinds[turn_number % len(kinds):] + kinds[:turn_number % len(kinds)]  # rotating order
-                for kind in turn:
+                for kind in (k for k in turn if k != "cold" or size in cold_sizes):
                     measured = runner.run(job, kind, size)
                     results.setdefault((job, kind, size), []).append(measured)
                     session = f" (session {measured['session_s']:.1f} s)" if measured["session_s"] else ""
@@ -511,12 +582,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", default=",".join(JOBS), help="of audit, plan, apply, archive")
     parser.add_argument("--kinds", default=",".join(KINDS), help="of cold, warm, sql")
+    parser.add_argument("--cold-sizes", default="0",
+                        help="the sizes the cold kind runs at (default 0: a cold command is the warm one plus the "
+                             "start-up, measured on the empty store); 'all' for every size")
     parser.add_argument("--partitions", type=int, default=4, help="JDBC partitions of the Spark jobs (default 4)")
     parser.add_argument("--master", default="local[*]", help="the cold jobs' and the Connect server's master")
     parser.add_argument("--port", type=int, default=15028, help="the Connect server's port (default 15028)")
     parser.add_argument("--json", default=None, help="also write every measurement and the crossovers here")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = sorted({int(s) for s in args.sizes.split(",")} - {0})  # the empty store is always measured
+    cold_sizes = {0, *sizes} if args.cold_sizes == "all" else {int(s) for s in args.cold_sizes.split(",")}
     jobs = [j.strip() for j in args.jobs.split(",")]
     kinds = [k.strip() for k in args.kinds.split(",")]
     if set(jobs) - set(JOBS) or set(kinds) - set(KINDS):
@@ -535,18 +610,23 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "openroute", "spark", "connect", "start", "--port", str(args.port),
                             "--master", args.master, "--wait", "900"], check=True)
             print(f"Connect server up in {time.perf_counter() - started:.1f} s (not counted)", flush=True)
-        results = measure(runner, sizes, jobs, kinds, args.repeat)
+        results = measure(runner, sizes, jobs, kinds, args.repeat, cold_sizes)
     finally:
         if remote:
             subprocess.run([sys.executable, "-m", "openroute", "spark", "connect", "stop", "--port", str(args.port)],
                            check=False)
         shutil.rmtree(work, ignore_errors=True)
+        for size in runner.applied:
+            drop_copy(size, "_apply")
     print(f"\n{args.repeat} runs each, master {args.master}, {args.partitions} JDBC partitions; load after: "
           f"{os.getloadavg()}")
     start_up = {kind: statistics.median(r["wall_s"] for r in results[("plan", kind, 0)]) for kind in kinds}
     print("start-up (plan of an empty store, whole command, median): "
           + ", ".join(f"{kind} {seconds:.2f} s" for kind, seconds in start_up.items()))
-    summary = report(results, [s for s in sizes if s], jobs, kinds)
+    if "cold" in start_up and "warm" in start_up:
+        print(f"a cold command = the warm one + {start_up['cold'] - start_up['warm']:.2f} s (the JVM and session start)"
+              + ("" if cold_sizes - {0} else "; cold measured at size 0 only (--cold-sizes)"))
+    summary = report(results, sizes, jobs, kinds)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "sizes": sizes, "start_up_s": start_up, **summary,

@@ -37,7 +37,7 @@ from openroute.persistence import FINAL_STATES, MessageState, MessageStore
 from openroute.persistence.models import Base, message_table
 from openroute.spark._ages import parse_age
 from openroute.spark._pause import pause_point
-from openroute.spark.session import read_table
+from openroute.spark.session import IdRange, id_ranges, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -202,17 +202,18 @@ def old_condition(keep: dict[MessageState, timedelta], now: datetime, table: Any
 
 
 def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta], now: datetime, partitions: int,
-              jdbc_path: str | None) -> DataFrame:
+              jdbc_path: str | None, ranges: dict[str, IdRange]) -> DataFrame:
     """The messages to archive (every column) as a lazy frame; each read is limited by the database to the rows
     the decision needs (the old messages, their unfinished parents, their children), none read twice."""
     from pyspark.sql import functions as F
 
     m = message_table
     other = message_table.alias("other")
-    old = read_table(spark, url, "message", partitions, jdbc_path=jdbc_path, where=old_condition(keep, now))
+    old = read_table(spark, url, "message", partitions, jdbc_path=jdbc_path, where=old_condition(keep, now),
+                     id_range=ranges["message"])
     # a child stays while its parent is not final: a waiting parent decides its outcome from its children's rows
     unfinished_parents = read_table(
-        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id"],
+        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id"], id_range=ranges["message"],
         where=sa.and_(m.c.state.not_in(list(FINAL_STATES)),
                       m.c.id.in_(sa.select(other.c.parent_id).where(old_condition(keep, now, other)))),
     )
@@ -220,6 +221,7 @@ def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta]
     # a parent stays while one of its children stays (the child row references it)
     children = read_table(
         spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id", "parent_id"],
+        id_range=ranges["message"],
         where=m.c.parent_id.in_(sa.select(other.c.id).where(old_condition(keep, now, other))),
     )
     staying_children = (
@@ -229,19 +231,21 @@ def _selected(spark: SparkSession, url: str, keep: dict[MessageState, timedelta]
 
 
 def _copy(spark: SparkSession, url: str, placed: DataFrame, root: Path, run_id: str, selection: sa.Select[Any],
-          partitions: int, jdbc_path: str | None) -> tuple[dict[str, int], dict[str, Any]]:
-    """Write the messages (``placed``, cached) and their related rows to ``root/<table>/run=<run id>``, each row
-    read once from the store; returns (rows per table, schema per table)."""
+          partitions: int, jdbc_path: str | None, ranges: dict[str, IdRange], count: int
+          ) -> tuple[dict[str, int], dict[str, Any]]:
+    """Write the messages (``placed``, cached, ``count`` rows) and their related rows to ``root/<table>/run=<run
+    id>``, each row read once from the store; returns (rows per table, schema per table)."""
     from pyspark import StorageLevel
 
-    counts = {"message": placed.count()}
+    counts = {"message": count}
     schemas = {"message": placed.schema}
     place = placed.select("id", "receive_date", "route")
     placed.write.mode("overwrite").partitionBy("receive_date", "route").parquet(str(root / "message" / f"run={run_id}"))
     for table in RELATED_TABLES:
         related = Base.metadata.tables[table]
         rows = (
-            read_table(spark, url, table, partitions, jdbc_path=jdbc_path, where=related.c.message_id.in_(selection))
+            read_table(spark, url, table, partitions, jdbc_path=jdbc_path, where=related.c.message_id.in_(selection),
+                       id_range=ranges[table])
             .join(place.withColumnRenamed("id", "message_id"), "message_id", "inner")
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
@@ -300,7 +304,9 @@ def archive(
     store = MessageStore(url, pool_size=1)
     try:
         finished, discarded, deleted, kept = _finish(spark, store, root, batch_size)
-        chosen = _selected(spark, url, keep_times, now, partitions, jdbc_path)
+        # the id ranges every read splits, in one query (not one bounds query per read)
+        ranges = id_ranges(spark, url, ["message", *RELATED_TABLES], jdbc_path)
+        chosen = _selected(spark, url, keep_times, now, partitions, jdbc_path, ranges)
         placed = chosen.withColumn("receive_date", F.to_date("receive_ts")).withColumn(
             "route", F.concat_ws("/", "service", "operation")
         ).persist(StorageLevel.MEMORY_AND_DISK)
@@ -317,7 +323,8 @@ def archive(
             _reached("selected")
             # the related rows of the old messages (a superset of the archived ones; the join keeps those)
             selection = sa.select(message_table.c.id).where(old_condition(keep_times, now))
-            counts, schemas = _copy(spark, url, placed, root, run_id, selection, partitions, jdbc_path)
+            counts, schemas = _copy(spark, url, placed, root, run_id, selection, partitions, jdbc_path, ranges,
+                                    count)
             _reached("written")
             _verify(spark, placed, root, run_id, counts, schemas)
             _write_manifest(run_folder, {"run_id": run_id, "status": "verified", "counts": counts,

@@ -35,6 +35,8 @@ from openroute.spark.outputs import OutputKind, prune_outputs, pruned_line, rete
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from openroute.spark.session import IdRange
+
 #: the columns of each table the audit reads (never the payload)
 COLUMNS: dict[str, tuple[str, ...]] = {
     "message": (
@@ -165,14 +167,14 @@ def parse_duration(value: str | timedelta) -> timedelta:
 
 
 def _read(spark: SparkSession, url: str, table: str, partitions: int, jdbc_path: str | None,
-          archive: Path | None) -> DataFrame:
+          archive: Path | None, id_range: IdRange | None = None) -> DataFrame:
     """The live table (only the audited columns), with the archive's rows of it when an archive is given."""
     from pyspark.sql import functions as F
 
     from openroute.spark.session import read_table
 
     columns = COLUMNS[table]
-    frame = read_table(spark, url, table, partitions, jdbc_path=jdbc_path, columns=list(columns))
+    frame = read_table(spark, url, table, partitions, jdbc_path=jdbc_path, columns=list(columns), id_range=id_range)
     if archive is not None and table in ARCHIVED_TABLES:
         from openroute.spark.archive import read_archive
 
@@ -296,8 +298,13 @@ def _frames(spark: SparkSession, url: str, settings: AuditSettings, partitions: 
     """The store's tables as the steps read them, each read once (the message and transition tables cached)."""
     from pyspark.sql import functions as F
 
+    from openroute.spark.session import id_ranges
+
+    # the id ranges every partitioned read splits, in one query (not one bounds query per table)
+    ranges = id_ranges(spark, url, [table for table in COLUMNS if table != "node"], jdbc_path)
+
     def read(table: str) -> DataFrame:
-        return _read(spark, url, table, partitions, jdbc_path, archive)
+        return _read(spark, url, table, partitions, jdbc_path, archive, ranges[table])
 
     messages = (
         read("message")

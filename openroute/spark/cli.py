@@ -81,7 +81,10 @@ def add_parser(subparsers: Any) -> None:
     job.add_argument("--csv", action="store_true", help="also write the plan as CSV")
     job.add_argument("--apply", action="store_true", help="apply the plan (default: dry run, nothing changes)")
     job.add_argument("--rate", default=None, help="release at most this many messages: 200/s, 50/m, 1000/h")
-    job.add_argument("--batch-size", type=int, default=500, help="messages per transaction (default 500)")
+    from openroute.spark.apply import BATCH_SIZE
+
+    job.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                     help=f"messages per transaction (default {BATCH_SIZE})")
 
     ar = jobs.add_parser("archive", parents=[common], help="move old final messages to Parquet",
                          description="Copy final messages older than their keep time to Parquet, verify, delete.")

@@ -38,6 +38,7 @@ from openroute.persistence import FINAL_STATES, MessageState
 from openroute.persistence.models import message_table, message_transition_table
 from openroute.spark._ages import parse_age
 from openroute.spark.apply import (
+    BATCH_SIZE,
     LEAVE,
     RESTART,
     SKIP_OBSOLETE,
@@ -47,7 +48,7 @@ from openroute.spark.apply import (
     parse_rate,
 )
 from openroute.spark.outputs import OutputKind, prune_outputs, retention_setting
-from openroute.spark.session import read_table
+from openroute.spark.session import IdRange, id_ranges, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -183,12 +184,12 @@ def candidate_condition(filters: ReprocessFilter, table: sa.TableClause | sa.Tab
 
 
 def _candidates(spark: SparkSession, url: str, filters: ReprocessFilter, partitions: int,
-                jdbc_path: str | None) -> DataFrame:
+                jdbc_path: str | None, ranges: dict[str, IdRange]) -> DataFrame:
     """The messages the filters select: the database filters, Spark applies what SQL cannot (JSON, id files)."""
     from pyspark.sql import functions as F
 
     chosen = read_table(spark, url, "message", partitions, jdbc_path=jdbc_path, columns=list(PLAN_COLUMNS),
-                        where=candidate_condition(filters))
+                        where=candidate_condition(filters), id_range=ranges["message"])
     if filters.business_error_code is not None:
         errors = F.from_json(F.col("business_errors"), "array<struct<code:string,text:string>>")
         chosen = chosen.where(F.exists(errors, lambda e: cast("Column", e["code"] == filters.business_error_code)))
@@ -201,7 +202,7 @@ def _candidates(spark: SparkSession, url: str, filters: ReprocessFilter, partiti
 
 
 def _context(spark: SparkSession, url: str, job_id: str, filters: ReprocessFilter, partitions: int,
-             jdbc_path: str | None) -> tuple[DataFrame, DataFrame, DataFrame]:
+             jdbc_path: str | None, ranges: dict[str, IdRange]) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(newest OK message per entity, parent states, messages this job changed already), each read with a
     condition that limits it to what the candidates need: no full-table read."""
     from pyspark.sql import functions as F
@@ -214,18 +215,19 @@ def _context(spark: SparkSession, url: str, job_id: str, filters: ReprocessFilte
                                     candidate.c.object_id == m.c.object_id, candidate.c.receive_ts <= m.c.receive_ts)
     newest_ok = (
         read_table(spark, url, "message", partitions, jdbc_path=jdbc_path,
-                   columns=["id", "entity_type", "object_id", "receive_ts"],
+                   columns=["id", "entity_type", "object_id", "receive_ts"], id_range=ranges["message"],
                    where=sa.and_(m.c.state == MessageState.OK, m.c.object_id.is_not(None),
                                  m.c.entity_type.is_not(None), same_entity))
         .groupBy("entity_type", "object_id")
         .agg(F.max(F.struct("receive_ts", "id")).alias("newest_ok"))
     )
     parents = read_table(
-        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id", "state"],
+        spark, url, "message", partitions, jdbc_path=jdbc_path, columns=["id", "state"], id_range=ranges["message"],
         where=m.c.id.in_(sa.select(candidate.c.parent_id).where(selected, candidate.c.parent_id.is_not(None))),
     ).select(F.col("id").alias("parent_id"), F.col("state").alias("parent_state"))
     done = (
         read_table(spark, url, "message_transition", partitions, jdbc_path=jdbc_path, columns=["message_id"],
+                   id_range=ranges["message_transition"],
                    where=sa.and_(t.c.cause == job_cause(job_id),
                                  t.c.message_id.in_(sa.select(candidate.c.id).where(selected))))
         .select(F.col("message_id").alias("id"))
@@ -278,9 +280,11 @@ def plan_frame(
     from pyspark.sql import functions as F
 
     filters = filters or ReprocessFilter()
-    newest_ok, parents, done = _context(spark, url, job_id, filters, partitions, jdbc_path)
+    # the id ranges the reads split, in one query: no read runs its filter twice (once more for its own bounds)
+    ranges = id_ranges(spark, url, ["message", "message_transition"], jdbc_path)
+    newest_ok, parents, done = _context(spark, url, job_id, filters, partitions, jdbc_path, ranges)
     planned = (
-        _candidates(spark, url, filters, partitions, jdbc_path)
+        _candidates(spark, url, filters, partitions, jdbc_path, ranges)
         .join(newest_ok, ["entity_type", "object_id"], "left")
         .join(parents, "parent_id", "left")
         .join(done, "id", "left")
@@ -358,7 +362,7 @@ def reprocess(
     job_id: str | None = None,
     apply: bool = False,
     rate: float | str | None = None,
-    batch_size: int = 500,
+    batch_size: int = BATCH_SIZE,
     partitions: int = 4,
     csv: bool = False,
     jdbc_path: str | None = None,

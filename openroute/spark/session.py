@@ -230,7 +230,7 @@ def _remote_session(remote: str, app_name: str, config: dict[str, str] | None) -
         builder = builder.config(key, value)
     try:
         session = builder.getOrCreate()
-        session.range(1).collect()
+        session.version  # noqa: B018  one round trip that runs no Spark job: the server answers
     except ImportError as missing:  # pandas, pyarrow, grpcio...: the client's own dependencies
         raise SparkSetupError(f"the Spark Connect client needs pip install 'openroute[spark-connect]' ({missing})"
                               ) from None
@@ -370,6 +370,47 @@ def store_sql(statement: sa.sql.ClauseElement, backend: str) -> str:
     return str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
 
 
+@dataclass(frozen=True)
+class IdRange:
+    """The lowest and highest id of a table: where a partitioned read splits (``lo > hi``: no rows)."""
+
+    lo: int
+    hi: int
+
+
+def id_ranges(spark: SparkSession, url: str, tables: Sequence[str],
+              jdbc_path: str | os.PathLike[str] | None = None) -> dict[str, IdRange]:
+    """The :class:`IdRange` of each of ``tables`` (the store's tables, keyed by ``id``), in one query and one Spark job.
+
+    ``MIN(id)`` and ``MAX(id)`` are answered from the primary key's index, whatever the table's size: a job reads
+    its tables split over these ranges instead of running its filter a second time for the bounds of the rows it
+    selects. Raises :class:`SparkSetupError` when the database does not answer, ``ValueError`` for a table the
+    models do not know.
+    """
+    unknown = [table for table in tables if table not in Base.metadata.tables]
+    if unknown:
+        known = ", ".join(sorted(Base.metadata.tables))
+        raise ValueError(f"no store table {', '.join(map(repr, unknown))} (known: {known})")
+    if not tables:
+        return {}
+    source = jdbc_source(url, jdbc_path)
+    parts = [f"(SELECT MIN(id) FROM {table}) AS lo{i}, (SELECT MAX(id) FROM {table}) AS hi{i}"  # noqa: S608  the store's own table names
+             for i, table in enumerate(tables)]
+    schema = ", ".join(f"lo{i} BIGINT, hi{i} BIGINT" for i in range(len(tables)))
+    try:
+        row = (_reader(spark, source).option("query", f"SELECT {', '.join(parts)}")
+               .option("customSchema", schema).load().first())
+    except Exception as error:
+        where = source.describe()
+        named = f"table {tables[0]}" if len(tables) == 1 else f"tables {', '.join(tables)}"
+        raise SparkSetupError(f"cannot read {named} from {where}: {first_line(error)}") from None
+    ranges = {}
+    for i, table in enumerate(tables):
+        lo, hi = (None, None) if row is None else (row[f"lo{i}"], row[f"hi{i}"])
+        ranges[table] = IdRange(0, -1) if lo is None or hi is None else IdRange(int(lo), int(hi))
+    return ranges
+
+
 def read_table(
     spark: SparkSession,
     url: str,
@@ -380,6 +421,7 @@ def read_table(
     jdbc_path: str | os.PathLike[str] | None = None,
     columns: Sequence[str] | None = None,
     where: sa.ColumnElement[bool] | None = None,
+    id_range: IdRange | None = None,
 ) -> DataFrame:
     """``table`` of the store at ``url`` as a DataFrame read in ``partitions`` parallel ranges of ``column``.
 
@@ -388,36 +430,42 @@ def read_table(
       database: Spark reads ``(SELECT columns FROM table WHERE ...)``, never the rows it would drop.
 
     The ranges split [min, max] of ``column`` over the selected rows (one query first, one row); no rows make
-    one empty partition. The store's timestamp columns come back as Spark timestamps in UTC on SQLite too
-    (stored there as text). Nothing is collected on the driver except the bounds. Raises
-    :class:`SparkSetupError` (one line) when the driver is missing or the database does not answer,
-    ``ValueError`` for ``partitions < 1`` or ``where`` on a table the models do not know.
+    one empty partition. Given ``id_range`` (from :func:`id_ranges`, ``column`` being ``id``) they split that range
+    instead and no query runs first: the database runs ``where`` once, in the partitions' own queries. The store's
+    timestamp columns come back as Spark timestamps in UTC on SQLite too (stored there as text). Nothing is
+    collected on the driver except the bounds. Raises :class:`SparkSetupError` (one line) when the driver is
+    missing or the database does not answer, ``ValueError`` for ``partitions < 1``, ``id_range`` with another
+    ``column``, or ``where`` on a table the models do not know.
     """
     if partitions < 1:
         raise ValueError(f"partitions must be >= 1, got {partitions}")
+    if id_range is not None and column != "id":
+        raise ValueError(f"id_range splits the id column, got column={column!r}")
     source = jdbc_source(url, jdbc_path)
     from pyspark.sql import functions as F
 
     # the partition column is read too (the ranges split it); the select at the end drops it if not asked for
     read = None if columns is None else [*columns, *([column] if column not in columns else [])]
     relation = _relation(table, read, where, source.backend)
-    try:
-        bounds = (
-            _reader(spark, source)
-            .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "  # noqa: S608  the relation is the store's own names and SQLAlchemy-rendered literals
-                             f"COALESCE(MAX({column}), 0) AS hi FROM {relation}")
-            .option("customSchema", "n BIGINT, lo BIGINT, hi BIGINT")
-            .load()
-            .first()
-        )
-    except Exception as error:
-        raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
+    if id_range is None:
+        try:
+            bounds = (
+                _reader(spark, source)
+                .option("query", f"SELECT COUNT(*) AS n, COALESCE(MIN({column}), 0) AS lo, "  # noqa: S608  the relation is the store's own names and SQLAlchemy-rendered literals
+                                 f"COALESCE(MAX({column}), 0) AS hi FROM {relation}")
+                .option("customSchema", "n BIGINT, lo BIGINT, hi BIGINT")
+                .load()
+                .first()
+            )
+        except Exception as error:
+            raise SparkSetupError(f"cannot read table {table} from {source.describe()}: {first_line(error)}") from None
+        id_range = IdRange(int(bounds["lo"]), int(bounds["hi"])) if bounds is not None and bounds["n"] else None
     reader = _reader(spark, source).option("dbtable", relation)
     schema = _custom_schema(table, source.backend, read)
     if schema:
         reader = reader.option("customSchema", schema)
-    if bounds is not None and bounds["n"]:
-        lo, hi = int(bounds["lo"]), int(bounds["hi"])
+    if id_range is not None and id_range.hi >= id_range.lo:
+        lo, hi = id_range.lo, id_range.hi
         reader = (
             reader.option("partitionColumn", column)
             .option("lowerBound", str(lo))

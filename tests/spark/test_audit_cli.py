@@ -50,7 +50,7 @@ def test_exit_1_when_a_check_fails_through_openroute_spark_audit(spark: Any, sql
     ("argv", "line"),
     [
         (["--database-url", "sqlite:////nonexistent/openroute.db"], "no SQLite store at /nonexistent/openroute.db"),
-        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read table message from"),
+        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read tables message, "),
         (["--database-url", "mysql://x/y"], "unsupported database 'mysql'"),
         (["--stuck-after", "soon"], "not a duration: 'soon'"),
         (["--partitions", "0"], "partitions must be an int >= 1, got 0"),

@@ -283,8 +283,8 @@ def test_cli_dry_run_then_apply_and_one_line_errors(
         (["--plan", str(out)], "applies a plan: add --apply"),
         (["--since", "soon"], "not a time: 'soon'"),
         (["--partitions", "0"], "--partitions must be >= 1, got 0"),
-        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read table message from "
-                                                                              "jdbc:postgresql://127.0.0.1:1/none"),
+        (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"],
+         "cannot read tables message, message_transition from jdbc:postgresql://127.0.0.1:1/none"),
         (["--database-url", f"sqlite:///{tmp_path}/none.db"], "no SQLite store at"),
     ]:
         full = ["spark", "reprocess", "--database-url", sqlite_url, "--out", str(tmp_path / "x"), *argv]

@@ -10,9 +10,11 @@ import pytest
 from openroute.persistence import MessageStore, NewMessage
 
 from openroute.spark.session import (
+    IdRange,
     SparkSetupError,
     find_driver_jar,
     first_line,
+    id_ranges,
     jdbc_source,
     read_table,
 )
@@ -92,6 +94,36 @@ def test_an_empty_table_is_one_empty_partition(spark: Any, database_url: str) ->
     _store(database_url, 0).dispose()
     frame = read_table(spark, database_url, "message", partitions=4)
     assert frame.count() == 0
+
+
+def test_id_ranges_of_several_tables_come_from_one_query_and_split_a_filtered_read(
+    spark: Any, database_url: str
+) -> None:
+    import sqlalchemy as sa
+    from openroute.persistence.models import message_table
+
+    store = _store(database_url, 12)
+    with store.engine.connect() as connection:
+        ids = connection.execute(sa.text("SELECT min(id), max(id) FROM message")).one()
+        transitions = connection.execute(sa.text("SELECT min(id), max(id) FROM message_transition")).one()
+    store.dispose()
+    ranges = id_ranges(spark, database_url, ["message", "message_transition", "confirmation"])
+    assert ranges["message"] == IdRange(*ids) and ranges["message_transition"] == IdRange(*transitions)
+    assert ranges["confirmation"].lo > ranges["confirmation"].hi  # an empty table: no rows to split
+    # the filter runs in the partitions' queries: the same rows as with the bounds of the selection itself
+    where = message_table.c.id.in_([ids[0] + 1, ids[0] + 2, ids[0] + 10])
+    split = read_table(spark, database_url, "message", 3, columns=["id"], where=where, id_range=ranges["message"])
+    bounded = read_table(spark, database_url, "message", 3, columns=["id"], where=where)
+    assert split.rdd.getNumPartitions() == 3
+    assert sorted(r.id for r in split.collect()) == sorted(r.id for r in bounded.collect()) == [
+        ids[0] + 1, ids[0] + 2, ids[0] + 10
+    ]
+    empty = read_table(spark, database_url, "confirmation", 3, id_range=ranges["confirmation"])
+    assert empty.count() == 0
+    with pytest.raises(ValueError, match="no store table 'nope'"):
+        id_ranges(spark, database_url, ["nope"])
+    with pytest.raises(ValueError, match="id_range splits the id column"):
+        read_table(spark, database_url, "message", column="version", id_range=ranges["message"])
 
 
 def test_unreachable_database_is_one_line_not_a_stack_trace(spark: Any) -> None:
