@@ -437,6 +437,34 @@ class ThrottleCounterRecord(Base):
     count: Mapped[int] = mapped_column(sa.Integer)
 
 
+class MessageCountRecord(Base):
+    """How many messages a route has in a state, as of the fold mark (``persistence/counts.py``, migration 0014).
+
+    Written only by the fold (the transitions up to the mark added in) and by the delete trigger on ``message``
+    (a deleted message taken out); a reader adds the transitions after the mark."""
+
+    __tablename__ = "message_count"
+
+    service: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    operation: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    state: Mapped[MessageState] = mapped_column(_state_type(), primary_key=True)
+    n: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+
+class MessageCountMarkRecord(Base):
+    """The one row saying which ``message_transition`` rows ``message_count`` holds: every id up to
+    ``transition_id``; ``pending_id`` / ``pending_xmax`` are the next mark and the PostgreSQL transaction id that
+    must be past before it is folded (the transitions below it are then all committed or never will be)."""
+
+    __tablename__ = "message_count_mark"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    transition_id: Mapped[int] = mapped_column(sa.BigInteger)
+    pending_id: Mapped[int | None] = mapped_column(sa.BigInteger)
+    pending_xmax: Mapped[int | None] = mapped_column(sa.BigInteger)
+    folded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -449,3 +477,5 @@ circuit_breaker_table: sa.Table = CircuitBreakerRecord.__table__  # type: ignore
 call_record_table: sa.Table = CallRecordRecord.__table__  # type: ignore[assignment]
 alert_state_table: sa.Table = AlertStateRecord.__table__  # type: ignore[assignment]
 throttle_counter_table: sa.Table = ThrottleCounterRecord.__table__  # type: ignore[assignment]
+message_count_table: sa.Table = MessageCountRecord.__table__  # type: ignore[assignment]
+message_count_mark_table: sa.Table = MessageCountMarkRecord.__table__  # type: ignore[assignment]
