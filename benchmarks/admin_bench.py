@@ -15,8 +15,9 @@ page of 50 and, when the page is full, a capped count).
 * default: ``--repeat`` interleaved rounds of direct calls, p50 / p95 / max in ms;
 * ``--plans``: EXPLAIN (ANALYZE, BUFFERS) of every statement one search call runs, first page and next page:
   execution time (nearly load-independent for reads this small) and the rows the scans read, then the plans;
-  and the two queries of ``/admin/counts``;
-* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, and ``GET /admin/counts``,
+  and the reads of ``/admin/counts`` and the dashboard (the stored counts, and the ``GROUP BY`` of before 0014);
+* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, ``GET /admin/counts`` and the
+  console's dashboard,
   against a server already serving the store (``openroute run --config benchmarks/admin_bench.toml
   --database-url <the store>``); goal of issue 26: < 10 ms p95 each.
 """
@@ -286,17 +287,19 @@ def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> 
             assert answer.json()["items"] or "no match" in name, f"{name}: no match (fix the query)"
             if name in NEXT_PAGES:
                 cases[f"{name}: next page"] = {**params, "cursor": answer.json()["nextCursor"]}
-        timings: dict[str, list[float]] = {name: [] for name in [*cases, "/admin/counts"]}
+        timings: dict[str, list[float]] = {name: [] for name in [*cases, "/admin/counts", "/console/ (dashboard)"]}
         for _round in range(repeat):
-            for name, params in [*cases.items(), ("/admin/counts", None)]:
+            for name, params in [*cases.items(), ("/admin/counts", None), ("/console/ (dashboard)", None)]:
                 started = time.perf_counter()
-                if params is None:
+                if name == "/console/ (dashboard)":
+                    answer = client.get("/console/")
+                elif params is None:
                     answer = client.get("/admin/counts")
                 else:
                     answer = client.get("/admin/messages", params={**params, "limit": "50"})
                 timings[name].append((time.perf_counter() - started) * 1000)
                 assert answer.status_code == 200
-                if params is None:
+                if name == "/admin/counts":
                     as_of = datetime.fromisoformat(answer.json()["finalStatesAsOf"])
                     ages.append((datetime.now(UTC) - as_of).total_seconds())
     print(f"admin benchmark through HTTP ({url}): {rows:,} messages, {repeat} interleaved rounds (ms)")
