@@ -274,7 +274,7 @@ def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> 
     """Every query as ``GET /admin/messages`` (page of 50 + capped count), the second page of
     :data:`NEXT_PAGES`, and ``GET /admin/counts`` on a running server, ``repeat`` interleaved rounds; p50 / p95 /
     max in ms, the goal of issue 26 (< 10 ms p95). For the counts also the age of the final-state counts it
-    answered (``finalStatesAsOf``: stale-while-revalidate, refreshed in the background)."""
+    answered (``finalStatesAsOf``: exact as of the request since migration 0014)."""
     import httpx
 
     goal = GOAL_MS

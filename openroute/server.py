@@ -64,6 +64,7 @@ def create_app(
     metrics_auth: bool = False,
     alerts: AlertEvaluator | None = None,
     throttling: Throttling | None = None,
+    counts: MessageCounts | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -76,8 +77,8 @@ def create_app(
     engine and stops it on shutdown, then checkpoints a SQLite store's write-ahead log into the database file.
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``. The lifespan folds the
-    store's message counts every 2 s (:class:`~openroute.admin.counts.MessageCounts`, shared by the admin API and
-    ``/metrics``).
+    store's message counts every 2 s (``counts``, default a :class:`~openroute.admin.counts.MessageCounts`, shared by
+    the admin API and ``/metrics``; ``app.state.counts``).
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
     with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
@@ -91,7 +92,7 @@ def create_app(
     With ``throttling`` inbound requests pass its rules first (:mod:`openroute.inbound.throttling`).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
-    counts = MessageCounts(engine.store)
+    counts = counts if counts is not None else MessageCounts(engine.store)
     metrics = Metrics(engine, channel_counters, counts, auth=admin_auth if metrics_auth else None)
     if metrics_auth and admin_auth is None:
         raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
@@ -127,6 +128,7 @@ def create_app(
     app.state.channels = channels
     app.state.outbox = outbox
     app.state.alerts = alerts
+    app.state.counts = counts
     return app
 
 
