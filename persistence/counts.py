@@ -61,19 +61,26 @@ def _transitions(low: int, high: int | None = None, by_route: bool = False, late
     """(service, operation,) to state, from state, rows: the transitions with an id in (low, high], grouped (one
     range scan of the primary key; each counts one for the state it reached, minus one for the state it left).
 
-    ``lateral`` (PostgreSQL): each transition's route is looked up by the message's primary key in a LATERAL
-    subquery (``OFFSET 0`` keeps it one); as a join, the planner hashed the whole message table for 10,000
-    transitions (31,000 buffers instead of 4 per transition)."""
+    ``lateral`` (PostgreSQL): the route of each message with transitions in the range is looked up once, by its
+    primary key, in a LATERAL subquery (``OFFSET 0`` keeps it one); as a plain join, the planner hashed the whole
+    message table for 10,000 transitions (31,000 buffers instead of ~4.6 per message)."""
     t = message_transition_table.c
     m = message_table.c
     window = [t.id > low] if high is None else [t.id > low, t.id <= high]
     if not by_route:
         rows = sa.func.count()
         return sa.select(t.to_state, t.from_state, rows, rows).where(*window).group_by(t.to_state, t.from_state)
-    if lateral:
-        route = sa.select(m.service, m.operation).where(m.id == t.message_id).offset(0).lateral("route")
-        service, operation = route.c.service, route.c.operation
-        source: Any = message_transition_table.join(route, sa.true())
+    if lateral:  # each message once (it has several transitions in a few seconds), then joined back by id
+        ids = sa.select(t.message_id).where(*window).distinct().subquery("ids")
+        route = sa.select(m.service, m.operation).where(m.id == ids.c.message_id).offset(0).lateral("route")
+        routes = (  # OFFSET 0 again: one lookup per message, not per transition joined to its id first
+            sa.select(ids.c.message_id, route.c.service, route.c.operation)
+            .select_from(ids.join(route, sa.true()))
+            .offset(0)
+            .subquery("routes")
+        )
+        service, operation = routes.c.service, routes.c.operation
+        source: Any = message_transition_table.join(routes, routes.c.message_id == t.message_id)
     else:
         service, operation = m.service, m.operation
         source = message_transition_table.join(message_table, m.id == t.message_id)
