@@ -3,12 +3,12 @@
 ``message_count`` (migration 0014) holds how many messages each (service, operation) has in each state *as of the
 mark*: every ``message_transition`` row with an id up to ``message_count_mark.transition_id`` is in it. A read adds
 the transitions after the mark (minus one for the state each left, plus one for the state each reached) in the
-same statement, so it answers exactly what a ``GROUP BY`` of the ``message`` table would in that snapshot, at the
-cost of the transitions since the mark (an index range), not of the table. Every writer of a state writes its
+same snapshot, so it answers exactly what a ``GROUP BY`` of the ``message`` table would in that snapshot, at the
+cost of the transitions since the mark (a primary-key range), not of the table. Every writer of a state writes its
 transition row in the same transaction (``persistence/transitions.py``), so the transitions are the change log.
 
 :meth:`StoredCounts.fold` moves the mark forward (each node's loop does it every few seconds, see
-``openroute.admin.counts``). Transaction ids come from a sequence and commit out of order: a transaction may commit
+``openroute.admin.counts``). Transition ids come from a sequence and commit out of order: a transaction may commit
 a transition below the highest id already visible. On PostgreSQL a fold therefore only folds up to a *pending*
 mark recorded by an earlier fold: the highest visible id then, and the snapshot's ``xmax`` read after it; once
 the oldest running transaction is past that ``xmax``, every transaction that could still commit an id below the
