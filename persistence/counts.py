@@ -18,9 +18,15 @@ writing ``message_transition`` (``pg_locks``), the writers of this database deci
 serialised: a fold folds up to the highest id.
 
 A deleted message (retention, archive, any ``DELETE``) takes its transitions with it (``ON DELETE CASCADE``); a
-trigger on ``message`` (migration 0014) takes it out of ``message_count`` in the deleting transaction, in the
-state it had at the mark (the state its first transition after the mark left, or its state when it has none; a
-message stored after the mark was never in the table). ``TRUNCATE`` (PostgreSQL) empties the table and resets the
+trigger on ``message`` (migration 0014) takes it out of the counts in the deleting transaction, in the state it
+had at the mark (the state its first transition after the mark left, or its state when it has none; a message
+stored after the mark was never in the table): it appends a row (service, operation, state, -1) to
+``message_count_delta``, a table without a key. Deleters only insert, so two transactions deleting messages of
+the same routes (retention on one node, an archive or an operator's delete on another) never wait for each other
+or deadlock, as they did when each updated the shared ``message_count`` rows. The reads add the deltas, grouped,
+in the same snapshot; a fold moves the deltas it sees into ``message_count`` and deletes exactly those rows
+(``DELETE ... RETURNING``) in its transaction, which holds the mark ``FOR UPDATE`` (a deleter holds it ``FOR
+SHARE`` until it ends, so its mark stays the one it used). ``TRUNCATE`` (PostgreSQL) empties the table and resets the
 mark. A write that changes ``message.state`` without a transition row (raw SQL, ``benchmarks/store_fill.py``)
 is not seen: :meth:`StoredCounts.recount` counts the table again.
 """
@@ -37,6 +43,7 @@ import sqlalchemy as sa
 from openroute.persistence.database import StorePart
 from openroute.persistence.models import (
     MessageState,
+    message_count_delta_table,
     message_count_mark_table,
     message_count_table,
     message_table,
@@ -93,20 +100,26 @@ def _transitions(low: int, high: int | None = None, by_route: bool = False, late
 
 
 def state_counts_statement(mark: int) -> sa.CompoundSelect[Any]:
-    """(state, None, messages, 0) of the stored counts, then (to state, from state, rows, rows) of the transitions after
-    ``mark`` (the mark of the same snapshot: a value, not a subquery, so the planner reads the id range from the
-    primary key)."""
+    """(state, None, messages, 0) of the stored counts, (state, None, messages, rows) of the deltas of deleted
+    messages, then (to state, from state, rows, rows) of the transitions after ``mark`` (the mark of the same
+    snapshot: a value, not a subquery, so the planner reads the id range from the primary key)."""
     c = message_count_table.c
+    d = message_count_delta_table.c
     stored = sa.select(c.state, sa.null(), sa.func.sum(c.n), sa.literal(0)).group_by(c.state)
-    return sa.union_all(stored, _transitions(mark))
+    deltas = sa.select(d.state, sa.null(), sa.func.sum(d.n), sa.func.count()).group_by(d.state)
+    return sa.union_all(stored, deltas, _transitions(mark))
 
 
 def route_counts_statement(mark: int, dialect: str = "postgresql") -> sa.CompoundSelect[Any]:
     """(service, operation, state, None, messages) of the stored counts, then (service, operation, to state, from
-    state, rows) of the transitions after ``mark``."""
+    state, rows) of the deltas of deleted messages and of the transitions after ``mark``."""
     c = message_count_table.c
+    d = message_count_delta_table.c
+    deltas = sa.select(d.service, d.operation, d.state, sa.null(), sa.func.sum(d.n)).group_by(
+        d.service, d.operation, d.state
+    )
     changes = _transitions(mark, by_route=True, lateral=dialect == "postgresql")
-    return sa.union_all(sa.select(c.service, c.operation, c.state, sa.null(), c.n), changes)
+    return sa.union_all(sa.select(c.service, c.operation, c.state, sa.null(), c.n), deltas, changes)
 
 
 def _routes(rows: Any) -> dict[tuple[str, str, MessageState], int]:
@@ -123,8 +136,8 @@ class StoredCounts(StorePart):
     """The ``message_count`` table of ``database`` and the transitions after its mark (see the module docstring)."""
 
     def by_state(self) -> tuple[dict[MessageState, int], int]:
-        """Messages per state (states without any left out), exact in one snapshot; and how many transition rows
-        after the mark the read added (what a :meth:`fold` would save the next reads)."""
+        """Messages per state (states without any left out), exact in one snapshot; and how many transition and
+        delta rows the read added (what a :meth:`fold` would save the next reads)."""
         counts: dict[MessageState, int] = defaultdict(int)
         tail = 0
         with self._snapshot() as conn:
@@ -165,8 +178,9 @@ class StoredCounts(StorePart):
 
     def fold(self) -> int | None:
         """Move the mark forward over the transitions that can no longer change (see the module docstring), adding
-        them to ``message_count``, in one transaction of its own. Returns how many transition rows were folded, None
-        when another node folds right now (PostgreSQL; the caller just tries again later)."""
+        them and the deltas of deleted messages to ``message_count``, in one transaction of its own. Returns how many
+        transition and delta rows were folded, None when another node folds or a deleter holds the mark right now
+        (PostgreSQL; the caller just tries again later)."""
         mark = message_count_mark_table.c
         postgres = self.database.dialect == "postgresql"
         with self.database.begin() as conn:
@@ -184,6 +198,8 @@ class StoredCounts(StorePart):
             if row is None:
                 return None
             low, pending, pending_xmax = int(row[0]), row[1], row[2]
+            # the deltas committed so far, taken out of their table: no deleter is running (it holds the mark FOR SHARE)
+            deltas = self._take_deltas(conn, postgres)
             top = conn.execute(sa.select(sa.func.max(message_transition_table.c.id))).scalar_one() or 0
             if not postgres:
                 target: int | None = top  # one writer at a time: every id up to the highest visible is committed
@@ -194,11 +210,12 @@ class StoredCounts(StorePart):
             ).first():
                 target = int(pending)  # every transaction open when the pending mark was read has ended
             else:
-                return 0  # the pending mark is not final yet: the next fold tries again
-            folded = 0
+                return self._add(conn, deltas)  # the pending mark is not final yet: the next fold tries again
+            transitions: list[Any] = []
             if target is not None and target > low:
-                folded = self._add(conn, low, target)
+                transitions = list(conn.execute(_transitions(low, target, True, postgres)).all())
                 low = target
+            folded = self._add(conn, deltas + transitions)
             values: dict[str, Any] = {
                 "transition_id": low,
                 "pending_id": None,
@@ -214,8 +231,20 @@ class StoredCounts(StorePart):
                 conn.execute(sa.update(message_count_mark_table).where(mark.id == _MARK_ID).values(values))
             return folded
 
-    def _add(self, conn: sa.Connection, low: int, high: int) -> int:
-        rows = conn.execute(_transitions(low, high, True, self.database.dialect == "postgresql")).all()
+    @staticmethod
+    def _take_deltas(conn: sa.Connection, postgres: bool) -> list[Any]:
+        """Delete the deltas visible now and return them as (service, operation, state, None, n) rows (PostgreSQL:
+        grouped in the statement, so an archive's hundreds of thousands of deltas come back as a row per route)."""
+        d = message_count_delta_table.c
+        taken = sa.delete(message_count_delta_table).returning(d.service, d.operation, d.state, d.n)
+        if not postgres:  # no DELETE in a WITH on SQLite
+            return [(service, operation, state, None, n) for service, operation, state, n in conn.execute(taken)]
+        gone = taken.cte("gone")
+        grouped = sa.select(gone.c.service, gone.c.operation, gone.c.state, sa.null(), sa.func.sum(gone.c.n))
+        return list(conn.execute(grouped.group_by(gone.c.service, gone.c.operation, gone.c.state)).all())
+
+    def _add(self, conn: sa.Connection, rows: list[Any]) -> int:
+        """Add ``rows`` (deltas and grouped transitions, :func:`_routes`' shape) to ``message_count``; their rows."""
         changed = [
             {"service": service, "operation": operation, "state": state, "n": n}
             for (service, operation, state), n in _routes(rows).items()
@@ -231,7 +260,7 @@ class StoredCounts(StorePart):
                 changed,
             )
             conn.execute(sa.delete(message_count_table).where(c.n == 0))
-        return sum(int(row[-1]) for row in rows)
+        return sum(abs(int(row[-1])) for row in rows)
 
     def recount(self) -> None:
         """Count the ``message`` table again (and set the mark to the highest transition): after writes that did
@@ -248,6 +277,7 @@ def recount(connection: sa.Connection) -> None:
         connection.exec_driver_sql("LOCK TABLE message IN SHARE MODE")
     m = message_table.c
     connection.execute(sa.delete(message_count_table))
+    connection.execute(sa.delete(message_count_delta_table))
     connection.execute(
         sa.insert(message_count_table).from_select(
             ["service", "operation", "state", "n"],

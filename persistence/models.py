@@ -176,24 +176,42 @@ class MessageRecord(Base):
         # search by error code (migration 0009)
         sa.Index("ix_message_error_code", "last_error_code", "receive_ts"),
         # an error code with a state (migration 0011): the state checked in the index, errors only
-        sa.Index("ix_message_error_code_state", "last_error_code", "state", "receive_ts",
-                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
-                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
+        sa.Index(
+            "ix_message_error_code_state",
+            "last_error_code",
+            "state",
+            "receive_ts",
+            postgresql_where=sa.text("last_error_code IS NOT NULL"),
+            sqlite_where=sa.text("last_error_code IS NOT NULL"),
+        ),
         # an error code with a service (migration 0013), errors only
-        sa.Index("ix_message_error_service", "last_error_code", "service", "receive_ts",
-                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
-                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
+        sa.Index(
+            "ix_message_error_service",
+            "last_error_code",
+            "service",
+            "receive_ts",
+            postgresql_where=sa.text("last_error_code IS NOT NULL"),
+            sqlite_where=sa.text("last_error_code IS NOT NULL"),
+        ),
         # the operation alone (migration 0013)
         sa.Index("ix_message_operation", "operation", "receive_ts"),
         # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only
         # (pg_trgm), with a short pending list (a search reads all of it); the error text's has errors only
-        sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",
-                 postgresql_ops={"payload": "gin_trgm_ops"},
-                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
-        sa.Index("ix_message_error_text_trgm", "last_error_text", postgresql_using="gin",
-                 postgresql_ops={"last_error_text": "gin_trgm_ops"},
-                 postgresql_where=sa.text("last_error_text IS NOT NULL"),
-                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
+        sa.Index(
+            "ix_message_payload_trgm",
+            "payload",
+            postgresql_using="gin",
+            postgresql_ops={"payload": "gin_trgm_ops"},
+            postgresql_with={"gin_pending_list_limit": 128},
+        ).ddl_if(dialect="postgresql"),
+        sa.Index(
+            "ix_message_error_text_trgm",
+            "last_error_text",
+            postgresql_using="gin",
+            postgresql_ops={"last_error_text": "gin_trgm_ops"},
+            postgresql_where=sa.text("last_error_text IS NOT NULL"),
+            postgresql_with={"gin_pending_list_limit": 128},
+        ).ddl_if(dialect="postgresql"),
     )
 
 
@@ -245,9 +263,7 @@ class EntityCallRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    __table_args__ = (
-        sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),
-    )
+    __table_args__ = (sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),)
 
 
 class FunnelLockRecord(Base):
@@ -440,8 +456,8 @@ class ThrottleCounterRecord(Base):
 class MessageCountRecord(Base):
     """How many messages a route has in a state, as of the fold mark (``persistence/counts.py``, migration 0014).
 
-    Written only by the fold (the transitions up to the mark added in) and by the delete trigger on ``message``
-    (a deleted message taken out); a reader adds the transitions after the mark."""
+    Written only by the fold (the transitions up to the mark and the deltas of ``message_count_delta`` added in);
+    a reader adds the transitions after the mark and the deltas."""
 
     __tablename__ = "message_count"
 
@@ -464,6 +480,18 @@ class MessageCountMarkRecord(Base):
     pending_xmax: Mapped[int | None] = mapped_column(sa.BigInteger)
     folded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+
+#: a deleted message taken out of ``message_count``: one row (service, operation, state at the mark, -1) appended
+#: by the delete trigger on ``message`` (migration 0014), moved into ``message_count`` by the next fold. No key: the
+#: deleting transactions only insert, so concurrent deleters never wait for each other or deadlock.
+message_count_delta_table = sa.Table(
+    "message_count_delta",
+    Base.metadata,
+    sa.Column("service", sa.String(100), nullable=False),
+    sa.Column("operation", sa.String(100), nullable=False),
+    sa.Column("state", _state_type(), nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
 
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]

@@ -222,7 +222,8 @@ def test_migration_0014_counts_the_stored_messages_and_goes_back(database_url: s
             config = alembic_config(store.url)
             config.attributes["connection"] = connection
             command.downgrade(config, "0013")
-        assert not {"message_count", "message_count_mark"} & set(sa.inspect(store.engine).get_table_names())
+        tables = set(sa.inspect(store.engine).get_table_names())
+        assert not {"message_count", "message_count_mark", "message_count_delta"} & tables
         _delete(store, ids[1:2])  # the trigger went with the tables
         assert store.count_by_state() == {S.FAILED: 1, S.PARTLY_FAILED: 1, S.NEW: 2}
     finally:
@@ -242,3 +243,54 @@ def test_counts_of_a_state_are_never_negative_while_messages_move(store: Message
         seen.update(counts)
         assert counts == {state: 10}
     assert seen == Counter({S.PROCESSING: 20, S.PARTLY_FAILED: 10, S.OK: 10})
+
+
+def _batch(store: MessageStore, routes: list[tuple[str, str]], tag: str) -> dict[tuple[str, str], list[int]]:
+    """Two new messages of each route: route -> their ids."""
+    ids: dict[tuple[str, str], list[int]] = {}
+    for service, operation in routes:
+        for j in range(2):
+            message = NewMessage(service=service, operation=operation, payload="{}", content_type="application/json",
+                                 correlation_id=f"{tag}-{service}-{j}", source_system="crm", receive_ts=NOW)
+            ids.setdefault((service, operation), []).append(store.insert_message(message).message.id)
+    return ids
+
+
+def test_concurrent_deleters_of_the_same_routes_never_deadlock(postgres_store: MessageStore) -> None:
+    """Retention on one node and an archive or an operator's delete on another delete messages of the same routes
+    in opposite orders: the deleting transactions take no row lock on the counts (they append deltas)."""
+    store = postgres_store
+    routes = [(f"s{i}", f"o{i % 2}") for i in range(5)]
+    barrier = threading.Barrier(2, timeout=30)
+    errors: list[BaseException] = []
+
+    def deleter(seed: int, mine: dict[tuple[str, str], list[int]]) -> None:
+        order = routes if seed == 0 else routes[::-1]
+        try:
+            with store.begin() as connection:
+                for step, route in enumerate(order):
+                    connection.execute(sa.delete(message_table).where(message_table.c.id.in_(mine[route])))
+                    if step == 0:  # both hold their first route's deletions before going on to the other's
+                        barrier.wait()
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+            barrier.abort()
+
+    for round_ in range(20):
+        batches = [_batch(store, routes, f"d-{round_}-{seed}") for seed in range(2)]
+        if round_ % 3 == 1:  # some deleted messages changed state after the mark
+            _move(store, batches[0][routes[0]][0], S.OK)
+        store.counts.fold()  # pending mark, then folded: the messages are in message_count
+        store.counts.fold()
+        threads = [threading.Thread(target=deleter, args=(seed, batch)) for seed, batch in enumerate(batches)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors
+        assert_exact(store)
+        if round_ % 4 == 3:
+            store.counts.fold()
+            assert_exact(store)
+    store.counts.fold()
+    assert_exact(store)

@@ -8,7 +8,7 @@ Create Date: 2026-11-27 12:00:00
 about 1 s for the dashboard's two groupings). They now read ``message_count`` plus the transitions after its mark
 (``persistence/counts.py``). The upgrade counts the table once, under a SHARE lock on ``message`` (writers wait
 for about a second per million messages), and adds the delete trigger that takes a deleted message out of the
-counts (and, on PostgreSQL, the TRUNCATE triggers that reset them; on SQLite, the trigger that lowers the mark when
+counts by appending a row to ``message_count_delta`` (and, on PostgreSQL, the TRUNCATE triggers that reset them; on SQLite, the trigger that lowers the mark when
 the highest transitions are deleted, because SQLite may then give their ids again).
 """
 
@@ -45,9 +45,8 @@ BEGIN
     counted := """
     + _STATE_AT_MARK.format(mark="mark")
     + """;
-    IF counted IS NOT NULL THEN
-        INSERT INTO message_count AS c (service, operation, state, n) VALUES (OLD.service, OLD.operation, counted, -1)
-        ON CONFLICT (service, operation, state) DO UPDATE SET n = c.n - 1;
+    IF counted IS NOT NULL THEN  -- appended, never updated: concurrent deleters lock no common row
+        INSERT INTO message_count_delta (service, operation, state, n) VALUES (OLD.service, OLD.operation, counted, -1);
     END IF;
     RETURN OLD;
 END $$""",
@@ -58,6 +57,7 @@ END $$""",
 BEGIN
     IF TG_TABLE_NAME = 'message' THEN
         DELETE FROM message_count;
+        DELETE FROM message_count_delta;
     END IF;
     UPDATE message_count_mark SET transition_id = 0, pending_id = NULL, pending_xmax = NULL;
     RETURN NULL;
@@ -80,10 +80,8 @@ _SQLITE_STATE = _STATE_AT_MARK.format(mark=_SQLITE_MARK)
 _SQLITE_TOP = "(SELECT coalesce(max(id), 0) FROM message_transition)"
 SQLITE_UP = [
     f"""CREATE TRIGGER message_count_delete BEFORE DELETE ON message FOR EACH ROW BEGIN
-    INSERT OR IGNORE INTO message_count (service, operation, state, n)
-        SELECT OLD.service, OLD.operation, s, 0 FROM (SELECT {_SQLITE_STATE} AS s) WHERE s IS NOT NULL;
-    UPDATE message_count SET n = n - 1
-        WHERE service = OLD.service AND operation = OLD.operation AND state = ({_SQLITE_STATE});
+    INSERT INTO message_count_delta (service, operation, state, n)
+        SELECT OLD.service, OLD.operation, s, -1 FROM (SELECT {_SQLITE_STATE} AS s) WHERE s IS NOT NULL;
 END""",
     # SQLite gives a new row the highest id + 1: once the highest transitions are gone, their ids come again
     f"""CREATE TRIGGER message_count_transition_delete AFTER DELETE ON message_transition FOR EACH ROW
@@ -110,6 +108,13 @@ def upgrade() -> None:
         sa.Column("pending_xmax", sa.BigInteger),
         sa.Column("folded_at", sa.DateTime(timezone=True)),
     )
+    op.create_table(  # no key: the delete trigger only appends to it (see persistence/counts.py)
+        "message_count_delta",
+        sa.Column("service", sa.String(100), nullable=False),
+        sa.Column("operation", sa.String(100), nullable=False),
+        sa.Column("state", sa.String(32), nullable=False),
+        sa.Column("n", sa.BigInteger, nullable=False),
+    )
     bind = op.get_bind()
     for statement in POSTGRES_UP if bind.dialect.name == "postgresql" else SQLITE_UP:
         op.execute(statement)
@@ -119,5 +124,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for statement in POSTGRES_DOWN if op.get_bind().dialect.name == "postgresql" else SQLITE_DOWN:
         op.execute(statement)
+    op.drop_table("message_count_delta")
     op.drop_table("message_count_mark")
     op.drop_table("message_count")
