@@ -14,7 +14,8 @@ old count after an idle period and paid a full count per refresh; a refresher ke
 few seconds on every node, growing with the table; counts written by the hot path (a counter row per route and
 state) would put a row every transition updates, contended by every node, into each accept and outcome
 transaction. The transition rows are written anyway: reading them back costs the writers nothing. Deletions
-(retention, archive, SQL) are taken out by a trigger in the deleting transaction; a ``TRUNCATE`` resets the
+(retention, archive, SQL) are taken out by a trigger in the deleting transaction, which appends a delta row (no
+shared row updated: concurrent deleters never deadlock) that the next fold moves in; a ``TRUNCATE`` resets the
 counts. The per-route backlog of ``/metrics`` is cached for ``route_ttl`` seconds.
 """
 
