@@ -176,42 +176,24 @@ class MessageRecord(Base):
         # search by error code (migration 0009)
         sa.Index("ix_message_error_code", "last_error_code", "receive_ts"),
         # an error code with a state (migration 0011): the state checked in the index, errors only
-        sa.Index(
-            "ix_message_error_code_state",
-            "last_error_code",
-            "state",
-            "receive_ts",
-            postgresql_where=sa.text("last_error_code IS NOT NULL"),
-            sqlite_where=sa.text("last_error_code IS NOT NULL"),
-        ),
+        sa.Index("ix_message_error_code_state", "last_error_code", "state", "receive_ts",
+                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
+                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
         # an error code with a service (migration 0013), errors only
-        sa.Index(
-            "ix_message_error_service",
-            "last_error_code",
-            "service",
-            "receive_ts",
-            postgresql_where=sa.text("last_error_code IS NOT NULL"),
-            sqlite_where=sa.text("last_error_code IS NOT NULL"),
-        ),
+        sa.Index("ix_message_error_service", "last_error_code", "service", "receive_ts",
+                 postgresql_where=sa.text("last_error_code IS NOT NULL"),
+                 sqlite_where=sa.text("last_error_code IS NOT NULL")),
         # the operation alone (migration 0013)
         sa.Index("ix_message_operation", "operation", "receive_ts"),
         # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only
         # (pg_trgm), with a short pending list (a search reads all of it); the error text's has errors only
-        sa.Index(
-            "ix_message_payload_trgm",
-            "payload",
-            postgresql_using="gin",
-            postgresql_ops={"payload": "gin_trgm_ops"},
-            postgresql_with={"gin_pending_list_limit": 128},
-        ).ddl_if(dialect="postgresql"),
-        sa.Index(
-            "ix_message_error_text_trgm",
-            "last_error_text",
-            postgresql_using="gin",
-            postgresql_ops={"last_error_text": "gin_trgm_ops"},
-            postgresql_where=sa.text("last_error_text IS NOT NULL"),
-            postgresql_with={"gin_pending_list_limit": 128},
-        ).ddl_if(dialect="postgresql"),
+        sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",
+                 postgresql_ops={"payload": "gin_trgm_ops"},
+                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
+        sa.Index("ix_message_error_text_trgm", "last_error_text", postgresql_using="gin",
+                 postgresql_ops={"last_error_text": "gin_trgm_ops"},
+                 postgresql_where=sa.text("last_error_text IS NOT NULL"),
+                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
     )
 
 
@@ -263,7 +245,9 @@ class EntityCallRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
-    __table_args__ = (sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),)
+    __table_args__ = (
+        sa.UniqueConstraint("entity_type", "object_id", "call_key", name="uq_entity_call_entity_key"),
+    )
 
 
 class FunnelLockRecord(Base):

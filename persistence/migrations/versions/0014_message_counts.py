@@ -8,8 +8,9 @@ Create Date: 2026-11-27 12:00:00
 about 1 s for the dashboard's two groupings). They now read ``message_count`` plus the transitions after its mark
 (``persistence/counts.py``). The upgrade counts the table once, under a SHARE lock on ``message`` (writers wait
 for about a second per million messages), and adds the delete trigger that takes a deleted message out of the
-counts by appending a row to ``message_count_delta`` (and, on PostgreSQL, the TRUNCATE triggers that reset them; on SQLite, the trigger that lowers the mark when
-the highest transitions are deleted, because SQLite may then give their ids again).
+counts by appending a row to ``message_count_delta`` (a table without a key: concurrent deleters never wait for
+each other), and, on PostgreSQL, the TRUNCATE triggers that reset the counts; on SQLite, the trigger that lowers
+the mark when the highest transitions are deleted, because SQLite may then give their ids again.
 """
 
 from __future__ import annotations
