@@ -15,8 +15,9 @@ page of 50 and, when the page is full, a capped count).
 * default: ``--repeat`` interleaved rounds of direct calls, p50 / p95 / max in ms;
 * ``--plans``: EXPLAIN (ANALYZE, BUFFERS) of every statement one search call runs, first page and next page:
   execution time (nearly load-independent for reads this small) and the rows the scans read, then the plans;
-  and the two queries of ``/admin/counts``;
-* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, and ``GET /admin/counts``,
+  and the reads of ``/admin/counts`` and the dashboard (the stored counts, and the ``GROUP BY`` of before 0014);
+* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, ``GET /admin/counts`` and the
+  console's dashboard,
   against a server already serving the store (``openroute run --config benchmarks/admin_bench.toml
   --database-url <the store>``); goal of issue 26: < 10 ms p95 each.
 """
@@ -38,6 +39,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import FINAL_STATES, MessageStore
+from openroute.persistence.counts import route_counts_statement, state_counts_statement
 
 from benchmarks.store_fill import MIXED, START, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
@@ -78,6 +80,7 @@ def build(rows: int, rebuild: bool) -> MessageStore:
             with store.engine.begin() as connection:
                 fill(connection, min(chunk, rows - first + 1), MIXED, "bench", first=first)
         wear(store.engine, rows)
+        store.counts.recount()  # the fill writes states without transition rows (persistence/counts.py)
         print(f"built in {time.perf_counter() - started:.1f} s", flush=True)
     return store
 
@@ -252,11 +255,15 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
             for label, lines in details:
                 print(f"   -- {label}")
                 print("\n".join(f"   {line}" for line in lines))
-    for label, states in (("/admin/counts: open states (every call)", OPEN_STATES),
-                          ("/admin/counts: final states (refresh)", tuple(FINAL_STATES))):
-        lines, time_ms = explain(connection, counts_statement(states))
+    mark = connection.execute(sa.text("SELECT transition_id FROM message_count_mark")).scalar_one()
+    counted = [("/admin/counts: stored counts + transitions since the mark", state_counts_statement(mark)),
+               ("dashboard: per route, stored + transitions since the mark", route_counts_statement(mark)),
+               ("(before 0014) open states, counted", counts_statement(OPEN_STATES)),
+               ("(before 0014) final states, counted", counts_statement(tuple(FINAL_STATES)))]
+    for label, statement in counted:
+        lines, time_ms = explain(connection, statement)
         connection.rollback()
-        print(f"{label:44} {time_ms:8.2f} ms")
+        print(f"{label:60} {time_ms:8.2f} ms  {lines[0].strip()}")
         if verbose:
             print("\n".join(f"   {line}" for line in lines))
 
@@ -270,7 +277,7 @@ def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> 
     """Every query as ``GET /admin/messages`` (page of 50 + capped count), the second page of
     :data:`NEXT_PAGES`, and ``GET /admin/counts`` on a running server, ``repeat`` interleaved rounds; p50 / p95 /
     max in ms, the goal of issue 26 (< 10 ms p95). For the counts also the age of the final-state counts it
-    answered (``finalStatesAsOf``: stale-while-revalidate, refreshed in the background)."""
+    answered (``finalStatesAsOf``: exact as of the request since migration 0014)."""
     import httpx
 
     goal = GOAL_MS
@@ -283,17 +290,19 @@ def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> 
             assert answer.json()["items"] or "no match" in name, f"{name}: no match (fix the query)"
             if name in NEXT_PAGES:
                 cases[f"{name}: next page"] = {**params, "cursor": answer.json()["nextCursor"]}
-        timings: dict[str, list[float]] = {name: [] for name in [*cases, "/admin/counts"]}
+        timings: dict[str, list[float]] = {name: [] for name in [*cases, "/admin/counts", "/console/ (dashboard)"]}
         for _round in range(repeat):
-            for name, params in [*cases.items(), ("/admin/counts", None)]:
+            for name, params in [*cases.items(), ("/admin/counts", None), ("/console/ (dashboard)", None)]:
                 started = time.perf_counter()
-                if params is None:
+                if name == "/console/ (dashboard)":
+                    answer = client.get("/console/")
+                elif params is None:
                     answer = client.get("/admin/counts")
                 else:
                     answer = client.get("/admin/messages", params={**params, "limit": "50"})
                 timings[name].append((time.perf_counter() - started) * 1000)
                 assert answer.status_code == 200
-                if params is None:
+                if name == "/admin/counts":
                     as_of = datetime.fromisoformat(answer.json()["finalStatesAsOf"])
                     ages.append((datetime.now(UTC) - as_of).total_seconds())
     print(f"admin benchmark through HTTP ({url}): {rows:,} messages, {repeat} interleaved rounds (ms)")
@@ -331,12 +340,12 @@ def main() -> None:
             plans(connection, cases, verbose=True)
         store.dispose()
         return
-    counts = MessageCounts(store.engine, final_ttl=60, route_ttl=0)
+    counts = MessageCounts(store, route_ttl=0)
     timings: dict[str, list[float]] = {name: [] for name in [*cases, "next page (cursor)", "/admin/counts",
                                                                "/metrics backlog"]}
     with store.engine.connect() as connection:
         first = search_messages(connection, cases["no filter"])
-        counts.by_state()  # the final-state counts are cached (refreshed at most every final_ttl seconds)
+        counts.by_state()
         for _round in range(args.repeat):  # interleaved: one round runs every query once
             for name, filters in cases.items():
                 started = time.perf_counter()

@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from openroute.admin import AdminApi, Metrics, health_route
+from openroute.admin import AdminApi, MessageCounts, Metrics, health_route
 from openroute.admin.headers import SecurityHeaders
 from openroute.console import Console
 from openroute.engine import Engine
@@ -64,6 +64,7 @@ def create_app(
     metrics_auth: bool = False,
     alerts: AlertEvaluator | None = None,
     throttling: Throttling | None = None,
+    counts: MessageCounts | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -75,7 +76,9 @@ def create_app(
     with no checks); given bindings are served as they are. With ``manage_engine`` the app's lifespan starts the
     engine and stops it on shutdown, then checkpoints a SQLite store's write-ahead log into the database file.
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
-    ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``.
+    ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``. The lifespan folds the
+    store's message counts every 2 s (``counts``, default a :class:`~openroute.admin.counts.MessageCounts`, shared by
+    the admin API and ``/metrics``; ``app.state.counts``).
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
     with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
@@ -89,12 +92,13 @@ def create_app(
     With ``throttling`` inbound requests pass its rules first (:mod:`openroute.inbound.throttling`).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
-    metrics = Metrics(engine, channel_counters, auth=admin_auth if metrics_auth else None)
+    counts = counts if counts is not None else MessageCounts(engine.store)
+    metrics = Metrics(engine, channel_counters, counts, auth=admin_auth if metrics_auth else None)
     if metrics_auth and admin_auth is None:
         raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request,
                                throttling=throttling)
-    admin = AdminApi(engine, admin_auth, allowed_origins=allowed_origins)
+    admin = AdminApi(engine, admin_auth, counts=counts, allowed_origins=allowed_origins)
     engine.final_state_hooks.append(metrics.on_final_state)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
     if outbox is not None:
@@ -105,7 +109,7 @@ def create_app(
         engine.final_state_hooks.append(confirmation.on_final_state)
 
     services = _NodeServices(engine, manage_engine, channels, outbox, confirmation, confirmation_interval, purge,
-                             alerts)
+                             alerts, counts)
 
     health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
@@ -124,6 +128,7 @@ def create_app(
     app.state.channels = channels
     app.state.outbox = outbox
     app.state.alerts = alerts
+    app.state.counts = counts
     return app
 
 
@@ -136,6 +141,7 @@ class _Running:
     confirmations: asyncio.Task[None] | None = None
     retention: asyncio.Task[None] | None = None
     alerts: asyncio.Task[None] | None = None
+    counts: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -151,6 +157,7 @@ class _NodeServices:
     confirmation_interval: float
     purge: RetentionJob | None
     alerts: AlertEvaluator | None
+    counts: MessageCounts
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -182,6 +189,7 @@ class _NodeServices:
             running.retention = asyncio.create_task(self.purge.run(stop), name="retention")
         if self.alerts is not None:
             running.alerts = asyncio.create_task(self.alerts.run(stop), name="alerts")
+        running.counts = asyncio.create_task(self.counts.run(stop), name="message-counts")
         return running
 
     async def _stop(self, running: _Running) -> None:
@@ -192,6 +200,8 @@ class _NodeServices:
             await running.retention
         if running.alerts is not None:
             await running.alerts
+        if running.counts is not None:
+            await running.counts
         if running.confirmations is not None:
             try:
                 await asyncio.wait_for(running.confirmations, 30)

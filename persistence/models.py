@@ -438,6 +438,46 @@ class ThrottleCounterRecord(Base):
     count: Mapped[int] = mapped_column(sa.Integer)
 
 
+class MessageCountRecord(Base):
+    """How many messages a route has in a state, as of the fold mark (``persistence/counts.py``, migration 0014).
+
+    Written only by the fold (the transitions up to the mark and the deltas of ``message_count_delta`` added in);
+    a reader adds the transitions after the mark and the deltas."""
+
+    __tablename__ = "message_count"
+
+    service: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    operation: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    state: Mapped[MessageState] = mapped_column(_state_type(), primary_key=True)
+    n: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+
+class MessageCountMarkRecord(Base):
+    """The one row saying which ``message_transition`` rows ``message_count`` holds: every id up to
+    ``transition_id``; ``pending_id`` / ``pending_xmax`` are the next mark and the PostgreSQL transaction id that
+    must be past before it is folded (the transitions below it are then all committed or never will be)."""
+
+    __tablename__ = "message_count_mark"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True)
+    transition_id: Mapped[int] = mapped_column(sa.BigInteger)
+    pending_id: Mapped[int | None] = mapped_column(sa.BigInteger)
+    pending_xmax: Mapped[int | None] = mapped_column(sa.BigInteger)
+    folded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+#: a deleted message taken out of ``message_count``: one row (service, operation, state at the mark, -1) appended
+#: by the delete trigger on ``message`` (migration 0014), moved into ``message_count`` by the next fold. No key: the
+#: deleting transactions only insert, so concurrent deleters never wait for each other or deadlock.
+message_count_delta_table = sa.Table(
+    "message_count_delta",
+    Base.metadata,
+    sa.Column("service", sa.String(100), nullable=False),
+    sa.Column("operation", sa.String(100), nullable=False),
+    sa.Column("state", _state_type(), nullable=False),
+    sa.Column("n", sa.BigInteger, nullable=False),
+)
+
 message_table: sa.Table = MessageRecord.__table__  # type: ignore[assignment]
 external_call_table: sa.Table = ExternalCallRecord.__table__  # type: ignore[assignment]
 confirmation_table: sa.Table = ConfirmationRecord.__table__  # type: ignore[assignment]
@@ -450,3 +490,5 @@ circuit_breaker_table: sa.Table = CircuitBreakerRecord.__table__  # type: ignore
 call_record_table: sa.Table = CallRecordRecord.__table__  # type: ignore[assignment]
 alert_state_table: sa.Table = AlertStateRecord.__table__  # type: ignore[assignment]
 throttle_counter_table: sa.Table = ThrottleCounterRecord.__table__  # type: ignore[assignment]
+message_count_table: sa.Table = MessageCountRecord.__table__  # type: ignore[assignment]
+message_count_mark_table: sa.Table = MessageCountMarkRecord.__table__  # type: ignore[assignment]

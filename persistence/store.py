@@ -8,6 +8,7 @@ same database in its own module:
 * ``store.calls`` (:class:`~openroute.persistence.external_calls.ExternalCallStore`): external and entity calls
 * ``store.funnels`` (:class:`~openroute.persistence.funnels.FunnelStore`): funnel locks and order
 * ``store.nodes`` (:class:`~openroute.persistence.nodes.NodeStore`): the cluster's nodes
+* ``store.counts`` (:class:`~openroute.persistence.counts.StoredCounts`): messages per route and state
 
 One transaction story for all of them (:mod:`openroute.persistence.database`): every method takes an optional
 ``connection``; without one it runs in a transaction of its own, with one (from :meth:`MessageStore.begin` or the
@@ -21,6 +22,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import HotPath
+from openroute.persistence.counts import StoredCounts
 from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
 from openroute.persistence.funnels import FunnelStore
@@ -51,6 +53,8 @@ class MessageStore(Database):
         self.funnels = FunnelStore(self)
         #: the nodes of the cluster
         self.nodes = NodeStore(self)
+        #: messages per route and state, kept as the transitions are written (``persistence/counts.py``)
+        self.counts = StoredCounts(self)
 
     def insert_message(
         self, new: NewMessage, connection: sa.Connection | None = None, *, node_id: str | None = None,

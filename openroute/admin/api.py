@@ -258,8 +258,8 @@ class AdminApi:
         self.store = engine.store
         self.auth = auth
         self.prefix = prefix
-        #: state counts of ``GET counts`` (final states cached, see :class:`MessageCounts`)
-        self.message_counts = counts if counts is not None else MessageCounts(engine.store.engine)
+        #: state counts of ``GET counts`` (exact, see :class:`MessageCounts`)
+        self.message_counts = counts if counts is not None else MessageCounts(engine.store)
         #: ``GET breakers``, ``POST breakers/{system}/state``
         self.breakers = BreakerAdmin(engine)
 
@@ -419,8 +419,8 @@ class AdminApi:
     async def counts(self, _request: Request, _user: str) -> Response:
         """How many messages are in each state (every state listed, zeros included) and the total.
 
-        Non-final states are exact; final states come from a cache refreshed in the background once older than
-        ``counts.final_ttl`` seconds (``finalStatesAsOf`` says when they were counted).
+        Every count is exact as of ``finalStatesAsOf`` (when they were read: the stored counts plus the transitions
+        since their mark, see :mod:`openroute.admin.counts`).
         """
         counted = await self._db(self.message_counts.by_state)
         body = {state.value: counted.counts.get(state, 0) for state in MessageState}

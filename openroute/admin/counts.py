@@ -1,16 +1,27 @@
-"""Message counts per state for ``/admin/counts`` and ``/metrics``, at a cost that does not grow with the store.
+"""Message counts per state for ``/admin/counts``, the console and ``/metrics``, exact on every call at a cost that
+does not grow with the store.
 
-Messages that are not final (the backlog) are counted exactly on every call with a query a state index
-answers (its cost follows the backlog, not the table). Final messages only accumulate: counting them reads the
-whole table (about 100 ms at 1,000,000 rows), so their counts are a cached value, refreshed in the background once
-it is older than ``final_ttl`` seconds (default 5: the console's refresh): a call never waits for that count
-except the very first one, and ``StateCounts.final_as_of`` says when the final states were counted
-(stale-while-revalidate, as HTTP caches do it). The per-route counts of ``/metrics`` are cached for ``route_ttl``
-seconds.
+Every count is read from the store's ``message_count`` table plus the transitions written since its mark, in one
+statement (:class:`~openroute.persistence.counts.StoredCounts`): what a ``GROUP BY`` of the ``message`` table
+would answer in that snapshot, for the cost of the recent transitions (an index range), not of the table (a
+``GROUP BY`` of 1,000,000 messages took 85-136 ms; the dashboard's two took about 1 s). Each node folds the
+transitions into the table every ``fold_interval`` seconds (:meth:`MessageCounts.run`, started by the server), so
+the first call after an idle hour costs what any other call does; a read that found more than ``max_tail``
+transitions after the mark (no node folding, e.g. only the CLI runs) starts a fold in the background.
+
+Why this design (docs/performance.md, "Counts"): a stale-while-revalidate cache of the final states answered an
+old count after an idle period and paid a full count per refresh; a refresher kept warm would pay that count every
+few seconds on every node, growing with the table; counts written by the hot path (a counter row per route and
+state) would put a row every transition updates, contended by every node, into each accept and outcome
+transaction. The transition rows are written anyway: reading them back costs the writers nothing. Deletions
+(retention, archive, SQL) are taken out by a trigger in the deleting transaction, which appends a delta row (no
+shared row updated: concurrent deleters never deadlock) that the next fold moves in; a ``TRUNCATE`` resets the
+counts. The per-route backlog of ``/metrics`` is cached for ``route_ttl`` seconds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -21,7 +32,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.persistence import FINAL_STATES, MessageState, mask_secrets, message_table
+from openroute.persistence import FINAL_STATES, MessageState, MessageStore, mask_secrets, message_table
+from openroute.persistence.outage import StoreOutage, run_passes
 
 log = logging.getLogger(__name__)
 
@@ -30,84 +42,100 @@ OPEN_STATES: tuple[MessageState, ...] = tuple(s for s in MessageState if s not i
 
 @dataclass(frozen=True)
 class StateCounts:
-    """How many messages are in each state; final states as of ``final_as_of``."""
+    """How many messages are in each state, exact as of ``final_as_of`` (when they were read; the name is kept
+    from when the final states were a cached count)."""
 
     counts: dict[MessageState, int]
     final_as_of: datetime
 
 
 def counts_statement(states: tuple[MessageState, ...]) -> sa.Select[Any]:
-    """How many messages are in each of ``states`` (the open ones on every call, the final ones when the cached
-    counts are refreshed)."""
+    """How many messages are in each of ``states``, counted in the ``message`` table (the exact reference the
+    stored counts are checked against, and what the benchmark compares them with)."""
     c = message_table.c
     return sa.select(c.state, sa.func.count()).where(c.state.in_(states)).group_by(c.state)
 
 
 class MessageCounts:
-    """Cached state counts of one store (thread-safe: the admin API and the metrics call it from worker threads).
+    """The state counts of one store (thread-safe: the admin API and the metrics call it from worker threads).
 
-    ``final_ttl`` / ``route_ttl``: how old (seconds) the final-state counts and the per-route backlog counts
-    may be before a call refreshes them.
+    ``fold_interval``: seconds between the folds of :meth:`run`; ``max_tail``: a read that added more transitions
+    than this starts a fold; ``route_ttl``: how old (seconds) the per-route backlog counts may be.
     """
 
     def __init__(
         self,
-        engine: sa.Engine,
-        final_ttl: float = 5.0,
+        store: MessageStore,
         route_ttl: float = 5.0,
+        *,
+        fold_interval: float = 2.0,
+        max_tail: int = 20_000,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if final_ttl < 0 or route_ttl < 0:
-            raise ValueError(f"cache times must be >= 0 seconds, got final_ttl={final_ttl} route_ttl={route_ttl}")
-        self.engine = engine
-        self.final_ttl = final_ttl
+        if route_ttl < 0 or fold_interval <= 0 or max_tail < 0:
+            raise ValueError(
+                f"route_ttl must be >= 0, fold_interval > 0 and max_tail >= 0 (seconds, rows), got "
+                f"route_ttl={route_ttl} fold_interval={fold_interval} max_tail={max_tail}"
+            )
+        self.store = store
         self.route_ttl = route_ttl
+        self.fold_interval = fold_interval
+        self.max_tail = max_tail
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._final: tuple[float, datetime, dict[MessageState, int]] | None = None
         self._routes: tuple[float, list[tuple[str, str, MessageState, int]]] | None = None
-        self._refresh: threading.Thread | None = None
+        self._folding: threading.Thread | None = None
+        #: whether the fold loop finds the store unreachable
+        self.outage = StoreOutage.of_loop("message counts")
 
     def by_state(self) -> StateCounts:
-        """Exact counts of the non-final states, and the (cached) counts of the final states."""
-        with self.engine.connect() as connection:
-            counts = {MessageState(s): int(n) for s, n in connection.execute(counts_statement(OPEN_STATES)).all()}
-            _at, as_of, final = self._final_counts(connection)
-        counts.update(final)
-        return StateCounts(counts, as_of)
+        """Exact counts of every state (states without messages left out)."""
+        counts, tail = self.store.counts.by_state()
+        if tail > self.max_tail:
+            self._fold_soon()
+        return StateCounts(counts, datetime.now(UTC))
 
-    def _final_counts(self, connection: sa.Connection) -> tuple[float, datetime, dict[MessageState, int]]:
+    def by_route(self) -> dict[tuple[str, str], dict[MessageState, int]]:
+        """(service, operation) -> state -> exact count."""
+        return self.store.counts.by_route()
+
+    def fold(self) -> int | None:
+        """Fold the settled transitions into the stored counts (:meth:`StoredCounts.fold`): rows folded, None when
+        another node folds now."""
+        return self.store.counts.fold()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fold every ``fold_interval`` seconds until ``stop`` is set (in a worker thread; outages logged once)."""
+        await run_passes(
+            lambda: asyncio.to_thread(self.fold),
+            self.fold_interval,
+            stop,
+            self.outage,
+            "folding the message counts failed; tried again at the next interval",
+            log,
+        )
+
+    def _fold_soon(self) -> None:
         with self._lock:
-            cached = self._final
-            if cached is not None:
-                if self._monotonic() - cached[0] > self.final_ttl and self._refresh is None:
-                    self._refresh = threading.Thread(target=self._refresh_final, name="final-state-counts",
-                                                     daemon=True)
-                    self._refresh.start()
-                return cached
-        return self._count_final(connection)
+            if self._folding is not None:
+                return
+            self._folding = threading.Thread(target=self._fold_in_background, name="message-counts-fold", daemon=True)
+            self._folding.start()
 
-    def _count_final(self, connection: sa.Connection) -> tuple[float, datetime, dict[MessageState, int]]:
-        counted = connection.execute(counts_statement(tuple(FINAL_STATES))).all()
-        fresh = (self._monotonic(), datetime.now(UTC), {MessageState(s): int(n) for s, n in counted})
-        with self._lock:
-            self._final = fresh
-        return fresh
-
-    def _refresh_final(self) -> None:
+    def _fold_in_background(self) -> None:
         try:
-            with self.engine.connect() as connection:
-                self._count_final(connection)
-        except sa.exc.SQLAlchemyError as error:  # the stale value stays; the next expired call tries again
-            log.warning("final-state counts not refreshed: %s", mask_secrets(str(error).splitlines()[0]))
+            for _ in range(2):  # PostgreSQL: the first fold sets the pending mark the second one folds up to
+                self.fold()
+        except sa.exc.SQLAlchemyError as error:  # the reads stay exact, only slower; the next long read tries again
+            log.warning("message counts not folded: %s", mask_secrets(str(error).splitlines()[0]))
         finally:
             with self._lock:
-                self._refresh = None
+                self._folding = None
 
-    def wait_for_refresh(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for a background refresh of the final-state counts; True when none runs."""
+    def wait_for_fold(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a fold started by a read; True when none runs."""
         with self._lock:
-            running = self._refresh
+            running = self._folding
         if running is not None:
             running.join(timeout)
             return not running.is_alive()
@@ -119,20 +147,17 @@ class MessageCounts:
             cached = self._routes
             if cached is not None and self._monotonic() - cached[0] <= self.route_ttl:
                 return cached[1]
-        c = message_table.c
-        query = (
-            sa.select(c.service, c.operation, c.state, sa.func.count())
-            .where(c.state.in_(OPEN_STATES))
-            .group_by(c.service, c.operation, c.state)
-        )
-        with self.engine.connect() as connection:
-            rows = [(s, o, MessageState(st), int(n)) for s, o, st, n in connection.execute(query).all()]
+        rows = [
+            (service, operation, state, n)
+            for (service, operation), states in self.by_route().items()
+            for state, n in states.items()
+            if state in OPEN_STATES
+        ]
         with self._lock:
             self._routes = (self._monotonic(), rows)
         return rows
 
     def invalidate(self) -> None:
-        """Forget the cached values (the next call reads the store, and waits for it)."""
+        """Forget the cached per-route backlog (the next call reads the store)."""
         with self._lock:
-            self._final = None
             self._routes = None

@@ -138,7 +138,7 @@ class Metrics:
         self.engine = engine
         #: with users here, ``/metrics`` needs one with a role of :data:`METRICS_ROLES` (``[admin] metrics_auth``)
         self.auth = auth
-        self.counts = counts if counts is not None else MessageCounts(engine.store.engine)
+        self.counts = counts if counts is not None else MessageCounts(engine.store)
         self.registry = CollectorRegistry(auto_describe=False)
         self.finals = Counter(
             "openroute_final_messages", "Messages this node brought to a final state, by route and state",

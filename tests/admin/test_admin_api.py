@@ -12,7 +12,6 @@ import pytest
 from openroute.persistence import (
     MessageState,
     MessageStore,
-    NewMessage,
     StoredMessage,
 )
 
@@ -311,33 +310,3 @@ async def test_metrics_show_the_backlog_per_route_not_the_final_messages(client:
     assert 'openroute_messages{operation="create",service="orders",state="NEW"} 3.0' in gauge
     # final messages are counted by the node that finished them (openroute_final_messages_total), not read here
     assert 'state="OK"' not in gauge and 'state="FAILED"' not in gauge
-
-
-def test_final_state_counts_are_cached_and_open_states_are_exact(store: MessageStore) -> None:
-    from openroute.admin import MessageCounts
-
-    ticks = [0.0]
-    counts = MessageCounts(store.engine, final_ttl=60, route_ttl=5, monotonic=lambda: ticks[0])
-    new = store.insert_message(NewMessage(service="s", operation="o", payload="{}", content_type="application/json",
-                                          correlation_id="m-1", source_system="crm",
-                                          receive_ts=datetime.now(UTC))).message
-    assert counts.by_state().counts == {MessageState.NEW: 1}
-    assert counts.open_by_route() == [("s", "o", MessageState.NEW, 1)]
-    from openroute import states
-
-    processing = states.claim(store, [new], "n", datetime.now(UTC))[0]
-    states.transition(store, processing, MessageState.OK, datetime.now(UTC))
-    ticks[0] = 4.0
-    assert counts.by_state().counts == {}  # NEW left at once; OK not counted before the cache expires
-    assert counts.open_by_route() == [("s", "o", MessageState.NEW, 1)]  # cached for route_ttl
-    ticks[0] = 61.0
-    # expired: the call answers from the cache at once and refreshes it in the background
-    assert counts.by_state().counts == {}
-    assert counts.wait_for_refresh(timeout=30)
-    counted = counts.by_state()
-    assert counted.counts == {MessageState.OK: 1}
-    assert counts.open_by_route() == []
-    counts.invalidate()  # nothing cached: the call counts and waits
-    assert counts.by_state().counts == {MessageState.OK: 1}
-    with pytest.raises(ValueError, match="final_ttl=-1"):
-        MessageCounts(store.engine, final_ttl=-1)

@@ -19,6 +19,7 @@ from openroute.confirmation import ConfirmationService, DefaultConfirmationCallb
 from openroute.persistence import MessageState, MessageStore, confirmation_table, message_table
 from openroute.persistence.outage import MAX_BACKOFF, StoreOutage, is_store_unreachable, run_passes
 
+from openroute.admin import MessageCounts
 from openroute.alerts import AlertEvaluator, AlertRule, LogNotifier
 from openroute.engine import Engine, EngineSettings
 from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
@@ -29,7 +30,8 @@ from tests.tcp_proxy import proxy_to
 
 #: the store's view of each loop of a node, as its WARNING and INFO lines begin
 LOOPS = ("message store", "message store (confirmation loop)", "message store (retention job)",
-         "message store (alert evaluator)", "message store (outbox publisher)", "message store (funnel listener)")
+         "message store (alert evaluator)", "message store (outbox publisher)", "message store (funnel listener)",
+         "message store (message counts)")
 
 
 def _unreachable() -> sa.exc.OperationalError:
@@ -124,8 +126,8 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Cut PostgreSQL under a node running every background loop (repoll, heartbeat, confirmations, retention,
-    alerts, outbox, funnel listener): one WARNING and one INFO per loop, no traceback, and afterwards the node takes
-    a new message to OK and confirms it without a restart."""
+    alerts, outbox, funnel listener, message counts): one WARNING and one INFO per loop, no traceback, and afterwards
+    the node takes a new message to OK and confirms it without a restart."""
     caplog.set_level(logging.INFO)
     setup = MessageStore(postgres_url)
     setup.create_schema()
@@ -146,7 +148,8 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
                                 [LogNotifier()], node_id="outage-loops")
         app = create_app(engine, confirmation=confirmation, confirmation_interval=tick, outbox=outbox, alerts=alerts,
                          retention=RetentionPolicy(keep={"OK": timedelta(days=30)},
-                                                   interval=timedelta(seconds=tick)))
+                                                   interval=timedelta(seconds=tick)),
+                         counts=MessageCounts(store, fold_interval=tick))
         headers = {"Content-Type": "application/json", "X-Source-System": "CRM"}
         try:
             async with app.router.lifespan_context(app), httpx.AsyncClient(
@@ -163,7 +166,8 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
                                        headers={**headers, "X-Correlation-Id": "down"})
                 assert down.status_code == 503
                 # the loops keep failing meanwhile (every 0.2 s, backing off): awaited, not slept
-                loops = [confirmation.outage, app.state.retention.outage, alerts.outage, outbox.outage]
+                loops = [confirmation.outage, app.state.retention.outage, alerts.outage, outbox.outage,
+                         app.state.counts.outage]
                 await _until(lambda: all(outage.failures >= 3 for outage in loops), "three failed passes per loop")
 
                 proxy.restore()
