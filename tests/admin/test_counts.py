@@ -43,7 +43,7 @@ def assert_exact(store: MessageStore) -> None:
 def _move(store: MessageStore, message_id: int, to: MessageState, connection: sa.Connection | None = None) -> None:
     message = store.get(message_id, connection)
     assert message is not None
-    assert store.transitions.apply(message.id, message.version, message.state, to, NOW, connection=connection)
+    assert store.transitions.apply((message.id, message.version, message.state, to, NOW, {}), connection)
 
 
 def _delete(store: MessageStore, ids: list[int]) -> None:
