@@ -99,15 +99,8 @@ def create_app(
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request,
                                throttling=throttling)
     admin = AdminApi(engine, admin_auth, counts=counts, allowed_origins=allowed_origins)
-    engine.final_state_hooks.append(metrics.on_final_state)
+    _hook_final_states(engine, metrics, outbox, confirmation)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
-    if outbox is not None:
-        engine.final_state_tx_hooks.append(outbox.writer())
-        engine.final_state_hooks.append(outbox.on_final_state)
-    if confirmation is not None:
-        engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
-        engine.final_state_hooks.append(confirmation.on_final_state)
-
     services = _NodeServices(engine, manage_engine, channels, outbox, confirmation, confirmation_interval, purge,
                              alerts, counts)
 
@@ -130,6 +123,20 @@ def create_app(
     app.state.alerts = alerts
     app.state.counts = counts
     return app
+
+
+def _hook_final_states(
+    engine: Engine, metrics: Metrics, outbox: OutboxPublisher | None, confirmation: ConfirmationService | None
+) -> None:
+    """What a final state sets off: the metrics' counters; the outbox's events and the confirmation's row written in
+    the transaction that makes the message final, each sent after its commit."""
+    engine.final_state_hooks.append(metrics.on_final_state)
+    if outbox is not None:
+        engine.final_state_tx_hooks.append(outbox.writer())
+        engine.final_state_hooks.append(outbox.on_final_state)
+    if confirmation is not None:
+        engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
+        engine.final_state_hooks.append(confirmation.on_final_state)
 
 
 @dataclass
