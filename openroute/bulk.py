@@ -2,9 +2,9 @@
 
 ``openroute messages`` (and the admin API) change messages one by one through the engine and start at once; an
 ``openroute spark`` job pays a fixed start (a JVM and a session, or a round trip to a warm Spark Connect server)
-and then grows more slowly with the rows. :data:`SPARK_PAYS_OFF_AT` is where they cross, an estimate until
-``benchmarks/spark_bench.py`` measures it on a quiet machine (docs/spark.md, "Spark or ``openroute messages``?", says
-how it is found and what the loaded runs showed). Both command lines
+and then grows more slowly with the rows. :data:`SPARK_PAYS_OFF_AT` is where they cross, as
+``benchmarks/spark_bench.py`` measured it (docs/spark.md, "Spark or ``openroute messages``?", says how it is found
+and what the runs showed). Both command lines
 read it from here, below them both, and each suggests the other tool on the wrong side of it::
 
     from openroute.bulk import spark_suggestion, sql_suggestion
@@ -18,9 +18,10 @@ from __future__ import annotations
 __all__ = ["SPARK_PAYS_OFF_AT", "spark_suggestion", "sql_suggestion"]
 
 #: messages of one bulk restart above which ``openroute spark reprocess`` is quicker than ``openroute messages``:
-#: extrapolated from issue 28's figures; the runs of 2026-11-27 (100k and 1M, one each) are too few to move it: at
-#: load 1.5-4.7 the warm plan + apply lines crossed SQL's at ~312,000 selected, at load 7-17 they gave no line
-SPARK_PAYS_OFF_AT = 5_000_000
+#: the cold crossing (a JVM and a session per command) of the plan + apply lines against plain SQL's, measured at
+#: 100k and 1M messages on 2026-11-27 (``--repeat 2``, load 1-4): ~20M messages in the store, ~1,000,000 selected;
+#: on a warm Connect server it is ~226,000-312,000 selected (docs/spark.md)
+SPARK_PAYS_OFF_AT = 1_000_000
 
 
 def sql_suggestion(messages: int, threshold: int | None = None) -> str | None:

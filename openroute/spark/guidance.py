@@ -3,7 +3,7 @@ reads too (the line below it points the user to plain SQL)::
 
     from openroute.spark.guidance import suggestion
 
-    print(suggestion(400))   # 400 messages: plain SQL is quicker below ~5,000,000; openroute messages restart ...
+    print(suggestion(400))   # 400 messages: plain SQL is quicker below ~1,000,000; openroute messages restart ...
 """
 
 from __future__ import annotations

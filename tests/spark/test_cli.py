@@ -54,7 +54,7 @@ RESULTS = [
     "crm/setCustomer       SKIP_OBSOLETE         1",
     "shop/createOrder      RESTART               1",
     "shop/createOrderLine  LEAVE                 1",
-    "8 message(s): below ~5,000,000 plain SQL is quicker than Spark's start-up; openroute messages restart "
+    "8 message(s): below ~1,000,000 plain SQL is quicker than Spark's start-up; openroute messages restart "
     "--state FAILED ... (or the admin API) does the same through the same rules",
     "applied: restarted 6, skipped as obsolete 1, already done by this job 0, changed since the plan 0, "
     "no longer stored 0 (4 batches)",

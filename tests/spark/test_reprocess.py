@@ -275,7 +275,7 @@ def test_cli_dry_run_then_apply_and_one_line_errors(
     shown = capsys.readouterr().out
     assert "job cli-1: plan in" in shown and "billing/charge  RESTART" in shown and "dry run: nothing changed" in shown
     assert "spark session ready in " in shown
-    assert "1 message(s): below ~5,000,000 plain SQL is quicker than Spark's start-up" in shown
+    assert "1 message(s): below ~1,000,000 plain SQL is quicker than Spark's start-up" in shown
     assert main(["spark", "reprocess", "--database-url", sqlite_url, "--plan", str(out), "--apply"]) == 0
     assert "applied: restarted 1, skipped as obsolete 0" in capsys.readouterr().out
     assert MessageStore(sqlite_url).get(ids["f_business"]).state is S.PARTLY_FAILED
