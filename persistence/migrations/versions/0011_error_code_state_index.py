@@ -16,8 +16,6 @@ from alembic import op
 
 revision = "0011"
 down_revision = "0010"
-branch_labels = None
-depends_on = None
 
 _WITH_ERROR = sa.text("last_error_code IS NOT NULL")
 

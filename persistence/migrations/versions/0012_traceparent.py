@@ -17,8 +17,6 @@ from openroute.persistence.migrations._columns import drop_columns
 
 revision = "0012"
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -26,8 +26,6 @@ from alembic import op
 
 revision = "0013"
 down_revision = "0012"
-branch_labels = None
-depends_on = None
 
 _WITH_ERROR = sa.text("last_error_code IS NOT NULL")
 _WITH_ERROR_TEXT = sa.text("last_error_text IS NOT NULL")

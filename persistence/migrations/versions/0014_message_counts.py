@@ -22,8 +22,6 @@ from openroute.persistence.counts import recount
 
 revision = "0014"
 down_revision = "0013"
-branch_labels = None
-depends_on = None
 
 _STATE_AT_MARK = (  # the state a deleted message has in message_count: the one its first transition after the mark
     # left (NULL: stored after the mark, not in the table), or its state when it has no transition after the mark
