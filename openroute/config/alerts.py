@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from openroute.config.values import Duration, Section, read_secret
+from openroute.config.values import Duration, PasswordSection, Section
 from openroute.errors import ConfigurationError
 
 
-class NotifierConfig(Section):
+class NotifierConfig(PasswordSection):
     """Where alert notifications go (``[alerts.notifiers.NAME]``): ``type`` webhook, smtp or log."""
 
     type: Literal["webhook", "smtp", "log"]
@@ -24,14 +23,10 @@ class NotifierConfig(Section):
     sender: str = "openroute@localhost"
     recipients: list[str] = []
     username: str | None = None
-    password: str | None = None
-    password_file: Path | None = None
-    password_env: str | None = None
     starttls: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> NotifierConfig:
-        object.__setattr__(self, "password", read_secret(self, "password"))
         if self.type == "webhook" and self.url is None:
             raise ValueError("a webhook notifier needs url")
         if self.type == "smtp" and (self.host is None or not self.recipients):

@@ -9,24 +9,19 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from openroute.config.values import Duration, Section, read_secret
+from openroute.config.values import Duration, PasswordSection, Section, read_secret
 from openroute.errors import ConfigurationError
 
 
-class _Login(Section):
+class _Login(PasswordSection):
     """A user name and its password: given inline, in ``password_file`` or in the variable ``password_env``."""
 
     username: str = Field(min_length=1)
-    password: str | None = None
-    password_file: Path | None = None
-    password_env: str | None = None
 
     @model_validator(mode="after")
-    def _resolve_password(self) -> Self:
-        secret = read_secret(self, "password")
-        if secret is None:
+    def _require_password(self) -> Self:
+        if self.password is None:
             raise ValueError("give password, password_file or password_env")
-        object.__setattr__(self, "password", secret)
         return self
 
 

@@ -6,9 +6,9 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 ENV_PREFIX = "OPENROUTE_"
 DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
@@ -38,6 +38,20 @@ class Section(BaseModel):
     """A table of the configuration: unknown keys are errors, values are frozen."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PasswordSection(Section):
+    """A section with a password given inline, in ``password_file`` or in the variable ``password_env`` (one of
+    them); once validated, ``password`` holds it (None when none is given)."""
+
+    password: str | None = None
+    password_file: Path | None = None
+    password_env: str | None = None
+
+    @model_validator(mode="after")
+    def _read_password(self) -> Self:
+        object.__setattr__(self, "password", read_secret(self, "password"))
+        return self
 
 
 def read_secret(owner: Section, name: str) -> str | None:
