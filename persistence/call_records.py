@@ -3,7 +3,7 @@ outcome. They go with their message (``ON DELETE CASCADE``), so the retention jo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -47,9 +47,8 @@ class CallRecordStore:
 
     def add(self, record: CallRecord, connection: sa.Connection | None = None) -> int:
         """Store ``record``; returns its id."""
-        values = {name: getattr(record, name) for name in (
-            "message_id", "system", "call_key", "started_at", "duration_ms", "outcome", "request", "response",
-            "error")}
+        # the record's fields are the table's columns; the id is the database's
+        values = {field.name: getattr(record, field.name) for field in fields(record) if field.name != "id"}
         statement = sa.insert(call_record_table).values(**values).returning(call_record_table.c.id)
         return int(self.store.run(lambda c: c.execute(statement).scalar_one(), connection))
 
@@ -57,7 +56,4 @@ class CallRecordStore:
         """The records of ``message_id``'s calls, oldest first."""
         table = call_record_table
         query = sa.select(table).where(table.c.message_id == message_id).order_by(table.c.id)
-        return self.store.run(lambda c: [CallRecord(
-            message_id=r.message_id, system=r.system, call_key=r.call_key, started_at=r.started_at,
-            duration_ms=r.duration_ms, outcome=r.outcome, request=r.request, response=r.response, error=r.error,
-            id=r.id) for r in c.execute(query)], connection)
+        return self.store.run(lambda c: [CallRecord(**r._mapping) for r in c.execute(query)], connection)
