@@ -9,7 +9,7 @@ from typing import Any, Self
 
 from pydantic import Field, model_validator
 
-from openroute.config.values import Duration, PasswordSection, Section, read_secret
+from openroute.config.values import Duration, PasswordSection, Section
 from openroute.errors import ConfigurationError
 
 
@@ -32,14 +32,15 @@ class BasicConfig(_Login):
 class SourceSystemConfig(Section):
     """The credentials one source system may send with: HTTP basic and/or an API key (``X-API-Key``)."""
 
+    secrets = ("api_key",)
+
     basic: BasicConfig | None = None
     api_key: str | None = None
     api_key_file: Path | None = None
     api_key_env: str | None = None
 
     @model_validator(mode="after")
-    def _resolve(self) -> SourceSystemConfig:
-        object.__setattr__(self, "api_key", read_secret(self, "api_key"))
+    def _check(self) -> SourceSystemConfig:
         if self.basic is None and self.api_key is None:
             raise ValueError("give basic and/or api_key (or api_key_file / api_key_env)")
         return self

@@ -6,7 +6,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
@@ -39,19 +39,25 @@ class Section(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: the section's secrets: each NAME may be given as NAME, NAME_file or NAME_env, and NAME holds it once validated
+    secrets: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="after")
+    def _read_secrets(self) -> Self:
+        for name in self.secrets:
+            object.__setattr__(self, name, read_secret(self, name))
+        return self
+
 
 class PasswordSection(Section):
     """A section with a password given inline, in ``password_file`` or in the variable ``password_env`` (one of
     them); once validated, ``password`` holds it (None when none is given)."""
 
+    secrets = ("password",)
+
     password: str | None = None
     password_file: Path | None = None
     password_env: str | None = None
-
-    @model_validator(mode="after")
-    def _read_password(self) -> Self:
-        object.__setattr__(self, "password", read_secret(self, "password"))
-        return self
 
 
 def read_secret(owner: Section, name: str) -> str | None:
