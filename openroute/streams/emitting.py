@@ -286,6 +286,8 @@ class FlatMapIterableProcessor(_Emitter):
         self._upstream_done = False
 
     def on_next(self, item: Any) -> None:
+        # the arrival checks of FlatMapProcessor.on_next written out again on purpose: a shared _arrived() (tried
+        # twice) adds a call per item, +380 instructions (+3%) per flat_map_iterable item under callgrind
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._downstream is None:
