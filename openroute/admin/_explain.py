@@ -17,15 +17,15 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 
 class Explain(Executable, ClauseElement):
-    """PostgreSQL's ``EXPLAIN (<options>FORMAT JSON) <query>``; ``options`` end with ``", "`` when given (e.g.
+    """PostgreSQL's ``EXPLAIN (<settings>FORMAT JSON) <query>``; ``settings`` end with ``", "`` when given (e.g.
     ``"ANALYZE, TIMING OFF, "``). One row, one column: the plan (JSON)."""
 
     inherit_cache = False  # the cache key is made from _traverse_internals below
-    _traverse_internals = [("query", InternalTraversal.dp_clauseelement), ("options", InternalTraversal.dp_string)]
+    _traverse_internals = [("query", InternalTraversal.dp_clauseelement), ("settings", InternalTraversal.dp_string)]
 
-    def __init__(self, query: Select[Any], options: str = "") -> None:
+    def __init__(self, query: Select[Any], settings: str = "") -> None:
         self.query = query
-        self.options = options
+        self.settings = settings
 
     @property
     def _all_selected_columns(self) -> Any:
@@ -36,4 +36,4 @@ class Explain(Executable, ClauseElement):
 
 @compiles(Explain)
 def _explain(element: Explain, compiler: Any, **kw: Any) -> str:
-    return f"EXPLAIN ({element.options}FORMAT JSON) {compiler.process(element.query, **kw)}"
+    return f"EXPLAIN ({element.settings}FORMAT JSON) {compiler.process(element.query, **kw)}"
