@@ -54,6 +54,9 @@ from openroute.clock import Clock
 log = logging.getLogger("openroute.confirmation")
 
 _MAX_ERROR = 2000
+#: how far before the start of the last complete sweep the sweeps of :meth:`ConfirmationService.run` look back (a
+#: final commit in flight during that sweep, the clocks of other nodes)
+SWEEP_OVERLAP = timedelta(minutes=1)
 
 
 class AttemptOutcome(StrEnum):
@@ -138,6 +141,8 @@ class ConfirmationService:
         self._batch_size = batch_size
         self._concurrency = concurrency
         self._created_at = self.now()
+        #: the ``updated_since`` of the next :meth:`sweep_recent` (None: every final message)
+        self._sweep_from: datetime | None = None
         #: whether the confirmation loop finds the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("confirmation loop")
 
@@ -245,6 +250,22 @@ class ConfirmationService:
         created = await asyncio.to_thread(work)
         if created:
             log.warning("created %d missing confirmation(s) of final messages", created)
+        return created
+
+    async def sweep_recent(self, limit: int = 1000) -> int:
+        """The repair sweep of :meth:`run`: :meth:`sweep_missing` over every final message until a sweep finds fewer
+        than ``limit`` missing (all caught up), then only over the messages updated since that sweep began (less
+        :data:`SWEEP_OVERLAP`); returns how many it created.
+
+        A sweep over every message reads the whole table (1.8 s of PostgreSQL with 1,000,000 confirmed messages,
+        every ``interval``); one over the recent ones reads a range of the ``last_update_ts`` index. A node that died
+        between a final commit and :meth:`enqueue` is covered while another node runs (its message was updated
+        since), and by the full sweep of the next start otherwise.
+        """
+        started = self.now()
+        created = await self.sweep_missing(limit, updated_since=self._sweep_from)
+        if created < limit:
+            self._sweep_from = started - SWEEP_OVERLAP
         return created
 
     # -- sending ------------------------------------------------------------------------------------------------
@@ -430,7 +451,7 @@ class ConfirmationService:
             return table.release_claims(connection, self.node_id, now, self._created_at)
 
     async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
-        """Sweep and process due confirmations every ``interval`` until ``stop`` is set.
+        """Sweep (:meth:`sweep_recent`) and process due confirmations every ``interval`` until ``stop`` is set.
 
         An error of one pass is logged and the next pass runs as usual; while the database is unreachable the log
         gets one WARNING and one INFO when it is back (``self.outage``), and the passes back off.
@@ -448,7 +469,7 @@ class ConfirmationService:
 
         async def one_pass() -> None:
             if sweep:
-                await self.sweep_missing()
+                await self.sweep_recent()
             report = await self.process_due()
             if report.sent or report.retry_scheduled or report.given_up or report.errors:
                 log.info("confirmation pass: %d sent, %d to retry, %d given up, %d not recorded",

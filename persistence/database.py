@@ -14,6 +14,7 @@ transaction always the caller's.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,8 +53,42 @@ def _configure_sqlite(engine: sa.Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_store_engine(url: str, *, pool_size: int = 8, echo: bool = False) -> sa.Engine:
-    """A SQLAlchemy engine configured the way the store needs it (SQLite pragmas, pool size)."""
+#: a pooled PostgreSQL connection idle longer than this (seconds) is pinged before it is handed out
+PING_AFTER_IDLE = 1.0
+
+
+def _ping_when_idle(engine: sa.Engine, idle: float) -> None:
+    """Ping a pooled connection before handing it out only when it sat idle more than ``idle`` seconds.
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout: one round trip of the four of an admin lookup. A
+    connection dropped while it was idle (a database restart, a firewall's timeout) is found as before; one used
+    within the last ``idle`` seconds is taken as alive, and if the database went away in that moment its first
+    statement fails and the pool replaces its connections, as for a connection that breaks in use.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    @sa.event.listens_for(engine, "checkin")
+    def _used(_dbapi_connection: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if time.monotonic() - record.info.get("checked_in_at", 0.0) <= idle:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as error:
+            if engine.dialect.is_disconnect(error, dbapi_connection, None):
+                # the pool discards this connection and checks out another (a new one if need be)
+                raise sa.exc.DisconnectionError(str(error).splitlines()[0] if str(error) else "ping failed") from error
+            raise
+
+
+def create_store_engine(
+    url: str, *, pool_size: int = 8, echo: bool = False, ping_after_idle: float = PING_AFTER_IDLE
+) -> sa.Engine:
+    """A SQLAlchemy engine configured the way the store needs it (SQLite pragmas, pool size; a PostgreSQL connection
+    idle more than ``ping_after_idle`` seconds is pinged before use, see :func:`_ping_when_idle`)."""
     parsed = sa.engine.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database in (None, "", ":memory:"):
@@ -62,7 +97,9 @@ def create_store_engine(url: str, *, pool_size: int = 8, echo: bool = False) -> 
         _configure_sqlite(engine)
         return engine
     if parsed.get_backend_name() == "postgresql":
-        return sa.create_engine(url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        engine = sa.create_engine(url, echo=echo, pool_size=pool_size, max_overflow=pool_size)
+        _ping_when_idle(engine, ping_after_idle)
+        return engine
     raise ValueError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
 
 

@@ -38,6 +38,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from openroute.admin._explain import Explain
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
@@ -381,10 +382,8 @@ def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
 
 
 def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
-    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of ``query``."""
-    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
-    params = {name: str(value) if isinstance(value, MessageState) else value for name, value in compiled.params.items()}
-    plan = connection.exec_driver_sql(f"EXPLAIN ({options}FORMAT JSON) {compiled.string}", params).scalar_one()
+    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of ``query`` (compiled once per query shape)."""
+    plan = connection.execute(Explain(query, options)).scalar_one()
     document = json.loads(plan) if isinstance(plan, str) else plan
     return dict(document[0]["Plan"])
 

@@ -357,6 +357,32 @@ async def test_sweep_respects_the_delegate_systems(
     assert await empty.sweep_missing() == 0
 
 
+def finished_at(store: MessageStore, n: int, at: datetime) -> int:
+    """A message that became OK at ``at`` (its ``last_update_ts``) and has no confirmation."""
+    message_id = add_message(store, n, MessageState.NEW)
+    assert store.transitions.apply((message_id, 0, MessageState.NEW, MessageState.OK, at, {}))
+    return message_id
+
+
+async def test_sweep_recent_reads_every_message_until_caught_up_then_the_recently_updated(
+    store: MessageStore, clock: FakeClock
+) -> None:
+    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    for n in range(3):
+        finished_at(store, n, START - timedelta(days=30))
+    assert await service.sweep_recent(limit=2) == 2  # a full batch: not caught up, the next sweep is full too
+    assert await service.sweep_recent(limit=2) == 1  # caught up: from now on the messages updated since START - 1 min
+    clock.advance(600)
+    old = finished_at(store, 10, START - timedelta(minutes=2))  # before the window: left to the full sweep of a start
+    in_overlap = finished_at(store, 11, START - timedelta(seconds=30))
+    recent = finished_at(store, 12, START + timedelta(minutes=5))
+    assert await service.sweep_recent() == 2
+    assert await service.get(in_overlap) and await service.get(recent)
+    assert await service.get(old) is None
+    restarted = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    assert await restarted.sweep_recent() == 1  # a new service (a start) sweeps every message first
+
+
 class Recording(ConfirmationCallback):
     def __init__(self, expected: int) -> None:
         self.sent: list[int | str] = []
