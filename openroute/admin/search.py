@@ -94,6 +94,10 @@ class SearchFilters:
     error_text: str | None = None
     #: text inside the payload (case-insensitive)
     payload_text: str | None = None
+    #: set by the search on PostgreSQL (:func:`narrowed`): (filter, word) pairs, words of ``error_text`` /
+    #: ``payload_text`` that the trigram index is asked for instead of the whole text, which is then checked on the
+    #: rows the index finds (the same matches)
+    index_words: tuple[tuple[str, str], ...] = ()
 
     def conditions(self) -> list[sa.ColumnElement[bool]]:
         """The SQL conditions on the message table.
@@ -119,17 +123,24 @@ class SearchFilters:
         return conditions
 
     def text_conditions(self, c: sa.ColumnCollection[str, Any]) -> list[sa.ColumnElement[bool]]:
-        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's)."""
+        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's).
+
+        With :attr:`index_words` for a filter, its column must contain each of those words (what the trigram index
+        looks up) and the whole text, compared as ``column || ''`` so that the index is not asked for it."""
         conditions: list[sa.ColumnElement[bool]] = []
-        if self.error_text is not None:
-            conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
-        if self.payload_text is not None:
-            conditions.append(c.payload.ilike(like_pattern(self.payload_text), escape="\\"))
+        for name, column, text in (("error_text", c.last_error_text, self.error_text),
+                                   ("payload_text", c.payload, self.payload_text)):
+            if text is None:
+                continue
+            words = [like_pattern(word) for filter_name, word in self.index_words if filter_name == name]
+            conditions.extend(column.ilike(word, escape="\\") for word in words)
+            whole = column.op("||")(sa.literal("")) if words else column
+            conditions.append(whole.ilike(like_pattern(text), escape="\\"))
         return conditions
 
     def without_text(self) -> SearchFilters:
         """These filters without ``error_text`` and ``payload_text``."""
-        return replace(self, error_text=None, payload_text=None)
+        return replace(self, error_text=None, payload_text=None, index_words=())
 
     @property
     def has_text(self) -> bool:
@@ -371,11 +382,71 @@ def probe_statement(
             .order_by(*order).limit(limit + 1))
 
 
+#: a word of a text filter found in more than this share of the messages a text search checked first is not looked
+#: up in the trigram index (:func:`narrowed`): the index reads the whole list of the rows holding each of its
+#: trigrams, and a word nearly every payload holds (a tag or key name) is a list of 1M rows at 1M messages
+COMMON_WORD_SHARE = 0.1
+
+
+def text_words(text: str) -> list[str]:
+    """The words of ``text`` as the trigram index sees them: runs of letters or digits (``pg_trgm`` splits a text
+    at every other character), lower case, each once, in order."""
+    words: list[str] = []
+    for word in "".join(char if char.isalnum() else " " for char in text.lower()).split():
+        if word not in words:
+            words.append(word)
+    return words
+
+
+#: how many of the candidates a text search checked first (:func:`probe_statement`) are sampled for its words
+#: (:func:`narrowed`): the newest, already read by the probe
+WORD_SAMPLE = 100
+
+
+def sample_statement(filters: SearchFilters, words: Sequence[tuple[str, str]], cursor: str | None) -> sa.Select[Any]:
+    """(candidates, then per (filter, word) of ``words`` how many candidates hold it), where the candidates are the
+    newest :data:`WORD_SAMPLE` messages after ``cursor`` that match the filters but the text ones (the first of
+    those :func:`probe_statement` checks)."""
+    needed = ["receive_ts", "id", "last_error_text", "payload"]
+    candidates = page_statement(filters.without_text(), cursor, WORD_SAMPLE - 1, needed).subquery()
+    columns = {"error_text": candidates.c.last_error_text, "payload_text": candidates.c.payload}
+    holding = [sa.func.count().filter(columns[name].ilike(like_pattern(word), escape="\\")) for name, word in words]
+    counts: sa.Select[Any] = sa.select(sa.func.count(), *holding).select_from(candidates)
+    return counts
+
+
+def narrowed(
+    connection: sa.Connection, filters: SearchFilters, cursor: str | None, limit: int
+) -> SearchFilters | None:
+    """The filters of the trigram page of a text search whose first try (:func:`probe_statement`) did not fill its
+    page: on PostgreSQL, when a text has several words, with the :attr:`~SearchFilters.index_words` to look up
+    instead of the whole text, or None when the first try checked every candidate (its rows are the answer).
+
+    One statement counts how many of the newest :data:`WORD_SAMPLE` candidates of the probe hold each word. A word
+    found in more than :data:`COMMON_WORD_SHARE` of them is left out of the index lookup, and so is a word shorter
+    than 3 characters (alone it gives the index no trigram); the whole text is then checked on the rows the index
+    finds, so the matches are the same. ``filters`` unchanged when no word is common or none is left to look up."""
+    texts = [(name, text) for name, text in (("error_text", filters.error_text), ("payload_text", filters.payload_text))
+             if text is not None]
+    if connection.dialect.name != "postgresql" or all(len(text_words(text)) < 2 for _, text in texts):
+        return filters
+    words = [(name, word) for name, text in texts for word in text_words(text)]
+    candidates, *holding = connection.execute(sample_statement(filters, words, cursor)).one()
+    if candidates < min(WORD_SAMPLE, 10 * (limit + 1)):  # fewer candidates than the probe checked
+        return None
+    common = {pair for pair, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
+    kept = tuple(pair for pair in words if pair not in common and len(pair[1]) >= 3)
+    if not common or not kept:
+        return filters
+    return replace(filters, index_words=kept)
+
+
 def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
     """(matches, candidates) among the newest :data:`TEXT_PROBE` messages that match the filters but the text
     ones: every match when there are fewer candidates than that, else at least ``COUNT_CAP + 1`` when the text is
     common."""
-    candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1).subquery()
+    needed = ["receive_ts", "id", "last_error_text", "payload"]  # the rest of the row is not looked at
+    candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1, needed).subquery()
     matching = sa.and_(*filters.text_conditions(candidates.c))
     return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
 
@@ -448,18 +519,21 @@ def _search(
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
     rows: Sequence[sa.Row[Any]] = []
+    page_filters: SearchFilters | None = filters
     if filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
         rows = connection.execute(probe_statement(filters, cursor, limit, columns)).all()
     if len(rows) <= limit:
-        lateral = connection.dialect.name == "postgresql"
-        rows = connection.execute(page_statement(filters, cursor, limit, columns, lateral=lateral)).all()
+        page_filters = narrowed(connection, filters, cursor, limit) if filters.has_text else filters
+        if page_filters is not None:  # else the first try checked every candidate: its rows are the answer
+            lateral = connection.dialect.name == "postgresql"
+            rows = connection.execute(page_statement(page_filters, cursor, limit, columns, lateral=lateral)).all()
     next_cursor = None
     if len(rows) > limit:
         last = rows[limit - 1]._mapping
         next_cursor = cursor_after(last["receive_ts"], last["id"])
     if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
         return rows, None, len(rows), False
-    total, estimated = _count(connection, filters, keep_settings)
+    total, estimated = _count(connection, page_filters or filters, keep_settings)
     return rows[:limit], next_cursor, total, estimated
 
 
