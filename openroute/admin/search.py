@@ -410,9 +410,9 @@ def sample_statement(filters: SearchFilters, words: Sequence[tuple[str, str]], c
     needed = ["receive_ts", "id", "last_error_text", "payload"]
     candidates = page_statement(filters.without_text(), cursor, WORD_SAMPLE - 1, needed).subquery()
     columns = {"error_text": candidates.c.last_error_text, "payload_text": candidates.c.payload}
-    holding = [sa.func.count().filter(columns[name].ilike(like_pattern(word), escape="\\")) for name, word in words]
-    counts: sa.Select[Any] = sa.select(sa.func.count(), *holding).select_from(candidates)
-    return counts
+    counts: list[Any] = [sa.func.count(), *(sa.func.count().filter(columns[name].ilike(like_pattern(word), escape="\\"))
+                                            for name, word in words)]
+    return sa.select(*counts).select_from(candidates)
 
 
 def narrowed(
