@@ -441,14 +441,23 @@ def narrowed(
     return replace(filters, index_words=kept)
 
 
-def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
-    """(matches, candidates) among the newest :data:`TEXT_PROBE` messages that match the filters but the text
-    ones: every match when there are fewer candidates than that, else at least ``COUNT_CAP + 1`` when the text is
-    common."""
+def probe_count_statement(filters: SearchFilters) -> sa.Select[Any]:
+    """(matches, the number of the last candidate read) among the newest :data:`TEXT_PROBE` messages that match the
+    filters but the text ones, read newest first until ``COUNT_CAP + 1`` match: every match when the last number
+    read is below :data:`TEXT_PROBE` (fewer candidates), else at least ``COUNT_CAP + 1`` when the text is common.
+
+    The candidates are numbered as read; only the matches and the :data:`TEXT_PROBE`-th candidate are kept, and the
+    reading stops at ``COUNT_CAP + 1`` of them, so a text that every candidate holds reads half the candidates."""
     needed = ["receive_ts", "id", "last_error_text", "payload"]  # the rest of the row is not looked at
     candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1, needed).subquery()
-    matching = sa.and_(*filters.text_conditions(candidates.c))
-    return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
+    number = sa.func.row_number().over(order_by=(candidates.c.receive_ts.desc(), candidates.c.id.desc()))
+    matched = sa.case((sa.and_(*filters.text_conditions(candidates.c)), 1), else_=0)
+    numbered = sa.select(number.label("number"), matched.label("matched")).subquery()
+    kept = (sa.select(numbered.c.number, numbered.c.matched)
+            .where(sa.or_(numbered.c.matched == 1, numbered.c.number == TEXT_PROBE)).limit(COUNT_CAP + 1).subquery())
+    counts: sa.Select[Any] = sa.select(sa.func.coalesce(sa.func.sum(kept.c.matched), 0),
+                                       sa.func.coalesce(sa.func.max(kept.c.number), 0))
+    return counts
 
 
 def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
@@ -476,8 +485,8 @@ def _count(connection: sa.Connection, filters: SearchFilters, keep_settings: boo
     exact, estimate = 0, None
     postgresql = connection.dialect.name == "postgresql"
     if filters.has_text:
-        exact, candidates = connection.execute(probe_count_statement(filters)).one()
-        if exact <= COUNT_CAP and candidates < TEXT_PROBE:  # the probe saw every candidate
+        exact, last = connection.execute(probe_count_statement(filters)).one()
+        if exact <= COUNT_CAP and last < TEXT_PROBE:  # the probe saw every candidate
             return int(exact), False
     if exact <= COUNT_CAP:
         steered = steer_count(connection, filters)

@@ -238,6 +238,38 @@ def test_a_text_with_a_common_word_asks_the_index_for_its_rare_words(filled: Mes
             connection.rollback()
 
 
+def test_a_text_search_counts_exactly_up_to_the_cap_whatever_its_probe_saw(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a cap of 10 and a text probe of 22 candidates: texts every candidate holds (the probe stops at 11
+    matches), texts the newest candidates lack (the probe reads all 22 and the index counts) and texts with few
+    matches are counted exactly up to the cap and estimated above it, as the plain count says."""
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin import search
+
+    monkeypatch.setattr(search, "COUNT_CAP", 10)
+    monkeypatch.setattr(search, "TEXT_PROBE", 22)
+    cases: list[dict[str, object]] = [
+        {"payload_text": "order"}, {"payload_text": 'id="77'}, {"payload_text": 'id="14'},
+        {"payload_text": 'order id="1', "state": ["FAILED"]}, {"error_text": "hlr 10"}, {"error_text": "timeout 1"},
+        {"error_text": "is down", "error_code": ["HLR_DOWN"]}, {"payload_text": 'id="123'},
+    ]
+    with filled.engine.connect() as connection:
+        for params in cases:
+            filters = parse_filters(params)
+            expected = connection.execute(
+                sa.select(sa.func.count()).select_from(message_table).where(*filters.conditions())).scalar_one()
+            page = search.search_summaries(connection, filters, None, limit=1)
+            connection.rollback()
+            assert expected >= 2, params  # a full first page: the count runs
+            if expected <= 10:
+                assert (page.total, page.total_estimated) == (expected, False), params
+            else:
+                assert page.total_estimated and page.total > 10, params
+
+
 def test_like_wildcards_in_the_users_text_are_plain_characters(store: MessageStore) -> None:
     from openroute.persistence import NewMessage
 
