@@ -94,10 +94,9 @@ class SearchFilters:
     error_text: str | None = None
     #: text inside the payload (case-insensitive)
     payload_text: str | None = None
-    #: set by the search on PostgreSQL (:func:`narrowed`): (filter, word) pairs, words of ``error_text`` /
-    #: ``payload_text`` that the trigram index is asked for instead of the whole text, which is then checked on the
-    #: rows the index finds (the same matches)
-    index_words: tuple[tuple[str, str], ...] = ()
+    #: set by the search on PostgreSQL (:func:`narrowed`): words of ``payload_text`` that the trigram index is asked
+    #: for instead of the whole text, which is then checked on the rows the index finds (the same matches)
+    index_words: tuple[str, ...] = ()
 
     def conditions(self) -> list[sa.ColumnElement[bool]]:
         """The SQL conditions on the message table.
@@ -125,17 +124,15 @@ class SearchFilters:
     def text_conditions(self, c: sa.ColumnCollection[str, Any]) -> list[sa.ColumnElement[bool]]:
         """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's).
 
-        With :attr:`index_words` for a filter, its column must contain each of those words (what the trigram index
-        looks up) and the whole text, compared as ``column || ''`` so that the index is not asked for it."""
+        With :attr:`index_words`, the payload must contain each of those words (what the trigram index looks up)
+        and the whole text, compared as ``payload || ''`` so that the index is not asked for it."""
         conditions: list[sa.ColumnElement[bool]] = []
-        for name, column, text in (("error_text", c.last_error_text, self.error_text),
-                                   ("payload_text", c.payload, self.payload_text)):
-            if text is None:
-                continue
-            words = [like_pattern(word) for filter_name, word in self.index_words if filter_name == name]
-            conditions.extend(column.ilike(word, escape="\\") for word in words)
-            whole = column.op("||")(sa.literal("")) if words else column
-            conditions.append(whole.ilike(like_pattern(text), escape="\\"))
+        if self.error_text is not None:
+            conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
+        if self.payload_text is not None:
+            conditions.extend(c.payload.ilike(like_pattern(word), escape="\\") for word in self.index_words)
+            payload = c.payload.op("||")(sa.literal("")) if self.index_words else c.payload
+            conditions.append(payload.ilike(like_pattern(self.payload_text), escape="\\"))
         return conditions
 
     def without_text(self) -> SearchFilters:
@@ -403,39 +400,38 @@ def text_words(text: str) -> list[str]:
 WORD_SAMPLE = 100
 
 
-def sample_statement(filters: SearchFilters, words: Sequence[tuple[str, str]], cursor: str | None) -> sa.Select[Any]:
-    """(candidates, then per (filter, word) of ``words`` how many candidates hold it), where the candidates are the
+def sample_statement(filters: SearchFilters, words: Sequence[str], cursor: str | None) -> sa.Select[Any]:
+    """(candidates, then per word of ``words`` how many candidates' payloads hold it), where the candidates are the
     newest :data:`WORD_SAMPLE` messages after ``cursor`` that match the filters but the text ones (the first of
     those :func:`probe_statement` checks)."""
-    needed = ["receive_ts", "id", "last_error_text", "payload"]
-    candidates = page_statement(filters.without_text(), cursor, WORD_SAMPLE - 1, needed).subquery()
-    columns = {"error_text": candidates.c.last_error_text, "payload_text": candidates.c.payload}
-    counts: list[Any] = [sa.func.count(), *(sa.func.count().filter(columns[name].ilike(like_pattern(word), escape="\\"))
-                                            for name, word in words)]
-    return sa.select(*counts).select_from(candidates)
+    candidates = page_statement(filters.without_text(), cursor, WORD_SAMPLE - 1, ["receive_ts", "id", "payload"])
+    payload = candidates.subquery().c.payload
+    counts: list[Any] = [sa.func.count(), *(sa.func.count().filter(payload.ilike(like_pattern(word), escape="\\"))
+                                            for word in words)]
+    return sa.select(*counts).select_from(payload.table)
 
 
 def narrowed(
     connection: sa.Connection, filters: SearchFilters, cursor: str | None, limit: int
 ) -> SearchFilters | None:
     """The filters of the trigram page of a text search whose first try (:func:`probe_statement`) did not fill its
-    page: on PostgreSQL, when a text has several words, with the :attr:`~SearchFilters.index_words` to look up
-    instead of the whole text, or None when the first try checked every candidate (its rows are the answer).
+    page: on PostgreSQL, when ``payload_text`` has several words, with the :attr:`~SearchFilters.index_words` to look
+    up instead of the whole text, or None when the first try checked every candidate (its rows are the answer).
 
     One statement counts how many of the newest :data:`WORD_SAMPLE` candidates of the probe hold each word. A word
     found in more than :data:`COMMON_WORD_SHARE` of them is left out of the index lookup, and so is a word shorter
     than 3 characters (alone it gives the index no trigram); the whole text is then checked on the rows the index
-    finds, so the matches are the same. ``filters`` unchanged when no word is common or none is left to look up."""
-    texts = [(name, text) for name, text in (("error_text", filters.error_text), ("payload_text", filters.payload_text))
-             if text is not None]
-    if connection.dialect.name != "postgresql" or all(len(text_words(text)) < 2 for _, text in texts):
+    finds, so the matches are the same. ``filters`` unchanged when no word is common or none is left to look up.
+    The error text is always looked up whole: its index holds only the messages with an error, so even a word
+    every error holds is a short list."""
+    words = text_words(filters.payload_text or "")
+    if connection.dialect.name != "postgresql" or len(words) < 2:
         return filters
-    words = [(name, word) for name, text in texts for word in text_words(text)]
     candidates, *holding = connection.execute(sample_statement(filters, words, cursor)).one()
     if candidates < min(WORD_SAMPLE, 10 * (limit + 1)):  # fewer candidates than the probe checked
         return None
-    common = {pair for pair, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
-    kept = tuple(pair for pair in words if pair not in common and len(pair[1]) >= 3)
+    common = {word for word, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
+    kept = tuple(word for word in words if word not in common and len(word) >= 3)
     if not common or not kept:
         return filters
     return replace(filters, index_words=kept)
