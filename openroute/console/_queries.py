@@ -57,14 +57,6 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     Five statements whatever the number of routes: the counts (two), the last hour's finished messages per state
     and bucket (one scan of the window), the oldest open message, and the failing routes with the error code of
     each one's latest failure (a window function over the failing messages of the window, migration 0015's index)."""
-    c = message_table.c
-    start = now - THROUGHPUT_WINDOW
-    step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
-    bucket = sa.case(
-        *[(c.last_update_ts < start + step * (i + 1), i) for i in range(THROUGHPUT_BUCKETS - 1)],
-        else_=THROUGHPUT_BUCKETS - 1,
-    ).label("bucket")
-    recent_final = sa.and_(c.state.in_(FINAL_STATES), c.last_update_ts >= start, c.last_update_ts <= now)
     with store.engine.connect() as connection:
         # the store's counts (persistence/counts.py), not GROUP BYs of the message table: exact, and their cost
         # follows the transitions since the last fold, not the store
@@ -75,14 +67,12 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
                 by_state[state] = by_state.get(state, 0) + count
         finished: dict[MessageState, int] = {}
         throughput = [0] * THROUGHPUT_BUCKETS
-        for state, index, count in connection.execute(
-            sa.select(c.state, bucket, sa.func.count()).where(recent_final).group_by(c.state, bucket)
-        ):
+        for state, index, count in connection.execute(finished_statement(now)):
             finished[MessageState(state)] = finished.get(MessageState(state), 0) + int(count)
             throughput[int(index)] += int(count)
         oldest = _oldest_open(connection)
         failing: dict[tuple[str, str], dict[str, Any]] = {}
-        for service, operation, state, count, last, code in connection.execute(_failing_statement(now)):
+        for service, operation, state, count, last, code in connection.execute(failing_statement(now)):
             entry = failing.setdefault((service, operation), {"service": service, "operation": operation,
                                                               "FAILED": 0, "PARTLY_FAILED": 0, "last": last,
                                                               "lastErrorCode": code})
@@ -92,7 +82,21 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst)
 
 
-def _failing_statement(now: datetime) -> sa.Select[Any]:
+def finished_statement(now: datetime) -> sa.Select[Any]:
+    """(state, bucket, messages) of the messages that reached a final state in the hour before ``now``, the hour
+    cut in :data:`THROUGHPUT_BUCKETS` buckets, oldest first: one scan of the window's range of ``last_update_ts``."""
+    c = message_table.c
+    start = now - THROUGHPUT_WINDOW
+    step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
+    bucket = sa.case(
+        *[(c.last_update_ts < start + step * (i + 1), i) for i in range(THROUGHPUT_BUCKETS - 1)],
+        else_=THROUGHPUT_BUCKETS - 1,
+    ).label("bucket")
+    recent_final = sa.and_(c.state.in_(FINAL_STATES), c.last_update_ts >= start, c.last_update_ts <= now)
+    return sa.select(c.state, bucket, sa.func.count()).where(recent_final).group_by(c.state, bucket)
+
+
+def failing_statement(now: datetime) -> sa.Select[Any]:
     """(service, operation, state, messages, latest change, error code of the route's latest failure) of the
     FAILED and PARTLY_FAILED messages changed since ``now - FAILING_WINDOW``.
 
