@@ -56,7 +56,7 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
 
     Five statements whatever the number of routes: the counts (two), the last hour's finished messages per state
     and bucket (one scan of the window), the oldest open message, and the failing routes with the error code of
-    each one's latest failure (a window function over the failing messages of the window, migration 0015's index)."""
+    each one's latest failure (a subquery per route in the same statement; migration 0015's index)."""
     with store.engine.connect() as connection:
         # the store's counts (persistence/counts.py), not GROUP BYs of the message table: exact, and their cost
         # follows the transitions since the last fold, not the store
@@ -100,19 +100,19 @@ def failing_statement(now: datetime) -> sa.Select[Any]:
     """(service, operation, state, messages, latest change, error code of the route's latest failure) of the
     FAILED and PARTLY_FAILED messages changed since ``now - FAILING_WINDOW``.
 
-    The route's latest failure is in the window (it changed no earlier than any failure the window holds), so one
-    window function over these rows finds it. The states are written into the SQL: a prepared statement's generic
-    plan would not know that they select the rows of the partial index ``ix_message_failing_update``."""
+    The route's latest failure is a subquery per group, newest first in the partial index ``ix_message_failing_update``
+    (migration 0015): a few index entries each, in the same statement. The states are written into the SQL, since a
+    prepared statement's generic plan would not know that they select that index's rows."""
     c = message_table.c
     failing = sa.bindparam("failing", [MessageState.FAILED, MessageState.PARTLY_FAILED], expanding=True,
                            literal_execute=True, type_=c.state.type)
-    latest_code = sa.func.first_value(c.last_error_code).over(
-        partition_by=(c.service, c.operation), order_by=(c.last_update_ts.desc(), c.id.desc()))
-    rows = (sa.select(c.service, c.operation, c.state, c.last_update_ts, latest_code.label("code"))
-            .where(c.state.in_(failing), c.last_update_ts >= now - FAILING_WINDOW).subquery())
-    return (sa.select(rows.c.service, rows.c.operation, rows.c.state, sa.func.count(),
-                      sa.func.max(rows.c.last_update_ts), rows.c.code)
-            .group_by(rows.c.service, rows.c.operation, rows.c.state, rows.c.code))
+    other = message_table.alias("latest")
+    latest_code = (sa.select(other.c.last_error_code)
+                   .where(other.c.service == c.service, other.c.operation == c.operation, other.c.state.in_(failing))
+                   .order_by(other.c.last_update_ts.desc(), other.c.id.desc()).limit(1).scalar_subquery())
+    return (sa.select(c.service, c.operation, c.state, sa.func.count(), sa.func.max(c.last_update_ts), latest_code)
+            .where(c.state.in_(failing), c.last_update_ts >= now - FAILING_WINDOW)
+            .group_by(c.service, c.operation, c.state))
 
 
 def _oldest_open(connection: sa.Connection) -> StoredMessage | None:
