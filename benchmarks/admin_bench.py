@@ -41,12 +41,13 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openroute.persistence import FINAL_STATES, MessageStore
+from openroute.persistence import FINAL_STATES, MessageStore, message_table
 from openroute.persistence.counts import route_counts_statement, state_counts_statement
 
 from benchmarks.store_fill import MIXED, START, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.search import SearchFilters, parse_filters, search_messages
+from openroute.console._queries import failing_statement, finished_statement
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 DATABASE = os.environ.get("OPENROUTE_BENCH_DATABASE", "openroute_bench")
@@ -259,14 +260,18 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
                 print(f"   -- {label}")
                 print("\n".join(f"   {line}" for line in lines))
     mark = connection.execute(sa.text("SELECT transition_id FROM message_count_mark")).scalar_one()
+    # the dashboard's windows at the store's last change, so they hold what a day of its traffic left
+    newest = connection.execute(sa.select(sa.func.max(message_table.c.last_update_ts))).scalar_one()
     counted = [("/admin/counts: stored counts + transitions since the mark", state_counts_statement(mark)),
                ("dashboard: per route, stored + transitions since the mark", route_counts_statement(mark)),
+               ("dashboard: last hour's finished, per state and bucket", finished_statement(newest)),
+               ("dashboard: failing routes of 24 h, latest error code", failing_statement(newest)),
                ("(before 0014) open states, counted", counts_statement(OPEN_STATES)),
                ("(before 0014) final states, counted", counts_statement(tuple(FINAL_STATES)))]
     for label, statement in counted:
         lines, time_ms = explain(connection, statement)
         connection.rollback()
-        print(f"{label:60} {time_ms:8.2f} ms  {lines[0].strip()}")
+        print(f"{label:60} {time_ms:8.2f} ms  {lines[0].strip()}", flush=True)
         if verbose:
             print("\n".join(f"   {line}" for line in lines))
 

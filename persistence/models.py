@@ -185,6 +185,10 @@ class MessageRecord(Base):
                  sqlite_where=sa.text("last_error_code IS NOT NULL")),
         # the operation alone (migration 0013)
         sa.Index("ix_message_operation", "operation", "receive_ts"),
+        # the console's failing routes of the last 24 hours (migration 0015): failing messages only
+        sa.Index("ix_message_failing_update", "last_update_ts",
+                 postgresql_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')"),
+                 sqlite_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')")),
         # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only
         # (pg_trgm), with a short pending list (a search reads all of it); the error text's has errors only
         sa.Index("ix_message_payload_trgm", "payload", postgresql_using="gin",

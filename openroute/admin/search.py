@@ -20,8 +20,9 @@ code (the lists are searched one value at a time and merged; on PostgreSQL one `
 capped count at most ``COUNT_CAP + 1`` (from a B-tree index, see :func:`steer_count`; on PostgreSQL counted with the
 estimate in one statement, :func:`counted_with_estimate`). The admin API reads only the :data:`SUMMARY_COLUMNS`
 (:func:`search_summaries`). Text searches first check the newest messages of the other filters
-(:func:`probe_statement`), then ask the trigram index; a text whose words are shorter than 3 characters gives
-the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
+(:func:`probe_statement`), then ask the trigram index, for a payload text without the words that most candidates
+hold (:func:`narrowed`); a text whose words are shorter than 3 characters gives the trigram index nothing to look
+up. docs/performance.md has the plans at 1M rows
 (``benchmarks/admin_bench.py --plans``).
 """
 
@@ -95,6 +96,9 @@ class SearchFilters:
     error_text: str | None = None
     #: text inside the payload (case-insensitive)
     payload_text: str | None = None
+    #: set by the search on PostgreSQL (:func:`narrowed`): words of ``payload_text`` that the trigram index is asked
+    #: for instead of the whole text, which is then checked on the rows the index finds (the same matches)
+    index_words: tuple[str, ...] = ()
 
     def conditions(self) -> list[sa.ColumnElement[bool]]:
         """The SQL conditions on the message table.
@@ -120,17 +124,22 @@ class SearchFilters:
         return conditions
 
     def text_conditions(self, c: sa.ColumnCollection[str, Any]) -> list[sa.ColumnElement[bool]]:
-        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's)."""
+        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's).
+
+        With :attr:`index_words`, the payload must contain each of those words (what the trigram index looks up)
+        and the whole text, compared as ``payload || ''`` so that the index is not asked for it."""
         conditions: list[sa.ColumnElement[bool]] = []
         if self.error_text is not None:
             conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
         if self.payload_text is not None:
-            conditions.append(c.payload.ilike(like_pattern(self.payload_text), escape="\\"))
+            conditions.extend(c.payload.ilike(like_pattern(word), escape="\\") for word in self.index_words)
+            payload = c.payload.op("||")(sa.literal("")) if self.index_words else c.payload
+            conditions.append(payload.ilike(like_pattern(self.payload_text), escape="\\"))
         return conditions
 
     def without_text(self) -> SearchFilters:
         """These filters without ``error_text`` and ``payload_text``."""
-        return replace(self, error_text=None, payload_text=None)
+        return replace(self, error_text=None, payload_text=None, index_words=())
 
     @property
     def has_text(self) -> bool:
@@ -372,13 +381,81 @@ def probe_statement(
             .order_by(*order).limit(limit + 1))
 
 
-def probe_count_statement(filters: SearchFilters) -> sa.Select[int, int]:
-    """(matches, candidates) among the newest :data:`TEXT_PROBE` messages that match the filters but the text
-    ones: every match when there are fewer candidates than that, else at least ``COUNT_CAP + 1`` when the text is
-    common."""
-    candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1).subquery()
-    matching = sa.and_(*filters.text_conditions(candidates.c))
-    return sa.select(sa.func.count().filter(matching), sa.func.count()).select_from(candidates)
+#: a word of a text filter found in more than this share of the messages a text search checked first is not looked
+#: up in the trigram index (:func:`narrowed`): the index reads the whole list of the rows holding each of its
+#: trigrams, and a word nearly every payload holds (a tag or key name) is a list of 1M rows at 1M messages
+COMMON_WORD_SHARE = 0.1
+
+
+def text_words(text: str) -> list[str]:
+    """The words of ``text`` as the trigram index sees them: runs of letters or digits (``pg_trgm`` splits a text
+    at every other character), lower case, each once, in order."""
+    words: list[str] = []
+    for word in "".join(char if char.isalnum() else " " for char in text.lower()).split():
+        if word not in words:
+            words.append(word)
+    return words
+
+
+#: how many of the candidates a text search checked first (:func:`probe_statement`) are sampled for its words
+#: (:func:`narrowed`): the newest, already read by the probe
+WORD_SAMPLE = 100
+
+
+def sample_statement(filters: SearchFilters, words: Sequence[str], cursor: str | None) -> sa.Select[Any]:
+    """(candidates, then per word of ``words`` how many candidates' payloads hold it), where the candidates are the
+    newest :data:`WORD_SAMPLE` messages after ``cursor`` that match the filters but the text ones (the first of
+    those :func:`probe_statement` checks)."""
+    candidates = page_statement(filters.without_text(), cursor, WORD_SAMPLE - 1, ["receive_ts", "id", "payload"])
+    payload = candidates.subquery().c.payload
+    counts: list[Any] = [sa.func.count(), *(sa.func.count().filter(payload.ilike(like_pattern(word), escape="\\"))
+                                            for word in words)]
+    return sa.select(*counts).select_from(payload.table)
+
+
+def narrowed(
+    connection: sa.Connection, filters: SearchFilters, cursor: str | None, limit: int
+) -> SearchFilters | None:
+    """The filters of the trigram page of a text search whose first try (:func:`probe_statement`) did not fill its
+    page: on PostgreSQL, when ``payload_text`` has several words, with the :attr:`~SearchFilters.index_words` to look
+    up instead of the whole text, or None when the first try checked every candidate (its rows are the answer).
+
+    One statement counts how many of the newest :data:`WORD_SAMPLE` candidates of the probe hold each word. A word
+    found in more than :data:`COMMON_WORD_SHARE` of them is left out of the index lookup, and so is a word shorter
+    than 3 characters (alone it gives the index no trigram); the whole text is then checked on the rows the index
+    finds, so the matches are the same. ``filters`` unchanged when no word is common or none is left to look up.
+    The error text is always looked up whole: its index holds only the messages with an error, so even a word
+    every error holds is a short list."""
+    words = text_words(filters.payload_text or "")
+    if connection.dialect.name != "postgresql" or len(words) < 2:
+        return filters
+    candidates, *holding = connection.execute(sample_statement(filters, words, cursor)).one()
+    if candidates < min(WORD_SAMPLE, 10 * (limit + 1)):  # fewer candidates than the probe checked
+        return None
+    common = {word for word, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
+    kept = tuple(word for word in words if word not in common and len(word) >= 3)
+    if not common or not kept:
+        return filters
+    return replace(filters, index_words=kept)
+
+
+def probe_count_statement(filters: SearchFilters) -> sa.Select[Any]:
+    """(matches, the number of the last candidate read) among the newest :data:`TEXT_PROBE` messages that match the
+    filters but the text ones, read newest first until ``COUNT_CAP + 1`` match: every match when the last number
+    read is below :data:`TEXT_PROBE` (fewer candidates), else at least ``COUNT_CAP + 1`` when the text is common.
+
+    The candidates are numbered as read; only the matches and the :data:`TEXT_PROBE`-th candidate are kept, and the
+    reading stops at ``COUNT_CAP + 1`` of them, so a text that every candidate holds reads half the candidates."""
+    needed = ["receive_ts", "id", "last_error_text", "payload"]  # the rest of the row is not looked at
+    candidates = page_statement(filters.without_text(), None, TEXT_PROBE - 1, needed).subquery()
+    number = sa.func.row_number().over(order_by=(candidates.c.receive_ts.desc(), candidates.c.id.desc()))
+    matched = sa.case((sa.and_(*filters.text_conditions(candidates.c)), 1), else_=0)
+    numbered = sa.select(number.label("number"), matched.label("matched")).subquery()
+    kept = (sa.select(numbered.c.number, numbered.c.matched)
+            .where(sa.or_(numbered.c.matched == 1, numbered.c.number == TEXT_PROBE)).limit(COUNT_CAP + 1).subquery())
+    counts: sa.Select[Any] = sa.select(sa.func.coalesce(sa.func.sum(kept.c.matched), 0),
+                                       sa.func.coalesce(sa.func.max(kept.c.number), 0))
+    return counts
 
 
 def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
@@ -404,8 +481,8 @@ def _count(connection: sa.Connection, filters: SearchFilters, keep_settings: boo
     exact, estimate = 0, None
     postgresql = connection.dialect.name == "postgresql"
     if filters.has_text:
-        exact, candidates = connection.execute(probe_count_statement(filters)).one()
-        if exact <= COUNT_CAP and candidates < TEXT_PROBE:  # the probe saw every candidate
+        exact, last = connection.execute(probe_count_statement(filters)).one()
+        if exact <= COUNT_CAP and last < TEXT_PROBE:  # the probe saw every candidate
             return int(exact), False
     if exact <= COUNT_CAP:
         steered = steer_count(connection, filters)
@@ -447,18 +524,21 @@ def _search(
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
     rows: Sequence[sa.Row[Any]] = []
+    page_filters: SearchFilters | None = filters
     if filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
         rows = connection.execute(probe_statement(filters, cursor, limit, columns)).all()
     if len(rows) <= limit:
-        lateral = connection.dialect.name == "postgresql"
-        rows = connection.execute(page_statement(filters, cursor, limit, columns, lateral=lateral)).all()
+        page_filters = narrowed(connection, filters, cursor, limit) if filters.has_text else filters
+        if page_filters is not None:  # else the first try checked every candidate: its rows are the answer
+            lateral = connection.dialect.name == "postgresql"
+            rows = connection.execute(page_statement(page_filters, cursor, limit, columns, lateral=lateral)).all()
     next_cursor = None
     if len(rows) > limit:
         last = rows[limit - 1]._mapping
         next_cursor = cursor_after(last["receive_ts"], last["id"])
     if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
         return rows, None, len(rows), False
-    total, estimated = _count(connection, filters, keep_settings)
+    total, estimated = _count(connection, page_filters or filters, keep_settings)
     return rows[:limit], next_cursor, total, estimated
 
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from openroute import errors as core_errors
 from openroute.engine.outcome import ErrorCode as EngineErrorCode
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, message_table
+from openroute.persistence.messages import row_to_message
 from openroute.persistence.store import MessageStore
 
 #: the dashboard's throughput window and its buckets
@@ -51,15 +52,11 @@ class Dashboard:
 
 def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     """Counts per state and route (exact, from the store's counts), the last hour's throughput, the oldest open
-    message and failing routes; every read is bounded by an index range (no scan of the message table)."""
-    c = message_table.c
-    start = now - THROUGHPUT_WINDOW
-    step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
-    bucket = sa.case(
-        *[(c.last_update_ts < start + step * (i + 1), i) for i in range(THROUGHPUT_BUCKETS - 1)],
-        else_=THROUGHPUT_BUCKETS - 1,
-    ).label("bucket")
-    recent_final = sa.and_(c.state.in_(FINAL_STATES), c.last_update_ts >= start, c.last_update_ts <= now)
+    message and failing routes; every read is bounded by an index range (no scan of the message table).
+
+    Five statements whatever the number of routes: the counts (two), the last hour's finished messages per state
+    and bucket (one scan of the window), the oldest open message, and the failing routes with the error code of
+    each one's latest failure (a subquery per route in the same statement; migration 0015's index)."""
     with store.engine.connect() as connection:
         # the store's counts (persistence/counts.py), not GROUP BYs of the message table: exact, and their cost
         # follows the transitions since the last fold, not the store
@@ -68,46 +65,62 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
         for states in by_route.values():
             for state, count in states.items():
                 by_state[state] = by_state.get(state, 0) + count
-        finished = {
-            MessageState(state): int(count)
-            for state, count in connection.execute(
-                sa.select(c.state, sa.func.count()).where(recent_final).group_by(c.state)
-            )
-        }
+        finished: dict[MessageState, int] = {}
         throughput = [0] * THROUGHPUT_BUCKETS
-        for index, count in connection.execute(
-            sa.select(bucket, sa.func.count()).where(recent_final).group_by(bucket)
-        ):
-            throughput[int(index)] = int(count)
-        oldest = _oldest_open(store, connection)
+        for state, index, count in connection.execute(finished_statement(now)):
+            finished[MessageState(state)] = finished.get(MessageState(state), 0) + int(count)
+            throughput[int(index)] += int(count)
+        oldest = _oldest_open(connection)
         failing: dict[tuple[str, str], dict[str, Any]] = {}
-        for service, operation, state, count, last in connection.execute(
-            sa.select(c.service, c.operation, c.state, sa.func.count(), sa.func.max(c.last_update_ts))
-            .where(c.state.in_([MessageState.FAILED, MessageState.PARTLY_FAILED]),
-                   c.last_update_ts >= now - FAILING_WINDOW)
-            .group_by(c.service, c.operation, c.state)
-        ):
+        for service, operation, state, count, last, code in connection.execute(failing_statement(now)):
             entry = failing.setdefault((service, operation), {"service": service, "operation": operation,
-                                                              "FAILED": 0, "PARTLY_FAILED": 0, "last": last})
+                                                              "FAILED": 0, "PARTLY_FAILED": 0, "last": last,
+                                                              "lastErrorCode": code})
             entry[str(state)] = int(count)
             entry["last"] = max(entry["last"], last)
-        for entry in failing.values():
-            entry["lastErrorCode"] = connection.execute(
-                sa.select(c.last_error_code).where(
-                    c.service == entry["service"], c.operation == entry["operation"],
-                    c.state.in_([MessageState.FAILED, MessageState.PARTLY_FAILED]),
-                ).order_by(c.last_update_ts.desc()).limit(1)
-            ).scalar_one_or_none()
     worst = sorted(failing.values(), key=lambda e: (-e["FAILED"], -e["PARTLY_FAILED"], e["service"]))
     return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst)
 
 
-def _oldest_open(store: MessageStore, connection: sa.Connection) -> StoredMessage | None:
+def finished_statement(now: datetime) -> sa.Select[Any]:
+    """(state, bucket, messages) of the messages that reached a final state in the hour before ``now``, the hour
+    cut in :data:`THROUGHPUT_BUCKETS` buckets, oldest first: one scan of the window's range of ``last_update_ts``."""
     c = message_table.c
-    oldest_id = connection.execute(
-        sa.select(c.id).where(c.state.in_(_NOT_FINAL)).order_by(c.receive_ts, c.id).limit(1)
-    ).scalar_one_or_none()
-    return None if oldest_id is None else store.get(oldest_id, connection)
+    start = now - THROUGHPUT_WINDOW
+    step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
+    bucket = sa.case(
+        *[(c.last_update_ts < start + step * (i + 1), i) for i in range(THROUGHPUT_BUCKETS - 1)],
+        else_=THROUGHPUT_BUCKETS - 1,
+    ).label("bucket")
+    recent_final = sa.and_(c.state.in_(FINAL_STATES), c.last_update_ts >= start, c.last_update_ts <= now)
+    return sa.select(c.state, bucket, sa.func.count()).where(recent_final).group_by(c.state, bucket)
+
+
+def failing_statement(now: datetime) -> sa.Select[Any]:
+    """(service, operation, state, messages, latest change, error code of the route's latest failure) of the
+    FAILED and PARTLY_FAILED messages changed since ``now - FAILING_WINDOW``.
+
+    The route's latest failure is a subquery per group, newest first in the partial index ``ix_message_failing_update``
+    (migration 0015): a few index entries each, in the same statement. The states are written into the SQL, since a
+    prepared statement's generic plan would not know that they select that index's rows."""
+    c = message_table.c
+    failing = sa.bindparam("failing", [MessageState.FAILED, MessageState.PARTLY_FAILED], expanding=True,
+                           literal_execute=True, type_=c.state.type)
+    other = message_table.alias("latest")
+    latest_code = (sa.select(other.c.last_error_code)
+                   .where(other.c.service == c.service, other.c.operation == c.operation, other.c.state.in_(failing))
+                   .order_by(other.c.last_update_ts.desc(), other.c.id.desc()).limit(1).scalar_subquery())
+    return (sa.select(c.service, c.operation, c.state, sa.func.count(), sa.func.max(c.last_update_ts), latest_code)
+            .where(c.state.in_(failing), c.last_update_ts >= now - FAILING_WINDOW)
+            .group_by(c.service, c.operation, c.state))
+
+
+def _oldest_open(connection: sa.Connection) -> StoredMessage | None:
+    c = message_table.c
+    row = connection.execute(
+        sa.select(message_table).where(c.state.in_(_NOT_FINAL)).order_by(c.receive_ts, c.id).limit(1)
+    ).first()
+    return None if row is None else row_to_message(row)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,87 @@ def test_search_by_error_code_error_text_and_payload_text(filled: MessageStore) 
     assert len(_ids(filled, {"payload_text": 'id="77', "service": "svc2"})) == 3  # 77, 772, 777 of 770..779: svc2
 
 
+def test_a_text_with_a_common_word_asks_the_index_for_its_rare_words(filled: MessageStore) -> None:
+    """Every payload holds ``order`` and ``id``: on PostgreSQL the trigram index is asked for the text's other words
+    only (a common word's list of rows is read whole) and the whole text is checked on what it finds; the pages
+    hold exactly the matches of a plain ILIKE, on every page; when the first try saw every candidate no index
+    statement follows."""
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin.search import narrowed, page_statement, search_summaries
+
+    m = message_table.c
+    cases: list[dict[str, object]] = [
+        {"payload_text": 'order id="77'},
+        {"payload_text": 'id="777"'},
+        {"payload_text": 'id="777"', "service": "svc2"},
+        {"payload_text": "ORDER ID", "state": ["OK"]},
+        {"error_text": "hlr 102 is", "payload_text": '"102"'},
+        {"payload_text": 'id="nothing"'},
+    ]
+    with filled.engine.connect() as connection:
+        narrow = narrowed(connection, parse_filters({"payload_text": 'order id="77'}), None, 5)
+        postgresql = filled.dialect == "postgresql"
+        assert narrow is not None and narrow.index_words == ()
+        if postgresql:  # "order" and "id" are common, "77" is too short to look up alone: no narrowing
+            assert narrow is not None and narrow.index_words == ()
+            rare = narrowed(connection, parse_filters({"payload_text": 'order id="777"'}), None, 5)
+            assert rare is not None and rare.index_words == ("777",)
+            text = str(page_statement(rare, None, 5).compile(dialect=connection.dialect))
+            assert "(message.payload || " in text, text
+        seen_all = narrowed(connection, parse_filters({"payload_text": 'id="777"', "correlation_id": "s-777"}),
+                            None, 5)
+        assert (seen_all is None) == postgresql
+        for params in cases:
+            filters = parse_filters(params)
+            plain = sa.select(m.id).where(*filters.conditions()).order_by(m.receive_ts.desc(), m.id.desc())
+            expected = connection.execute(plain).scalars().all()
+            found: list[int] = []
+            cursor = None
+            while True:
+                page = search_summaries(connection, filters, cursor, limit=5)
+                found.extend(row.id for row in page.rows)
+                assert page.total == len(expected) or page.total_estimated, params
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            assert found == expected, params
+            connection.rollback()
+
+
+def test_a_text_search_counts_exactly_up_to_the_cap_whatever_its_probe_saw(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a cap of 10 and a text probe of 22 candidates: texts every candidate holds (the probe stops at 11
+    matches), texts the newest candidates lack (the probe reads all 22 and the index counts) and texts with few
+    matches are counted exactly up to the cap and estimated above it, as the plain count says."""
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin import search
+
+    monkeypatch.setattr(search, "COUNT_CAP", 10)
+    monkeypatch.setattr(search, "TEXT_PROBE", 22)
+    cases: list[dict[str, object]] = [
+        {"payload_text": "order"}, {"payload_text": 'id="77'}, {"payload_text": 'id="14'},
+        {"payload_text": 'order id="1', "state": ["FAILED"]}, {"error_text": "hlr 10"}, {"error_text": "timeout 1"},
+        {"error_text": "is down", "error_code": ["HLR_DOWN"]}, {"payload_text": 'id="123'},
+    ]
+    with filled.engine.connect() as connection:
+        for params in cases:
+            filters = parse_filters(params)
+            expected = connection.execute(
+                sa.select(sa.func.count()).select_from(message_table).where(*filters.conditions())).scalar_one()
+            page = search.search_summaries(connection, filters, None, limit=1)
+            connection.rollback()
+            assert expected >= 2, params  # a full first page: the count runs
+            if expected <= 10:
+                assert (page.total, page.total_estimated) == (expected, False), params
+            else:
+                assert page.total_estimated and page.total > 10, params
+
+
 def test_like_wildcards_in_the_users_text_are_plain_characters(store: MessageStore) -> None:
     from openroute.persistence import NewMessage
 
