@@ -41,17 +41,28 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from openroute.persistence import FINAL_STATES, MessageStore, message_table
+from openroute.persistence import FINAL_STATES, MessageStore, NodeState, message_table
 from openroute.persistence.counts import route_counts_statement, state_counts_statement
 
 from benchmarks.store_fill import MIXED, START, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.search import SearchFilters, parse_filters, search_messages
 from openroute.console._queries import failing_statement, finished_statement
+from openroute.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 DATABASE = os.environ.get("OPENROUTE_BENCH_DATABASE", "openroute_bench")
 GOAL_MS = 10.0  # issue 26: < 10 ms p95 through HTTP
+
+
+#: the ``--http`` server's node (admin_bench.toml), STOPPED in the store: its start-up repoll would repair the fill's
+#: stuck PROCESSING messages and queue its NEW backlog (a STOPPED node picks up no work)
+BENCH_NODE = "admin-bench"
+
+
+def no_routes() -> RouteRegistry:
+    """The ``--http`` server's application (``routes`` in admin_bench.toml): it serves the admin API only."""
+    return RouteRegistry()
 
 
 def store_url() -> str:
@@ -86,6 +97,9 @@ def build(rows: int, rebuild: bool) -> MessageStore:
         wear(store.engine, rows)
         store.counts.recount()  # the fill writes states without transition rows (persistence/counts.py)
         print(f"built in {time.perf_counter() - started:.1f} s", flush=True)
+    if store.nodes.state_of(BENCH_NODE) is None:
+        store.nodes.register(BENCH_NODE, datetime.now(UTC))
+    store.nodes.set_state(BENCH_NODE, NodeState.STOPPED)
     return store
 
 

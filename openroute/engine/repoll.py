@@ -107,6 +107,8 @@ class Repoll:
 
     async def run_once(self, new_cutoff: datetime | None = None) -> None:
         """One run of the repoll job (see ``Engine.repoll_once``)."""
+        if self.node_state() is NodeState.STOPPED:  # an operator stopped this node: it picks up no work, repairs too
+            return
         now = self.clock.now()
         repaired, reemitted = self.stats.repaired, self.stats.reemitted
         await self.repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)

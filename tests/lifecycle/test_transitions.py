@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from openroute.persistence import MessageState, MessageStore, NewMessage
+from openroute.persistence import MessageState, MessageStore, NewMessage, NodeState
 from openroute.persistence.models import message_transition_table
 
 from openroute import ChildMessage, Exchange, Route, states
@@ -137,6 +137,25 @@ async def test_repair_of_a_dead_node_is_recorded_as_repair(
         (S.PARTLY_FAILED, S.PROCESSING, 2, None, "engine", "node-1"),
         (S.PROCESSING, S.OK, 2, None, "engine", "node-1"),
     ]
+
+
+async def test_a_stopped_node_repairs_no_stuck_message_until_it_runs_again(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
+    message = store.insert_message(
+        NewMessage("orders", "create", "{}", "application/json", "c-dead", "crm", receive_ts=START), node_id="dead-node"
+    ).message
+    states.claim(store, [message], "dead-node", clock.now())
+    await engine.start()
+    await engine.set_node_state(engine.node_id, NodeState.STOPPED)
+    clock.advance(timedelta(minutes=5))
+    await engine.repoll_once()
+    assert store.get(message.id).state is S.PROCESSING  # "STOPPED: pick up no work", a repair included
+    await engine.set_node_state(engine.node_id, NodeState.RUN)
+    await engine.repoll_once()
+    await engine.wait_idle(WAIT)
+    assert store.get(message.id).state is S.OK
 
 
 async def test_lost_or_illegal_transition_writes_no_row(store: MessageStore, clock: ManualClock) -> None:
