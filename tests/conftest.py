@@ -241,3 +241,27 @@ def rabbitmq_url() -> str:
 @pytest.fixture(scope="session")
 def spark_available() -> None:
     require("Spark", spark_problem)
+
+
+#: fixture scopes wider than one test but narrower than the run: a test using one runs on the worker of its module
+_MODULE_SCOPES = frozenset({"module", "package", "class"})
+
+
+@pytest.hookimpl(trylast=True)  # after tests/spark/conftest.py has marked its tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject.toml runs the suite on 2 workers).
+
+    A test on its own is sent to whichever worker is free. The Spark tests are one group, run by one worker one after
+    the other: one SparkSession (one JVM) per run, as without workers, and never two Spark jobs at once on 2 cores.
+    The tests of a module with a fixture of module (or package, class) scope are one group each, so that fixture (a
+    100,000-row database, a fake server, a Spark cluster) is made once, not once per worker. xdist sends the largest
+    group first: the Spark tests start at once, beside the rest.
+    """
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+            continue
+        info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the test (no public accessor)
+        definitions = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope in _MODULE_SCOPES for defs in definitions for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
