@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import threading
@@ -9,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -243,25 +245,38 @@ def spark_available() -> None:
     require("Spark", spark_problem)
 
 
-#: fixture scopes wider than one test but narrower than the run: a test using one runs on the worker of its module
-_MODULE_SCOPES = frozenset({"module", "package", "class"})
+#: the Spark tests' folder, relative to the root (how pytest-xdist names tests): one work unit for one worker
+_SPARK_FOLDER = "tests/spark/"
 
 
-@pytest.hookimpl(trylast=True)  # after tests/spark/conftest.py has marked its tests
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup`` (pyproject.toml runs the suite on 2 workers).
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How pytest-xdist shares the suite between its 2 workers (``--numprocesses=2`` in pyproject.toml).
 
-    A test on its own is sent to whichever worker is free. The Spark tests are one group, run by one worker one after
-    the other: one SparkSession (one JVM) per run, as without workers, and never two Spark jobs at once on 2 cores.
-    The tests of a module with a fixture of module (or package, class) scope are one group each, so that fixture (a
-    100,000-row database, a fake server, a Spark cluster) is made once, not once per worker. xdist sends the largest
-    group first: the Spark tests start at once, beside the rest.
+    A module is one unit of work, given to whichever worker is free: its module-scoped fixtures (a 100,000-row
+    database, a fake server) are made once. The Spark tests (``tests/spark``) are one unit, run by one worker one
+    after the other: one SparkSession (one JVM) per run, as without workers, and never two Spark jobs at once on the
+    2 cores. Units go out in collection order, which :func:`pytest_collection_modifyitems` starts with the Spark tests
+    and then the modules that hold a slow test, so the long ones begin at once, beside each other, and the short
+    modules fill in at the end. (xdist's own ``--dist loadgroup`` would do the Spark grouping, but with pytest 9 the
+    group it writes into the test's id is lost.)
     """
-    for item in items:
-        if item.get_closest_marker("spark") is not None:
-            item.add_marker(pytest.mark.xdist_group("spark"))
-            continue
-        info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the test (no public accessor)
-        definitions = info.name2fixturedefs.values() if info is not None else ()
-        if any(d.scope in _MODULE_SCOPES for defs in definitions for d in defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndSpark(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _SPARK_FOLDER if nodeid.startswith(_SPARK_FOLDER) else nodeid.split("::", 1)[0]
+
+    return ModulesAndSpark(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers: the Spark tests first, then the modules that hold a slow test, then the rest, each
+    in its collected order (see :func:`pytest_xdist_make_scheduler`). A run without workers keeps its order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    root = Path(__file__).parent.parent
+
+    def module(item: pytest.Item) -> str:
+        return item.path.relative_to(root).as_posix()
+    slow = {module(item) for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: 0 if module(item).startswith(_SPARK_FOLDER) else 1 if module(item) in slow else 2)
