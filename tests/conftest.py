@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import threading
@@ -9,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -241,3 +243,40 @@ def rabbitmq_url() -> str:
 @pytest.fixture(scope="session")
 def spark_available() -> None:
     require("Spark", spark_problem)
+
+
+#: the Spark tests' folder, relative to the root (how pytest-xdist names tests): one work unit for one worker
+_SPARK_FOLDER = "tests/spark/"
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How pytest-xdist shares the suite between its 2 workers (``--numprocesses=2`` in pyproject.toml).
+
+    A module is one unit of work, given to whichever worker is free: its module-scoped fixtures (a 100,000-row
+    database, a fake server) are made once. The Spark tests (``tests/spark``) are one unit, run by one worker one
+    after the other: one SparkSession (one JVM) per run, as without workers, and never two Spark jobs at once on the
+    2 cores. Units go out in collection order, which :func:`pytest_collection_modifyitems` starts with the Spark tests
+    and then the modules that hold a slow test, so the long ones begin at once, beside each other, and the short
+    modules fill in at the end. (xdist's own ``--dist loadgroup`` would do the Spark grouping, but with pytest 9 the
+    group it writes into the test's id is lost.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndSpark(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _SPARK_FOLDER if nodeid.startswith(_SPARK_FOLDER) else nodeid.split("::", 1)[0]
+
+    return ModulesAndSpark(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On pytest-xdist's workers: the Spark tests first, then the modules that hold a slow test, then the rest, each
+    in its collected order (see :func:`pytest_xdist_make_scheduler`). A run without workers keeps its order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    root = Path(__file__).parent.parent
+
+    def module(item: pytest.Item) -> str:
+        return item.path.relative_to(root).as_posix()
+    slow = {module(item) for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: 0 if module(item).startswith(_SPARK_FOLDER) else 1 if module(item) in slow else 2)
