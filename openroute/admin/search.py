@@ -21,8 +21,9 @@ capped count at most ``COUNT_CAP + 1`` (from a B-tree index, see :func:`steer_co
 estimate in one statement, :func:`counted_with_estimate`). The admin API reads only the :data:`SUMMARY_COLUMNS`
 (:func:`search_summaries`). Text searches first check the newest messages of the other filters
 (:func:`probe_statement`), then ask the trigram index, for a payload text without the words that most candidates
-hold (:func:`narrowed`); a text whose words are shorter than 3 characters gives the trigram index nothing to look
-up. docs/performance.md has the plans at 1M rows
+hold (:func:`narrowed`); an error text among messages that all carry an error reads its first page and its count
+from one read of the candidates (:func:`probe_page_count_statement`); a text whose words are shorter than 3
+characters gives the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
 (``benchmarks/admin_bench.py --plans``).
 """
 
