@@ -350,3 +350,54 @@ def test_every_filter_reads_a_bounded_part_of_an_index_on_postgresql(filled_100k
         counted = plan(count_statement(filters))
         steer_count(connection, filters, on=False)
         assert "Index Only Scan using ix_message_service_op_state" in counted, counted
+
+
+def test_an_error_text_among_errors_finds_its_first_page_and_count_in_one_statement(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an error code or only failed states asked for, a text's first page and count come from one read of the
+    candidates; with a cap of 10 and 22 candidates: every page holds what a plain ILIKE finds, in order, the count is
+    exact up to the cap and estimated above it, and a text the candidates lack is still found (the trigram page)."""
+    import sqlalchemy as sa
+    from openroute.persistence import message_table
+
+    from openroute.admin import search
+
+    monkeypatch.setattr(search, "COUNT_CAP", 10)
+    monkeypatch.setattr(search, "TEXT_PROBE", 22)
+    m = message_table.c
+    cases: list[dict[str, object]] = [
+        {"error_text": "timeout", "state": ["FAILED"]},  # 15 of 30 candidates (all read)
+        {"error_text": "IS DOWN", "error_code": ["HLR_DOWN"]},  # 30 of 30: over the cap
+        {"error_text": "hlr 1", "state": ["FAILED", "PARTLY_FAILED"]},  # few, among 45
+        {"error_text": "hlr 1402", "state": ["FAILED"]},  # one, older than the 22 newest candidates
+        {"error_text": "timeout 1", "error_code": ["TIMEOUT", "HLR_DOWN"], "state": ["FAILED"]},
+        {"error_text": "nothing like it", "error_code": ["TIMEOUT"]},  # none among 15
+    ]
+    with filled.engine.connect() as connection:
+        for params in cases:
+            filters = parse_filters(params)
+            assert search._errors_only(filters), params
+            plain = sa.select(m.id).where(*filters.conditions()).order_by(m.receive_ts.desc(), m.id.desc())
+            expected = connection.execute(plain).scalars().all()
+            for limit in (1, 4, 50):
+                found: list[int] = []
+                cursor = None
+                while True:
+                    page = search.search_summaries(connection, filters, cursor, limit=limit)
+                    if cursor is None:  # a first page that holds every match is its own count
+                        if len(expected) <= 10 or page.next_cursor is None:
+                            assert (page.total, page.total_estimated) == (len(expected), False), (params, limit)
+                        else:
+                            assert page.total_estimated and page.total > 10, (params, limit)
+                    found.extend(row.id for row in page.rows)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+                assert found == expected, (params, limit)
+                connection.rollback()
+        statements: list[str] = []
+        sa.event.listen(connection, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        few = parse_filters({"error_text": "timeout 1", "error_code": ["TIMEOUT"], "state": ["FAILED"]})  # 7 of 15
+        page = search.search_summaries(connection, few, None, limit=4)
+    assert len([s for s in statements if s.startswith("SELECT")]) == 1 and (page.total, len(page.rows)) == (7, 4)
