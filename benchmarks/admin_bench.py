@@ -46,7 +46,8 @@ from openroute.persistence.counts import route_counts_statement, state_counts_st
 
 from benchmarks.store_fill import MIXED, START, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
-from openroute.admin.search import SearchFilters, parse_filters, search_messages
+from openroute.admin.filters import SearchFilters, parse_filters
+from openroute.admin.search import search_messages
 from openroute.console._queries import failing_statement, finished_statement
 from openroute.route import RouteRegistry
 

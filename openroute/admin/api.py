@@ -23,22 +23,20 @@ from starlette.routing import Route
 from openroute.admin.breakers import BreakerAdmin
 from openroute.admin.counts import MessageCounts
 from openroute.admin.cross_site import check_origin, normalize_origins, require_json
-from openroute.admin.openapi import admin_openapi
-from openroute.admin.search import (
+from openroute.admin.filters import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     SEARCH_PARAMS,
-    SUMMARY_COLUMNS,
     TEXT_FILTERS,
     InvalidQueryError,
     SearchFilters,
-    SummaryPage,
     decode_cursor,
     parse_filters,
     parse_limit,
     parse_message_id,
-    search_summaries,
 )
+from openroute.admin.openapi import admin_openapi
+from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError

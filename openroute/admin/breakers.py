@@ -15,7 +15,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from openroute.admin.search import InvalidQueryError
+from openroute.admin.filters import InvalidQueryError
 from openroute.engine import Engine
 from openroute.inbound.errors import UnsupportedMediaTypeError
 from openroute.outbound import BreakerState, ExternalCalls

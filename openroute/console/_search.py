@@ -8,7 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from openroute.admin.api import search_conditions, search_filters
-from openroute.admin.search import InvalidQueryError, Page, decode_cursor, parse_limit, search_messages
+from openroute.admin.filters import InvalidQueryError, Page, decode_cursor, parse_limit
+from openroute.admin.search import search_messages
 from openroute.persistence import MessageState, MessageStore, message_table
 
 #: the states a restart takes a message from

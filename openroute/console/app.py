@@ -46,7 +46,7 @@ from openroute.admin.api import (
 )
 from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
-from openroute.admin.search import InvalidQueryError, parse_message_id
+from openroute.admin.filters import InvalidQueryError, parse_message_id
 from openroute.console import _queries
 from openroute.console._search import SEARCH_FIELDS, restartable_ids, search_page
 from openroute.engine import Engine

@@ -10,7 +10,7 @@ from openroute.persistence import MessageState, MessageStore
 
 from benchmarks.store_fill import START, analyze, fill
 from openroute.admin import InvalidQueryError, parse_filters, search_messages
-from openroute.admin.search import COUNT_CAP
+from openroute.admin.filters import COUNT_CAP
 
 ROWS = 1500  # above COUNT_CAP, so the unfiltered count is estimated
 
