@@ -34,6 +34,7 @@ is not seen: :meth:`StoredCounts.recount` counts the table again.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -53,6 +54,7 @@ from openroute.persistence.models import (
 __all__ = ["StoredCounts", "recount", "route_counts_statement", "state_counts_statement"]
 
 _MARK_ID = 1
+_MARK = sa.select(message_count_mark_table.c.transition_id).where(message_count_mark_table.c.id == _MARK_ID)
 #: another transaction writing ``message_transition`` that began before ``:xmax`` (or has no id yet): the oldest
 #: running transaction of the whole cluster (``pg_snapshot_xmin``) may be one of another database
 _WRITING_BEFORE = sa.text(
@@ -64,7 +66,9 @@ _WRITING_BEFORE = sa.text(
 )
 
 
-def _transitions(low: int, high: int | None = None, by_route: bool = False, lateral: bool = False) -> sa.Select[Any]:
+def _transitions(
+    low: int | sa.BindParameter[int], high: int | None = None, by_route: bool = False, lateral: bool = False
+) -> sa.Select[Any]:
     """(service, operation,) to state, from state, rows: the transitions with an id in (low, high], grouped (one
     range scan of the primary key; each counts one for the state it reached, minus one for the state it left).
 
@@ -113,12 +117,19 @@ def state_counts_statement(mark: int) -> sa.CompoundSelect[Any]:
 def route_counts_statement(mark: int, dialect: str = "postgresql") -> sa.CompoundSelect[Any]:
     """(service, operation, state, None, messages) of the stored counts, then (service, operation, to state, from
     state, rows) of the deltas of deleted messages and of the transitions after ``mark``."""
+    return _route_counts(dialect).params(mark=mark)
+
+
+@functools.cache
+def _route_counts(dialect: str) -> sa.CompoundSelect[Any]:
+    """:func:`route_counts_statement` with the mark a parameter ``mark``: built once per dialect (building it
+    cost 0.4 ms of CPU, more than executing it)."""
     c = message_count_table.c
     d = message_count_delta_table.c
     deltas = sa.select(d.service, d.operation, d.state, sa.null(), sa.func.sum(d.n)).group_by(
         d.service, d.operation, d.state
     )
-    changes = _transitions(mark, by_route=True, lateral=dialect == "postgresql")
+    changes = _transitions(sa.bindparam("mark", type_=sa.Integer), by_route=True, lateral=dialect == "postgresql")
     return sa.union_all(sa.select(c.service, c.operation, c.state, sa.null(), c.n), deltas, changes)
 
 
@@ -140,7 +151,7 @@ class StoredCounts(StorePart):
         delta rows the read added (what a :meth:`fold` would save the next reads)."""
         counts: dict[MessageState, int] = defaultdict(int)
         tail = 0
-        with self._snapshot() as conn:
+        with self.snapshot() as conn:
             for to_state, from_state, n, rows in conn.execute(state_counts_statement(self._mark(conn))):
                 counts[MessageState(to_state)] += int(n)
                 if from_state is not None:
@@ -148,11 +159,15 @@ class StoredCounts(StorePart):
                 tail += int(rows)
         return {s: n for s, n in counts.items() if n}, tail
 
-    def by_route(self) -> dict[tuple[str, str], dict[MessageState, int]]:
+    def by_route(self, connection: sa.Connection | None = None) -> dict[tuple[str, str], dict[MessageState, int]]:
         """(service, operation) -> state -> messages, exact in one snapshot (the transitions after the mark are
-        joined to their messages for the route)."""
-        with self._snapshot() as conn:
-            counted = _routes(conn.execute(route_counts_statement(self._mark(conn), self.database.dialect)))
+        joined to their messages for the route): ``connection``'s transaction when given (from :meth:`snapshot`,
+        so that the caller's other reads see the same one), else a transaction of its own."""
+        if connection is None:
+            with self.snapshot() as conn:
+                return self.by_route(conn)
+        statement = _route_counts(self.database.dialect)
+        counted = _routes(connection.execute(statement, {"mark": self._mark(connection)}))
         routes: dict[tuple[str, str], dict[MessageState, int]] = {}
         for (service, operation, state), n in sorted(counted.items()):
             if n:
@@ -160,9 +175,9 @@ class StoredCounts(StorePart):
         return routes
 
     @contextlib.contextmanager
-    def _snapshot(self) -> Iterator[sa.Connection]:
-        """A read transaction whose statements share one snapshot (PostgreSQL: REPEATABLE READ; SQLite's
-        transactions are serialised)."""
+    def snapshot(self) -> Iterator[sa.Connection]:
+        """A read-only transaction whose statements share one snapshot (PostgreSQL: REPEATABLE READ; SQLite's
+        transactions are serialised), for :meth:`by_route` and the caller's own reads."""
         engine = self.database.engine
         with engine.connect() as conn:
             if self.database.dialect == "postgresql":
@@ -172,8 +187,7 @@ class StoredCounts(StorePart):
 
     @staticmethod
     def _mark(conn: sa.Connection) -> int:
-        mark = message_count_mark_table.c
-        found = conn.execute(sa.select(mark.transition_id).where(mark.id == _MARK_ID)).scalar_one_or_none()
+        found = conn.execute(_MARK).scalar_one_or_none()
         return 0 if found is None else int(found)
 
     def fold(self) -> int | None:
