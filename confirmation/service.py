@@ -450,8 +450,12 @@ class ConfirmationService:
         with self.engine.begin() as connection:
             return table.release_claims(connection, self.node_id, now, self._created_at)
 
-    async def run(self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True) -> None:
-        """Sweep (:meth:`sweep_recent`) and process due confirmations every ``interval`` until ``stop`` is set.
+    async def run(
+        self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True,
+        paused: Callable[[], bool] | None = None,
+    ) -> None:
+        """Sweep (:meth:`sweep_recent`) and process due confirmations every ``interval`` until ``stop`` is set;
+        a pass is skipped while ``paused()`` is true (the server's: its node is STOPPED, it picks up no work).
 
         An error of one pass is logged and the next pass runs as usual; while the database is unreachable the log
         gets one WARNING and one INFO when it is back (``self.outage``), and the passes back off.
@@ -468,6 +472,8 @@ class ConfirmationService:
             log.warning("claims of this node not taken back at start: %s", str(error).splitlines()[0][:200])
 
         async def one_pass() -> None:
+            if paused is not None and paused():
+                return
             if sweep:
                 await self.sweep_recent()
             report = await self.process_due()

@@ -32,6 +32,7 @@ from openroute.inbound import (
 )
 from openroute.inbound.app import InboundDispatch
 from openroute.loading import checked_mounts
+from openroute.persistence import NodeState
 from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
@@ -190,8 +191,10 @@ class _NodeServices:
             await self.outbox.start()
             running.outbox = asyncio.create_task(self.outbox.run(stop), name="outbox")
         if self.confirmation is not None:
+            engine = self.engine
             running.confirmations = asyncio.create_task(
-                self.confirmation.run(self.confirmation_interval, stop), name="confirmations")
+                self.confirmation.run(self.confirmation_interval, stop,
+                                      paused=lambda: engine.node_state is NodeState.STOPPED), name="confirmations")
         if self.purge is not None:
             running.retention = asyncio.create_task(self.purge.run(stop), name="retention")
         if self.alerts is not None:

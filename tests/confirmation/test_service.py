@@ -409,6 +409,33 @@ async def test_run_sweeps_and_sends_until_stopped(store: MessageStore) -> None:
         await service.run(0, stop)
 
 
+async def test_run_sends_nothing_while_paused_and_catches_up_after(store: MessageStore) -> None:
+    callback = Recording(expected=2)
+    service = ConfirmationService(store, callback)
+    ids = [add_message(store, n) for n in range(2)]
+    skipped, resumed = asyncio.Event(), False
+    asked = 0
+
+    def paused() -> bool:  # a STOPPED node's server: every pass asks first
+        nonlocal asked
+        asked += 1
+        if asked >= 3:
+            skipped.set()
+        return not resumed
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(0.05, stop, paused=paused))
+    await asyncio.wait_for(skipped.wait(), 10)
+    assert callback.sent == []  # three passes skipped: nothing swept, nothing sent
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.select(sa.func.count()).select_from(confirmation_table)).scalar() == 0
+    resumed = True
+    await asyncio.wait_for(callback.done.wait(), 10)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    assert sorted(callback.sent) == sorted(ids)
+
+
 async def test_admin_queries(store: MessageStore, clock: FakeClock) -> None:
     service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
     mid = add_message(store, 1)
