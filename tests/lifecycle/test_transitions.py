@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from openroute.persistence import MessageState, MessageStore, NewMessage, NodeState
+from openroute.persistence import MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.persistence.models import message_transition_table
 
 from openroute import ChildMessage, Exchange, Route, states
 from openroute.clock import ManualClock
 from openroute.dsl import Application, route
+from openroute.engine import Engine
 from openroute.errors import BusinessError, StaleMessageError, TechnicalError
 from openroute.retry import RetryPolicy
 from openroute.testing import RouteTestKit
@@ -118,15 +119,23 @@ async def test_postponed_then_cancelled_by_an_operator(store: MessageStore, make
     ]
 
 
-async def test_repair_of_a_dead_node_is_recorded_as_repair(
+async def _started_beside_a_dead_node(
     store: MessageStore, make_engine: EngineFactory, clock: ManualClock
-) -> None:
+) -> tuple[Engine, StoredMessage]:
+    """A started engine (lease 5 min) and a message that the node ``dead-node`` claimed and never finished."""
     engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
     message = store.insert_message(
         NewMessage("orders", "create", "{}", "application/json", "c-dead", "crm", receive_ts=START), node_id="dead-node"
     ).message
     states.claim(store, [message], "dead-node", clock.now())
     await engine.start()
+    return engine, message
+
+
+async def test_repair_of_a_dead_node_is_recorded_as_repair(
+    store: MessageStore, make_engine: EngineFactory, clock: ManualClock
+) -> None:
+    engine, message = await _started_beside_a_dead_node(store, make_engine, clock)
     clock.advance(timedelta(minutes=5))
     await engine.repoll_once()
     await engine.wait_idle(WAIT)
@@ -142,12 +151,7 @@ async def test_repair_of_a_dead_node_is_recorded_as_repair(
 async def test_a_stopped_node_repairs_no_stuck_message_until_it_runs_again(
     store: MessageStore, make_engine: EngineFactory, clock: ManualClock
 ) -> None:
-    engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
-    message = store.insert_message(
-        NewMessage("orders", "create", "{}", "application/json", "c-dead", "crm", receive_ts=START), node_id="dead-node"
-    ).message
-    states.claim(store, [message], "dead-node", clock.now())
-    await engine.start()
+    engine, message = await _started_beside_a_dead_node(store, make_engine, clock)
     await engine.set_node_state(engine.node_id, NodeState.STOPPED)
     clock.advance(timedelta(minutes=5))
     await engine.repoll_once()
