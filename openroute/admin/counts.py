@@ -32,6 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from openroute.errors import ConfigurationError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, mask_secrets, message_table
 from openroute.persistence.outage import StoreOutage, run_passes
 
@@ -73,7 +74,7 @@ class MessageCounts:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if route_ttl < 0 or fold_interval <= 0 or max_tail < 0:
-            raise ValueError(
+            raise ConfigurationError(
                 f"route_ttl must be >= 0, fold_interval > 0 and max_tail >= 0 (seconds, rows), got "
                 f"route_ttl={route_ttl} fold_interval={fold_interval} max_tail={max_tail}"
             )

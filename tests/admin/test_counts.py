@@ -15,6 +15,7 @@ from openroute.persistence import MessageState, MessageStore, NewMessage, messag
 from openroute.persistence.database import alembic_config
 
 from openroute.admin import MessageCounts
+from openroute.errors import ConfigurationError
 
 S = MessageState
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -184,7 +185,7 @@ def test_message_counts_are_exact_on_every_call_and_fold_a_long_tail(store: Mess
     assert counts.wait_for_fold(timeout=30)
     assert store.counts.by_state()[1] <= 8
     assert counts.by_state().counts == {S.OK: 1, S.NEW: 5}
-    with pytest.raises(ValueError, match="fold_interval=0"):
+    with pytest.raises(ConfigurationError, match="fold_interval=0"):
         MessageCounts(store, fold_interval=0)
 
 
