@@ -32,7 +32,6 @@ from openroute.inbound import (
 )
 from openroute.inbound.app import InboundDispatch
 from openroute.loading import checked_mounts
-from openroute.persistence import NodeState
 from openroute.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
@@ -194,7 +193,7 @@ class _NodeServices:
             engine = self.engine
             running.confirmations = asyncio.create_task(
                 self.confirmation.run(self.confirmation_interval, stop,
-                                      paused=lambda: engine.node_state is NodeState.STOPPED), name="confirmations")
+                                      paused=lambda: not engine.node_state.picks_up_work), name="confirmations")
         if self.purge is not None:
             running.retention = asyncio.create_task(self.purge.run(stop), name="retention")
         if self.alerts is not None:

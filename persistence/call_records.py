@@ -3,6 +3,7 @@ outcome. They go with their message (``ON DELETE CASCADE``), so the retention jo
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -11,7 +12,19 @@ import sqlalchemy as sa
 from openroute.persistence.models import call_record_table
 from openroute.persistence.store import MessageStore
 
-__all__ = ["CallRecord", "CallRecordStore"]
+__all__ = ["CallOutcome", "CallRecord", "CallRecordStore"]
+
+
+class CallOutcome(enum.StrEnum):
+    """How a call ended (the ``outcome`` of a call record and of the ``openroute_external_calls`` metric)."""
+
+    OK = "OK"
+    #: the system answered with a business error: an answer, so a success for the breaker
+    BUSINESS_ERROR = "BUSINESS_ERROR"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    #: the breaker refused it: not made (counted by the metric, never recorded)
+    REFUSED = "REFUSED"
 
 
 @dataclass(frozen=True)
@@ -24,7 +37,7 @@ class CallRecord:
     started_at: datetime
     duration_ms: int
     #: OK, BUSINESS_ERROR, FAILED or TIMEOUT
-    outcome: str
+    outcome: CallOutcome
     request: str | None = None
     response: str | None = None
     error: str | None = None
@@ -56,4 +69,8 @@ class CallRecordStore:
         """The records of ``message_id``'s calls, oldest first."""
         table = call_record_table
         query = sa.select(table).where(table.c.message_id == message_id).order_by(table.c.id)
-        return self.store.run(lambda c: [CallRecord(**r._mapping) for r in c.execute(query)], connection)
+        return self.store.run(lambda c: [_record(r) for r in c.execute(query)], connection)
+
+
+def _record(row: sa.Row[Any]) -> CallRecord:
+    return CallRecord(**{**row._mapping, "outcome": CallOutcome(row.outcome)})

@@ -18,6 +18,9 @@ from openroute.persistence.models import ExternalCallStatus, entity_call_table, 
 
 __all__ = ["ExternalCall", "ExternalCallStore"]
 
+#: the ``entity_call.status`` while a message's attempt holds the call; it ends ``ExternalCallStatus.OK`` or ``FAILED``
+_IN_PROGRESS = "IN_PROGRESS"
+
 
 @dataclass(frozen=True)
 class ExternalCall:
@@ -112,13 +115,8 @@ class ExternalCallStore(StorePart):
     ) -> bool:
         """Record the outcome of a call started with :meth:`begin`; False if it was not STARTED."""
         c = external_call_table.c
-        statement = (
-            sa.update(external_call_table)
-            .where(c.message_id == message_id, c.call_key == call_key, c.status == ExternalCallStatus.STARTED)
-            .values(status=ExternalCallStatus.OK if ok else ExternalCallStatus.FAILED, result=result,
-                    last_error=error, updated_at=now)
-        )
-        return bool(self.database.run(lambda conn: conn.execute(statement).rowcount, connection) == 1)
+        held = (c.message_id == message_id, c.call_key == call_key, c.status == ExternalCallStatus.STARTED)
+        return self._settle(external_call_table, held, ok, now, result, error, connection) == 1
 
     def in_doubt(self, message_id: int, connection: sa.Connection | None = None) -> list[ExternalCall]:
         """The calls of ``message_id`` started and never finished (status STARTED), by call key."""
@@ -151,7 +149,7 @@ class ExternalCallStore(StorePart):
         status = ExternalCallStatus.OK if done else ExternalCallStatus.FAILED
         text = None if done else f"{note}: call again"
         conditions = [c.message_id == message_id, c.status == ExternalCallStatus.STARTED]
-        entity_conditions = [e.owner_message_id == message_id, e.status == "IN_PROGRESS"]
+        entity_conditions = [e.owner_message_id == message_id, e.status == _IN_PROGRESS]
         if call_keys is not None:
             conditions.append(c.call_key.in_(list(call_keys)))
             entity_conditions.append(e.call_key.in_(list(call_keys)))
@@ -240,21 +238,21 @@ class ExternalCallStore(StorePart):
                 # RETURNING, not rowcount: psycopg reports no reliable rowcount for ON CONFLICT DO NOTHING
                 inserted = conn.execute(
                     self.database.upsert(entity_call_table)
-                    .values(entity_type=entity_type, object_id=object_id, call_key=call_key, status="IN_PROGRESS",
+                    .values(entity_type=entity_type, object_id=object_id, call_key=call_key, status=_IN_PROGRESS,
                             owner_message_id=message_id, attempts=1, created_at=now, updated_at=now)
                     .on_conflict_do_nothing(index_elements=["entity_type", "object_id", "call_key"])
                     .returning(c.id)
                 ).scalar()
                 return ("RUN", None) if inserted is not None else ("BUSY", None)
-            if row.status == "OK":
+            if row.status == ExternalCallStatus.OK:
                 return ("OK", row.result)
-            if row.status == "IN_PROGRESS" and row.owner_message_id != message_id and row.updated_at > stale_before:
+            if row.status == _IN_PROGRESS and row.owner_message_id != message_id and row.updated_at > stale_before:
                 return ("BUSY", None)
-            doubt = hold_in_doubt and row.status == "IN_PROGRESS"
+            doubt = hold_in_doubt and row.status == _IN_PROGRESS
             taken = conn.execute(
                 sa.update(entity_call_table)
                 .where(c.id == row.id, c.status == row.status, c.updated_at == row.updated_at)
-                .values(status="IN_PROGRESS", owner_message_id=message_id,
+                .values(status=_IN_PROGRESS, owner_message_id=message_id,
                         attempts=c.attempts if doubt else c.attempts + 1, updated_at=now)
             ).rowcount
             if taken != 1:
@@ -277,13 +275,20 @@ class ExternalCallStore(StorePart):
     ) -> None:
         """Record the outcome of a call taken with :meth:`begin_entity` (only by its holder)."""
         c = entity_call_table.c
-        statement = (
-            sa.update(entity_call_table)
-            .where(c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key,
-                   c.owner_message_id == message_id, c.status == "IN_PROGRESS")
-            .values(status="OK" if ok else "FAILED", result=result, last_error=error, updated_at=now)
+        held = (c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key,
+                c.owner_message_id == message_id, c.status == _IN_PROGRESS)
+        self._settle(entity_call_table, held, ok, now, result, error, connection)
+
+    def _settle(
+        self, table: sa.Table, held: tuple[sa.ColumnElement[bool], ...], ok: bool, now: datetime, result: Any,
+        error: str | None, connection: sa.Connection | None,
+    ) -> int:
+        """Record the outcome (OK or FAILED, result, error) of the call row ``held`` selects; the rows changed."""
+        statement = sa.update(table).where(*held).values(
+            status=ExternalCallStatus.OK if ok else ExternalCallStatus.FAILED, result=result, last_error=error,
+            updated_at=now,
         )
-        self.database.run(lambda conn: conn.execute(statement), connection)
+        return int(self.database.run(lambda conn: conn.execute(statement).rowcount, connection))
 
     def of_entity(
         self, entity_type: str, object_id: str, connection: sa.Connection | None = None

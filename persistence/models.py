@@ -59,6 +59,11 @@ class NodeState(enum.StrEnum):
     HANDLES_EXISTING_MESSAGES = "HANDLES_EXISTING_MESSAGES"
     STOPPED = "STOPPED"
 
+    @property
+    def picks_up_work(self) -> bool:
+        """False for STOPPED: the node emits, repolls, repairs and confirms nothing."""
+        return self is not NodeState.STOPPED
+
 
 class ExternalCallStatus(enum.StrEnum):
     """Outcome of an idempotent external call made on behalf of a message.

@@ -351,7 +351,7 @@ class Engine:
         False) no room. With ``wait`` the caller waits for room: queued + in flight never exceed
         ``queue_size + concurrency``.
         """
-        if not self._running or self._stopping or message.id in self._queued or self.node_state is NodeState.STOPPED:
+        if not self._running or self._stopping or message.id in self._queued or not self.node_state.picks_up_work:
             return False
         permits = self._permits
         assert permits is not None and self._idle is not None  # noqa: S101  narrows an Optional for mypy: set before this point

@@ -107,7 +107,7 @@ class Repoll:
 
     async def run_once(self, new_cutoff: datetime | None = None) -> None:
         """One run of the repoll job (see ``Engine.repoll_once``)."""
-        if self.node_state() is NodeState.STOPPED:  # an operator stopped this node: it picks up no work, repairs too
+        if not self.node_state().picks_up_work:  # an operator stopped this node: it picks up no work, repairs too
             return
         now = self.clock.now()
         repaired, reemitted = self.stats.repaired, self.stats.reemitted

@@ -5,10 +5,11 @@ circuit breaker and call records (docs/outage.md).
 """
 
 from openroute.outbound.breaker import BreakerSettings, BreakerState
-from openroute.outbound.calls import CallContext, CallOutcome, ExternalCalls, current_call
+from openroute.outbound.calls import CallContext, ExternalCalls, current_call
 from openroute.outbound.http import IDEMPOTENCY_KEY_HEADER, ExternalHttpClient
 from openroute.outbound.soap import SoapFaultError, SoapService, SoapTransportError
 from openroute.outbound.systems import CallRecordSettings, ExternalSystem, mask
+from openroute.persistence.call_records import CallOutcome
 
 __all__ = [
     "IDEMPOTENCY_KEY_HEADER",

@@ -28,7 +28,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from openroute.clock import Clock, SystemClock
@@ -37,26 +36,14 @@ from openroute.outbound import breaker as rules
 from openroute.outbound.systems import ExternalSystem, systems_by_name
 from openroute.persistence import MessageStore, StoredMessage
 from openroute.persistence.breaker import BreakerRow, BreakerState, BreakerStore
-from openroute.persistence.call_records import CallRecord, CallRecordStore
+from openroute.persistence.call_records import CallOutcome, CallRecord, CallRecordStore
 
-__all__ = ["CallContext", "CallOutcome", "ExternalCalls", "current_call"]
+__all__ = ["CallContext", "ExternalCalls", "current_call"]
 
 log = logging.getLogger("openroute.outbound")
 
 #: how often a node retries a conditional update it lost before it gives up for this call
 _RACES = 5
-
-
-class CallOutcome(StrEnum):
-    """How a call ended (the ``outcome`` of a call record and of the ``openroute_external_calls`` metric)."""
-
-    OK = "OK"
-    #: the system answered with a business error: an answer, so a success for the breaker
-    BUSINESS_ERROR = "BUSINESS_ERROR"
-    FAILED = "FAILED"
-    TIMEOUT = "TIMEOUT"
-    #: the breaker refused it: not made
-    REFUSED = "REFUSED"
 
 
 @dataclass
@@ -302,7 +289,7 @@ class ExternalCalls:
                 response = _as_text(result)
             record = CallRecord(
                 message_id=message_id, system=system.name, call_key=key, started_at=started, duration_ms=millis,
-                outcome=outcome.value, request=settings.clean(context.request), response=settings.clean(response),
+                outcome=outcome, request=settings.clean(context.request), response=settings.clean(response),
                 error=None if error is None else settings.clean(f"{type(error).__name__}: {error}"),
             )
             await asyncio.to_thread(self.records.add, record)
