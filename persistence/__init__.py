@@ -5,7 +5,7 @@ which transitions are legal lives in ``openroute.states``.
 """
 
 from openroute.persistence.database import DEFAULT_DATABASE_URL, Database, alembic_config, create_store_engine
-from openroute.persistence.external_calls import ExternalCall, ExternalCallStore
+from openroute.persistence.external_calls import EntityCallStatus, ExternalCall, ExternalCallStore
 from openroute.persistence.funnels import FunnelStore
 from openroute.persistence.messages import InsertOutcome, MessageFields, NewMessage, StoredMessage
 from openroute.persistence.models import (
@@ -45,6 +45,7 @@ __all__ = [
     "ConfirmationStatus",
     "Database",
     "EntityCallRecord",
+    "EntityCallStatus",
     "ExternalCall",
     "ExternalCallRecord",
     "ExternalCallStatus",

@@ -7,6 +7,7 @@ message of one entity type + object id: one message at a time holds it IN_PROGRE
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,10 +17,23 @@ import sqlalchemy as sa
 from openroute.persistence.database import StorePart
 from openroute.persistence.models import ExternalCallStatus, entity_call_table, external_call_table
 
-__all__ = ["ExternalCall", "ExternalCallStore"]
+__all__ = ["EntityCallStatus", "ExternalCall", "ExternalCallStore"]
 
 #: the ``entity_call.status`` while a message's attempt holds the call; it ends ``ExternalCallStatus.OK`` or ``FAILED``
 _IN_PROGRESS = "IN_PROGRESS"
+
+
+class EntityCallStatus(enum.StrEnum):
+    """What :meth:`ExternalCallStore.begin_entity` answers."""
+
+    #: an earlier call succeeded: its recorded result is returned, the call is not made again
+    DONE = "OK"
+    #: another message is making the call now (or its claim is not stale yet)
+    BUSY = "BUSY"
+    #: this message took the call: make it and record the outcome
+    RUN = "RUN"
+    #: an earlier attempt took the call and recorded no outcome, and the caller holds calls in doubt
+    IN_DOUBT = "IN_DOUBT"
 
 
 @dataclass(frozen=True)
@@ -218,20 +232,20 @@ class ExternalCallStore(StorePart):
         connection: sa.Connection | None = None,
         *,
         hold_in_doubt: bool = False,
-    ) -> tuple[str, Any]:
+    ) -> tuple[EntityCallStatus, Any]:
         """Try to take the call ``call_key`` of one entity for ``message_id``.
 
-        Returns ``("OK", result)`` when an earlier call succeeded (do not call again), ``("BUSY", None)`` when
+        Returns ``(DONE, result)`` when an earlier call succeeded (do not call again), ``(BUSY, None)`` when
         another message's attempt is making the call now (IN_PROGRESS since after ``stale_before``), and
-        ``("RUN", None)`` when the caller now holds the call and must report with :meth:`finish_entity`.
+        ``(RUN, None)`` when the caller now holds the call and must report with :meth:`finish_entity`.
         An IN_PROGRESS record of a dead attempt (this message's, or another's gone stale) is a call in doubt: with
         ``hold_in_doubt`` the caller takes it over still IN_PROGRESS (an operator resolves it through this
-        message) and gets ``("IN_DOUBT", None)``.
+        message) and gets ``(IN_DOUBT, None)``.
         """
         c = entity_call_table.c
         where = sa.and_(c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key)
 
-        def work(conn: sa.Connection) -> tuple[str, Any]:
+        def work(conn: sa.Connection) -> tuple[EntityCallStatus, Any]:
             query = sa.select(c.id, c.status, c.result, c.owner_message_id, c.updated_at).where(where)
             row = conn.execute(self.database.locked(query)).first()
             if row is None:
@@ -243,11 +257,11 @@ class ExternalCallStore(StorePart):
                     .on_conflict_do_nothing(index_elements=["entity_type", "object_id", "call_key"])
                     .returning(c.id)
                 ).scalar()
-                return ("RUN", None) if inserted is not None else ("BUSY", None)
+                return (EntityCallStatus.RUN if inserted is not None else EntityCallStatus.BUSY), None
             if row.status == ExternalCallStatus.OK:
-                return ("OK", row.result)
+                return EntityCallStatus.DONE, row.result
             if row.status == _IN_PROGRESS and row.owner_message_id != message_id and row.updated_at > stale_before:
-                return ("BUSY", None)
+                return EntityCallStatus.BUSY, None
             doubt = hold_in_doubt and row.status == _IN_PROGRESS
             taken = conn.execute(
                 sa.update(entity_call_table)
@@ -256,8 +270,8 @@ class ExternalCallStore(StorePart):
                         attempts=c.attempts if doubt else c.attempts + 1, updated_at=now)
             ).rowcount
             if taken != 1:
-                return ("BUSY", None)
-            return ("IN_DOUBT", None) if doubt else ("RUN", None)
+                return EntityCallStatus.BUSY, None
+            return (EntityCallStatus.IN_DOUBT if doubt else EntityCallStatus.RUN), None
 
         return self.database.run(work, connection)
 

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -33,26 +32,13 @@ from openroute.engine.idempotency import (
 from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.message import InboundMessage
-from openroute.persistence import ExternalCallStatus, MessageStore, NewMessage, StoredMessage
+from openroute.persistence import EntityCallStatus, ExternalCallStatus, MessageStore, NewMessage, StoredMessage
 from openroute.route import ExtCallScope, Route, RouteRegistry
 
-__all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "EntityCallStatus", "Exchange", "ExtCallScope"]
+__all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "Exchange", "ExtCallScope"]
 
 T = TypeVar("T")
 log = logging.getLogger("openroute.engine")
-
-
-class EntityCallStatus(StrEnum):
-    """What ``store.calls.begin_entity`` answers (its plain strings compare equal to these)."""
-
-    #: an earlier call succeeded: its recorded result is returned, the call is not made again
-    DONE = "OK"
-    #: another message is making the call now (or its claim is not stale yet)
-    BUSY = "BUSY"
-    #: this message took the call: make it and record the outcome
-    RUN = "RUN"
-    #: an earlier attempt took the call and recorded no outcome, and the caller holds calls in doubt
-    IN_DOUBT = "IN_DOUBT"
 
 
 class CallGuard(Protocol):

@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from openroute.persistence import MessageState, StoredMessage
+from openroute.persistence import EntityCallStatus, MessageState, StoredMessage
 
 from openroute import ChildMessage, ConfigurationError, Exchange, ExtCallScope, Route
-from openroute.engine.exchange import EntityCallStatus
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 
