@@ -47,6 +47,13 @@ def _short(text: str) -> str:
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."
 
 
+def _unreachable(endpoint: str, error: httpx.HTTPError) -> ConfirmationSendError:
+    """The send error of a call to ``endpoint`` that got no HTTP answer (a timeout, a refused connection, ...)."""
+    if isinstance(error, httpx.TimeoutException):
+        return ConfirmationSendError(_short(f"timeout calling {endpoint}: {type(error).__name__}"))
+    return ConfirmationSendError(_short(f"cannot call {endpoint}: {type(error).__name__}: {error}"))
+
+
 class _HttpConfirmation(ExternalSystemConfirmation):
     """A confirmation over HTTP to ``endpoint`` with an ``httpx.AsyncClient``: its own (closed by :meth:`aclose`) or
     one shared; ``what`` names the endpoint's argument in errors."""
@@ -117,11 +124,8 @@ class SoapConfirmation(_HttpConfirmation):
             raise ConfirmationSendError(
                 _short(f"HTTP {error.status_code}: {error.message}"), status_code=error.status_code
             ) from error
-        except httpx.TimeoutException as error:
-            raise ConfirmationSendError(_short(f"timeout calling {self.address}: {type(error).__name__}")) from error
         except httpx.HTTPError as error:
-            reason = f"cannot call {self.address}: {type(error).__name__}: {error}"
-            raise ConfirmationSendError(_short(reason)) from error
+            raise _unreachable(self.address, error) from error
         except zeep.exceptions.Error as error:
             raise ConfirmationSendError(_short(f"invalid SOAP answer from {self.address}: {error}")) from error
         if answer is None or not answer.accepted:
@@ -156,10 +160,8 @@ class HttpJsonConfirmation(_HttpConfirmation):
         try:
             response = await self._client.post(self.url, json=request.to_json(),
                                                headers={**self._headers, **request.idempotency_headers()})
-        except httpx.TimeoutException as error:
-            raise ConfirmationSendError(_short(f"timeout calling {self.url}: {type(error).__name__}")) from error
         except httpx.HTTPError as error:
-            raise ConfirmationSendError(_short(f"cannot call {self.url}: {type(error).__name__}: {error}")) from error
+            raise _unreachable(self.url, error) from error
         if not response.is_success:
             raise ConfirmationSendError(
                 _short(f"HTTP {response.status_code}: {response.text}"), status_code=response.status_code
