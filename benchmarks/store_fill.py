@@ -18,7 +18,7 @@ Rows are deterministic functions of their number ``g`` (1..n), so the benchmarks
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -155,3 +155,31 @@ def worn(connection: sa.Connection) -> bool:
     """Whether :func:`wear` aged this (PostgreSQL) store."""
     comment = connection.exec_driver_sql("SELECT obj_description('message'::regclass, 'pg_class')").scalar_one()
     return bool(comment == WORN)
+
+
+#: how much of a store's newest traffic :func:`bring_up_to_date` moves to the present: the console's widest
+#: window (the failing routes of the last 24 h)
+RECENT = timedelta(days=1)
+
+
+def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
+    """Move the newest day of a PostgreSQL fill (its receive, start and change times) so that it ends at ``now``.
+
+    A fill's times are fixed (from :data:`START`), so on a later day the console's windows (what finished in the
+    last hour, the routes failing in the last 24 h) would be empty and cost nothing, unlike a live store's. The
+    same rows (those changed within :data:`RECENT` of the newest change) move each time; their old versions are
+    left dead until autovacuum, as a day of live traffic leaves them, and the table is ANALYZEd. Returns the rows
+    moved (0 when the store is already up to date within a minute)."""
+    with engine.begin() as connection:
+        newest = connection.execute(sa.text("SELECT max(last_update_ts) FROM message")).scalar_one()
+        shift = now - newest
+        if shift < timedelta(minutes=1):
+            return 0
+        moved = connection.execute(
+            sa.text("UPDATE message SET receive_ts = receive_ts + :shift, last_update_ts = last_update_ts + :shift, "
+                    "start_process_ts = start_process_ts + :shift WHERE last_update_ts > :since"),
+            {"shift": shift, "since": newest - RECENT},
+        ).rowcount
+    with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.exec_driver_sql("ANALYZE message")
+    return int(moved)
