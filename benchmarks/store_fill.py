@@ -160,6 +160,8 @@ def worn(connection: sa.Connection) -> bool:
 #: how much of a store's newest traffic :func:`bring_up_to_date` moves to the present: the console's widest
 #: window (the failing routes of the last 24 h)
 RECENT = timedelta(days=1)
+#: a store whose newest change is younger than this is left as it is (moving it rewrites a day of rows)
+UP_TO_DATE = timedelta(hours=1)
 
 
 def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
@@ -169,11 +171,11 @@ def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
     last hour, the routes failing in the last 24 h) would be empty and cost nothing, unlike a live store's. The
     same rows (those changed within :data:`RECENT` of the newest change) move each time; their old versions are
     left dead until autovacuum, as a day of live traffic leaves them, and the table is ANALYZEd. Returns the rows
-    moved (0 when the store is already up to date within a minute)."""
+    moved (0 when the newest change is less than :data:`UP_TO_DATE` old: the windows then still hold most of a day)."""
     with engine.begin() as connection:
         newest = connection.execute(sa.text("SELECT max(last_update_ts) FROM message")).scalar_one()
         shift = now - newest
-        if shift < timedelta(minutes=1):
+        if shift < UP_TO_DATE:
             return 0
         moved = connection.execute(
             sa.text("UPDATE message SET receive_ts = receive_ts + :shift, last_update_ts = last_update_ts + :shift, "
