@@ -23,11 +23,11 @@ def serve(master: str, spark_log: str) -> None:
     """Start the session on ``master`` (the JVM's own output to ``spark_log``), then answer each command."""
     from openroute.cli import main
     from openroute.spark.session import build_session
-    from tests.spark.processes import CHILD_JVM_OPTIONS
+    from tests.spark.processes import JVM_OPTIONS
 
     # the executors the worker starts for this application run three small jobs: the first JIT tier, as the driver
     spark = build_session(master, app_name="openroute spark (cluster test)", jvm_log=spark_log,
-                          config={"spark.executor.extraJavaOptions": CHILD_JVM_OPTIONS})
+                          config={"spark.executor.extraJavaOptions": JVM_OPTIONS})
     try:
         for line in sys.stdin:
             out, err = io.StringIO(), io.StringIO()

@@ -42,13 +42,16 @@ def spark_installed() -> None:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The test run's SparkSession (local[2], few shuffle partitions); stopped at the end of the run."""
+    """The test run's SparkSession (local[2], few shuffle partitions, its JVM's JIT at the first tier: see
+    :data:`tests.spark.processes.JVM_OPTIONS`); stopped at the end of the run."""
     require("Spark", spark_and_drivers_problem)
     from openroute.spark.session import build_session
+    from tests.spark.processes import JVM_OPTIONS
 
     jvm_log = tmp_path_factory.mktemp("spark") / "jvm.log"
     session = build_session("local[2]", app_name="openroute-tests", jvm_log=jvm_log,
-                            config={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2"})
+                            config={"spark.sql.shuffle.partitions": "4", "spark.default.parallelism": "2",
+                                    "spark.driver.extraJavaOptions": JVM_OPTIONS})
     yield session
     session.stop()
 

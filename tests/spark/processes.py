@@ -16,17 +16,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: added to ``$SPARK_SUBMIT_OPTS`` (the options spark-submit gives the driver JVM it starts) of every child: its
-#: JIT stops at the first tier (C1). A child runs one short job; the top tier (C2) would spend about 2 s of CPU
-#: compiling for a long run the child never has. The JVM runs the same code either way, only compiled less.
-CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: the options of every JVM the Spark tests start: added to ``$SPARK_SUBMIT_OPTS`` (the options spark-submit gives
+#: the driver JVM it starts) of every child, given to the run's own SparkSession (tests/spark/conftest.py) and to the
+#: cluster's and the Connect server's JVMs. Their JIT stops at the first tier (C1): the jobs are small, and the top
+#: tier (C2) spends its CPU compiling for long runs that never come (a child's one job: about 2 s; the run's own
+#: session, hundreds of small jobs with ever new plans: 573 s of CPU over the Spark tests with C2, 469 s with C1,
+#: the code it runs slower but compiled far less; measured on a 2-core machine beside the rest of the suite). The
+#: JVM runs the same code either way, only compiled less.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of an ``openroute spark`` child: this one, the work tree first on ``PYTHONPATH``, ``extra``,
-    and :data:`CHILD_JVM_OPTIONS` after any ``$SPARK_SUBMIT_OPTS`` already set."""
+    and :data:`JVM_OPTIONS` after any ``$SPARK_SUBMIT_OPTS`` already set."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(extra or {})}
-    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {CHILD_JVM_OPTIONS}".strip()
+    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {JVM_OPTIONS}".strip()
     return env
 
 

@@ -27,7 +27,7 @@ from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.models import message_transition_table
 
 from tests.spark.cluster_driver import ANSWER
-from tests.spark.processes import CHILD_JVM_OPTIONS, ROOT, child_env
+from tests.spark.processes import JVM_OPTIONS, ROOT, child_env
 from tests.spark.stores import reprocess_store
 
 S = MessageState
@@ -84,7 +84,7 @@ class StandaloneCluster:
 def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     # the master's and the worker's JVMs (spark-class reads $SPARK_DAEMON_JAVA_OPTS for them, not $SPARK_SUBMIT_OPTS)
     # only route a few small jobs: the first JIT tier, like the children's drivers
-    daemon_options = f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} {CHILD_JVM_OPTIONS}".strip()
+    daemon_options = f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} {JVM_OPTIONS}".strip()
     env = child_env({"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                      "SPARK_DAEMON_JAVA_OPTS": daemon_options})
     with log.open("wb") as out:

@@ -16,7 +16,7 @@ import pytest
 from openroute.spark.audit import audit
 from openroute.spark.connect import ConnectServer
 from openroute.spark.session import SparkSetupError, build_session
-from tests.spark.processes import CHILD_JVM_OPTIONS, ROOT, child_env
+from tests.spark.processes import JVM_OPTIONS, ROOT, child_env
 from tests.spark.test_audit import NOW
 from tests.spark.test_audit_cli import small_store
 
@@ -32,7 +32,7 @@ def connect_server(spark_installed: None, tmp_path_factory: pytest.TempPathFacto
     """A Spark Connect server on a free port (local[2]) for this module's tests; stopped after them."""
     server = ConnectServer(_free_port(), state_dir=tmp_path_factory.mktemp("connect"))
     # its JVM serves one short audit: the first JIT tier, as every openroute spark child (tests/spark/processes.py)
-    server.start("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.extraJavaOptions": CHILD_JVM_OPTIONS})
+    server.start("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.extraJavaOptions": JVM_OPTIONS})
     try:
         yield server
     finally:
