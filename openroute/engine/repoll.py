@@ -160,12 +160,16 @@ class Repoll:
 
     async def _recover_after_outage(self) -> None:
         """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
-        could not be written), instead of leaving them to the processing lease."""
+        could not be written), instead of leaving them to the processing lease.
+
+        Only messages claimed before this run began are candidates, and those then in the pipeline are skipped: a
+        message accepted and claimed while the run reads (the store is back, requests come in) is in flight, not
+        abandoned, even though it is not in the pipeline's snapshot."""
         outages = self.store.outage.outages
         if outages == self._outages_recovered:
             return
         now = self.clock.now()
-        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=None, skip=frozenset(self.queued))
+        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=now, skip=frozenset(self.queued))
         self._outages_recovered = outages
 
     async def heartbeat(self) -> None:

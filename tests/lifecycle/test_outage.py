@@ -16,16 +16,29 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback
-from openroute.persistence import MessageState, MessageStore, confirmation_table, message_table
+from openroute.persistence import (
+    MessageState,
+    MessageStore,
+    NewMessage,
+    NodeState,
+    StoredMessage,
+    confirmation_table,
+    message_table,
+)
 from openroute.persistence.outage import MAX_BACKOFF, StoreOutage, is_store_unreachable, run_passes
 
+from openroute import states
 from openroute.admin import MessageCounts
 from openroute.alerts import AlertEvaluator, AlertRule, LogNotifier
-from openroute.engine import Engine, EngineSettings
+from openroute.clock import ManualClock
+from openroute.engine import Engine, EngineSettings, EngineStats
+from openroute.engine import outcome as outcomes
 from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
+from openroute.engine.repoll import Repoll
 from openroute.retention import RetentionPolicy
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
+from tests.lifecycle.conftest import START
 from tests.tcp_proxy import proxy_to
 
 #: the store's view of each loop of a node, as its WARNING and INFO lines begin
@@ -81,6 +94,44 @@ async def test_run_passes_logs_one_warning_one_info_and_keeps_running(caplog: py
     assert lines[1][1].startswith("message store (retention job) reachable again after")
     assert lines[2][1] == "retention run failed"
     assert outage.outages == 1
+
+
+async def test_after_an_outage_only_messages_abandoned_before_it_ended_are_repaired(store: MessageStore) -> None:
+    """The repoll's first run after an outage repairs this node's PROCESSING messages that left its pipeline (their
+    outcome could not be written). A message accepted and claimed while that run reads the store (the store is back,
+    requests come in) is in flight, not abandoned: it is left alone (CI once saw the repair race its OK)."""
+
+    def new(key: str) -> NewMessage:
+        return NewMessage(service="orders", operation="create", payload="{}", content_type="application/json",
+                          correlation_id=key, source_system="CRM", receive_ts=START)
+
+    node = "node-1"
+    abandoned = states.claim(store, [store.insert_message(new("abandoned")).message], node, START)[0]
+    in_flight = store.insert_message(new("in-flight")).message
+    clock = ManualClock(START + timedelta(seconds=1))
+    queued: set[int] = set()
+    repaired: list[tuple[int, MessageState]] = []
+
+    async def run_db(work: Callable[[], object]) -> object:
+        if in_flight.id not in queued:  # a request is accepted and its message claimed just before the first read
+            queued.add(in_flight.id)
+            states.claim(store, [in_flight], node, clock.advance(timedelta(seconds=1)))
+        return work()
+
+    async def apply(message: StoredMessage, decision: outcomes.Decision, now: object, cause: str) -> StoredMessage:
+        repaired.append((message.id, decision.target))
+        return message
+
+    async def no_room(_message: StoredMessage) -> bool:
+        return False
+
+    repoll = Repoll(store, RouteRegistry([Route("orders", "create", [_ok])]), clock, EngineSettings(node_id=node),
+                    EngineStats(), run_db=run_db, apply=apply, emit=no_room, is_running=lambda: True, queued=queued,
+                    node_state=lambda: NodeState.RUN, obey=lambda _state: None)
+    store.outage.failed(_unreachable(), "repoll")
+    store.outage.succeeded()
+    await repoll._repoll_job()
+    assert repaired == [(abandoned.id, MessageState.PARTLY_FAILED)]
 
 
 def _raise(error: Exception) -> Callable[[], None]:
