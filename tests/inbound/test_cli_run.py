@@ -347,12 +347,12 @@ def test_a_port_in_use_is_exit_6_and_nothing_says_serving(tmp_path: Path) -> Non
     assert f"port {port} on 127.0.0.1 is in use" in _one_line(result)
 
 
-def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collectors_reach(tmp_path: Path) -> None:
+async def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collectors_reach(tmp_path: Path) -> None:
     """In process, through the server ``openroute run`` builds: after the engine started, gc.freeze() has moved what
     start-up loaded to the permanent generation (full collections then walk only what serving creates)."""
     import gc
 
-    from starlette.testclient import TestClient
+    import httpx
 
     from openroute.commands.run import _bind, _load_application, _open_store, _server
     from openroute.config import load_config
@@ -364,8 +364,9 @@ def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collectors_reac
     try:
         app = _server(config, _load_application(None), store, sock).config.app
         assert gc.get_freeze_count() == 0
-        with TestClient(app) as client:
-            assert client.get("/health").status_code == 200
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://node") as client:
+            assert (await client.get("/health")).status_code == 200
             assert gc.get_freeze_count() > 10_000, "the modules, routes and app loaded at start-up are frozen"
     finally:
         gc.unfreeze()

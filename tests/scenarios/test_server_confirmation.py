@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback, DelegateConfirmationCallback
 from openroute.persistence import MessageStore
-from starlette.testclient import TestClient
 
 from openroute import Exchange, Route, RouteRegistry
 from openroute.config import load_config
@@ -23,19 +24,20 @@ def _refuse_odd(exchange: Exchange) -> None:
         raise BusinessError("ODD", "odd orders are refused")
 
 
-def test_app_confirms_final_states_once(tmp_path: Path) -> None:
+async def test_app_confirms_final_states_once(tmp_path: Path) -> None:
     store = MessageStore(f"sqlite:///{tmp_path / 'app.db'}")
     store.upgrade()
     engine = Engine(store, RouteRegistry([Route("shop", "order", [_refuse_odd])]),
                     EngineSettings(repoll_interval=None, node_id="app-test"))
     service = ConfirmationService(store, DefaultConfirmationCallback())
     app = create_app(engine, confirmation=service, confirmation_interval=0.05)
-    with TestClient(app) as client:
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://node") as client:
         for n in (1, 2):
-            answer = client.post("/api/shop/order", json={"n": n},
-                                 headers={"X-Source-System": "SHOP", "X-Correlation-Id": f"o-{n}"})
+            answer = await client.post("/api/shop/order", json={"n": n},
+                                       headers={"X-Source-System": "SHOP", "X-Correlation-Id": f"o-{n}"})
             assert answer.status_code == 202, answer.text
-        deadline = time.monotonic() + 20  # the app runs on the client's own thread: poll the store, bounded
+        deadline = time.monotonic() + 20  # the confirmation loop commits on its own: poll the store, bounded
         while True:
             with store.engine.connect() as connection:
                 rows = connection.execute(sa.text(
@@ -44,7 +46,7 @@ def test_app_confirms_final_states_once(tmp_path: Path) -> None:
             if len(rows) == 2 and all(r.status == "SENT" for r in rows):
                 break
             assert time.monotonic() < deadline, rows
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
     assert [tuple(r) for r in rows] == [("o-1", "FAILED", "SENT", 1), ("o-2", "OK", "SENT", 1)]
     assert app.state.confirmation is service
     store.dispose()
