@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from openroute.persistence.models import FINAL_STATES, MessageState
+from openroute.persistence.models import FINAL_STATES, ConfirmationStatus, ExternalCallStatus, MessageState
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 FINAL = sorted(state.value for state in FINAL_STATES)
 #: final states for which the source system is owed a confirmation (confirmation.model.CONFIRMED_STATES)
-CONFIRMED = ("CANCEL", "FAILED", "OK")
+CONFIRMED = tuple(sorted(state.value for state in (MessageState.CANCEL, MessageState.FAILED, MessageState.OK)))
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def _top_per_route(counts: DataFrame, top: int) -> DataFrame:
 def top_errors(frames: AuditFrames) -> DataFrame:
     from pyspark.sql import functions as F
 
-    current = frames.messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != "OK"))
+    current = frames.messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != MessageState.OK.value))
     counts = current.groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(
         F.count("*").alias("count"))
     return _top_per_route(counts, frames.settings.top)
@@ -196,14 +196,15 @@ def business_errors(frames: AuditFrames) -> DataFrame:
 def confirmations(frames: AuditFrames) -> DataFrame:
     from pyspark.sql import functions as F
 
-    def having(status: str) -> Column:
-        return F.sum(F.when(F.col("status") == status, 1).otherwise(0)).alias(status.lower())
+    def having(status: ConfirmationStatus) -> Column:
+        return F.sum(F.when(F.col("status") == status.value, 1).otherwise(0)).alias(status.value.lower())
 
     return (
         frames.confirmations.withColumn("day", F.to_date("created_at"))
         .withColumn("lag_s", seconds(F.col("sent_at")) - seconds(F.col("created_at")))
         .groupBy("source_system", "day")
-        .agg(F.count("*").alias("count"), having("SENT"), having("PENDING"), having("FAILED"),
+        .agg(F.count("*").alias("count"), having(ConfirmationStatus.SENT),
+             having(ConfirmationStatus.PENDING), having(ConfirmationStatus.FAILED),
              F.avg("attempts").alias("avg_attempts"),
              F.percentile_approx("lag_s", 0.5).alias("lag_p50_s"),
              F.percentile_approx("lag_s", 0.95).alias("lag_p95_s"),
@@ -324,12 +325,12 @@ def duplicate_ok_call(frames: AuditFrames) -> DataFrame:
     from pyspark.sql import functions as F
 
     entity_dups = (
-        frames.read("entity_call").where(F.col("status") == "OK")
+        frames.read("entity_call").where(F.col("status") == ExternalCallStatus.OK.value)
         .withColumn("n", F.count("*").over(Window.partitionBy("entity_type", "object_id", "call_key")))
         .where(F.col("n") > 1).select(F.col("owner_message_id").alias("message_id"))
     )
     message_dups = (
-        frames.read("external_call").where(F.col("status") == "OK")
+        frames.read("external_call").where(F.col("status") == ExternalCallStatus.OK.value)
         .withColumn("n", F.count("*").over(Window.partitionBy("message_id", "call_key")))
         .where(F.col("n") > 1).select("message_id")
     )
