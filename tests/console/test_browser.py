@@ -11,7 +11,7 @@ import base64
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,27 @@ def text(driver: Any, element_id: str) -> str:
     return str(driver.find_element(By.ID, element_id).text)
 
 
+def _replaced(old: Any) -> Callable[[Any], bool]:
+    """A wait condition: ``old`` (an element of the page before a click) no longer belongs to the document.
+
+    Selenium's ``staleness_of`` knows only StaleElementReferenceException; Chromium may instead answer, while the next
+    page replaces the old one, "Node with given id does not belong to the document", which means the same."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def check(_driver: Any) -> bool:
+        try:
+            old.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+        return False
+
+    return check
+
+
 def click(driver: Any, element_id: str) -> None:
     from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
@@ -169,11 +190,11 @@ def click(driver: Any, element_id: str) -> None:
             # belong to the document"): nothing was clicked, so look it up again, as long as the page is the same
             detached = isinstance(error, StaleElementReferenceException) or "does not belong to the document" in str(
                 error)
-            if expected_conditions.staleness_of(old)(driver):
+            if _replaced(old)(driver):
                 break  # the page changed after all: the click went through
             if attempt == 2 or not detached:
                 raise
-    WebDriverWait(driver, WAIT).until(expected_conditions.staleness_of(old))  # the next page has loaded
+    WebDriverWait(driver, WAIT).until(_replaced(old))  # the next page has loaded
 
 
 def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, browser: Any, tmp_path: Path) -> None:
