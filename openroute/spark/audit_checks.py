@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 FINAL = sorted(state.value for state in FINAL_STATES)
 #: final states for which the source system is owed a confirmation (confirmation.model.CONFIRMED_STATES)
-CONFIRMED = tuple(sorted(state.value for state in (MessageState.CANCEL, MessageState.FAILED, MessageState.OK)))
+CONFIRMED = (MessageState.CANCEL.value, MessageState.FAILED.value, MessageState.OK.value)
 
 
 @dataclass(frozen=True)

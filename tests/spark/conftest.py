@@ -42,7 +42,7 @@ def spark_installed() -> None:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The test run's SparkSession (local[2], few shuffle partitions, its JVM's JIT at the first tier: see
+    """The test run's SparkSession (local[2], few shuffle partitions, its JVM run with
     :data:`tests.spark.processes.JVM_OPTIONS`); stopped at the end of the run."""
     require("Spark", spark_and_drivers_problem)
     from openroute.spark.session import build_session
