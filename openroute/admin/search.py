@@ -30,7 +30,7 @@ characters gives the trigram index nothing to look up. docs/performance.md has t
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from openroute.admin._explain import Explain
+from openroute.admin._prepared import Search, prepared
 from openroute.admin.filters import (
     COUNT_CAP,
     DEFAULT_LIMIT,
@@ -73,8 +74,11 @@ MAX_BRANCHES = 64
 def _branches(filters: SearchFilters) -> list[SearchFilters]:
     """``filters`` split into one search per listed state and error code (a product at most
     :data:`MAX_BRANCHES` long, else per error code only); one element when no list has several values."""
-    codes = [(code,) for code in filters.error_codes] if len(filters.error_codes) > 1 else [filters.error_codes]
-    states = [(state,) for state in filters.states] if len(filters.states) > 1 else [filters.states]
+    # each value once: filters made without parse_filters may list one twice, and a branch each would find its
+    # matches twice
+    codes = [(code,) for code in dict.fromkeys(filters.error_codes)] if len(filters.error_codes) > 1 else [
+        filters.error_codes]
+    states = [(state,) for state in dict.fromkeys(filters.states)] if len(filters.states) > 1 else [filters.states]
     if len(codes) * len(states) > MAX_BRANCHES:
         states = [filters.states]
     return [replace(filters, error_codes=code, states=state) for code in codes for state in states]
@@ -230,7 +234,9 @@ def narrowed(
     words = text_words(filters.payload_text or "")
     if connection.dialect.name != "postgresql" or len(words) < 2:
         return filters
-    candidates, *holding = connection.execute(sample_statement(filters, words, cursor)).one()
+    statement, values = prepared("sample", lambda s: sample_statement(s.filters, s.words, s.cursor),
+                                 Search(filters, cursor, tuple(words)))
+    candidates, *holding = connection.execute(statement, values).one()
     if candidates < min(WORD_SAMPLE, 10 * (limit + 1)):  # fewer candidates than the probe checked
         return None
     common = {word for word, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
@@ -290,11 +296,36 @@ def probe_page_count_statement(
             .order_by(page.c.matched.desc(), page.c.receive_ts.desc(), page.c.id.desc()))
 
 
-def _plan(connection: sa.Connection, query: sa.Select[Any], options: str) -> dict[str, Any]:
-    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of ``query`` (compiled once per query shape)."""
-    plan = connection.execute(Explain(query, options)).scalar_one()
+def _plan(connection: sa.Connection, kind: str, query: Callable[[SearchFilters], sa.Select[Any]], options: str,
+          filters: SearchFilters) -> dict[str, Any]:
+    """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of the ``query`` of ``filters`` (built once
+    per shape of the filters, :func:`~openroute.admin._prepared.prepared`)."""
+    statement, values = prepared(kind, lambda s: Explain(query(s.filters), options), Search(filters))
+    plan = connection.execute(statement, values).scalar_one()
     document = json.loads(plan) if isinstance(plan, str) else plan
     return dict(document[0]["Plan"])
+
+
+def _matching(filters: SearchFilters) -> sa.Select[Any]:
+    """A row for each message matching ``filters`` (what the planner's estimate of the total is read from)."""
+    return sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
+
+
+def _capped(filters: SearchFilters) -> sa.Select[Any]:
+    """:func:`_matching` up to ``COUNT_CAP + 1`` rows."""
+    return _matching(filters).limit(COUNT_CAP + 1)
+
+
+def _execute(
+    connection: sa.Connection, kind: str, build: Callable[[SearchFilters], sa.Select[Any]], filters: SearchFilters
+) -> sa.CursorResult[Any]:
+    """``build(filters)`` executed, built once per shape of the filters (:func:`openroute.admin._prepared.prepared`)."""
+    statement, values = prepared(kind, lambda s: build(s.filters), Search(filters))
+    return connection.execute(statement, values)
+
+
+def _names(columns: Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if columns is None else tuple(columns)
 
 
 def counted_with_estimate(connection: sa.Connection, filters: SearchFilters) -> tuple[int, int]:
@@ -303,8 +334,7 @@ def counted_with_estimate(connection: sa.Connection, filters: SearchFilters) -> 
     ``EXPLAIN (ANALYZE, TIMING OFF)`` of ``SELECT 1 ... LIMIT COUNT_CAP + 1`` runs the capped count (the rows its
     Limit returned) and shows the estimate its scan was planned with: one round trip and one plan where a count
     and an ``EXPLAIN`` took two of each."""
-    query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions()).limit(COUNT_CAP + 1)
-    limit = _plan(connection, query, "ANALYZE, TIMING OFF, ")
+    limit = _plan(connection, "counted", _capped, "ANALYZE, TIMING OFF, ", filters)
     scan = limit["Plans"][0]  # what the Limit reads from: a scan, or a Gather of parallel ones
     return int(limit["Actual Rows"]), int(scan["Plan Rows"])
 
@@ -316,7 +346,10 @@ def _count(
     exact, estimate = 0, None
     postgresql = connection.dialect.name == "postgresql"
     if filters.has_text:
-        exact, last = probed or connection.execute(probe_count_statement(filters)).one()
+        if probed is None:
+            counted: Any = _execute(connection, "probe_count", probe_count_statement, filters).one()
+            probed = (int(counted[0]), int(counted[1]))
+        exact, last = probed
         if exact <= COUNT_CAP and last < TEXT_PROBE:  # the probe saw every candidate
             return int(exact), False
     if exact <= COUNT_CAP:
@@ -324,7 +357,7 @@ def _count(
         if postgresql:
             exact, estimate = counted_with_estimate(connection, filters)
         else:
-            exact = connection.execute(count_statement(filters)).scalar_one()
+            exact = _execute(connection, "count", count_statement, filters).scalar_one()
         # an error rolls the transaction back, and the settings with it; the estimate does not depend on them (the
         # planner's row estimate of one table is the same for every path)
         if steered and not keep_settings:
@@ -334,8 +367,7 @@ def _count(
     if not postgresql:
         return COUNT_CAP + 1, True  # SQLite has no row estimate: "more than COUNT_CAP"
     if estimate is None:  # the text probe found more than COUNT_CAP: only the estimate is missing
-        query = sa.select(sa.literal(1)).select_from(message_table).where(*filters.conditions())
-        estimate = int(_plan(connection, query, "")["Plan Rows"])
+        estimate = int(_plan(connection, "estimate", _matching, "", filters)["Plan Rows"])
     return max(estimate, COUNT_CAP + 1), True
 
 
@@ -366,13 +398,19 @@ def _search(
         if probed[0] <= COUNT_CAP and probed[1] < TEXT_PROBE:  # every candidate read: its matches are the answer
             return rows[:limit], _next_cursor(rows, limit), probed[0], False
     elif filters.has_text:  # the newest matches of the other filters first; the trigram index when the text is rare
-        rows = connection.execute(probe_statement(filters, cursor, limit, columns)).all()
+        statement, values = prepared("probe", lambda s: probe_statement(s.filters, s.cursor, limit, columns),
+                                     Search(filters, cursor), (limit, _names(columns)))
+        rows = connection.execute(statement, values).all()
     if len(rows) <= limit:  # the text is rare among the newest candidates: the trigram index finds the page
         if probed is None and filters.has_text:
             page_filters = narrowed(connection, filters, cursor, limit)
         if page_filters is not None:  # else the first try checked every candidate: its rows are the answer
             lateral = connection.dialect.name == "postgresql"
-            rows = connection.execute(page_statement(page_filters, cursor, limit, columns, lateral=lateral)).all()
+            statement, values = prepared(
+                "page", lambda s: page_statement(s.filters, s.cursor, limit, columns, lateral=lateral),
+                Search(page_filters, cursor), (limit, _names(columns), lateral),
+            )
+            rows = connection.execute(statement, values).all()
     next_cursor = _next_cursor(rows, limit)
     if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
         return rows, None, len(rows), False
@@ -408,7 +446,9 @@ def _probe_page_count(
     """:func:`probe_page_count_statement`: its matches as rows of the ``columns`` (default every column), and
     (matches, last candidate's number) as :func:`probe_count_statement` gives them."""
     names = [column.name for column in message_table.c] if columns is None else list(columns)
-    frozen = connection.execute(probe_page_count_statement(filters, limit, columns)).freeze()
+    statement, values = prepared("probe_page_count", lambda s: probe_page_count_statement(s.filters, limit, columns),
+                                 Search(filters), (limit, _names(columns)))
+    frozen = connection.execute(statement, values).freeze()
     flags = frozen().columns("matched", "matches", "last_number").all()
     rows = [row for row, flag in zip(frozen().columns(*names).all(), flags, strict=True) if flag.matched]
     return rows, ((int(flags[0].matches), int(flags[0].last_number)) if flags else (0, 0))
