@@ -192,10 +192,10 @@ def _plan_lines(plan: dict[str, Any], depth: int = 0) -> list[str]:
 def explain(connection: sa.Connection, statement: sa.Select[Any]) -> tuple[list[str], float]:
     """The plan of ``statement`` (EXPLAIN ANALYZE, BUFFERS): one line per node with the rows it returned, the
     rows its filter removed and the buffers it touched; and the execution time in ms."""
-    compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
-    params = {k: str(v) if hasattr(v, "value") else v for k, v in compiled.params.items()}
-    document = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {compiled.string}",
-                                          params).scalar_one()
+    # the values written into the SQL: a statement with parameters set by .params() or an expanding list rendered
+    # when compiled (the dashboard's) has no parameters SQLAlchemy can hand over apart from its SQL
+    compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+    document = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {compiled.string}").scalar_one()
     document = json.loads(document) if isinstance(document, str) else document
     time_ms = float(document[0]["Execution Time"])
     return [*_plan_lines(document[0]["Plan"]), f"execution {time_ms:.2f} ms"], time_ms

@@ -23,8 +23,9 @@ estimate in one statement, :func:`counted_with_estimate`). The admin API reads o
 (:func:`probe_statement`), then ask the trigram index, for a payload text without the words that most candidates
 hold (:func:`narrowed`); an error text among messages that all carry an error reads its first page and its count
 from one read of the candidates (:func:`probe_page_count_statement`); a text whose words are shorter than 3
-characters gives the trigram index nothing to look up. docs/performance.md has the plans at 1M rows
-(``benchmarks/admin_bench.py --plans``).
+characters gives the trigram index nothing to look up. Each statement is built once per shape of the search and
+executed with the search's values (:mod:`openroute.admin._prepared`): building them cost more CPU than running them.
+docs/performance.md has the plans at 1M rows (``benchmarks/admin_bench.py --plans``).
 """
 
 from __future__ import annotations
