@@ -16,8 +16,8 @@ page of 50 and, when the page is full, a capped count).
 * ``--plans``: EXPLAIN (ANALYZE, BUFFERS) of every statement one search call runs, first page and next page:
   execution time (nearly load-independent for reads this small) and the rows the scans read, then the plans;
   and the reads of ``/admin/counts`` and the dashboard (the stored counts, and the ``GROUP BY`` of before 0014);
-* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, ``GET /admin/counts`` and the
-  console's dashboard,
+* ``--http URL``: the same searches (and some next pages) as ``GET /admin/messages``, some of them as the console's
+  list (``GET /console/messages``), ``GET /admin/counts`` and the console's dashboard,
   against a server already serving the store (``openroute run --config benchmarks/admin_bench.toml
   --database-url <the store>``); goal of issue 26: < 10 ms p95 each. The newest day of the store is first moved
   to the present (``store_fill.bring_up_to_date``), so that the dashboard's windows (the last hour, 24 h) hold a
@@ -293,6 +293,10 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
             print("\n".join(f"   {line}" for line in lines))
 
 
+#: the searches the HTTP benchmark also times as the console's list page (the same search, 50 rows as HTML)
+CONSOLE_LISTS = ("no filter", "state=FAILED", "correlation_id", "error_code list", "error_code+error_text",
+                 "payload_text", "everything")
+
 #: the searches whose second page (after the first page's ``nextCursor``) the HTTP benchmark times too
 NEXT_PAGES = ("no filter", "state=PARTLY_FAILED,FAILED", "service+op+FAILED+1 day", "error_code list",
               "received 1 day window")
@@ -345,6 +349,8 @@ def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> 
         if name in NEXT_PAGES:
             cases[f"{name}: next page"] = client.target("/admin/messages", {**params, "limit": "50",
                                                                                "cursor": answer["nextCursor"]})
+        if name in CONSOLE_LISTS:  # the console's list of the same search: its page of 50 as HTML
+            cases[f"/console/messages {name}"] = client.target("/console/messages", params)
     cases["/admin/counts"] = "/admin/counts"
     cases["/console/ (dashboard)"] = "/console/"
     timings: dict[str, list[float]] = {name: [] for name in cases}

@@ -8,8 +8,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from openroute.admin.api import search_conditions, search_filters
-from openroute.admin.filters import InvalidQueryError, Page, decode_cursor, parse_limit
-from openroute.admin.search import search_messages
+from openroute.admin.filters import InvalidQueryError, decode_cursor, parse_limit
+from openroute.admin.search import SummaryPage, search_summaries
 from openroute.persistence import MessageState, MessageStore, message_table
 
 #: the states a restart takes a message from
@@ -75,19 +75,19 @@ def _flatten(params: Any) -> tuple[dict[str, Any], list[str], str | None, str | 
     return flat, states, flat.pop("cursor", None), flat.pop("limit", None)
 
 
-def search_page(store: MessageStore, params: Any) -> Page:
+def search_page(store: MessageStore, params: Any) -> SummaryPage:
     """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
     strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``, searched as the admin API
-    does (:func:`~openroute.admin.search.search_messages`: newest first, keyset pages, capped count). Empty
-    values are ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed
-    parameter."""
+    does (:func:`~openroute.admin.search.search_summaries`: newest first, keyset pages, capped count, rows of the
+    columns a list shows, which :func:`openroute.admin.api.summaries` turns into the API's items). Empty values are
+    ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
     flat, states, cursor, raw_limit = _flatten(params)
     limit = parse_limit(raw_limit)
     filters = search_filters(flat, states)
     if cursor is not None:
         decode_cursor(cursor)  # a bad cursor is an error before any database work
-    with store.engine.connect() as connection:
-        return search_messages(connection, filters, cursor, limit)
+    with store.engine.connect() as connection:  # rolled back at its end: the count's planner settings too
+        return search_summaries(connection, filters, cursor, limit, keep_settings=True)
 
 
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -40,9 +40,9 @@ from openroute.admin.api import (
     NodeNotFoundError,
     check_no_nul,
     load_message_detail,
-    message_summary,
     node_summary,
     parse_node_state,
+    summaries,
 )
 from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
@@ -216,7 +216,7 @@ class Console:
                             values={k: params.get(k, "") for k, _ in SEARCH_FIELDS},
                             chosen_states=set(params.getlist("state")), next_url=next_url,
                             query=urlencode(kept), first_url="?" + urlencode(kept) if "cursor" in params else None,
-                            rows=[message_summary(m) for m in page.items])
+                            rows=summaries(page.rows))
 
     async def detail(self, request: Request, user: str) -> Response:
         """One message: payload, state path, attempts, errors, external calls, children, parent, confirmation."""

@@ -321,20 +321,20 @@ class StoreBackend:
 
     def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
                                                                                       str | None, int, bool]:
-        from openroute.admin.api import message_summary
+        from openroute.admin.api import summaries
 
         page = self._page(params, cursor, limit)
-        return [message_summary(m) for m in page.items], page.next_cursor, page.total, page.total_estimated
+        return summaries(page.rows), page.next_cursor, page.total, page.total_estimated
 
     def matching_ids(self, params: dict[str, Any]) -> Iterator[int]:
         cursor, count = None, 0
         while True:
             page = self._page(params, cursor, 500)
-            for message in page.items:
+            for row in page.rows:
                 count += 1
                 if count > BULK_LIMIT:
                     raise _too_many()
-                yield message.id
+                yield int(row.id)
             cursor = page.next_cursor
             if cursor is None:
                 return
