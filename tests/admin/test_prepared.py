@@ -4,31 +4,19 @@ built every time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore, message_table
 
-from benchmarks.store_fill import START, analyze, fill
+from benchmarks.store_fill import START
 from openroute.admin import _prepared, parse_filters, search
 from openroute.admin._prepared import Search, prepared
 from openroute.admin.search import search_messages
+from tests.admin.conftest import FILLED_ROWS
 
-ROWS = 1500
-
-
-@pytest.fixture
-def filled(database_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(database_url)
-    store.create_schema()
-    with store.engine.begin() as connection:
-        fill(connection, ROWS, "mixed", "p")
-    with store.engine.begin() as connection:
-        analyze(connection)
-    yield store
-    store.dispose()
+ROWS = FILLED_ROWS  # the ``filled`` store's messages
 
 
 def _built_each_time(kind: str, build: Any, search_values: Search, arguments: Any = ()) -> tuple[Any, dict[str, Any]]:
@@ -62,7 +50,7 @@ SEARCHES: list[dict[str, object]] = [
     {"payload_text": 'id="77', "service": "svc2"},
     {"payload_text": '<order id="777"'},  # words a sample counts: "order" is in every payload
     {"service": "svc3", "operation": "op1", "source_system": "src1", **DAY},
-    {"correlation_id": "p-5"},
+    {"correlation_id": "s-5"},
     {"error_code": "NONE_SUCH", "error_text": "anything"},
 ]
 

@@ -11,20 +11,9 @@ from openroute.persistence import MessageState, MessageStore
 from benchmarks.store_fill import START, analyze, fill
 from openroute.admin import InvalidQueryError, parse_filters, search_messages
 from openroute.admin.filters import COUNT_CAP
+from tests.admin.conftest import FILLED_ROWS
 
-ROWS = 1500  # above COUNT_CAP, so the unfiltered count is estimated
-
-
-@pytest.fixture
-def filled(database_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(database_url)
-    store.create_schema()
-    with store.engine.begin() as connection:
-        fill(connection, ROWS, "mixed", "s")
-    with store.engine.begin() as connection:
-        analyze(connection)
-    yield store
-    store.dispose()
+ROWS = FILLED_ROWS  # the ``filled`` store's messages
 
 
 def test_cursor_pages_visit_every_match_once_newest_first(filled: MessageStore) -> None:
