@@ -32,13 +32,13 @@ from sqlalchemy.sql.elements import BindParameter
 
 from openroute.admin.filters import SearchFilters, cursor_after, decode_cursor, like_pattern
 
-#: how many shapes are kept (least recently built first out): a user's searches have a few dozen
+#: how many shapes are kept (the first built leaves first): the benchmark's 58 searches have 101 statements
 MAX_SHAPES = 512
 
-#: stand-in texts are marked with NUL, which no search value holds: PostgreSQL stores no NUL, the filters' values
-#: come from URLs and forms, and a stand-in never reaches the database
+#: stand-in texts are marked with NUL and stand-in times and ids are out of any range the builders write themselves
+#: (limits, caps, literals), so that a bound value of a built statement is a stand-in exactly when it is one of these;
+#: only the stand-ins of the shape being built are looked up, and none of them reaches the database
 _MARK = "\x00"
-#: stand-in times and ids: no message is received in 1901 or has a negative id
 _TIME_BASE = datetime(1901, 1, 1, tzinfo=UTC)
 _ID_BASE = -(10**15)
 #: what a stand-in looks like written into SQL text
