@@ -104,3 +104,16 @@ def test_a_code_listed_twice_is_searched_with_a_statement_built_for_it(filled: M
     with filled.engine.connect() as connection:
         page = search_messages(connection, twice, None, 500)
     assert page.total == 45 and len({m.id for m in page.items}) == 45
+
+
+def test_the_shapes_kept_are_bounded_and_a_search_of_a_dropped_shape_is_built_again(
+    filled: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_prepared, "_prepared", {})
+    monkeypatch.setattr(_prepared, "MAX_SHAPES", 2)
+    searches: list[dict[str, object]] = [{"service": "svc1"}, {"state": ["FAILED"]}, {"error_code": "TIMEOUT"}]
+    first = [_pages(filled, params) for params in searches]
+    assert len(_prepared._prepared) == 2
+    assert [_pages(filled, params) for params in searches] == first
+    assert len(_prepared._prepared) == 2
+    assert [pages[0][1] for pages in first] == [300, 30, 15]  # the totals, each exact
