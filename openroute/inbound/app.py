@@ -223,31 +223,29 @@ class InboundEndpoints:
             traceparent=soap.get(tracing.TRACEPARENT) or headers.get(tracing.TRACEPARENT) if tracing.ENABLED else None,
         )
 
-    async def _accept(
+    def _message(
         self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
         headers: dict[str, str],
-    ) -> AcceptResult:
-        if self.throttling is not None:
-            await self.throttling.check(trace.source_system, binding.operation)
+    ) -> InboundMessage:
+        """The message handed to ``engine.accept`` once the binding's checks passed; raises ValidationError
+        (InvalidBodyError for a typed route's body)."""
         extracted = binding.check(payload)
         body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
-        return await self.engine.accept(
-            InboundMessage(
-                service=binding.service,
-                operation=binding.operation,
-                payload=payload.text,
-                content_type=content_type,
-                correlation_id=trace.correlation_id,
-                source_system=trace.source_system,
-                process_id=trace.process_id,
-                message_timestamp=trace.timestamp,
-                headers=headers,
-                object_id=extracted.object_id,
-                entity_type=extracted.entity_type,
-                funnel_value=extracted.funnel_value,
-                body=body,
-                traceparent=trace.traceparent,
-            )
+        return InboundMessage(
+            service=binding.service,
+            operation=binding.operation,
+            payload=payload.text,
+            content_type=content_type,
+            correlation_id=trace.correlation_id,
+            source_system=trace.source_system,
+            process_id=trace.process_id,
+            message_timestamp=trace.timestamp,
+            headers=headers,
+            object_id=extracted.object_id,
+            entity_type=extracted.entity_type,
+            funnel_value=extracted.funnel_value,
+            body=body,
+            traceparent=trace.traceparent,
         )
 
     def _observe(self, endpoint: str, code: str, status: int, started: float) -> None:
@@ -304,7 +302,13 @@ class InboundEndpoints:
             stored_headers = {"endpoint": "soap", "soapVersion": version.name}
             if action:
                 stored_headers["soapAction"] = action[:255]
-            result = await self._accept(binding, payload, trace, "application/xml", stored_headers)
+            if self.throttling is not None:
+                await self.throttling.check(trace.source_system, binding.operation)
+            inbound = self._message(binding, payload, trace, "application/xml", stored_headers)
+            # the two documents are freed now, while warm, and the collector does not meet their proxies while the
+            # accept waits for its commit with the requests in flight
+            del root, envelope, payload
+            result = await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
@@ -367,9 +371,12 @@ class InboundEndpoints:
             text, document = parse_json(body, self.settings.max_depth)
             trace = self._trace(headers, authenticated, {})
             correlation_id = trace.correlation_id
-            result = await self._accept(
-                binding, ParsedPayload("json", text, json=document), trace, "application/json", {"endpoint": "json"}
-            )
+            if self.throttling is not None:
+                await self.throttling.check(trace.source_system, binding.operation)
+            inbound = self._message(binding, ParsedPayload("json", text, json=document), trace, "application/json",
+                                    {"endpoint": "json"})
+            del document  # as the SOAP endpoint's documents: not kept while the accept waits
+            result = await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
             extra = _error_headers(error)
