@@ -18,7 +18,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from openroute.admin import AdminApi, MessageCounts, Metrics, health_route
-from openroute.admin.headers import SecurityHeaders
+from openroute.admin.headers import RAW_SECURITY_HEADERS, SecurityHeaders
 from openroute.console import Console
 from openroute.engine import Engine
 from openroute.errors import ConfigurationError
@@ -110,7 +110,9 @@ def create_app(
                 Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=services.lifespan,
-        middleware=[Middleware(SecurityHeaders), Middleware(InboundDispatch, endpoints=inbound)],
+        # the inbound POSTs skip the security headers' middleware: the dispatch puts the same headers in their answers
+        middleware=[Middleware(InboundDispatch, endpoints=inbound, headers=RAW_SECURITY_HEADERS),
+                    Middleware(SecurityHeaders)],
     )
     app.state.engine = engine
     app.state.inbound = inbound

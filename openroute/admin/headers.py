@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CONTENT_SECURITY_POLICY", "SECURITY_HEADERS", "SecurityHeaders"]
+__all__ = ["CONTENT_SECURITY_POLICY", "RAW_SECURITY_HEADERS", "SECURITY_HEADERS", "SecurityHeaders"]
 
 #: the content policy of every response (the console's pages load only their own static files)
 CONTENT_SECURITY_POLICY = (
@@ -27,7 +27,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 
-_RAW = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in SECURITY_HEADERS.items()]
+#: :data:`SECURITY_HEADERS` as ASGI raw headers (names in lower case), in their order
+RAW_SECURITY_HEADERS = tuple((name.lower().encode("latin-1"), value.encode("latin-1"))
+                             for name, value in SECURITY_HEADERS.items())
 
 
 class SecurityHeaders:
@@ -45,7 +47,7 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 raw = list(message.get("headers", ()))
                 present = {bytes(name).lower() for name, _ in raw}
-                raw.extend(item for item in _RAW if item[0] not in present)
+                raw.extend(item for item in RAW_SECURITY_HEADERS if item[0] not in present)
                 message["headers"] = raw
             await send(message)
 

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -223,31 +223,29 @@ class InboundEndpoints:
             traceparent=soap.get(tracing.TRACEPARENT) or headers.get(tracing.TRACEPARENT) if tracing.ENABLED else None,
         )
 
-    async def _accept(
+    def _message(
         self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
         headers: dict[str, str],
-    ) -> AcceptResult:
-        if self.throttling is not None:
-            await self.throttling.check(trace.source_system, binding.operation)
+    ) -> InboundMessage:
+        """The message handed to ``engine.accept`` once the binding's checks passed; raises ValidationError
+        (InvalidBodyError for a typed route's body)."""
         extracted = binding.check(payload)
         body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
-        return await self.engine.accept(
-            InboundMessage(
-                service=binding.service,
-                operation=binding.operation,
-                payload=payload.text,
-                content_type=content_type,
-                correlation_id=trace.correlation_id,
-                source_system=trace.source_system,
-                process_id=trace.process_id,
-                message_timestamp=trace.timestamp,
-                headers=headers,
-                object_id=extracted.object_id,
-                entity_type=extracted.entity_type,
-                funnel_value=extracted.funnel_value,
-                body=body,
-                traceparent=trace.traceparent,
-            )
+        return InboundMessage(
+            service=binding.service,
+            operation=binding.operation,
+            payload=payload.text,
+            content_type=content_type,
+            correlation_id=trace.correlation_id,
+            source_system=trace.source_system,
+            process_id=trace.process_id,
+            message_timestamp=trace.timestamp,
+            headers=headers,
+            object_id=extracted.object_id,
+            entity_type=extracted.entity_type,
+            funnel_value=extracted.funnel_value,
+            body=body,
+            traceparent=trace.traceparent,
         )
 
     def _observe(self, endpoint: str, code: str, status: int, started: float) -> None:
@@ -304,7 +302,13 @@ class InboundEndpoints:
             stored_headers = {"endpoint": "soap", "soapVersion": version.name}
             if action:
                 stored_headers["soapAction"] = action[:255]
-            result = await self._accept(binding, payload, trace, "application/xml", stored_headers)
+            if self.throttling is not None:
+                await self.throttling.check(trace.source_system, binding.operation)
+            inbound = self._message(binding, payload, trace, "application/xml", stored_headers)
+            # the two documents are freed now, while warm, and the collector does not meet their proxies while the
+            # accept waits for its commit with the requests in flight
+            del root, envelope, payload
+            result = await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
@@ -367,9 +371,12 @@ class InboundEndpoints:
             text, document = parse_json(body, self.settings.max_depth)
             trace = self._trace(headers, authenticated, {})
             correlation_id = trace.correlation_id
-            result = await self._accept(
-                binding, ParsedPayload("json", text, json=document), trace, "application/json", {"endpoint": "json"}
-            )
+            if self.throttling is not None:
+                await self.throttling.check(trace.source_system, binding.operation)
+            inbound = self._message(binding, ParsedPayload("json", text, json=document), trace, "application/json",
+                                    {"endpoint": "json"})
+            del document  # as the SOAP endpoint's documents: not kept while the accept waits
+            result = await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
             extra = _error_headers(error)
@@ -396,14 +403,23 @@ class InboundDispatch:
     inbound request skips the exception middleware, the tries of every route in turn and the request-response
     wrappers (about a sixth of an accepted request's Python). The app's routes come first for those paths anyway
     (:meth:`InboundEndpoints.routes` precede the others), the endpoints answer every error themselves, and what
-    escapes them reaches the server-error middleware as before. Requests under a ``root_path`` take the router::
+    escapes them reaches the server-error middleware as before. Requests under a ``root_path`` take the router.
 
-        Starlette(routes=..., middleware=[Middleware(InboundDispatch, endpoints=inbound)])
+    ``headers`` (raw name, value pairs, names in lower case) go into every answer of the endpoints that lacks them,
+    after its own, as a middleware adding them to every response would put them: installed outside that middleware,
+    the inbound requests skip it (a wrapper of ``send`` per request)::
+
+        Starlette(routes=..., middleware=[Middleware(InboundDispatch, endpoints=inbound, headers=security_headers),
+                                          Middleware(SecurityHeaders)])
     """
 
-    def __init__(self, app: ASGIApp, endpoints: InboundEndpoints) -> None:
+    def __init__(self, app: ASGIApp, endpoints: InboundEndpoints,
+                 headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         self.app = app
         self.endpoints = endpoints
+        self.headers = tuple(headers)
+        # the acknowledgment's own names are known: the headers it lacks are known too
+        self._answer_headers = [item for item in self.headers if item[0] not in _ANSWER_HEADER_NAMES]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
@@ -411,6 +427,13 @@ class InboundDispatch:
             if found is not None:
                 scope["endpoint"], scope["path_params"] = found
                 response = await found[0](Request(scope, receive, send))
+                if self.headers:
+                    raw = response.raw_headers
+                    if type(response) is _Answer:
+                        raw.extend(self._answer_headers)
+                    else:
+                        present = {bytes(name).lower() for name, _ in raw}
+                        raw.extend(item for item in self.headers if item[0] not in present)
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -420,6 +443,10 @@ class InboundDispatch:
 _JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":"))
 _SOAP_CONTENT_TYPES = {version.name: f"{version.content_type}; charset=utf-8".encode("latin-1")
                        for version in (SOAP11, SOAP12)}
+
+
+#: the names of an acknowledgment's headers (:class:`_Answer`)
+_ANSWER_HEADER_NAMES = frozenset({b"x-correlation-id", b"x-message-id", b"content-length", b"content-type"})
 
 
 class _Answer(Response):

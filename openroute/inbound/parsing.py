@@ -31,6 +31,8 @@ LIBXML2_MAX_DEPTH = 256
 
 
 _PARSER = secure_parser()
+#: XML declarations after which libxml2 reads the body as UTF-8, as the byte scan for DOCTYPE reads it
+_UTF8_DECLARATIONS = (b'<?xml version="1.0" encoding="UTF-8"?>', b'<?xml version="1.0" encoding="utf-8"?>')
 
 
 class _FeedParsers(threading.local):
@@ -102,9 +104,12 @@ def parse_xml(body: bytes, max_depth: int) -> etree._Element:
         root = _parse_whole(body, max_depth)
     if root is None:
         raise MalformedPayloadError("the request body holds no XML element")
-    docinfo = root.getroottree().docinfo
-    if docinfo.doctype or docinfo.internalDTD is not None:  # other encodings (UTF-16) slip past the byte scan
-        raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
+    # the byte scan is conclusive for UTF-8 only: declared, or no declaration ("<" then neither "?" nor the NUL of
+    # UTF-16 / UTF-32). Other encodings slip past it: UTF-16, or an ASCII declaration of UTF-7 ("+ADw-!DOCTYPE")
+    if not body.startswith(_UTF8_DECLARATIONS) and (body[:1] != b"<" or body[1:2] in (b"?", b"\x00")):
+        docinfo = root.getroottree().docinfo
+        if docinfo.doctype or docinfo.internalDTD is not None:
+            raise ForbiddenXmlError("DOCTYPE / entity declarations are not allowed")
     # a document of at most max_depth elements cannot nest deeper: small ones skip the XPath (and its GIL releases).
     # Each element has a start tag, so a body that starts with "<" (an ASCII-compatible encoding) and holds at most
     # max_depth of them has at most max_depth elements (comments and the like only add to the count)

@@ -75,3 +75,47 @@ async def test_other_methods_and_paths_still_take_the_router(client: httpx.Async
     refused = await client.put("/soap/orders", content=b"<x/>")
     assert refused.status_code == 405 and refused.headers["allow"] == "POST"
     assert (await client.post("/soap/orders/extra", content=b"<x/>")).status_code == 404
+
+
+async def test_dispatched_answers_carry_the_security_headers_after_their_own(
+    client: httpx.AsyncClient, routed: httpx.AsyncClient
+) -> None:
+    from openroute.admin.headers import SECURITY_HEADERS
+
+    trace = {"correlationId": "c-headers", "sourceSystem": "CRM"}
+    accepted = await client.post("/soap/orders", content=envelope(create_order("O-9"), trace=trace),
+                                 headers={**SOAP11_HEADERS, **basic()})
+    fault = await client.post("/soap/orders", content=b"<broken", headers={**SOAP11_HEADERS, **basic()})
+    async with routed:
+        routed_fault = await routed.post("/soap/orders", content=b"<broken", headers={**SOAP11_HEADERS, **basic()})
+    assert (accepted.status_code, fault.status_code) == (200, 500)
+    for answer in (accepted, fault, routed_fault):
+        names = [name for name, _ in answer.headers.multi_items()]
+        assert names[-len(SECURITY_HEADERS):] == [name.lower() for name in SECURITY_HEADERS]
+        for name, value in SECURITY_HEADERS.items():
+            assert answer.headers.get_list(name) == [value], name
+    assert fault.headers.multi_items() == routed_fault.headers.multi_items()
+
+
+async def test_a_header_an_answer_sets_itself_is_kept() -> None:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from openroute.inbound.app import InboundDispatch
+
+    async def endpoint(request: Request) -> Response:
+        return Response(b"x", headers={"X-Frame-Options": "SAMEORIGIN"})
+
+    class Endpoints:
+        def post_endpoint(self, path: str) -> object:
+            return endpoint, {}
+
+    async def router(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("dispatched requests skip the router")
+
+    headers = ((b"x-frame-options", b"DENY"), (b"referrer-policy", b"same-origin"))
+    dispatch = InboundDispatch(router, Endpoints(), headers=headers)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=dispatch), base_url="http://testserver") as http:
+        answer = await http.post("/soap/orders", content=b"<x/>")
+    assert answer.headers.get_list("x-frame-options") == ["SAMEORIGIN"]
+    assert answer.headers["referrer-policy"] == "same-origin"

@@ -48,6 +48,10 @@ def test_a_depth_limit_of_the_root_alone_refuses_any_child() -> None:
     b'<!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>',
     b'<!DOCTYPE r SYSTEM "http://127.0.0.1:9/r.dtd"><r/>',
     '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE r [<!ENTITY e "x">]><r/>'.encode("utf-16"),
+    '<?xml version="1.0" encoding="UTF-16"?><!DOCTYPE r [<!ENTITY e "x">]><r/>'.encode("utf-16-le"),  # no BOM
+    b'<?xml version="1.0" encoding="UTF-8"?><!DOCTYPE r [<!ENTITY e "x">]><r>&e;</r>',
+    # an ASCII declaration of UTF-7, whose "+ADw-" is "<": the byte scan finds no DOCTYPE, libxml2 reads one
+    b'<?xml version="1.0" encoding="UTF-7"?>+ADw-!DOCTYPE r+AD4-<r/>',
 ])
 def test_a_doctype_is_refused(body: bytes) -> None:
     with pytest.raises(ForbiddenXmlError):
