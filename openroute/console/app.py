@@ -42,13 +42,12 @@ from openroute.admin.api import (
     load_message_detail,
     node_summary,
     parse_node_state,
-    summaries,
 )
 from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.filters import InvalidQueryError, parse_message_id
 from openroute.console import _queries
-from openroute.console._search import SEARCH_FIELDS, restartable_ids, search_page
+from openroute.console._search import SEARCH_FIELDS, listed_messages, restartable_ids, search_page, short_time
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
@@ -92,7 +91,7 @@ class Console:
         self._secret = csrf_secret or secrets.token_bytes(32)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["pretty"] = pretty_payload
-        self.templates.env.filters["dt"] = _short_time
+        self.templates.env.filters["dt"] = short_time
 
     def app(self) -> Starlette:
         """The ASGI app to mount (conventionally at ``/console``)."""
@@ -216,7 +215,7 @@ class Console:
                             values={k: params.get(k, "") for k, _ in SEARCH_FIELDS},
                             chosen_states=set(params.getlist("state")), next_url=next_url,
                             query=urlencode(kept), first_url="?" + urlencode(kept) if "cursor" in params else None,
-                            rows=summaries(page.rows))
+                            rows=listed_messages(page.rows))
 
     async def detail(self, request: Request, user: str) -> Response:
         """One message: payload, state path, attempts, errors, external calls, children, parent, confirmation."""
@@ -336,13 +335,6 @@ def _address(request: Request) -> str:
 
 def _base(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
-
-
-def _short_time(value: Any) -> str:
-    if not value:
-        return ""
-    text = value if isinstance(value, str) else value.isoformat()
-    return text.replace("T", " ")[:23]
 
 
 def pretty_payload(payload: str, content_type: str = "") -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, NodeState, message_table
 
+from openroute.console._search import short_time
 from openroute.console.app import pretty_payload
 from tests.console.conftest import ADMIN, OTHER, WEB, World
 
@@ -71,6 +73,29 @@ async def test_search_with_every_filter_and_keyset_pages(client: httpx.AsyncClie
         assert "source_system=CRM" in path  # the filters stay with the cursor
     assert seen == sorted(seen, reverse=True) and set(seen) == {i for n, i in ids.items() if n not in ("failed2",
                                                                                                       "new2")}
+
+
+async def test_a_listed_row_shows_its_cells_and_times_to_the_millisecond(client: httpx.AsyncClient,
+                                                                        world: World) -> None:
+    failed = world.ids["failed2"]
+    whole_second = datetime(2024, 3, 1, 10, 15, tzinfo=UTC)  # isoformat() leaves the fraction out of such a time
+    with world.store.engine.begin() as connection:
+        connection.execute(sa.update(message_table).where(message_table.c.id == failed)
+                           .values(receive_ts=whole_second, last_update_ts=whole_second + timedelta(seconds=1.25),
+                                   failed_count=2))
+    html = await page(client, "/console/messages?correlation_id=f-2")
+    row = re.search(rf'<tr class="row-FAILED">(.*?id="open-{failed}".*?)</tr>', html, re.S)
+    assert row, html[-2000:]
+    cells = re.findall(r"<td>(.*?)</td>", row.group(1), re.S)
+    assert cells[-8:] == ["billing/charge", "ERP", "f-2", "", "2", "REFUSED", "2024-03-01 10:15:00.000",
+                          "2024-03-01 10:15:01.250"]
+
+
+def test_short_time_takes_a_time_or_its_iso_text() -> None:
+    moment = datetime(2024, 3, 1, 10, 15, 0, 123456, tzinfo=UTC)
+    assert short_time(moment) == short_time(moment.isoformat()) == "2024-03-01 10:15:00.123"
+    assert short_time(moment.replace(microsecond=0)) == "2024-03-01 10:15:00.000"
+    assert short_time(None) == short_time("") == ""
 
 
 @pytest.mark.parametrize(
