@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from openroute.persistence import (
     MessageState,
     MessageStore,
     StoredMessage,
+    message_table,
 )
 
 from openroute import Exchange, Route, RouteRegistry
+from openroute.admin import parse_filters
+from openroute.admin.api import summaries
+from openroute.admin.search import search_summaries
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
@@ -123,6 +129,26 @@ async def test_search_filters_and_paging(client: httpx.AsyncClient, world: World
     assert [m["id"] for m in third["items"]] == [m["id"] for m in second["items"]] and third["total"] == 7
     failed = next(m for m in everything["items"] if m["id"] == ids["failed1"])
     assert failed["lastErrorCode"] == "REFUSED" and failed["state"] == "FAILED" and "payload" not in failed
+
+
+async def test_the_search_answer_is_the_json_of_the_summaries(client: httpx.AsyncClient, world: World,
+                                                             store: MessageStore) -> None:
+    """orjson writes the answer (api.JsonAnswer): the same text as the stdlib's compact JSON of the API's items."""
+    whole_second = datetime(2024, 3, 1, 10, 15, tzinfo=UTC)  # isoformat() leaves the fraction out of such a time
+    with store.engine.begin() as connection:
+        connection.execute(sa.update(message_table).where(message_table.c.id == world.ids["failed1"]).values(
+            receive_ts=whole_second, last_update_ts=whole_second + timedelta(microseconds=250),
+            next_attempt_at=whole_second + timedelta(seconds=1), object_id="Ä-1 \u2028"))
+    response = await client.get("/admin/messages", params={"limit": "50"}, headers=ADMIN)
+    answer = response.json()
+    assert response.content == json.dumps(answer, ensure_ascii=False, allow_nan=False,
+                                          separators=(",", ":")).encode()
+    with store.engine.connect() as connection:
+        rows = search_summaries(connection, parse_filters({}), None, 50).rows
+    assert answer["items"] == summaries(rows)
+    failed = next(item for item in answer["items"] if item["id"] == world.ids["failed1"])
+    assert (failed["receivedAt"], failed["lastUpdateAt"], failed["nextAttemptAt"], failed["objectId"]) == (
+        "2024-03-01T10:15:00+00:00", "2024-03-01T10:15:00.000250+00:00", "2024-03-01T10:15:01+00:00", "Ä-1 \u2028")
 
 
 @pytest.mark.parametrize(
