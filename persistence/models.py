@@ -190,8 +190,9 @@ class MessageRecord(Base):
                  sqlite_where=sa.text("last_error_code IS NOT NULL")),
         # the operation alone (migration 0013)
         sa.Index("ix_message_operation", "operation", "receive_ts"),
-        # the console's failing routes of the last 24 hours (migration 0015): failing messages only
-        sa.Index("ix_message_failing_update", "last_update_ts",
+        # the console's failing routes: each one's latest failure (migration 0016, was 0015's (last_update_ts)),
+        # failing messages only
+        sa.Index("ix_message_failing_route", "service", "operation", "last_update_ts",
                  postgresql_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')"),
                  sqlite_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')")),
         # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only

@@ -56,8 +56,9 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         # migration 0013: the operation alone, an error code with a service; short trigram pending lists
         assert indexes.get("ix_message_operation") == ["operation", "receive_ts"]
         assert indexes.get("ix_message_error_service") == ["last_error_code", "service", "receive_ts"]
-        # migration 0015: the failing messages by their last change
-        assert indexes.get("ix_message_failing_update") == ["last_update_ts"]
+        # migration 0016 (0015's index replaced): the failing messages by route and last change
+        assert indexes.get("ix_message_failing_route") == ["service", "operation", "last_update_ts"]
+        assert "ix_message_failing_update" not in indexes
         if store.engine.dialect.name == "postgresql":
             with store.engine.connect() as connection:
                 options = dict(connection.execute(sa.text(
@@ -76,7 +77,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
             command.downgrade(config, "0003")
         names = {i["name"] for i in sa.inspect(store.engine).get_indexes("message")}
         assert not names & {*SEARCH_INDEXES, "ix_message_operation", "ix_message_error_service",
-                            "ix_message_failing_update"}
+                            "ix_message_failing_update", "ix_message_failing_route"}
         with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
             kept = connection.execute(sa.text("SELECT id, correlation_id, state FROM message ORDER BY id")).all()
         assert [tuple(r) for r in kept] == [(m.id, m.correlation_id, m.state.value) for m in before]
