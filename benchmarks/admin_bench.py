@@ -50,7 +50,7 @@ from benchmarks.store_fill import MIXED, START, bring_up_to_date, fill, wear, wo
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.filters import SearchFilters, parse_filters
 from openroute.admin.search import search_messages
-from openroute.console._queries import failing_statement, finished_statement
+from openroute.console._queries import dashboard, finished_statement, latest_failures_statement
 from openroute.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -279,10 +279,13 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
     mark = connection.execute(sa.text("SELECT transition_id FROM message_count_mark")).scalar_one()
     # the dashboard's windows at the store's last change, so they hold what a day of its traffic left
     newest = connection.execute(sa.select(sa.func.max(message_table.c.last_update_ts))).scalar_one()
+    c = message_table.c
+    failing_routes = [(service, operation) for service, operation in connection.execute(  # what the counts show
+        sa.select(c.service, c.operation).where(c.state.in_(["FAILED", "PARTLY_FAILED"])).distinct())]
     counted = [("/admin/counts: stored counts + transitions since the mark", state_counts_statement(mark)),
                ("dashboard: per route, stored + transitions since the mark", route_counts_statement(mark)),
                ("dashboard: last hour's finished, per state and bucket", finished_statement(newest)),
-               ("dashboard: failing routes of 24 h, latest error code", failing_statement(newest)),
+               ("dashboard: latest failure of each failing route", latest_failures_statement(failing_routes)),
                ("(before 0014) open states, counted", counts_statement(OPEN_STATES)),
                ("(before 0014) final states, counted", counts_statement(tuple(FINAL_STATES)))]
     for label, statement in counted:
@@ -392,12 +395,9 @@ def main() -> None:
     if args.http:
         # the dashboard's windows end now on the server: they hold the newest day of the fill, as on a live store
         moved = bring_up_to_date(store.engine, datetime.now(UTC))
-        with store.engine.connect() as connection:
-            now = datetime.now(UTC)
-            finished = connection.execute(sa.select(sa.func.count()).select_from(finished_statement(now).subquery()))
-            failing = connection.execute(sa.select(sa.func.count()).select_from(failing_statement(now).subquery()))
-            print(f"newest day of the store moved to the present ({moved:,} rows): the dashboard's last hour holds "
-                  f"{finished.scalar_one()} (state, bucket) counts, its 24 h {failing.scalar_one()} failing routes")
+        board = dashboard(store, datetime.now(UTC))
+        print(f"newest day of the store moved to the present ({moved:,} rows): the dashboard's last hour holds "
+              f"{sum(board.throughput):,} finished messages, its failing routes {len(board.failing_routes)}")
         store.dispose()
         through_http(args.http, args.user, os.environ.get("OPENROUTE_ADMIN_PASSWORD", ""), args.rows, args.repeat)
         return

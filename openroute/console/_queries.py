@@ -49,7 +49,8 @@ class Dashboard:
     #: messages finished per bucket of the last hour, oldest bucket first
     throughput: list[int]
     oldest_open: OpenMessage | None
-    #: routes with FAILED or PARTLY_FAILED messages changed in the last 24 hours, worst first
+    #: routes with FAILED or PARTLY_FAILED messages whose latest failure is less than :data:`FAILING_WINDOW` old,
+    #: worst first: their messages in those states now, that latest failure's time (``last``) and error code
     failing_routes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -73,10 +74,12 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     """Counts per state and route (exact, from the store's counts), the last hour's throughput, the oldest open
     message and failing routes; every read is bounded by an index range (no scan of the message table).
 
-    Five statements in one read-only transaction (one snapshot) whatever the number of routes: the counts (two),
-    the last hour's finished messages per state and bucket (one scan of the window), the oldest open message, and
-    the failing routes with the error code of each one's latest failure (a subquery per route in the same
-    statement; migration 0015's index). The statements are built once, with the times as parameters."""
+    One read-only transaction (one snapshot): the counts (two statements), the last hour's finished messages per
+    state and bucket (one scan of the window), the oldest open message, and the latest failure of each route the
+    counts show failing (one index entry each: migration 0016's index; one statement on PostgreSQL, one per
+    failing route on SQLite). The failing routes' figures are the counts' (their messages FAILED and PARTLY_FAILED
+    now), not a count of the day's failures: that read grew with the failures, and an outage is when operators
+    look. The statements are built once, with the times as parameters."""
     window = _window(now)
     with store.counts.snapshot() as connection:
         # the store's counts (persistence/counts.py), not GROUP BYs of the message table: exact, and their cost
@@ -84,7 +87,7 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
         by_route = store.counts.by_route(connection)
         finished_rows = connection.execute(_FINISHED, window).all()
         oldest_row = connection.execute(_OLDEST).first()
-        failing_rows = connection.execute(_FAILING, window).all()
+        latest = _latest_failures(connection, [route for route, states in by_route.items() if _failing(states)])
     by_state: dict[MessageState, int] = {}
     for states in by_route.values():
         for state, count in states.items():
@@ -95,27 +98,25 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
         finished[MessageState(state)] = finished.get(MessageState(state), 0) + int(count)
         throughput[int(index)] += int(count)
     oldest = None if oldest_row is None else OpenMessage(*oldest_row[:4], MessageState(oldest_row[4]), oldest_row[5])
-    failing: dict[tuple[str, str], dict[str, Any]] = {}
-    for service, operation, state, count, last, code in failing_rows:
-        entry = failing.setdefault(
-            (service, operation),
-            {
-                "service": service,
-                "operation": operation,
-                "FAILED": 0,
-                "PARTLY_FAILED": 0,
-                "last": last,
-                "lastErrorCode": code,
-            },
-        )
-        entry[str(state)] = int(count)
-        entry["last"] = max(entry["last"], last)
-    worst = sorted(failing.values(), key=lambda e: (-e["FAILED"], -e["PARTLY_FAILED"], e["service"]))
+    since = window["since"]
+    failing: list[dict[str, Any]] = [
+        {
+            "service": service,
+            "operation": operation,
+            "FAILED": by_route[service, operation].get(MessageState.FAILED, 0),
+            "PARTLY_FAILED": by_route[service, operation].get(MessageState.PARTLY_FAILED, 0),
+            "last": last,
+            "lastErrorCode": code,
+        }
+        for (service, operation), (last, code) in latest.items()
+        if last >= since
+    ]
+    worst = sorted(failing, key=lambda e: (-e["FAILED"], -e["PARTLY_FAILED"], e["service"], e["operation"]))
     return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst)
 
 
 def _window(now: datetime) -> dict[str, datetime]:
-    """The parameters of :data:`_FINISHED` and :data:`_FAILING` for ``now``."""
+    """The parameters of :data:`_FINISHED` for ``now``, and ``since``: how recent a route's latest failure must be."""
     start = now - THROUGHPUT_WINDOW
     step = THROUGHPUT_WINDOW / THROUGHPUT_BUCKETS
     bounds = {f"bound{i}": start + step * (i + 1) for i in range(THROUGHPUT_BUCKETS - 1)}
@@ -138,33 +139,71 @@ def _finished() -> sa.Select[Any]:
     return sa.select(c.state, bucket, sa.func.count()).where(recent_final).group_by(c.state, bucket)
 
 
-def _failing() -> sa.Select[Any]:
+#: the failing states, written into the SQL (``literal_execute``): a partial index is used only for a query whose
+#: states the planner can compare with the index's (a prepared statement's generic plan, and SQLite, cannot)
+_FAILING_STATES = sa.bindparam(
+    "failing",
+    [MessageState.FAILED, MessageState.PARTLY_FAILED],
+    expanding=True,
+    literal_execute=True,
+    type_=message_table.c.state.type,
+)
+
+
+def _latest_failure(service: Any, operation: Any) -> sa.Select[Any]:
+    """(last change, error code) of the newest FAILED or PARTLY_FAILED message of the route ``service``,
+    ``operation`` (columns or parameters): the first entry of the route in ``ix_message_failing_route``."""
     c = message_table.c
-    failing = sa.bindparam(
-        "failing",
-        [MessageState.FAILED, MessageState.PARTLY_FAILED],
-        expanding=True,
-        literal_execute=True,
-        type_=c.state.type,
-    )
-    other = message_table.alias("latest")
-    latest_code = (
-        sa.select(other.c.last_error_code)
-        .where(other.c.service == c.service, other.c.operation == c.operation, other.c.state.in_(failing))
-        .order_by(other.c.last_update_ts.desc(), other.c.id.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
     return (
-        sa.select(c.service, c.operation, c.state, sa.func.count(), sa.func.max(c.last_update_ts), latest_code)
-        .where(c.state.in_(failing), c.last_update_ts >= _time("since"))
-        .group_by(c.service, c.operation, c.state)
+        sa.select(c.last_update_ts, c.last_error_code)
+        .where(c.service == service, c.operation == operation, c.state.in_(_FAILING_STATES))
+        .order_by(c.last_update_ts.desc(), c.id.desc())
+        .limit(1)
     )
+
+
+def _latest_failures_postgresql() -> sa.Select[Any]:
+    """(service, operation, last change, error code) of each route of the arrays ``services`` and ``operations``
+    that has a failing message: one statement, a LATERAL lookup per route."""
+    names = sa.dialects.postgresql.ARRAY(sa.String)
+    routes = (
+        sa.func.unnest(sa.bindparam("services", type_=names), sa.bindparam("operations", type_=names))
+        .table_valued("service", "operation")
+        .render_derived(name="routes")
+    )
+    latest = _latest_failure(routes.c.service, routes.c.operation).lateral("latest")
+    columns = (routes.c.service, routes.c.operation, latest.c.last_update_ts, latest.c.last_error_code)
+    return sa.select(*columns).select_from(routes.join(latest, sa.true()))
+
+
+def _failing(states: dict[MessageState, int]) -> bool:
+    return bool(states.get(MessageState.FAILED) or states.get(MessageState.PARTLY_FAILED))
+
+
+def _latest_failures(
+    connection: sa.Connection, routes: list[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[datetime, str | None]]:
+    """(service, operation) -> (last change, error code) of the newest failing message of each of ``routes``
+    (routes without one left out)."""
+    if not routes:
+        return {}
+    if connection.dialect.name == "postgresql":
+        rows = connection.execute(
+            _LATEST_POSTGRESQL, {"services": [s for s, _ in routes], "operations": [o for _, o in routes]}
+        )
+        return {(service, operation): (last, code) for service, operation, last, code in rows}
+    found: dict[tuple[str, str], tuple[datetime, str | None]] = {}
+    for service, operation in routes:  # SQLite is in the process: a statement per route costs no round trip
+        row = connection.execute(_LATEST_ONE, {"service": service, "operation": operation}).first()
+        if row is not None:
+            found[service, operation] = (row[0], row[1])
+    return found
 
 
 # built once: building them cost more CPU (about 1 ms a request) than executing them
 _FINISHED = _finished()
-_FAILING = _failing()
+_LATEST_POSTGRESQL = _latest_failures_postgresql()
+_LATEST_ONE = _latest_failure(sa.bindparam("service", type_=sa.String), sa.bindparam("operation", type_=sa.String))
 _OLDEST = (
     sa.select(
         message_table.c.id,
@@ -186,14 +225,10 @@ def finished_statement(now: datetime) -> sa.Select[Any]:
     return _FINISHED.params(_window(now))
 
 
-def failing_statement(now: datetime) -> sa.Select[Any]:
-    """(service, operation, state, messages, latest change, error code of the route's latest failure) of the
-    FAILED and PARTLY_FAILED messages changed since ``now - FAILING_WINDOW``.
-
-    The route's latest failure is a subquery per group, newest first in the partial index ``ix_message_failing_update``
-    (migration 0015): a few index entries each, in the same statement. The states are written into the SQL, since a
-    prepared statement's generic plan would not know that they select that index's rows."""
-    return _FAILING.params(_window(now))
+def latest_failures_statement(routes: list[tuple[str, str]]) -> sa.Select[Any]:
+    """PostgreSQL: (service, operation, last change, error code) of the newest failing message of each of
+    ``routes`` (what the dashboard reads for the routes its counts show failing), for ``EXPLAIN``."""
+    return _LATEST_POSTGRESQL.params(services=[s for s, _ in routes], operations=[o for _, o in routes])
 
 
 @dataclass(frozen=True)
