@@ -192,7 +192,9 @@ class MessageRecord(Base):
         sa.Index("ix_message_operation", "operation", "receive_ts"),
         # the console's failing routes: each one's latest failure (migration 0016, was 0015's (last_update_ts)),
         # failing messages only
-        sa.Index("ix_message_failing_route", "service", "operation", "last_update_ts",
+        # (the route as expressions, which a search by route and state cannot take: see the migration)
+        sa.Index("ix_message_failing_route", sa.text("(service || '')"), sa.text("(operation || '')"),
+                 "last_update_ts", "id",
                  postgresql_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')"),
                  sqlite_where=sa.text("state IN ('FAILED', 'PARTLY_FAILED')")),
         # search by text in the payload or the error (migrations 0009, 0013): trigram indexes, PostgreSQL only

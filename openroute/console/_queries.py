@@ -150,13 +150,20 @@ _FAILING_STATES = sa.bindparam(
 )
 
 
+#: the route as ``ix_message_failing_route`` keys it (migration 0016): ``service || ''``, ``operation || ''``, the
+#: empty text written into the SQL so that the expressions are the index's
+_ROUTE_KEY = tuple(column.op("||")(sa.literal_column("''")) for column in (message_table.c.service,
+                                                                        message_table.c.operation))
+
+
 def _latest_failure(service: Any, operation: Any) -> sa.Select[Any]:
     """(last change, error code) of the newest FAILED or PARTLY_FAILED message of the route ``service``,
-    ``operation`` (columns or parameters): the first entry of the route in ``ix_message_failing_route``."""
+    ``operation`` (columns or parameters): the first entry of the route in ``ix_message_failing_route``, whose
+    key is the route as expressions (see migration 0016: the columns drew searches by route and state to it)."""
     c = message_table.c
     return (
         sa.select(c.last_update_ts, c.last_error_code)
-        .where(c.service == service, c.operation == operation, c.state.in_(_FAILING_STATES))
+        .where(_ROUTE_KEY[0] == service, _ROUTE_KEY[1] == operation, c.state.in_(_FAILING_STATES))
         .order_by(c.last_update_ts.desc(), c.id.desc())
         .limit(1)
     )

@@ -57,7 +57,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         assert indexes.get("ix_message_operation") == ["operation", "receive_ts"]
         assert indexes.get("ix_message_error_service") == ["last_error_code", "service", "receive_ts"]
         # migration 0016 (0015's index replaced): the failing messages by route and last change
-        assert indexes.get("ix_message_failing_route") == ["service", "operation", "last_update_ts"]
+        assert "ix_message_failing_route" in indexes  # keyed on expressions of the route (see the migration)
         assert "ix_message_failing_update" not in indexes
         if store.engine.dialect.name == "postgresql":
             with store.engine.connect() as connection:

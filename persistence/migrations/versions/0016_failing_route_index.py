@@ -1,5 +1,5 @@
-"""the console's failing routes from the store's counts: a partial index (service, operation, last_update_ts) of
-the FAILED and PARTLY_FAILED messages, in place of 0015's (last_update_ts)
+"""the console's failing routes from the store's counts: a partial index of the FAILED and PARTLY_FAILED messages
+by route (as expressions), last_update_ts and id, in place of 0015's (last_update_ts)
 
 Revision ID: 0016
 Revises: 0015
@@ -26,9 +26,20 @@ depends_on = None
 FAILING_STATES = sa.text("state IN ('FAILED', 'PARTLY_FAILED')")
 
 
+#: the route as the index keys it: ``service || ''`` and ``operation || ''``, not the columns. A search by route
+#: and a failed state (``service = ... AND operation = ... AND state = 'FAILED'``) matches the columns and implies
+#: the predicate, and PostgreSQL took this small index for it in a BitmapAnd that read every failed message of
+#: the route (service, operation, FAILED and a source system at 1M rows: 9,498 heap pages, 32 ms, where
+#: ``ix_message_service_op_state`` reads 52 rows). Only the dashboard's lookup names these expressions.
+ROUTE_KEY = [sa.text("(service || '')"), sa.text("(operation || '')")]
+
+
 def upgrade() -> None:
     # indexes only (no column or constraint changes): plain CREATE / DROP INDEX on both dialects, no batch copy
-    op.create_index("ix_message_failing_route", "message", ["service", "operation", "last_update_ts"],
+    # the id last: the lookup's order (last change, then id, newest first) is the index's, so it stops at the first
+    # entry whatever the planner estimates (an expression's statistics exist only after an ANALYZE; estimating one
+    # row, it sorted a route's 10,000 failures rather than read them in order up to the first change)
+    op.create_index("ix_message_failing_route", "message", [*ROUTE_KEY, "last_update_ts", "id"],
                     postgresql_where=FAILING_STATES, sqlite_where=FAILING_STATES)
     op.drop_index("ix_message_failing_update", table_name="message")
 
