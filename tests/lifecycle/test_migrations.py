@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
@@ -19,6 +20,20 @@ SEARCH_INDEXES = {
 }
 
 
+def _index_definitions(store: MessageStore) -> dict[str, str]:
+    """Name -> SQL of the message table's indexes, from the database's catalogue (SQLAlchemy's inspector leaves
+    out PostgreSQL's indexes on expressions)."""
+    with store.engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            rows = connection.exec_driver_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'message'")
+        else:
+            rows = connection.exec_driver_sql(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'message'")
+        return {name: sql or "" for name, sql in rows}
+
+
+# migration 0016's index is keyed on expressions, which the inspector does not reflect on PostgreSQL
+@pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
 def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None:
     store = MessageStore(database_url)
     try:
@@ -57,8 +72,10 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         assert indexes.get("ix_message_operation") == ["operation", "receive_ts"]
         assert indexes.get("ix_message_error_service") == ["last_error_code", "service", "receive_ts"]
         # migration 0016 (0015's index replaced): the failing messages by route and last change
-        assert "ix_message_failing_route" in indexes  # keyed on expressions of the route (see the migration)
-        assert "ix_message_failing_update" not in indexes
+        definitions = _index_definitions(store)
+        route_key = definitions["ix_message_failing_route"].replace("(", "").replace(")", "").replace("::text", "")
+        assert "service || ''" in route_key and "operation || ''" in route_key and "last_update_ts, id" in route_key
+        assert "ix_message_failing_update" not in definitions
         if store.engine.dialect.name == "postgresql":
             with store.engine.connect() as connection:
                 options = dict(connection.execute(sa.text(
@@ -75,7 +92,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
             config = alembic_config(store.url)
             config.attributes["connection"] = connection
             command.downgrade(config, "0003")
-        names = {i["name"] for i in sa.inspect(store.engine).get_indexes("message")}
+        names = set(_index_definitions(store))
         assert not names & {*SEARCH_INDEXES, "ix_message_operation", "ix_message_error_service",
                             "ix_message_failing_update", "ix_message_failing_route"}
         with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
