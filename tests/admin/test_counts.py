@@ -1,18 +1,25 @@
 """The stored message counts (``persistence/counts.py``, ``openroute/admin/counts.py``) equal a real GROUP BY of the
-message table after random transitions, folds, deletions, truncations, two writers and commits out of order."""
+message table, and the finished minutes a real GROUP BY of ``message_transition``, after random transitions, folds,
+deletions, truncations, two writers and commits out of order."""
 
 from __future__ import annotations
 
 import random
 import threading
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import FINAL_STATES, MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence.counts import FINISHED_KEPT
 from openroute.persistence.database import alembic_config
+from openroute.persistence.models import (
+    message_finished_delta_table,
+    message_finished_minute_table,
+    message_transition_table,
+)
 
 from openroute.admin import MessageCounts
 from openroute.errors import ConfigurationError
@@ -36,15 +43,48 @@ def _group_by_route(store: MessageStore) -> dict[tuple[str, str], dict[MessageSt
     return dict(sorted(counted.items()))
 
 
+def _minute(at: datetime) -> datetime:
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _group_by_minute(store: MessageStore, since: datetime | None = None,
+                     where: sa.ColumnElement[bool] | None = None) -> dict[tuple[datetime, MessageState], int]:
+    """The transitions into a final state (``where`` too) from ``since``'s minute on, per minute and state."""
+    t = message_transition_table.c
+    with store.engine.connect() as connection:
+        rows = connection.execute(sa.select(t.at, t.to_state).where(
+            t.to_state.in_(FINAL_STATES), sa.true() if where is None else where)).all()
+    counted = Counter((_minute(at), MessageState(state)) for at, state in rows
+                      if since is None or at >= _minute(since))
+    return dict(sorted(counted.items()))
+
+
+def _kept(store: MessageStore) -> dict[tuple[datetime, MessageState], int]:
+    """The rows of ``message_finished_minute`` as they are."""
+    f = message_finished_minute_table.c
+    with store.engine.connect() as connection:
+        return {(minute, MessageState(state)): n for minute, state, n in
+                connection.execute(sa.select(f.minute, f.state, f.n).order_by(f.minute, f.state))}
+
+
 def assert_exact(store: MessageStore) -> None:
     assert store.counts.by_state()[0] == store.count_by_state()
     assert store.counts.by_route() == _group_by_route(store)
+    now = datetime.now(UTC)
+    for since in (now - timedelta(minutes=110), now - timedelta(minutes=47, seconds=30), now):
+        assert store.counts.finished_by_minute(None, since) == _group_by_minute(store, since)
 
 
-def _move(store: MessageStore, message_id: int, to: MessageState, connection: sa.Connection | None = None) -> None:
+def _recent(rng: random.Random) -> datetime:
+    """A time within the last 100 minutes (the finished minutes keep two hours)."""
+    return datetime.now(UTC) - timedelta(minutes=rng.randrange(100), seconds=rng.randrange(60))
+
+
+def _move(store: MessageStore, message_id: int, to: MessageState, connection: sa.Connection | None = None,
+          at: datetime = NOW) -> None:
     message = store.get(message_id, connection)
     assert message is not None
-    assert store.transitions.apply((message.id, message.version, message.state, to, NOW, {}), connection)
+    assert store.transitions.apply((message.id, message.version, message.state, to, at, {}), connection)
 
 
 def _delete(store: MessageStore, ids: list[int]) -> None:
@@ -58,7 +98,7 @@ def test_counts_equal_a_group_by_after_random_transitions_folds_and_deletions(st
     assert_exact(store)
     for round_ in range(12):
         for message_id in rng.sample(ids, 10):
-            _move(store, message_id, rng.choice(list(MessageState)))
+            _move(store, message_id, rng.choice(list(MessageState)), at=_recent(rng))
         if round_ % 3 == 0:
             store.counts.fold()  # PostgreSQL: sets the pending mark, folds the previous one
         assert_exact(store)
@@ -74,32 +114,39 @@ def test_counts_equal_a_group_by_after_random_transitions_folds_and_deletions(st
     _delete(store, ids)  # every message, with the newest transitions (SQLite gives their ids again)
     assert store.counts.by_state()[0] == {}
     for i in range(5):
-        _move(store, store.insert_message(_new(1000 + i)).message.id, S.OK)
+        _move(store, store.insert_message(_new(1000 + i)).message.id, S.OK, at=_recent(rng))
     assert_exact(store)
     store.counts.fold()
     store.counts.fold()
     assert_exact(store)
     assert store.counts.by_state()[1] == 0 or store.engine.dialect.name == "postgresql"
+    assert _kept(store) == _group_by_minute(store)  # everything folded, the deleted messages' minutes taken out
 
 
 def test_a_fold_never_passes_a_transaction_that_commits_later(postgres_store: MessageStore) -> None:
     store = postgres_store
-    first = store.insert_message(_new(1)).message.id
-    with store.engine.connect() as late:  # takes a transition id below the ones committed after it
+    first, second = (store.insert_message(_new(i)).message.id for i in range(2))
+    now = datetime.now(UTC)
+    with store.engine.connect() as late:  # takes transition ids below the ones committed after it
         with late.begin():
             _move(store, first, S.PROCESSING, late)
+            _move(store, second, S.FAILED, late, at=now - timedelta(minutes=3))
             others = [store.insert_message(_new(i)).message.id for i in range(2, 6)]
-            _move(store, others[0], S.OK)
+            _move(store, others[0], S.OK, at=now - timedelta(minutes=2))
             for _ in range(3):
                 store.counts.fold()
             assert_exact(store)  # the open transaction is not seen, by the counts or by the GROUP BY
-            assert store.counts.by_state()[0] == {S.NEW: 4, S.OK: 1}
+            assert store.counts.by_state()[0] == {S.NEW: 5, S.OK: 1}
+            assert store.counts.finished_by_minute(None, now - timedelta(hours=1)) == {
+                (_minute(now - timedelta(minutes=2)), S.OK): 1}
         assert_exact(store)  # committed now, below transitions committed before it: counted all the same
-        assert store.counts.by_state()[0] == {S.NEW: 3, S.OK: 1, S.PROCESSING: 1}
+        assert store.counts.by_state()[0] == {S.NEW: 3, S.OK: 1, S.PROCESSING: 1, S.FAILED: 1}
     for _ in range(3):
         store.counts.fold()
         assert_exact(store)
     assert store.counts.by_state()[1] == 0
+    assert _kept(store) == _group_by_minute(store) == {
+        (_minute(now - timedelta(minutes=3)), S.FAILED): 1, (_minute(now - timedelta(minutes=2)), S.OK): 1}
 
 
 def test_two_nodes_writing_and_folding_at_once_keep_the_counts_exact(postgres_url: str) -> None:
@@ -115,7 +162,7 @@ def test_two_nodes_writing_and_folding_at_once_keep_the_counts_exact(postgres_ur
                 for step in range(150):
                     with store.begin() as connection:  # several changes in one transaction, like a group commit
                         for message_id in rng.sample(mine, 3):
-                            _move(store, message_id, rng.choice(list(MessageState)), connection)
+                            _move(store, message_id, rng.choice(list(MessageState)), connection, _recent(rng))
                     if step % 10 == 0:
                         store.counts.fold()
                     if step % 50 == 25:
@@ -148,12 +195,14 @@ def test_two_nodes_writing_and_folding_at_once_keep_the_counts_exact(postgres_ur
 def test_truncate_resets_the_counts(postgres_store: MessageStore) -> None:
     store = postgres_store
     for i in range(3):
-        _move(store, store.insert_message(_new(i)).message.id, S.OK)
+        _move(store, store.insert_message(_new(i)).message.id, S.OK, at=datetime.now(UTC))
     store.counts.fold()
     store.counts.fold()
+    assert sum(_kept(store).values()) == 3
     with store.begin() as connection:
         connection.exec_driver_sql("TRUNCATE message RESTART IDENTITY CASCADE")
     assert store.counts.by_state()[0] == {}
+    assert _kept(store) == {}  # and the finished minutes
     store.insert_message(_new(9))
     assert_exact(store)
 
@@ -165,6 +214,74 @@ def test_recount_repairs_writes_that_bypassed_the_store(store: MessageStore) -> 
     assert store.counts.by_state()[0] == {S.NEW: 3}
     store.counts.recount()
     assert_exact(store)
+
+
+def test_finished_minutes_count_restarts_and_deletions_and_keep_two_hours(store: MessageStore) -> None:
+    now = datetime.now(UTC)
+
+    def ago(minutes: int) -> datetime:
+        return now - timedelta(minutes=minutes)
+
+    ids = [store.insert_message(_new(i)).message.id for i in range(4)]
+    # a restart: FAILED, back to NEW, then OK: two transitions into a final state, each in its minute
+    for state, minutes in [(S.PROCESSING, 50), (S.FAILED, 49), (S.NEW, 30), (S.PROCESSING, 30), (S.OK, 12)]:
+        _move(store, ids[0], state, at=ago(minutes))
+    _move(store, ids[1], S.SKIPPED, at=ago(49))
+    _move(store, ids[2], S.CANCEL, at=ago(180))  # older than FINISHED_KEPT: no fold keeps its minute
+    _move(store, ids[3], S.OK, at=ago(5))
+    expected = {(_minute(ago(49)), S.FAILED): 1, (_minute(ago(49)), S.SKIPPED): 1, (_minute(ago(12)), S.OK): 1,
+                (_minute(ago(5)), S.OK): 1}
+    assert store.counts.finished_by_minute(None, ago(60)) == expected  # all after the mark
+    assert store.counts.finished_by_minute(None, ago(10)) == {(_minute(ago(5)), S.OK): 1}
+    store.counts.fold()
+    store.counts.fold()
+    assert _kept(store) == expected
+    assert store.counts.finished_by_minute(None, ago(60)) == expected  # all folded
+    assert_exact(store)
+    # a folded message deleted: its delta takes it out at once, the next fold moves the delta into the minutes
+    _delete(store, ids[3:])
+    del expected[_minute(ago(5)), S.OK]
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.select(sa.func.count()).select_from(message_finished_delta_table)).scalar() == 1
+    assert store.counts.finished_by_minute(None, ago(60)) == expected
+    assert_exact(store)
+    store.counts.fold()
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.select(sa.func.count()).select_from(message_finished_delta_table)).scalar() == 0
+    assert _kept(store) == expected
+    assert_exact(store)
+    # a minute older than FINISHED_KEPT (kept while it was recent) goes at the next fold
+    with store.begin() as connection:
+        connection.execute(sa.insert(message_finished_minute_table).values(
+            minute=_minute(now - FINISHED_KEPT - timedelta(minutes=3)), state=S.OK, n=7))
+    store.counts.fold()
+    assert _kept(store) == expected
+    assert_exact(store)
+
+
+def test_recount_rebuilds_the_finished_minutes(store: MessageStore) -> None:
+    rng = random.Random(17)
+    ids = [store.insert_message(_new(i)).message.id for i in range(12)]
+    for message_id in ids:
+        for state in rng.sample([S.PROCESSING, S.OK, S.FAILED, S.NEW, S.CANCEL], 3):
+            _move(store, message_id, state, at=_recent(rng))
+    _move(store, ids[0], S.SKIPPED, at=datetime.now(UTC) - timedelta(hours=3))  # too old to keep
+    store.counts.fold()
+    store.counts.fold()
+    with store.begin() as connection:  # the table spoilt behind the store's back
+        connection.execute(sa.delete(message_finished_minute_table))
+        connection.execute(sa.insert(message_finished_minute_table).values(
+            minute=_minute(datetime.now(UTC)), state=S.OK, n=99))
+    since = datetime.now(UTC) - timedelta(minutes=110)
+    assert store.counts.finished_by_minute(None, since) != _group_by_minute(store, since)
+    store.counts.recount()
+    assert _kept(store) == _group_by_minute(store, since) != {}
+    assert_exact(store)
+
+
+def test_finished_by_minute_refuses_a_naive_since(store: MessageStore) -> None:
+    with pytest.raises(sa.exc.StatementError, match="naive"):
+        store.counts.finished_by_minute(None, datetime(2026, 11, 27, 12, 0))
 
 
 def test_message_counts_are_exact_on_every_call_and_fold_a_long_tail(store: MessageStore) -> None:
@@ -227,6 +344,46 @@ def test_migration_0014_counts_the_stored_messages_and_goes_back(database_url: s
         assert not {"message_count", "message_count_mark", "message_count_delta"} & tables
         _delete(store, ids[1:2])  # the trigger went with the tables
         assert store.count_by_state() == {S.FAILED: 1, S.PARTLY_FAILED: 1, S.NEW: 2}
+    finally:
+        store.dispose()
+
+
+def test_migration_0017_keeps_the_folded_finished_minutes_and_goes_back(database_url: str) -> None:
+    store = MessageStore(database_url)
+    now = datetime.now(UTC)
+
+    def ago(minutes: int) -> datetime:
+        return now - timedelta(minutes=minutes)
+
+    try:
+        store.upgrade("0013")
+        ids = [store.insert_message(_new(i)).message.id for i in range(6)]
+        _move(store, ids[0], S.OK, at=ago(10))
+        for state, minutes in [(S.FAILED, 30), (S.NEW, 29), (S.OK, 28)]:  # a restart
+            _move(store, ids[1], state, at=ago(minutes))
+        _move(store, ids[2], S.CANCEL, at=ago(200))  # older than FINISHED_KEPT: not filled in
+        store.upgrade("0016")  # 0014 folds them all: the mark is the highest transition
+        _move(store, ids[3], S.SKIPPED, at=ago(3))  # after the mark: read from the tail, not filled in
+        with store.engine.connect() as connection:
+            mark = connection.exec_driver_sql("SELECT transition_id FROM message_count_mark").scalar_one()
+        store.upgrade()
+        assert "message_finished_minute" in sa.inspect(store.engine).get_table_names()
+        since = ago(110)
+        folded = _group_by_minute(store, since, message_transition_table.c.id <= mark)
+        assert _kept(store) == folded == {(_minute(ago(10)), S.OK): 1, (_minute(ago(30)), S.FAILED): 1,
+                                          (_minute(ago(28)), S.OK): 1}
+        assert store.counts.finished_by_minute(None, since) == {**folded, (_minute(ago(3)), S.SKIPPED): 1}
+        assert_exact(store)
+        _delete(store, ids[:1])
+        assert_exact(store)
+        with store.begin() as connection:
+            config = alembic_config(store.url)
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0016")
+        tables = set(sa.inspect(store.engine).get_table_names())
+        assert not {"message_finished_minute", "message_finished_delta"} & tables
+        _delete(store, ids[1:2])  # the trigger went with the tables
+        assert store.count_by_state() == {S.CANCEL: 1, S.SKIPPED: 1, S.NEW: 2}
     finally:
         store.dispose()
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import FINAL_STATES, MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence.counts import FINISHED_KEPT
 from openroute.persistence.database import alembic_config
 from openroute.persistence.messages import insert_values
+from openroute.persistence.models import message_transition_table
 
 from openroute.admin import parse_filters, search_messages
 from tests.lifecycle.conftest import START
@@ -53,6 +58,12 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
                 if i == 1:  # FAILED keeps its error
                     values.update(state=MessageState.FAILED, last_error_code="HLR_DOWN", last_error_text="down")
                 ids.append(connection.execute(sa.insert(message_table).values(values)).inserted_primary_key[0])
+            # transitions as 0003 wrote them, spread over minutes: finished ones recent, one too old to keep
+            now = datetime.now(UTC)
+            for message_id, state, minutes in [(ids[0], "FAILED", 40), (ids[0], "NEW", 39), (ids[0], "OK", 7),
+                                               (ids[1], "FAILED", 7), (ids[2], "OK", 150), (ids[3], "PROCESSING", 2)]:
+                connection.execute(sa.insert(message_transition_table).values(  # 0003's columns (and defaults)
+                    message_id=message_id, to_state=state, at=now - timedelta(minutes=minutes)))
 
         store.upgrade()
 
@@ -64,6 +75,22 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
             MessageState.OK, None, None)
         assert after[1].last_error_code == "HLR_DOWN"  # type: ignore[union-attr]
         assert {m.traceparent for m in after} == {None}  # type: ignore[union-attr]  # migration 0012: untraced rows
+        # migration 0017: the finished minutes filled from the transitions the counts folded (all of them, at 0014)
+        assert "message_finished_minute" in sa.inspect(store.engine).get_table_names()
+        with store.engine.connect() as connection:
+            transitions = connection.execute(sa.text("SELECT at, to_state FROM message_transition")).all()
+            kept = connection.execute(sa.text("SELECT minute, state, n FROM message_finished_minute")).all()
+
+        def minute(at: datetime | str) -> datetime:  # SQLite hands the stored text back
+            at = datetime.fromisoformat(at) if isinstance(at, str) else at
+            return (at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)).replace(second=0,
+                                                                                                  microsecond=0)
+
+        cutoff = now - FINISHED_KEPT
+        group_by = Counter((minute(at), state) for at, state in transitions
+                           if state in FINAL_STATES and minute(at) >= cutoff)
+        assert {(minute(at), state): n for at, state, n in kept} == group_by
+        assert sorted(group_by.values()) == [1, 1, 1]  # FAILED and OK of the restart, the other FAILED (same minute)
         before = after
         indexes = {i["name"]: i["column_names"] for i in sa.inspect(store.engine).get_indexes("message")}
         for name, columns in SEARCH_INDEXES.items():
@@ -95,6 +122,7 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         names = set(_index_definitions(store))
         assert not names & {*SEARCH_INDEXES, "ix_message_operation", "ix_message_error_service",
                             "ix_message_failing_update", "ix_message_failing_route"}
+        assert "message_finished_minute" not in sa.inspect(store.engine).get_table_names()
         with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
             kept = connection.execute(sa.text("SELECT id, correlation_id, state FROM message ORDER BY id")).all()
         assert [tuple(r) for r in kept] == [(m.id, m.correlation_id, m.state.value) for m in before]
