@@ -44,13 +44,17 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import FINAL_STATES, MessageStore, NodeState, message_table
-from openroute.persistence.counts import route_counts_statement, state_counts_statement
+from openroute.persistence.counts import (
+    finished_by_minute_statement,
+    route_counts_statement,
+    state_counts_statement,
+)
 
 from benchmarks.store_fill import MIXED, START, bring_up_to_date, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.filters import SearchFilters, parse_filters
 from openroute.admin.search import search_messages
-from openroute.console._queries import dashboard, finished_statement, latest_failures_statement
+from openroute.console._queries import THROUGHPUT_WINDOW, dashboard, latest_failures_statement
 from openroute.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -284,7 +288,8 @@ def plans(connection: sa.Connection, cases: dict[str, SearchFilters], verbose: b
         sa.select(c.service, c.operation).where(c.state.in_(["FAILED", "PARTLY_FAILED"])).distinct())]
     counted = [("/admin/counts: stored counts + transitions since the mark", state_counts_statement(mark)),
                ("dashboard: per route, stored + transitions since the mark", route_counts_statement(mark)),
-               ("dashboard: last hour's finished, per state and bucket", finished_statement(newest)),
+               ("dashboard: last hour's finished per minute and state, kept", finished_by_minute_statement(
+                   mark, newest - THROUGHPUT_WINDOW)),
                ("dashboard: latest failure of each failing route", latest_failures_statement(failing_routes)),
                ("(before 0014) open states, counted", counts_statement(OPEN_STATES)),
                ("(before 0014) final states, counted", counts_statement(tuple(FINAL_STATES)))]
@@ -395,6 +400,8 @@ def main() -> None:
     if args.http:
         # the dashboard's windows end now on the server: they hold the newest day of the fill, as on a live store
         moved = bring_up_to_date(store.engine, datetime.now(UTC))
+        if moved:
+            store.counts.recount()  # the moved day's transitions (raw SQL) into the counts and their minutes
         board = dashboard(store, datetime.now(UTC))
         print(f"newest day of the store moved to the present ({moved:,} rows): the dashboard's last hour holds "
               f"{sum(board.throughput):,} finished messages, its failing routes {len(board.failing_routes)}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
+from openroute.persistence import message_table
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -164,14 +165,30 @@ RECENT = timedelta(days=1)
 UP_TO_DATE = timedelta(hours=1)
 
 
+def final_transitions(connection: sa.Connection, since: datetime) -> int:
+    """Write the transition that ended each final message changed after ``since`` (PROCESSING to its state, at its
+    change time), as live traffic leaves them: the store's counts of what finished per minute are folded from them
+    (a fill writes messages only). Recount the store's counts after it (``store.counts.recount()``): they do not
+    see raw SQL. Returns the transitions written."""
+    statement = sa.text(
+        "INSERT INTO message_transition (message_id, from_state, to_state, at, node_id, attempt, cause) "
+        "SELECT id, 'PROCESSING', state, last_update_ts, 'bench', 1, 'engine' FROM message "
+        "WHERE last_update_ts > :since AND state IN ('OK', 'FAILED', 'SKIPPED', 'CANCEL')"
+    ).bindparams(sa.bindparam("since", type_=message_table.c.last_update_ts.type))
+    written = connection.execute(statement, {"since": since})
+    return int(written.rowcount)
+
+
 def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
     """Move the newest day of a PostgreSQL fill (its receive, start and change times) so that it ends at ``now``.
 
     A fill's times are fixed (from :data:`START`), so on a later day the console's windows (what finished in the
     last hour, the routes failing in the last 24 h) would be empty and cost nothing, unlike a live store's. The
     same rows (those changed within :data:`RECENT` of the newest change) move each time; their old versions are
-    left dead until autovacuum, as a day of live traffic leaves them, and the table is ANALYZEd. Returns the rows
-    moved (0 when the newest change is less than :data:`UP_TO_DATE` old: the windows then still hold most of a day)."""
+    left dead until autovacuum, as a day of live traffic leaves them, and the table is ANALYZEd. Each moved message
+    that is final gets the transition that ended it (at its change time); the caller recounts the store's counts
+    (``store.counts.recount()``), which folds them. Returns the rows moved (0 when the newest change is less than
+    :data:`UP_TO_DATE` old: the windows then still hold most of a day)."""
     with engine.begin() as connection:
         newest = connection.execute(sa.text("SELECT max(last_update_ts) FROM message")).scalar_one()
         shift = now - newest
@@ -182,6 +199,7 @@ def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
                     "start_process_ts = start_process_ts + :shift WHERE last_update_ts > :since"),
             {"shift": shift, "since": newest - RECENT},
         ).rowcount
+        final_transitions(connection, now - RECENT)
     with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as connection:
         connection.exec_driver_sql("ANALYZE message")
     return int(moved)
