@@ -336,16 +336,20 @@ def test_migration_0014_counts_the_stored_messages_and_goes_back(database_url: s
         assert_exact(store)
         _delete(store, ids[:1])
         assert_exact(store)
-        with store.begin() as connection:
-            config = alembic_config(store.url)
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0013")
+        _downgrade(store, "0013")
         tables = set(sa.inspect(store.engine).get_table_names())
         assert not {"message_count", "message_count_mark", "message_count_delta"} & tables
         _delete(store, ids[1:2])  # the trigger went with the tables
         assert store.count_by_state() == {S.FAILED: 1, S.PARTLY_FAILED: 1, S.NEW: 2}
     finally:
         store.dispose()
+
+
+def _downgrade(store: MessageStore, revision: str) -> None:
+    with store.begin() as connection:
+        config = alembic_config(store.url)
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
 
 
 def test_migration_0017_keeps_the_folded_finished_minutes_and_goes_back(database_url: str) -> None:
@@ -376,10 +380,7 @@ def test_migration_0017_keeps_the_folded_finished_minutes_and_goes_back(database
         assert_exact(store)
         _delete(store, ids[:1])
         assert_exact(store)
-        with store.begin() as connection:
-            config = alembic_config(store.url)
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0016")
+        _downgrade(store, "0016")
         tables = set(sa.inspect(store.engine).get_table_names())
         assert not {"message_finished_minute", "message_finished_delta"} & tables
         _delete(store, ids[1:2])  # the trigger went with the tables
