@@ -415,7 +415,7 @@ class StoredCounts(StorePart):
         ``message_finished_minute``, then delete the minutes older than :data:`FINISHED_KEPT` (after adding: a
         delta may fall in one). Transitions older than that are not added: their minute would go at once."""
         dialect = self.database.dialect
-        cutoff = datetime.now(UTC) - FINISHED_KEPT
+        cutoff = _database_now(conn) - FINISHED_KEPT
         rows = _take_finished_deltas(conn, dialect)
         if high is not None:
             rows += conn.execute(_finished_range(dialect), {"low": low, "high": high, "since": cutoff}).all()
@@ -430,6 +430,16 @@ class StoredCounts(StorePart):
         with self.database.begin() as conn:
             recount(conn)
             refill_finished(conn)
+
+
+def _database_now(connection: sa.Connection) -> datetime:
+    """Now by the database's clock on PostgreSQL (the nodes sharing a store agree on it: a node whose clock ran
+    hours ahead would otherwise prune every node's kept minutes, and skip adding the ones it folds), by this
+    process's on SQLite (one process's file)."""
+    if connection.dialect.name != "postgresql":
+        return datetime.now(UTC)
+    moment: datetime = connection.execute(sa.select(sa.func.now())).scalar_one()
+    return moment.astimezone(UTC)
 
 
 def _take_finished_deltas(conn: sa.Connection, dialect: str) -> list[Any]:
@@ -471,7 +481,7 @@ def refill_finished(connection: sa.Connection, now: datetime | None = None) -> N
     mark = connection.execute(_MARK).scalar_one_or_none()
     if mark is None:
         return
-    cutoff = (now or datetime.now(UTC)) - FINISHED_KEPT
+    cutoff = (now or _database_now(connection)) - FINISHED_KEPT
     rows = connection.execute(_finished_range(dialect), {"low": 0, "high": int(mark), "since": cutoff}).all()
     _add_minutes(connection, dialect, list(rows))
 

@@ -8,11 +8,13 @@ import random
 import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic import command
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, NewMessage, message_table
+from openroute.persistence import counts as counts_module
 from openroute.persistence.counts import FINISHED_KEPT
 from openroute.persistence.database import alembic_config
 from openroute.persistence.models import (
@@ -256,6 +258,32 @@ def test_finished_minutes_count_restarts_and_deletions_and_keep_two_hours(store:
             minute=_minute(now - FINISHED_KEPT - timedelta(minutes=3)), state=S.OK, n=7))
     store.counts.fold()
     assert _kept(store) == expected
+    assert_exact(store)
+
+
+def test_a_node_with_its_clock_hours_ahead_prunes_no_minute(store: MessageStore,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: the fold prunes and skips by the database's clock, which every node of the store shares."""
+    if store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite's store is one process's file: the process's clock is the store's")
+    now = datetime.now(UTC)
+    ids = [store.insert_message(_new(i)).message.id for i in range(2)]
+    _move(store, ids[0], S.OK, at=now - timedelta(minutes=20))
+    store.counts.fold()
+    store.counts.fold()
+    expected = {(_minute(now - timedelta(minutes=20)), S.OK): 1}
+    assert _kept(store) == expected
+
+    class AheadClock(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return datetime.now(tz) + timedelta(hours=3)
+
+    monkeypatch.setattr(counts_module, "datetime", AheadClock)
+    _move(store, ids[1], S.FAILED, at=now - timedelta(minutes=5))  # stamped by a node whose clock is right
+    store.counts.fold()
+    store.counts.fold()
+    assert _kept(store) == {**expected, (_minute(now - timedelta(minutes=5)), S.FAILED): 1}
     assert_exact(store)
 
 
