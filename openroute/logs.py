@@ -12,9 +12,10 @@ fields (``message_id``, ``correlation_id``, ``route``, ``from_state``, ``to_stat
 claim (``-> PROCESSING``) is logged at DEBUG: the attempt's outcome line follows it.
 
 Tracebacks are for unexpected errors only (:func:`openroute.engine.outcome.is_expected_error`): at most one WARNING
-per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems never
-print one. The routine INFO lines of libraries (httpx, httpcore, zeep, apscheduler, alembic, the AMQP clients, py4j)
-are shown from WARNING up, unless the level is DEBUG.
+per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems
+never print one. A request that fails unexpectedly (HTTP 500) logs its traceback once a minute per error
+(:class:`RepeatedErrors`), then one line per request. The routine INFO lines of libraries (httpx, httpcore, zeep,
+apscheduler, alembic, the AMQP clients, py4j) are shown from WARNING up, unless the level is DEBUG.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -32,8 +36,8 @@ from openroute.interceptors import CallNext, InterceptionContext, MessageInterce
 if TYPE_CHECKING:
     from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["AttemptFailureLog", "JsonFormatter", "MaskingFormatter", "TransitionLog", "configure_logging",
-           "ensure_action_log", "log_action", "log_transition"]
+__all__ = ["AttemptFailureLog", "JsonFormatter", "MaskingFormatter", "RepeatedErrors", "TransitionLog",
+           "configure_logging", "ensure_action_log", "log_action", "log_transition", "repeated_errors"]
 
 #: the logger of state changes (one INFO line each)
 transitions_log = logging.getLogger("openroute.messages")
@@ -225,3 +229,54 @@ class AttemptFailureLog(MessageInterceptor):
                              type(error).__name__, error, exc_info=error,
                              extra={"message_id": message.id, "correlation_id": message.correlation_id,
                                     "route": route, "attempt": attempt})
+
+
+class RepeatedErrors:
+    """Tracebacks of unexpected errors that repeat, shown once per ``interval`` seconds per error.
+
+    A node whose store lost a table fails every request the same way, and a traceback per request (some 40 lines
+    each) drowned the log: 12,000 tracebacks in one benchmark run. The first failure of an error (its type and the
+    line that raised it, whatever its text: a driver's text carries the statement's values) in ``interval`` is
+    logged with its traceback; the next ones as one line with the error's type and first line of text and how long
+    ago its traceback was logged. Safe from several threads."""
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 remembered: int = 1000) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._remembered = remembered
+        self._shown: dict[tuple[Any, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def log(self, logger: logging.Logger, message: str, *args: object, error: BaseException) -> None:
+        """``logger.error(message % args)`` with ``error``'s traceback, or as one line when this error's traceback
+        was logged less than ``interval`` seconds ago."""
+        key = (logger.name, message, type(error), _raised_at(error))
+        now = self._clock()
+        with self._lock:
+            shown = self._shown.get(key)
+            again = shown is not None and now - shown < self.interval
+            if not again:
+                if len(self._shown) >= self._remembered:
+                    self._shown.clear()
+                self._shown[key] = now
+        if not again:
+            logger.error(message, *args, exc_info=error)
+            return
+        text = str(error).strip().splitlines()[0][:_LOG_ERROR_TEXT] if str(error).strip() else ""
+        logger.error(f"{message}: %s: %s (again: its traceback was logged %.0f s ago)", *args, type(error).__name__,
+                     text, now - (shown or now))
+
+
+def _raised_at(error: BaseException) -> tuple[str, int] | None:
+    """(file, line) of the frame that raised ``error`` (the innermost of its traceback)."""
+    frames = error.__traceback__
+    if frames is None:
+        return None
+    while frames.tb_next is not None:
+        frames = frames.tb_next
+    return frames.tb_frame.f_code.co_filename, frames.tb_lineno
+
+
+#: the server's one record of repeated request failures (inbound, admin API, console)
+repeated_errors = RepeatedErrors()

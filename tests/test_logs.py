@@ -13,10 +13,11 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from openroute.persistence import MessageStore
 
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError
-from openroute.logs import AttemptFailureLog, JsonFormatter, TransitionLog, configure_logging
+from openroute.logs import AttemptFailureLog, JsonFormatter, RepeatedErrors, TransitionLog, configure_logging
 
 
 def _fine(exchange: object) -> None:
@@ -269,3 +270,72 @@ async def test_a_restart_by_the_cli_is_its_own_line_and_the_server_logs_what_fol
     kit.assert_state(sent.message_id, "OK")
     assert (f"message {sent.message_id} shop/pay PROCESSING -> OK attempt 1 correlation c-cli"
             in [r.getMessage() for r in caplog.records])
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def _raised(error: Exception) -> Exception:
+    try:
+        _raise(error)
+    except Exception as raised:
+        return raised
+    raise AssertionError("not raised")
+
+
+def test_a_repeated_error_logs_its_traceback_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    """The first failure of an error has its traceback; the next ones in the interval are one line each, whatever
+    their text (a driver's text holds the statement's values); another raising line or the interval's end shows
+    it again."""
+    now = [100.0]
+    repeated = RepeatedErrors(interval=60, clock=lambda: now[0])
+    logger = logging.getLogger("openroute.test.repeated")
+    with caplog.at_level(logging.ERROR, logger=logger.name):
+        for value in range(3):
+            repeated.log(logger, "request to %s failed", "/x", error=_raised(RuntimeError(f"no table\n[id={value}]")))
+            now[0] += 10
+        elsewhere = RuntimeError("no table")  # raised by another line: its own traceback
+        try:
+            raise elsewhere
+        except RuntimeError:
+            repeated.log(logger, "request to %s failed", "/x", error=elsewhere)
+        now[0] += 60
+        repeated.log(logger, "request to %s failed", "/x", error=_raised(RuntimeError("no table")))
+    records = [r for r in caplog.records if r.name == logger.name]
+    assert [r.exc_info is not None for r in records] == [True, False, False, True, True]
+    assert records[0].getMessage() == "request to /x failed"
+    assert records[1].getMessage() == ("request to /x failed: RuntimeError: no table "
+                                       "(again: its traceback was logged 10 s ago)")
+    assert "\n" not in records[2].getMessage() and "20 s ago" in records[2].getMessage()
+
+
+async def test_a_request_failing_unexpectedly_shows_one_traceback(caplog: pytest.LogCaptureFixture,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  store: MessageStore) -> None:
+    """Every request of a node whose store is broken fails the same way: one traceback, then a line each."""
+    from openroute.engine import Engine, EngineSettings
+    from openroute.inbound import InboundBinding
+    from openroute.route import Route, RouteRegistry
+    from openroute.server import create_app
+
+    engine = Engine(store, RouteRegistry([Route("orders", "create", [lambda exchange: None])]),
+                    EngineSettings(repoll_interval=None, node_id="broken"))
+
+    async def broken_accept(message: object) -> None:
+        raise RuntimeError(f"relation message does not exist [{message!r:.20}]")
+
+    monkeypatch.setattr(engine, "accept", broken_accept)
+    # the server's record starts empty here (the other database's run of this test raised at the same line)
+    monkeypatch.setattr("openroute.inbound.app.repeated_errors", RepeatedErrors())
+    app = create_app(engine, [InboundBinding("orders", "create", "json")], manage_engine=False)
+    with caplog.at_level(logging.ERROR, logger="openroute.inbound"):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+            for number in range(3):
+                response = await client.post("/api/orders/create", content=json.dumps({"n": number}),
+                                             headers={"Content-Type": "application/json",
+                                                      "X-Correlation-Id": f"c-{number}", "X-Source-System": "CRM"})
+                assert response.status_code == 500 and response.json()["error"] == "INTERNAL_ERROR", response.text
+    failed = [r for r in caplog.records if "request to /api/orders/create failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in failed] == [True, False, False]
+    assert "again: its traceback was logged" in failed[2].getMessage()

@@ -43,6 +43,7 @@ from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.logs import repeated_errors
 from openroute.persistence import (
     MessageState,
     MessageStore,
@@ -323,7 +324,7 @@ class AdminApi:
                 else:
                     status, code = status_and_code(error)
                 if status == 500:
-                    log.exception("admin request %s failed", request.url.path)
+                    repeated_errors.log(log, "admin request %s failed", request.url.path, error=error)
                     reason = "internal error (see the server log)"
                 else:
                     reason = str(error)

@@ -53,6 +53,7 @@ from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve
 from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
+from openroute.logs import repeated_errors
 from openroute.persistence import FINAL_STATES, MessageState, NodeState
 from openroute.persistence.breaker import BreakerStore
 
@@ -164,7 +165,7 @@ class Console:
         elif isinstance(error, IllegalTransitionError | StaleMessageError | NoCallInDoubtError):
             status, title = 409, "Not possible now"
         else:
-            log.exception("console request %s failed", request.url.path, exc_info=error)
+            repeated_errors.log(log, "console request %s failed", request.url.path, error=error)
             status, title = 500, "Internal error"
             error = RuntimeError("internal error (see the server log)")
         return self.templates.TemplateResponse(

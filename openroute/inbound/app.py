@@ -48,6 +48,7 @@ from openroute.inbound.soap import (
     soap_version_of,
     wsdl_document,
 )
+from openroute.logs import repeated_errors
 from openroute.message import InboundMessage
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class InboundEndpoints:
             log.debug("%s request to %s refused: %s", endpoint, path, code)
             return status, code, str(error)
         if status == 500:
-            log.exception("%s request to %s failed", endpoint, path, exc_info=error)
+            repeated_errors.log(log, "%s request to %s failed", endpoint, path, error=error)
             return status, code, "internal error (see the server log)"
         # a client that went away (the request deadline logs its own line) is not a refusal worth a line
         (log.debug if code == CLIENT_DISCONNECTED else log.info)("%s request to %s refused: %s %s", endpoint, path,
