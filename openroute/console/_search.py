@@ -58,7 +58,13 @@ def short_time(value: datetime | str | None) -> str:
     Takes a ``datetime`` or the admin API's ISO text of one."""
     if not value:
         return ""
-    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:  # not a time after all: shown as it is, rather than failing the page
+            return value.replace("T", " ")[:23]
+    else:
+        moment = value
     return moment.isoformat(sep=" ", timespec="milliseconds")[:23]
 
 

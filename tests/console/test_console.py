@@ -96,6 +96,7 @@ def test_short_time_takes_a_time_or_its_iso_text() -> None:
     assert short_time(moment) == short_time(moment.isoformat()) == "2024-03-01 10:15:00.123"
     assert short_time(moment.replace(microsecond=0)) == "2024-03-01 10:15:00.000"
     assert short_time(None) == short_time("") == ""
+    assert short_time("never") == "never"  # not a time: shown as it is, the page still renders
 
 
 @pytest.mark.parametrize(
