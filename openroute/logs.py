@@ -255,17 +255,17 @@ class RepeatedErrors:
         now = self._clock()
         with self._lock:
             shown = self._shown.get(key)
-            again = shown is not None and now - shown < self.interval
-            if not again:
+            if shown is None or now - shown >= self.interval:
                 if len(self._shown) >= self._remembered:
                     self._shown.clear()
                 self._shown[key] = now
-        if not again:
+                shown = None
+        if shown is None:
             logger.error(message, *args, exc_info=error)
             return
-        text = str(error).strip().splitlines()[0][:_LOG_ERROR_TEXT] if str(error).strip() else ""
+        lines = str(error).strip().splitlines()
         logger.error(f"{message}: %s: %s (again: its traceback was logged %.0f s ago)", *args, type(error).__name__,
-                     text, now - (shown or now))
+                     lines[0][:_LOG_ERROR_TEXT] if lines else "", now - shown)
 
 
 def _raised_at(error: BaseException) -> tuple[str, int] | None:

@@ -56,7 +56,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import _bad_parameter
-from openroute.persistence.database import StorePart
+from openroute.persistence.database import StorePart, upsert
 from openroute.persistence.models import (
     FINAL_STATES,
     MessageState,
@@ -69,7 +69,6 @@ from openroute.persistence.models import (
     message_table,
     message_transition_table,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = [
     "FINISHED_KEPT",
@@ -397,16 +396,8 @@ class StoredCounts(StorePart):
             for (service, operation, state), n in _routes(rows).items()
             if n
         ]
-        if changed:
-            c = message_count_table.c
-            insert = self.database.upsert(message_count_table)
-            conn.execute(
-                insert.on_conflict_do_update(
-                    index_elements=[c.service, c.operation, c.state], set_={"n": c.n + insert.excluded.n}
-                ),
-                changed,
-            )
-            conn.execute(sa.delete(message_count_table).where(c.n == 0))
+        c = message_count_table.c
+        _add_counted(conn, message_count_table, [c.service, c.operation, c.state], changed)
         return sum(abs(int(row[-1])) for row in rows)
 
     def _fold_finished(self, conn: sa.Connection, low: int, high: int | None) -> None:
@@ -419,7 +410,7 @@ class StoredCounts(StorePart):
         rows = _take_finished_deltas(conn, dialect)
         if high is not None:
             rows += conn.execute(_finished_range(dialect), {"low": low, "high": high, "since": cutoff}).all()
-        _add_minutes(conn, dialect, rows)
+        _add_minutes(conn, rows)
         f = message_finished_minute_table.c
         conn.execute(sa.delete(message_finished_minute_table).where(f.minute < cutoff))
 
@@ -456,18 +447,22 @@ def _take_finished_deltas(conn: sa.Connection, dialect: str) -> list[Any]:
     )
 
 
-def _add_minutes(conn: sa.Connection, dialect: str, rows: list[Any]) -> None:
+def _add_minutes(conn: sa.Connection, rows: list[Any]) -> None:
     """Add (minute, state, n) rows to ``message_finished_minute`` (upserts adding ``n``; rows left at zero go).
     The minutes are aware datetimes by then, written by the column's own type (SQLite: its text format)."""
     changed = [{"minute": minute, "state": state, "n": n} for (minute, state), n in _by_minute(rows).items()]
+    f = message_finished_minute_table.c
+    _add_counted(conn, message_finished_minute_table, [f.minute, f.state], changed)
+
+
+def _add_counted(conn: sa.Connection, table: sa.Table, keys: list[Any], changed: list[dict[str, Any]]) -> None:
+    """Add the ``n`` of each row of ``changed`` to ``table``'s row of the same ``keys`` (inserted when missing), then
+    delete the rows left at zero: how ``message_count`` and ``message_finished_minute`` take what a fold folds."""
     if not changed:
         return
-    f = message_finished_minute_table.c
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(message_finished_minute_table)
-    conn.execute(
-        insert.on_conflict_do_update(index_elements=[f.minute, f.state], set_={"n": f.n + insert.excluded.n}), changed
-    )
-    conn.execute(sa.delete(message_finished_minute_table).where(f.n == 0))
+    insert = upsert(table, conn.dialect.name)
+    conn.execute(insert.on_conflict_do_update(index_elements=keys, set_={"n": table.c.n + insert.excluded.n}), changed)
+    conn.execute(sa.delete(table).where(table.c.n == 0))
 
 
 def refill_finished(connection: sa.Connection, now: datetime | None = None) -> None:
@@ -483,7 +478,7 @@ def refill_finished(connection: sa.Connection, now: datetime | None = None) -> N
         return
     cutoff = (now or _database_now(connection)) - FINISHED_KEPT
     rows = connection.execute(_finished_range(dialect), {"low": 0, "high": int(mark), "since": cutoff}).all()
-    _add_minutes(connection, dialect, list(rows))
+    _add_minutes(connection, list(rows))
 
 
 def recount(connection: sa.Connection) -> None:

@@ -177,11 +177,17 @@ class Database:
 
     def upsert(self, table: sa.Table) -> Any:
         """An INSERT into ``table`` in this database's dialect (with ``on_conflict_do_nothing`` / ``_update``)."""
-        return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+        return upsert(table, self.dialect)
 
     def locked(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` reading its rows under their row lock on PostgreSQL (SQLite's write lock serialises anyway)."""
         return query.with_for_update() if self.dialect == "postgresql" else query
+
+
+def upsert(table: sa.Table, dialect: str) -> Any:
+    """An INSERT into ``table`` in ``dialect`` (``postgresql`` or ``sqlite``), with ``on_conflict_do_nothing`` /
+    ``_update``: for code that has a connection but no :class:`Database` (a migration's)."""
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
 
 
 class StorePart:
