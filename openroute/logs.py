@@ -15,7 +15,8 @@ Tracebacks are for unexpected errors only (:func:`openroute.engine.outcome.is_ex
 per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems
 never print one. A request that fails unexpectedly (HTTP 500) logs its traceback once a minute per error
 (:class:`RepeatedErrors`), then one line per request. The routine INFO lines of libraries (httpx, httpcore, zeep,
-apscheduler, alembic, the AMQP clients, py4j) are shown from WARNING up, unless the level is DEBUG.
+apscheduler, alembic, the AMQP clients, py4j) are shown from WARNING up, unless the level is DEBUG; ``openroute run``
+leaves uvicorn's access log (a line per request) off unless asked (``[log] access``) or at DEBUG.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def test_defaults_without_a_file() -> None:
     config = load_config()
     assert config.database_url == "sqlite:///openroute.db"
     assert config.routes is None and config.port == 8080 and config.migrate is False
-    assert (config.log.level, config.log.format) == ("INFO", "text")
+    assert (config.log.level, config.log.format, config.log.access) == ("INFO", "text", False)
     settings = config.engine.settings()
     assert isinstance(settings, EngineSettings)
     assert settings.concurrency == EngineSettings().concurrency
@@ -57,6 +57,7 @@ migrate = true
 [log]
 level = "debug"
 format = "json"
+access = true
 [engine]
 node_id = "node-a"
 concurrency = 4
@@ -85,7 +86,7 @@ headers = {{ X-Token = "t" }}
 """)
     config = load_config(path)
     assert config.routes == "myapp:app" and config.port == 9000 and config.migrate is True
-    assert (config.log.level, config.log.format) == ("DEBUG", "json")
+    assert (config.log.level, config.log.format, config.log.access) == ("DEBUG", "json", True)
     settings = config.engine.settings()
     assert settings.node_id == "node-a" and settings.concurrency == 4
     assert settings.processing_lease == timedelta(minutes=2)
@@ -170,6 +171,7 @@ max_interval = "1m"
 [log]
 level = "loud"
 format = "xml"
+access = "sometimes"
 [inbound]
 max_depth = 1
 [openroute.other]
@@ -187,6 +189,8 @@ x = 1
         "log.level: Input should be 'DEBUG', 'INFO', 'WARNING', 'ERROR' or 'CRITICAL', got 'LOUD' "
         "(environment: OPENROUTE_LOG__LEVEL)",
         "log.format: Input should be 'text' or 'json', got 'xml' (environment: OPENROUTE_LOG__FORMAT)",
+        "log.access: Input should be a valid boolean, unable to interpret input, got 'sometimes' "
+        "(environment: OPENROUTE_LOG__ACCESS)",
         "inbound.max_depth: Input should be greater than or equal to 2, got 1 "
         "(environment: OPENROUTE_INBOUND__MAX_DEPTH)",
         "engine.default_retry.max_attempts: Input should be greater than or equal to 1, got 0 "

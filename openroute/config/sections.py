@@ -236,8 +236,13 @@ class RetentionConfig(Section):
 
 
 class LogConfig(Section):
+    """The server's log (docs/configuration.md, "The log")."""
+
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     format: Literal["text", "json"] = "text"
+    #: uvicorn's access log, a line per HTTP request (INFO); off unless asked (or at DEBUG): a routine library line,
+    #: which every accepted message's own line and every console refresh would repeat
+    access: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -156,6 +156,8 @@ def test_run_serves_routes_with_the_legacy_auth_config_and_its_confirmations(tmp
     assert server.stop() == 0
     assert "Shutting down" in server.output and "crm-secret" not in server.output
     assert "Traceback" not in server.output
+    # no access log unless asked: each request above would have been a line of its own
+    assert "uvicorn.access" not in server.output and '"POST /api/orders/create' not in server.output
     engine = sa.create_engine(f"sqlite:///{database}")
     with engine.connect() as connection:
         assert connection.execute(sa.text("select count(*) from message")).scalar_one() == 2
@@ -163,7 +165,8 @@ def test_run_serves_routes_with_the_legacy_auth_config_and_its_confirmations(tmp
 
 
 def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -> None:
-    """--routes finds ./shopapp.py; OPENROUTE_DATABASE_URL over the file; every line (uvicorn's too) is JSON."""
+    """--routes finds ./shopapp.py; OPENROUTE_DATABASE_URL over the file; every line (uvicorn's too, its access log
+    asked for by ``[log] access``) is JSON."""
     (tmp_path / "shopapp.py").write_text(USER_APP, encoding="utf-8")
     (tmp_path / "ops.secret").write_text("ops-secret\n", encoding="utf-8")
     (tmp_path / "openroute.toml").write_text(textwrap.dedent('''
@@ -171,6 +174,7 @@ def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -
         routes = "shopapp:app"
         [log]
         format = "json"
+        access = true
         [engine]
         concurrency = 2
         [inbound]
@@ -200,6 +204,7 @@ def test_run_from_a_toml_file_environment_and_json_logs(tmp_path: Path, serve) -
     assert database.exists() and not (tmp_path / "ignored.db").exists()
     records = [json.loads(line) for line in server.lines if line.strip()]  # every line parses
     assert {"uvicorn.error", "uvicorn.access", "openroute.messages", "openroute.run"} <= {r["logger"] for r in records}
+    assert any(r["logger"] == "uvicorn.access" and "/api/shop/order" in r["message"] for r in records)
     changes = [r for r in records if r["logger"] == "openroute.messages"]
     failed = next(r for r in changes if r["to_state"] == "FAILED")
     assert failed["correlation_id"] == "c-broken" and failed["route"] == "shop/pay"
