@@ -52,6 +52,7 @@ __all__ = [
     "ThrottledError",
     "UnknownRouteError",
     "ValidationError",
+    "is_expected_error",
 ]
 
 
@@ -207,3 +208,16 @@ class ThrottledError(OpenrouteError):
         self.limit = limit
         self.interval = interval
         self.retry_after = retry_after
+
+
+#: modules whose errors are failures of a remote system (expected: retried, logged without a traceback)
+_REMOTE_MODULES = ("httpx", "httpcore", "zeep", "aio_pika", "aiormq", "pamqp", "psycopg", "h11", "ssl")
+
+
+def is_expected_error(error: BaseException) -> bool:
+    """True for the failures a route expects: business and validation errors, :class:`TechnicalError` and errors
+    of remote systems (network and OS errors, timeouts, errors of the HTTP/SOAP/AMQP clients). They are stored and
+    logged by code and text; anything else is a bug somewhere and keeps its traceback."""
+    if isinstance(error, BusinessError | ValidationError | TechnicalError | OSError | TimeoutError):
+        return True
+    return any(type(error).__module__.split(".", 1)[0] == name for name in _REMOTE_MODULES)

@@ -11,12 +11,13 @@ fields (``message_id``, ``correlation_id``, ``route``, ``from_state``, ``to_stat
 ``error_text``). The attempt is the one the change belongs to, as in the message's ``message_transition`` rows. A
 claim (``-> PROCESSING``) is logged at DEBUG: the attempt's outcome line follows it.
 
-Tracebacks are for unexpected errors only (:func:`openroute.engine.outcome.is_expected_error`): at most one WARNING
+Tracebacks are for unexpected errors only (:func:`openroute.errors.is_expected_error`): at most one WARNING
 per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems
-never print one. A request that fails unexpectedly (HTTP 500) logs its traceback once a minute per error
-(:class:`RepeatedErrors`), then one line per request. The routine INFO lines of libraries (httpx, httpcore, zeep,
-apscheduler, alembic, the AMQP clients, py4j) are shown from WARNING up, unless the level is DEBUG; ``openroute run``
-leaves uvicorn's access log (a line per request) off unless asked (``[log] access``) or at DEBUG.
+never print one. A request that fails unexpectedly (HTTP 500), or an engine job, hook or ``/metrics`` read that
+fails at every turn, logs its traceback once a minute per error (:class:`RepeatedErrors`), then one line each time.
+The routine INFO lines of libraries (httpx, httpcore, zeep, apscheduler, alembic, the AMQP clients, py4j) are shown
+from WARNING up, unless the level is DEBUG; ``openroute run`` leaves uvicorn's access log (a line per request) off
+unless asked (``[log] access``) or at DEBUG.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from openroute.engine.outcome import is_expected_error
-from openroute.errors import MessageDroppedByInterceptor
+from openroute.errors import MessageDroppedByInterceptor, is_expected_error
 from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
 
 if TYPE_CHECKING:
@@ -279,5 +279,6 @@ def _raised_at(error: BaseException) -> tuple[str, int] | None:
     return frames.tb_frame.f_code.co_filename, frames.tb_lineno
 
 
-#: the server's one record of repeated request failures (inbound, admin API, console)
+#: the server's one record of repeated failures (requests of the inbound, admin API and console; the engine's jobs and
+#: hooks; the reads of /metrics)
 repeated_errors = RepeatedErrors()

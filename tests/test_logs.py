@@ -3,11 +3,13 @@ only, one format for everything."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -18,6 +20,7 @@ from openroute.persistence import MessageStore
 from openroute.dsl import Application, route
 from openroute.errors import BusinessError
 from openroute.logs import AttemptFailureLog, JsonFormatter, RepeatedErrors, TransitionLog, configure_logging
+from openroute.message import InboundMessage
 
 
 def _fine(exchange: object) -> None:
@@ -339,3 +342,43 @@ async def test_a_request_failing_unexpectedly_shows_one_traceback(caplog: pytest
     failed = [r for r in caplog.records if "request to /api/orders/create failed" in r.getMessage()]
     assert [r.exc_info is not None for r in failed] == [True, False, False]
     assert "again: its traceback was logged" in failed[2].getMessage()
+
+
+async def test_an_engine_loop_failing_unexpectedly_shows_one_traceback(caplog: pytest.LogCaptureFixture,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       store: MessageStore) -> None:
+    """A repoll job that fails the same way at every tick (a bug, not an outage) logs its traceback once, then a line
+    per tick; so does a transition listener that fails for every message."""
+    from openroute.engine import Engine, EngineSettings
+    from openroute.route import Route, RouteRegistry
+
+    engine = Engine(store, RouteRegistry([Route("orders", "create", [lambda exchange: None])]),
+                    EngineSettings(repoll_interval=timedelta(seconds=0.05), node_id="buggy"))
+
+    async def broken_repoll(new_cutoff: object = None) -> None:
+        raise KeyError("route table")
+
+    def broken_listener(previous: object, message: object) -> None:
+        raise TypeError("listener bug")
+
+    monkeypatch.setattr("openroute.engine.repoll.repeated_errors", RepeatedErrors())
+    monkeypatch.setattr("openroute.engine.committed.repeated_errors", RepeatedErrors())
+    engine.transition_listeners.append(broken_listener)
+    caplog.set_level(logging.ERROR, logger="openroute.engine")
+    await engine.start()
+    try:
+        monkeypatch.setattr(engine._repoll, "run_once", broken_repoll)
+        for number in range(3):
+            await engine.accept(InboundMessage("orders", "create", json.dumps({"n": number}),
+                                               "application/json", f"c-{number}", "CRM"))
+        deadline = time.monotonic() + 30
+        while sum("repoll failed" in r.getMessage() for r in caplog.records) < 3:
+            assert time.monotonic() < deadline, "the repoll job did not tick three times within 30 s"
+            await asyncio.sleep(0.02)
+    finally:
+        await engine.stop()
+    ticks = [r for r in caplog.records if "repoll failed" in r.getMessage()]
+    assert [r.exc_info is not None for r in ticks[:3]] == [True, False, False]
+    assert "repoll failed: KeyError: 'route table' (again" in ticks[1].getMessage()
+    listener = [r for r in caplog.records if "transition listener" in r.getMessage()]
+    assert len(listener) >= 3 and [r.exc_info is not None for r in listener].count(True) == 1

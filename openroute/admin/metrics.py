@@ -25,9 +25,11 @@ from openroute.admin.counts import MessageCounts
 from openroute.engine import Engine
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.logs import repeated_errors
 from openroute.outbound import ExternalCalls
 from openroute.persistence import MessageState, StoredMessage
 from openroute.persistence.breaker import BreakerState, BreakerStore
+from openroute.persistence.outage import StoreOutage
 
 log = logging.getLogger("openroute.metrics")
 
@@ -46,6 +48,13 @@ class _EngineCollector(Collector):
         self.engine = engine
         self.channel_counters = channel_counters
         self.counts = counts
+        #: a scrape while the store is unreachable: one WARNING when it starts, one INFO when it ends, no tracebacks
+        self.outage = StoreOutage("message store (/metrics)", "scrapes answer without its figures until it is back")
+
+    def failed(self, error: Exception, reading: str) -> None:
+        """A scrape's read of the store failed: an outage is logged once, anything else as an unexpected error."""
+        if not self.outage.failed(error, reading):
+            repeated_errors.log(log, "cannot read %s for /metrics", reading, error=error)
 
     def collect(self) -> Iterator[Metric]:
         messages = GaugeMetricFamily(
@@ -55,8 +64,10 @@ class _EngineCollector(Collector):
         try:
             for service, operation, state, count in self.counts.open_by_route():
                 messages.add_metric([service, operation, state.value], count)
-        except Exception:  # a scrape must still answer when the database is down (health tells that)
-            log.exception("cannot count messages for /metrics")
+        except Exception as error:  # a scrape must still answer when the database is down (health tells that)
+            self.failed(error, "the messages per route")
+        else:
+            self.outage.succeeded()
         yield messages
         stats = self.engine.stats
         for name, help_text, value in (
@@ -90,13 +101,13 @@ class _EngineCollector(Collector):
             try:
                 for name, count in sorted(self.channel_counters().items()):
                     passed.add_metric([name], count)
-            except Exception:
-                log.exception("channel counters failed")
+            except Exception as error:
+                repeated_errors.log(log, "channel counters failed", error=error)
         yield passed
-        yield from _breaker_metrics(self.engine)
+        yield from _breaker_metrics(self.engine, self.failed)
 
 
-def _breaker_metrics(engine: Engine) -> Iterator[Metric]:
+def _breaker_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -> Iterator[Metric]:
     """The state of every stored circuit breaker (the cluster's truth) and this node's external calls by outcome."""
     states = GaugeMetricFamily(
         "openroute_circuit_breaker_state", "1 for the current state of each external system's circuit breaker",
@@ -106,8 +117,8 @@ def _breaker_metrics(engine: Engine) -> Iterator[Metric]:
         for row in BreakerStore(engine.store).all():
             for state in BreakerState:
                 states.add_metric([row.system, state.value], 1.0 if row.state is state else 0.0)
-    except Exception:  # a scrape must still answer when the database is down
-        log.exception("cannot read the circuit breakers for /metrics")
+    except Exception as error:  # a scrape must still answer when the database is down
+        failed(error, "the circuit breakers")
     yield states
     calls = CounterMetricFamily(
         "openroute_external_calls", "Calls of this node to external systems by outcome (REFUSED: by the breaker)",

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from openroute.engine.outcome import ErrorCode
+from openroute.logs import repeated_errors
 from openroute.persistence import MessageState, MessageStore, StoredMessage, message_table
 from openroute.persistence.outage import StoreOutage, describe_error
 
@@ -134,7 +135,7 @@ class FunnelWake:
         self._tasks.discard(task)
         error = None if task.cancelled() else task.exception()
         if error is not None and not self.store.outage.failed(error, "funnel wake-up"):
-            log.error("funnel wake-up failed", exc_info=error)
+            repeated_errors.log(log, "funnel wake-up failed", error=error)
 
     # -- work ------------------------------------------------------------------------------------------------------
     def _released(self, funnel: str, connection: sa.Connection) -> list[StoredMessage]:

@@ -13,6 +13,7 @@ from openroute.engine._funnel_wake import FunnelWake
 from openroute.engine.settings import EngineStats
 from openroute.engine.writes import EngineWrites
 from openroute.errors import StaleMessageError
+from openroute.logs import repeated_errors
 from openroute.persistence import MessageState, StoredMessage
 
 __all__ = ["AfterCommit", "FinalStateHook", "TransitionListener"]
@@ -76,13 +77,14 @@ class AfterCommit:
         for listener in self.transition_listeners:
             try:
                 listener(previous, message)
-            except Exception:
-                log.exception("transition listener %r failed for message %s", listener, message.id)
+            except Exception as error:  # a listener's bug would fail every message: its traceback once a minute
+                repeated_errors.log(log, "transition listener %r failed for message %s", listener, message.id,
+                                    error=error)
 
     async def run_final_hooks(self, message: StoredMessage) -> None:
         """Await the final-state hooks of ``message`` (a failing hook is logged, the others still run)."""
         for hook in self.final_state_hooks:
             try:
                 await hook(message)
-            except Exception:
-                log.exception("final-state hook %r failed for message %s", hook, message.id)
+            except Exception as error:
+                repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)

@@ -46,6 +46,7 @@ from openroute.errors import (
     ValidationError,
 )
 from openroute.interceptors import MessageInterceptor, check_interceptors
+from openroute.logs import repeated_errors
 from openroute.message import InboundMessage
 from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
@@ -409,7 +410,7 @@ class Engine:
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
             else:
-                log.exception("processing message %s failed outside the route", message.id)
+                repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
         finally:
             self._in_flight -= 1
             if written is None:
@@ -423,7 +424,7 @@ class Engine:
         self._writing.discard(done)
         error = None if done.cancelled() else done.exception()
         if error is not None and not self.store.outage.failed(error, "writing an outcome"):
-            log.error("processing message %s failed outside the route", message_id, exc_info=error)
+            repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
         self._done_with(message_id)
 
     # -- processing -----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from openroute.engine.idempotency import CallInDoubtError
-from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
+from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError, is_expected_error
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
 from openroute.retry import RetryPolicy
 
@@ -58,8 +58,6 @@ MAX_ERROR_TEXT = 4000
 MAX_ERROR_TRACE = 8000
 #: the current error of a state that has none (an attempt that succeeded ends every earlier error)
 NO_ERROR: Mapping[str, Any] = {"last_error_code": None, "last_error_text": None, "last_error_trace": None}
-#: modules whose errors are failures of a remote system (expected: retried, logged without a traceback)
-_REMOTE_MODULES = ("httpx", "httpcore", "zeep", "aio_pika", "aiormq", "pamqp", "psycopg", "h11", "ssl")
 
 
 class ErrorCode(StrEnum):
@@ -94,15 +92,6 @@ class Decision:
 def clip(text: str) -> str:
     """``text`` cut to :data:`MAX_ERROR_TEXT` characters (the end replaced by "...")."""
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 3] + "..."
-
-
-def is_expected_error(error: BaseException) -> bool:
-    """True for the failures a route expects: business and validation errors, :class:`TechnicalError` and errors
-    of remote systems (network and OS errors, timeouts, errors of the HTTP/SOAP/AMQP clients). They are stored and
-    logged by code and text; anything else is a bug somewhere and keeps its traceback."""
-    if isinstance(error, BusinessError | ValidationError | TechnicalError | OSError | TimeoutError):
-        return True
-    return any(type(error).__module__.split(".", 1)[0] == name for name in _REMOTE_MODULES)
 
 
 def error_trace(error: BaseException) -> str | None:

@@ -15,6 +15,7 @@ from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.errors import UnknownRouteError
+from openroute.logs import repeated_errors
 from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
 from openroute.route import Route, RouteRegistry
 
@@ -154,7 +155,7 @@ class Repoll:
             await self.run_once()
         except Exception as error:
             if not self.store.outage.failed(error, "repoll"):
-                log.exception("repoll failed")
+                repeated_errors.log(log, "repoll failed", error=error)
         else:
             self.store.outage.succeeded()
 
@@ -182,6 +183,6 @@ class Repoll:
                 self.obey(state)
         except Exception as error:
             if not self.store.outage.failed(error, "heartbeat"):
-                log.exception("heartbeat failed")
+                repeated_errors.log(log, "heartbeat failed", error=error)
         else:
             self.store.outage.succeeded()

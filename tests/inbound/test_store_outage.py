@@ -108,3 +108,38 @@ async def test_outage_answers_503_stores_nothing_logs_once_and_recovers(
     assert not any(r.exc_info for r in records), [r.getMessage() for r in records if r.exc_info]
     back = [r for r in records if "reachable again" in r.getMessage()]
     assert [r.levelname for r in back] == ["INFO", "INFO"]
+
+
+async def test_metrics_during_an_outage_answer_with_one_warning_and_no_traceback(
+    proxy: TcpProxy, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Prometheus server scrapes every 15 s whatever the database does: each scrape used to log a traceback for
+    the backlog and another for the circuit breakers while the store was away."""
+    caplog.set_level(logging.DEBUG, logger="openroute")
+    engine = Engine(MessageStore(proxy.url(postgres_url)), routes(),
+                    EngineSettings(node_id="metrics-outage", repoll_interval=None))
+    await engine.start()
+    app = create_app(engine, BINDINGS, manage_engine=False)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node") as http:
+            proxy.cut()  # before any scrape: the backlog's cache (a few seconds) must not answer for the store
+            for _ in range(3):
+                scrape = await http.get("/metrics")
+                assert scrape.status_code == 200
+                assert "openroute_accepted_total 0.0" in scrape.text  # this node's own counters still answer
+                assert "openroute_messages{" not in scrape.text  # the store's figures are missing, not made up
+            proxy.restore()
+            back = await http.get("/metrics")
+            assert back.status_code == 200
+    finally:
+        await engine.stop()
+        engine.store.dispose()
+
+    records = [r for r in caplog.records if r.name.startswith("openroute")]
+    warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    # the scrapes' one line (the funnel listener's own connection, PostgreSQL, has its own)
+    scrapes = [w for w in warnings if "funnel listener" not in w]
+    assert len(scrapes) == 1 and scrapes[0].startswith("message store (/metrics) unreachable (the messages per route)")
+    assert not any(r.exc_info for r in records), [r.getMessage() for r in records if r.exc_info]
+    assert [r.levelname for r in records if r.getMessage().startswith("message store (/metrics) reachable again")] \
+        == ["INFO"]
