@@ -50,6 +50,7 @@ from openroute.persistence.outage import StoreOutage, describe_error, is_store_u
 
 from openroute import tracing
 from openroute.clock import Clock
+from openroute.logs import repeated_errors
 
 log = logging.getLogger("openroute.confirmation")
 
@@ -217,7 +218,8 @@ class ConfirmationService:
             await self.send_now(message.id)
         except Exception as error:
             if not self.outage.failed(error, f"confirming message {message.id}"):  # the loop sends it once it is back
-                log.exception("immediate confirmation of message %s failed; it is retried by process_due", message.id)
+                repeated_errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
+                                    message.id, error=error)
 
     async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
         """Create the confirmations of final (OK / FAILED / CANCEL) messages that have none; return how many.
@@ -362,7 +364,7 @@ class ConfirmationService:
             except TimeoutError:
                 error = f"no answer within the send timeout of {self._send_timeout:g} s"
             except Exception as failure:  # a broken callback is a failed attempt, never a lost confirmation
-                log.exception("confirmation callback raised for message %s", row.message_id)
+                repeated_errors.log(log, "confirmation callback raised for message %s", row.message_id, error=failure)
                 error = f"{type(failure).__name__}: {failure}"
             finally:
                 keeper.cancel()

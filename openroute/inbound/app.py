@@ -253,8 +253,8 @@ class InboundEndpoints:
         if self.observer is not None:
             try:
                 self.observer(endpoint, code, status, time.perf_counter() - started)
-            except Exception:
-                log.exception("request observer failed")
+            except Exception as error:
+                repeated_errors.log(log, "request observer failed", error=error)
 
     @staticmethod
     def _classify(error: BaseException, endpoint: str, path: str) -> tuple[int, str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -225,6 +226,31 @@ async def test_request_is_rebuilt_from_the_message(
 class Broken(ExternalSystemConfirmation):
     async def confirm(self, request: ConfirmationRequest) -> None:
         raise RuntimeError("bug in the callback")
+
+
+async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
+    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a callback fails every confirmation the same way: each is a failed attempt with its cause, and the
+    log has the traceback once, then a line per confirmation."""
+    from openroute.logs import RepeatedErrors
+
+    class BrokenCallback(ConfirmationCallback):
+        async def confirm(self, request: ConfirmationRequest) -> None:
+            raise RuntimeError("bug in the callback")
+
+    monkeypatch.setattr("openroute.confirmation.service.repeated_errors", RepeatedErrors())
+    service = ConfirmationService(store, BrokenCallback(), ConfirmationPolicy(max_attempts=3, interval=10), clock=clock)
+    ids = [add_message(store, n) for n in range(3)]
+    for mid in ids:
+        await service.enqueue(request_for(mid))
+    with caplog.at_level(logging.ERROR, logger="openroute.confirmation"):
+        report = await service.process_due()
+    assert report.retry_scheduled == 3
+    for mid in ids:
+        assert "RuntimeError: bug in the callback" in ((await service.get(mid)).last_error or "")  # type: ignore[union-attr]
+    raised = [r for r in caplog.records if "confirmation callback raised" in r.getMessage()]
+    assert [r.exc_info is not None for r in raised] == [True, False, False]
 
 
 class Hung(ExternalSystemConfirmation):
