@@ -151,18 +151,22 @@ def _lateral_page(
 
 
 def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = True) -> bool:
-    """On PostgreSQL, without a text filter: make the capped count of ``filters`` read a B-tree index (``on``)
-    or stop doing so (``on=False``, after the count), for the rest of the transaction. True when it did.
+    """On PostgreSQL, with a filter that is not a text: make the capped count of ``filters`` read a B-tree index
+    (``on``) or stop doing so (``on=False``, after the count), for the rest of the transaction. True when it did.
 
     A B-tree index serves every filter but the text ones, so the count reads at most ``COUNT_CAP + 1`` of its
     entries; the planner would rather read every match into a bitmap before the LIMIT, or read the table until
-    ``COUNT_CAP`` rows match (20,000 rows for a filter that 5 % of the messages match)."""
-    if connection.dialect.name != "postgresql" or filters.error_text is not None or filters.payload_text is not None:
+    ``COUNT_CAP`` rows match (20,000 rows for a filter that 5 % of the messages match). Without any filter the
+    table's first ``COUNT_CAP + 1`` rows are the count: its sequential scan reads as few rows, from all-visible
+    pages, where an index-only scan of the newest entries fetches their heap rows (1.1 against 1.8 ms at 1M)."""
+    if connection.dialect.name != "postgresql" or filters.has_text or filters == _NO_FILTER:
         return False
     value = "off" if on else "DEFAULT"
     connection.exec_driver_sql(f"SET LOCAL enable_seqscan TO {value}; SET LOCAL enable_bitmapscan TO {value}")
     return True
 
+
+_NO_FILTER = SearchFilters()
 
 #: how many of the newest messages matching the other filters a text search checks for its count, when its first
 #: page had matches enough (:func:`probe_count_statement`); its page checks ten times the page (:func:`probe_statement`)

@@ -10,7 +10,7 @@ from openroute.persistence import MessageState, MessageStore
 
 from benchmarks.store_fill import START, analyze, fill
 from openroute.admin import InvalidQueryError, parse_filters, search_messages
-from openroute.admin.filters import COUNT_CAP
+from openroute.admin.filters import COUNT_CAP, SearchFilters
 from tests.admin.conftest import FILLED_ROWS
 
 ROWS = FILLED_ROWS  # the ``filled`` store's messages
@@ -339,6 +339,11 @@ def test_every_filter_reads_a_bounded_part_of_an_index_on_postgresql(filled_100k
         counted = plan(count_statement(filters))
         steer_count(connection, filters, on=False)
         assert "Index Only Scan using ix_message_service_op_state" in counted, counted
+        # without a filter the table's first rows are the count: not steered, it reads them in a sequential scan
+        assert not steer_count(connection, SearchFilters())
+        assert "Seq Scan on message" in plan(count_statement(SearchFilters()))
+        everything = search_messages(connection, SearchFilters(), None, 50)
+        assert (len(everything.items), everything.total_estimated) == (50, True) and everything.total > COUNT_CAP
 
 
 def test_an_error_text_among_errors_finds_its_first_page_and_count_in_one_statement(
