@@ -21,7 +21,10 @@ page of 50 and, when the page is full, a capped count).
   against a server already serving the store (``openroute run --config benchmarks/admin_bench.toml
   --database-url <the store>``); goal of issue 26: < 10 ms p95 each. The newest day of the store is first moved
   to the present (``store_fill.bring_up_to_date``), so that the dashboard's windows (the last hour, 24 h) hold a
-  day of traffic, as a live store's do, and not nothing.
+  day of traffic, as a live store's do, and not nothing. Each API search is also sent to a floor started beside
+  the server (``benchmarks/admin_floor.py``: a bare Starlette endpoint running the same search, no middleware,
+  no authentication, no engine), the two alternated within a round, and its p50 / p95 and the server's p50 over
+  the floor's are printed: what the machine itself takes for that search through HTTP, and what the node adds.
 """
 
 from __future__ import annotations
@@ -31,9 +34,13 @@ import base64
 import http.client
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -337,51 +344,111 @@ class LeanClient:
         self.connection.close()
 
 
-def through_http(url: str, user: str, password: str, rows: int, repeat: int) -> None:
+@contextmanager
+def floor_server(database_url: str) -> Iterator[str]:
+    """``benchmarks/admin_floor.py`` serving the store at ``database_url`` on a free loopback port; its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("admin_floor.py")), database_url,
+                                str(port)], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"the floor server exited with {process.returncode}"
+            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            try:
+                probe.request("GET", "/ready")
+                if probe.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            finally:
+                probe.close()
+            assert time.monotonic() < deadline, "the floor server did not answer within 60 s"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * 0.95) - 1, 0)]
+
+
+def through_http(
+    url: str, user: str, password: str, rows: int, repeat: int, database_url: str
+) -> None:
     """Every query as ``GET /admin/messages`` (page of 50 + capped count), the second page of
     :data:`NEXT_PAGES`, and ``GET /admin/counts`` on a running server, ``repeat`` interleaved rounds; p50 / p95 /
     max in ms, the goal of issue 26 (< 10 ms p95). For the counts also the age of the final-state counts it
     answered (``finalStatesAsOf``: exact as of the request since migration 0014). Requests go through
-    :class:`LeanClient` (one kept-alive connection, the requests made before the clock starts)."""
+    :class:`LeanClient` (one kept-alive connection, the requests made before the clock starts). Each API search is
+    also sent to the floor (:func:`floor_server` on ``database_url``), the server first in even rounds and the
+    floor first in odd ones; the floor's answers must be the server's."""
     goal = GOAL_MS
     cases: dict[str, str] = {}
     ages: list[float] = []
-    client = LeanClient(url, user, password)
-    for name, params in queries(rows).items():  # one warm-up call each, and the answers must be right
-        target = client.target("/admin/messages", {**params, "limit": "50"})
-        status, body = client.get(target)
-        assert status == 200, f"{name}: HTTP {status} {body[:200]!r}"
-        answer = json.loads(body)
-        assert answer["items"] or "no match" in name, f"{name}: no match (fix the query)"
-        cases[name] = target
-        if name in NEXT_PAGES:
-            cases[f"{name}: next page"] = client.target("/admin/messages", {**params, "limit": "50",
-                                                                               "cursor": answer["nextCursor"]})
-        if name in CONSOLE_LISTS:  # the console's list of the same search: its page of 50 as HTML
-            cases[f"/console/messages {name}"] = client.target("/console/messages", params)
-    cases["/admin/counts"] = "/admin/counts"
-    cases["/console/ (dashboard)"] = "/console/"
-    timings: dict[str, list[float]] = {name: [] for name in cases}
-    for _round in range(repeat):
-        for name, target in cases.items():
-            started = time.perf_counter()
+    with floor_server(database_url) as floor_url:
+        client = LeanClient(url, user, password)
+        floor = LeanClient(floor_url, user, password)
+        for name, params in queries(rows).items():  # one warm-up call each, and the answers must be right
+            target = client.target("/admin/messages", {**params, "limit": "50"})
             status, body = client.get(target)
-            timings[name].append((time.perf_counter() - started) * 1000)
-            assert status == 200, f"{name}: HTTP {status}"
-            if name == "/admin/counts":
-                as_of = datetime.fromisoformat(json.loads(body)["finalStatesAsOf"])
-                ages.append((datetime.now(UTC) - as_of).total_seconds())
-    client.close()
-    print(f"admin benchmark through HTTP ({url}): {rows:,} messages, {repeat} interleaved rounds (ms)")
-    print(f"{'query':44} {'p50':>7} {'p95':>7} {'max':>7}  goal < {goal:.0f} ms")
+            assert status == 200, f"{name}: HTTP {status} {body[:200]!r}"
+            answer = json.loads(body)
+            assert answer["items"] or "no match" in name, f"{name}: no match (fix the query)"
+            floor_status, floor_body = floor.get(target)
+            assert floor_status == 200 and json.loads(floor_body) == answer, f"{name}: the floor answers otherwise"
+            cases[name] = target
+            if name in NEXT_PAGES:
+                cases[f"{name}: next page"] = client.target("/admin/messages", {**params, "limit": "50",
+                                                                                   "cursor": answer["nextCursor"]})
+            if name in CONSOLE_LISTS:  # the console's list of the same search: its page of 50 as HTML
+                cases[f"/console/messages {name}"] = client.target("/console/messages", params)
+        cases["/admin/counts"] = "/admin/counts"
+        cases["/console/ (dashboard)"] = "/console/"
+        timings: dict[str, list[float]] = {name: [] for name in cases}
+        floor_timings: dict[str, list[float]] = {name: [] for name, target in cases.items()
+                                                 if target.startswith("/admin/messages")}
+        for number in range(repeat):
+            for name, target in cases.items():
+                order = [(client, timings)] if name not in floor_timings else (
+                    [(client, timings), (floor, floor_timings)] if number % 2 == 0
+                    else [(floor, floor_timings), (client, timings)])
+                for sender, measured in order:
+                    started = time.perf_counter()
+                    status, body = sender.get(target)
+                    measured[name].append((time.perf_counter() - started) * 1000)
+                    assert status == 200, f"{name}: HTTP {status}"
+                if name == "/admin/counts":
+                    as_of = datetime.fromisoformat(json.loads(body)["finalStatesAsOf"])
+                    ages.append((datetime.now(UTC) - as_of).total_seconds())
+        client.close()
+        floor.close()
+    print(f"admin benchmark through HTTP ({url}): {rows:,} messages, {repeat} interleaved rounds (ms); the floor: "
+          f"the same search on a bare Starlette endpoint, alternated with the server's")
+    print(f"{'query':44} {'p50':>7} {'p95':>7} {'max':>7}  goal < {goal:.0f} ms  {'floor p50':>9} {'p95':>7} "
+          f"{'p50 / floor':>11}")
     worst = 0.0
+    ratios: list[float] = []
     for name, values in timings.items():
-        values.sort()
-        p95 = values[max(int(len(values) * 0.95) - 1, 0)]
+        p95 = _p95(values)
         worst = max(worst, p95)
-        print(f"{name:44} {statistics.median(values):7.2f} {p95:7.2f} {values[-1]:7.2f}  "
-              f"{'ok' if p95 < goal else 'SLOW'}")
-    print(f"worst p95 {worst:.2f} ms; final-state counts answered were {min(ages):.1f}-{max(ages):.1f} s old")
+        line = (f"{name:44} {statistics.median(values):7.2f} {p95:7.2f} {max(values):7.2f}  "
+                f"{'ok  ' if p95 < goal else 'SLOW'}")
+        if name in floor_timings:
+            ratio = statistics.median(values) / statistics.median(floor_timings[name])
+            ratios.append(ratio)
+            line += f"        {statistics.median(floor_timings[name]):9.2f} {_p95(floor_timings[name]):7.2f} " \
+                    f"{ratio:11.2f}"
+        print(line)
+    print(f"worst p95 {worst:.2f} ms (the floor's worst {max(_p95(v) for v in floor_timings.values()):.2f}); "
+          f"server p50 / floor p50 over the API searches min / median / max {min(ratios):.2f} / "
+          f"{statistics.median(ratios):.2f} / {max(ratios):.2f}; final-state counts answered were "
+          f"{min(ages):.1f}-{max(ages):.1f} s old")
 
 
 def main() -> None:
@@ -406,7 +473,8 @@ def main() -> None:
         print(f"newest day of the store moved to the present ({moved:,} rows): the dashboard's last hour holds "
               f"{sum(board.throughput):,} finished messages, its failing routes {len(board.failing_routes)}")
         store.dispose()
-        through_http(args.http, args.user, os.environ.get("OPENROUTE_ADMIN_PASSWORD", ""), args.rows, args.repeat)
+        through_http(args.http, args.user, os.environ.get("OPENROUTE_ADMIN_PASSWORD", ""), args.rows, args.repeat,
+                     store.url)
         return
     cases = {name: parse_filters(params) for name, params in queries(args.rows).items()}
     if args.plans:
