@@ -538,10 +538,9 @@ class Engine:
     async def repoll_once(self, new_cutoff: datetime | None = None) -> None:
         """One run of the repoll job.
 
-        Repairs PROCESSING messages past the lease (-> PARTLY_FAILED, or FAILED when that exhausts the
-        retry policy), then queues due PARTLY_FAILED / POSTPONED messages and NEW ones received before
-        ``now - new_pickup_age`` (or ``new_cutoff``), as far as the queue has room (the rest waits for
-        the next run).
+        Repairs PROCESSING messages past the lease (-> PARTLY_FAILED, or FAILED when that exhausts the retry policy),
+        then queues due PARTLY_FAILED / POSTPONED messages and NEW ones received before ``now - new_pickup_age`` (or
+        ``new_cutoff``), as far as the queue has room (the rest waits for the next run).
         """
         await self._repoll.run_once(new_cutoff)
 
