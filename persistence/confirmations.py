@@ -14,8 +14,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from openroute.persistence.database import upsert
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
-from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = [
     "add_pending", "claim", "counts", "due", "find", "get", "messages", "pending_row", "record", "release_claims",
@@ -39,10 +39,7 @@ def pending_row(message_id: int, source_system: str, state: str, now: datetime) 
 
 def add_pending(connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> int:
     """Insert ``rows`` (of :func:`pending_row`) but those whose message has a row already; returns how many."""
-    dialect = connection.dialect.name
-    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - the store supports SQLite and PostgreSQL only
-        raise ValueError(f"unsupported database dialect {dialect!r}")
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(confirmation_table)
+    insert = upsert(confirmation_table, connection.dialect.name)
     statement = insert.on_conflict_do_nothing(index_elements=["message_id"]).returning(_C.id)
     # RETURNING tells inserted from ignored rows; rowcount is -1 for these statements on some drivers
     return sum(connection.execute(statement.values(**row)).scalar() is not None for row in rows)
