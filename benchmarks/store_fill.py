@@ -161,8 +161,9 @@ def worn(connection: sa.Connection) -> bool:
 #: how much of a store's newest traffic :func:`bring_up_to_date` moves to the present: the console's widest
 #: window (the failing routes of the last 24 h)
 RECENT = timedelta(days=1)
-#: a store whose newest change is younger than this is left as it is (moving it rewrites a day of rows)
-UP_TO_DATE = timedelta(hours=1)
+#: a store whose newest change is younger than this is left as it is (moving it rewrites a day of rows); an hour
+#: left a later run's "last hour" with a fraction of its traffic (327 finished messages 45 minutes on, not 1,850)
+UP_TO_DATE = timedelta(minutes=10)
 
 
 def final_transitions(connection: sa.Connection, since: datetime) -> int:
@@ -188,7 +189,7 @@ def bring_up_to_date(engine: sa.Engine, now: datetime) -> int:
     left dead until autovacuum, as a day of live traffic leaves them, and the table is ANALYZEd. Each moved message
     that is final gets the transition that ended it (at its change time); the caller recounts the store's counts
     (``store.counts.recount()``), which folds them. Returns the rows moved (0 when the newest change is less than
-    :data:`UP_TO_DATE` old: the windows then still hold most of a day)."""
+    :data:`UP_TO_DATE` old: the last hour then still holds five sixths of its traffic, the day nearly all of it)."""
     with engine.begin() as connection:
         newest = connection.execute(sa.text("SELECT max(last_update_ts) FROM message")).scalar_one()
         shift = now - newest
