@@ -150,6 +150,10 @@ def _lateral_page(
             .order_by(scan.c.receive_ts.desc(), scan.c.id.desc()).limit(limit + 1))
 
 
+#: a search without filters (every message): its count is not steered (:func:`steer_count`)
+_NO_FILTER = SearchFilters()
+
+
 def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = True) -> bool:
     """On PostgreSQL, with a filter that is not a text: make the capped count of ``filters`` read a B-tree index
     (``on``) or stop doing so (``on=False``, after the count), for the rest of the transaction. True when it did.
@@ -165,8 +169,6 @@ def steer_count(connection: sa.Connection, filters: SearchFilters, on: bool = Tr
     connection.exec_driver_sql(f"SET LOCAL enable_seqscan TO {value}; SET LOCAL enable_bitmapscan TO {value}")
     return True
 
-
-_NO_FILTER = SearchFilters()
 
 #: how many of the newest messages matching the other filters a text search checks for its count, when its first
 #: page had matches enough (:func:`probe_count_statement`); its page checks ten times the page (:func:`probe_statement`)
