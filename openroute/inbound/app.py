@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from openroute import tracing
 from openroute.binding import InboundBinding, ParsedPayload
-from openroute.body import Body, InvalidBodyError
+from openroute.body import InvalidBodyError
 from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, StoreUnavailableError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
@@ -36,7 +36,14 @@ from openroute.inbound.errors import (
     status_and_code,
 )
 from openroute.inbound.openapi import InboundContract
-from openroute.inbound.parsing import check_content_length, parse_json, parse_timestamp, parse_xml, receive_limited
+from openroute.inbound.parsing import (
+    bound_body,
+    check_content_length,
+    parse_json,
+    parse_timestamp,
+    parse_xml,
+    receive_limited,
+)
 from openroute.inbound.soap import (
     SOAP11,
     SOAP12,
@@ -231,7 +238,7 @@ class InboundEndpoints:
         """The message handed to ``engine.accept`` once the binding's checks passed; raises ValidationError
         (InvalidBodyError for a typed route's body)."""
         extracted = binding.check(payload)
-        body = _bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
+        body = bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
         return InboundMessage(
             service=binding.service,
             operation=binding.operation,
@@ -465,14 +472,6 @@ class _Answer(Response):
             (b"content-length", str(len(body)).encode("latin-1")),
             (b"content-type", content_type),
         ]
-
-
-def _bound_body(body: Body | None, payload: ParsedPayload) -> Any:
-    """The payload bound to a typed route's model from the document already parsed (None for an untyped route);
-    raises InvalidBodyError."""
-    if body is None:
-        return None
-    return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)
 
 
 def _field_errors(error: BaseException) -> list[dict[str, str]]:

@@ -13,6 +13,8 @@ from typing import Any
 from lxml import etree
 from starlette.requests import ClientDisconnect
 
+from openroute.binding import ParsedPayload
+from openroute.body import Body
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.inbound.errors import (
@@ -228,3 +230,12 @@ def parse_timestamp(value: str | None) -> datetime | None:
         not_iso=f"timestamp {value[:60]!r} is not an ISO 8601 date-time",
         no_zone=f"timestamp {value[:60]!r} has no time zone",
     )
+
+
+def bound_body(body: Body | None, payload: ParsedPayload) -> Any:
+    """The payload bound to a typed route's model from the document already parsed (None for an untyped route), so
+    that ``Engine.accept`` does not parse the text again; raises :class:`~openroute.body.InvalidBodyError`. Both the
+    HTTP/SOAP endpoints and the channel-fed routes bind this way."""
+    if body is None:
+        return None
+    return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
+from pydantic import BaseModel, Field
 
 from openroute import route
+from openroute.body import Body
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import DeploymentError
@@ -133,3 +135,58 @@ async def test_a_channel_without_connector_is_a_deployment_error(sqlite_url: str
         ChannelInbound(engine, app.channels, {**CONFIG, "openroute.messaging.incoming.crm-in.failure-strategy":
                                               "requeue"}, environ={})
     store.dispose()
+
+
+class Customer(BaseModel):
+    id: str = Field(pattern=r"^C[0-9]+$")
+
+
+class Order(BaseModel):
+    customer: Customer
+    total: int
+
+
+async def test_a_typed_route_fed_by_a_channel_binds_the_parsed_document_once(
+    sqlite_url: str, monkeypatch: Any
+) -> None:
+    """The delivery's document, parsed for the binding's checks, is bound to the route's model there: accept does not
+    parse the text again (the attempt reads the stored text once, as for HTTP), the step reads the model; a body the
+    model refuses goes to the dead-letter channel with its field errors and nothing is stored."""
+    seen: list[Order] = []
+    app = Application(
+        route("shop", "order").from_channel("crm-in").body(Order).object_id(json="$.customer.id")
+        .process(lambda exchange: seen.append(exchange.body_as(Order)))
+    )
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
+    await engine.start()
+    inbound = ChannelInbound(engine, app.channels, CONFIG, environ={})
+    await inbound.start()
+
+    parsed: list[str] = []
+    parse = Body.parse
+
+    def counted(body: Body, text: str, content_type: str) -> Any:
+        parsed.append(text)
+        return parse(body, text, content_type)
+
+    monkeypatch.setattr(Body, "parse", counted)
+    try:
+        await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C7"}, "total": 12}), "m-1"), 10)
+        await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "nobody"}, "total": "x"}), "m-2"), 10)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not seen:
+            assert asyncio.get_running_loop().time() < deadline, "the step did not run within 10 s"
+            await asyncio.sleep(0.01)
+    finally:
+        await inbound.stop()
+        await engine.stop()
+        store.dispose()
+    assert seen == [Order(customer=Customer(id="C7"), total=12)]
+    assert len(parsed) == 1  # the attempt's own read of the stored text; accept bound the parsed document
+    [dead] = inbound.app.connector("in-memory").sink("crm-dlq").received
+    headers = dead.get_metadata(AmqpOutgoingMetadata).headers
+    assert headers[CODE_HEADER] == "INVALID_BODY"
+    assert "customer.id" in headers[REASON_HEADER] and "total" in headers[REASON_HEADER]
+    assert [(r.correlation_id, r.object_id) for r in rows(engine)] == [("m-1", "C7")]
