@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 import statistics
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -81,3 +84,25 @@ async def concurrently(count: int, senders: int, send: Callable[[int], Awaitable
 def spread(values: list[float], digits: int = 0) -> str:
     """``min / median / max`` of ``values`` with ``digits`` decimals."""
     return f"{min(values):.{digits}f} / {statistics.median(values):.{digits}f} / {max(values):.{digits}f}"
+
+
+def free_port() -> int:
+    """A loopback port free now, for a server a benchmark starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """Return once ``process`` accepts connections on ``port``; RuntimeError if it exits, TimeoutError after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"server on port {port} did not start")

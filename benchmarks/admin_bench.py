@@ -34,7 +34,6 @@ import base64
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from openroute.persistence.counts import (
     state_counts_statement,
 )
 
+from benchmarks._common import free_port, wait_for_port
 from benchmarks.store_fill import MIXED, START, bring_up_to_date, fill, wear, worn
 from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.filters import SearchFilters, parse_filters
@@ -347,26 +347,11 @@ class LeanClient:
 @contextmanager
 def floor_server(database_url: str) -> Iterator[str]:
     """``benchmarks/admin_floor.py`` serving the store at ``database_url`` on a free loopback port; its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("admin_floor.py")), database_url,
                                 str(port)], cwd=Path(__file__).resolve().parents[1])
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, f"the floor server exited with {process.returncode}"
-            probe = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            try:
-                probe.request("GET", "/ready")
-                if probe.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            finally:
-                probe.close()
-            assert time.monotonic() < deadline, "the floor server did not answer within 60 s"
-            time.sleep(0.1)
+        wait_for_port(port, process, timeout=60)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()

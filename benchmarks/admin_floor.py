@@ -51,10 +51,7 @@ def floor_app(url: str) -> Any:
             body["nextCursor"] = page.next_cursor
         return Response(orjson.dumps(body), media_type="application/json")
 
-    async def ready(_request: Request) -> Response:
-        return Response(b"ok")
-
-    return Starlette(routes=[Route("/admin/messages", search), Route("/ready", ready)])
+    return Starlette(routes=[Route("/admin/messages", search)])
 
 
 def main() -> None:

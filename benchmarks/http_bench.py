@@ -27,7 +27,6 @@ import gc
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import arguments, fresh_database, spread  # noqa: E402
+from benchmarks._common import arguments, free_port, fresh_database, spread, wait_for_port  # noqa: E402
 
 POSTGRES_ADMIN_URL = os.environ.get("OPENROUTE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 NS = "urn:example:bench:v1"
@@ -182,25 +181,6 @@ async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, 
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "errors": errors,
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"server on port {port} did not start")
 
 
 def process_cpu_seconds(pid: int) -> float | None:
