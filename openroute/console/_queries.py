@@ -77,7 +77,7 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     """Counts per state and route (exact, from the store's counts), the last hour's throughput, the oldest open
     message and failing routes; every read is bounded by an index range (no scan of the message table).
 
-    One read-only transaction (one snapshot): the counts (two statements), the last hour's finished messages per
+    One read-only transaction (one snapshot): the counts' mark, the counts, the last hour's finished messages per
     minute and state (kept by the store as the counts are: migration 0017), the oldest open message, and the
     latest failure of each route the counts show failing (one index entry each: migration 0016's index; one
     statement on PostgreSQL, one per failing route on SQLite). No read grows with the store, the traffic or the
@@ -88,8 +88,9 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
     with store.counts.snapshot() as connection:
         # the store's counts (persistence/counts.py), not GROUP BYs of the message table: exact, and their cost
         # follows the transitions since the last fold, not the store
-        by_route = store.counts.by_route(connection)
-        by_minute = store.counts.finished_by_minute(connection, first_minute)
+        mark = store.counts.read_mark(connection)  # once: the snapshot's mark is the same for both reads
+        by_route = store.counts.by_route(connection, mark=mark)
+        by_minute = store.counts.finished_by_minute(connection, first_minute, mark=mark)
         oldest_row = connection.execute(_OLDEST).first()
         latest = _latest_failures(connection, [route for route, states in by_route.items() if _failing(states)])
     by_state: dict[MessageState, int] = {}

@@ -118,3 +118,27 @@ def test_the_latest_failure_of_a_route_is_one_entry_of_its_index(store: MessageS
                 connection, compile_kwargs={"literal_binds": True})
             plan = "\n".join(str(row[-1]) for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {compiled}"))
     assert "ix_message_failing_route" in plan, plan
+
+
+def test_the_dashboard_reads_the_counts_mark_once(store: MessageStore) -> None:
+    """Its counts and its throughput are both read after the same mark of the one snapshot: read once (a round
+    trip each time), and the figures are those of the counts' own reads."""
+    with store.engine.begin() as connection:
+        fill(connection, 600, MIXED, "d")
+    store.counts.recount()
+    now = START + timedelta(seconds=590)
+    statements: list[str] = []
+
+    def listener(*args: Any) -> None:
+        statements.append(args[2])
+
+    sa.event.listen(store.engine, "before_cursor_execute", listener)
+    try:
+        board = dashboard(store, now)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", listener)
+    assert sum("FROM message_count_mark" in statement for statement in statements) == 1, statements
+    by_state: Counter[MessageState] = Counter()
+    for states in store.counts.by_route().values():
+        by_state.update(states)
+    assert board.by_state == dict(by_state) and sum(by_state.values()) == 600
