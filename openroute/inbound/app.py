@@ -37,8 +37,8 @@ from openroute.inbound.errors import (
 )
 from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import (
-    bound_body,
     check_content_length,
+    checked_message,
     parse_json,
     parse_timestamp,
     parse_xml,
@@ -237,23 +237,10 @@ class InboundEndpoints:
     ) -> InboundMessage:
         """The message handed to ``engine.accept`` once the binding's checks passed; raises ValidationError
         (InvalidBodyError for a typed route's body)."""
-        extracted = binding.check(payload)
-        body = bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
-        return InboundMessage(
-            service=binding.service,
-            operation=binding.operation,
-            payload=payload.text,
-            content_type=content_type,
-            correlation_id=trace.correlation_id,
-            source_system=trace.source_system,
-            process_id=trace.process_id,
-            message_timestamp=trace.timestamp,
-            headers=headers,
-            object_id=extracted.object_id,
-            entity_type=extracted.entity_type,
-            funnel_value=extracted.funnel_value,
-            body=body,
-            traceparent=trace.traceparent,
+        return checked_message(
+            binding, payload, self.engine.routes, content_type=content_type, correlation_id=trace.correlation_id,
+            source_system=trace.source_system, process_id=trace.process_id, message_timestamp=trace.timestamp,
+            headers=headers, traceparent=trace.traceparent,
         )
 
     def _observe(self, endpoint: str, code: str, status: int, started: float) -> None:

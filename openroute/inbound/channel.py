@@ -35,7 +35,7 @@ from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
 from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
-from openroute.inbound.parsing import bound_body, parse_json, parse_timestamp, parse_xml
+from openroute.inbound.parsing import checked_message, parse_json, parse_timestamp, parse_xml
 from openroute.message import InboundMessage
 from openroute.messaging import Acknowledgment, Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, AmqpSource
@@ -398,17 +398,14 @@ class ChannelInbound:
         if not source:
             raise ValidationError(f"the source system is missing (header {options.source_system_header}, or the "
                                   "channel's source-system attribute)")
-        extracted = inbound_binding.check(payload)
-        body = bound_body(self.engine.routes.get(binding.service, binding.operation).body, payload)
         stored_headers = {"endpoint": "channel", "channel": binding.channel}
         if meta.message_id:
             stored_headers["messageId"] = meta.message_id[:255]
-        return InboundMessage(
-            service=binding.service, operation=binding.operation, payload=payload.text, content_type=content_type,
-            correlation_id=correlation, source_system=source, process_id=_text(headers.get(options.process_header)),
+        return checked_message(
+            inbound_binding, payload, self.engine.routes, content_type=content_type, correlation_id=correlation,
+            source_system=source, process_id=_text(headers.get(options.process_header)),
             message_timestamp=parse_timestamp(_text(headers.get(options.timestamp_header))), headers=stored_headers,
-            object_id=extracted.object_id, entity_type=extracted.entity_type, funnel_value=extracted.funnel_value,
-            body=body, traceparent=_text(headers.get(tracing.TRACEPARENT)) if tracing.ENABLED else None,
+            traceparent=_text(headers.get(tracing.TRACEPARENT)) if tracing.ENABLED else None,
         )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from lxml import etree
 from starlette.requests import ClientDisconnect
 
-from openroute.binding import ParsedPayload
+from openroute.binding import InboundBinding, ParsedPayload
 from openroute.body import Body
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
@@ -25,6 +25,8 @@ from openroute.inbound.errors import (
     NestingTooDeepError,
     NumberTooLongError,
 )
+from openroute.message import InboundMessage
+from openroute.route import RouteRegistry
 from openroute.schema import secure_parser
 
 _MAX_REASON = 300
@@ -234,8 +236,35 @@ def parse_timestamp(value: str | None) -> datetime | None:
 
 def bound_body(body: Body | None, payload: ParsedPayload) -> Any:
     """The payload bound to a typed route's model from the document already parsed (None for an untyped route), so
-    that ``Engine.accept`` does not parse the text again; raises :class:`~openroute.body.InvalidBodyError`. Both the
-    HTTP/SOAP endpoints and the channel-fed routes bind this way."""
+    that ``Engine.accept`` does not parse the text again; raises :class:`~openroute.body.InvalidBodyError`."""
     if body is None:
         return None
     return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)
+
+
+def checked_message(
+    binding: InboundBinding, payload: ParsedPayload, routes: RouteRegistry, *, content_type: str,
+    correlation_id: str, source_system: str, process_id: str | None, message_timestamp: datetime | None,
+    headers: dict[str, str], traceparent: str | None,
+) -> InboundMessage:
+    """The message handed to ``Engine.accept`` once ``binding``'s checks passed on ``payload``: what they extracted,
+    and the payload bound to its route's model (:func:`bound_body`). The HTTP and SOAP endpoints and the
+    channel-fed routes build their messages here. Raises ValidationError (InvalidBodyError for a typed route's
+    body, UnknownRouteError for a binding without its route)."""
+    extracted = binding.check(payload)
+    return InboundMessage(
+        service=binding.service,
+        operation=binding.operation,
+        payload=payload.text,
+        content_type=content_type,
+        correlation_id=correlation_id,
+        source_system=source_system,
+        process_id=process_id,
+        message_timestamp=message_timestamp,
+        headers=headers,
+        object_id=extracted.object_id,
+        entity_type=extracted.entity_type,
+        funnel_value=extracted.funnel_value,
+        body=bound_body(routes.get(binding.service, binding.operation).body, payload),
+        traceparent=traceparent,
+    )
