@@ -277,6 +277,7 @@ class AdminApi:
         self.message_counts = counts if counts is not None else MessageCounts(engine.store)
         #: ``GET breakers``, ``POST breakers/{system}/state``
         self.breakers = BreakerAdmin(engine)
+        self._openapi: bytes | None = None
 
     def routes(self) -> list[Route]:
         """``GET messages``, ``GET messages/{id}``, ``POST messages/{id}/restart|cancel|mark-done|call-again``,
@@ -299,8 +300,11 @@ class AdminApi:
         ]
 
     async def openapi(self, _request: Request) -> Response:
-        """The OpenAPI description of these routes (no credentials needed: it holds no data)."""
-        return JSONResponse(admin_openapi(self.prefix))
+        """The OpenAPI description of these routes (no credentials needed: it holds no data). Rendered once: the
+        routes do not change while the node runs, and an unauthenticated request should not cost a document."""
+        if self._openapi is None:
+            self._openapi = JSONResponse(admin_openapi(self.prefix)).body
+        return Response(self._openapi, media_type="application/json")
 
     def _guard(self, handler: Callable[[Request, str], Any], act: bool = False) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:

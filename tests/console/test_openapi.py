@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 from openapi_spec_validator import validate
 
 from openroute.admin import AdminApi
@@ -52,3 +53,19 @@ async def test_the_search_parameters_described_are_the_ones_accepted(client: htt
         assert response.status_code == 200, (name, response.text)
     refused = await client.get("/admin/messages", params={"undescribed": "x"}, headers=ADMIN)
     assert refused.status_code == 400
+
+
+async def test_the_document_is_rendered_once(client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unauthenticated request does not cost a document: the first request renders it, the next ones send it."""
+    made: list[str] = []
+
+    def counted(prefix: str = "/admin") -> dict[str, object]:
+        made.append(prefix)
+        return admin_openapi(prefix)
+
+    monkeypatch.setattr("openroute.admin.api.admin_openapi", counted)
+    answers = [await client.get("/admin/openapi.json") for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert answers[0].headers["content-type"] == "application/json"
+    assert all(answer.json() == admin_openapi("/admin") for answer in answers)
+    assert made == ["/admin"]  # once per node (the fixture makes a new node per test)
