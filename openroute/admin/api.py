@@ -303,7 +303,7 @@ class AdminApi:
         """The OpenAPI description of these routes (no credentials needed: it holds no data). Rendered once: the
         routes do not change while the node runs, and an unauthenticated request should not cost a document."""
         if self._openapi is None:
-            self._openapi = JSONResponse(admin_openapi(self.prefix)).body
+            self._openapi = orjson.dumps(admin_openapi(self.prefix))
         return Response(self._openapi, media_type="application/json")
 
     def _guard(self, handler: Callable[[Request, str], Any], act: bool = False) -> Callable[[Request], Any]:
