@@ -278,12 +278,13 @@ class StoredCounts(StorePart):
         joined to their messages for the route): ``connection``'s transaction when given (from :meth:`snapshot`,
         so that the caller's other reads see the same one), else a transaction of its own. ``mark``: the mark
         :meth:`read_mark` already read in ``connection``'s snapshot (one round trip fewer for a caller reading
-        several of these figures)."""
+        several of these figures); without ``connection`` the own snapshot reads its own."""
         if connection is None:
             with self.snapshot() as conn:
                 return self.by_route(conn)
         statement = _route_counts(self.database.dialect)
-        counted = _routes(connection.execute(statement, {"mark": self.read_mark(connection) if mark is None else mark}))
+        low = self.read_mark(connection) if mark is None else mark
+        counted = _routes(connection.execute(statement, {"mark": low}))
         routes: dict[tuple[str, str], dict[MessageState, int]] = {}
         for (service, operation, state), n in sorted(counted.items()):
             if n:
