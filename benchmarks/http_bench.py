@@ -16,7 +16,9 @@ limit; each run prints how busy the client was, the server's CPU per request and
 operations per transaction). Run:
 ``python benchmarks/http_bench.py [--count 3000] [--concurrency 32] [--repeat 3]
 [--databases sqlite,postgres]``. It prints req/s, p50 / p99 per run and min / median / max of each endpoint's
-ratio to the floor (the goal is >= 0.6).
+ratio to the floor (the goal is >= 0.6), and of its CPU ratio: the floor's server CPU per request over the
+endpoint's, what the rate ratio would be for a server bound by its own CPU (steadier on a machine whose speed
+moves between runs).
 """
 
 from __future__ import annotations
@@ -249,15 +251,20 @@ def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None
                   f"server CPU {server} us/req  writes/commit {batch}  client busy {figures['client_busy']:4.0%}  "
                   f"errors {figures['errors']:.0f}", flush=True)
     print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
-          f"{'writes/commit':>18} {'ratio to floor':>18}   (min / median / max)")
+          f"{'writes/commit':>18} {'ratio to floor':>18} {'CPU ratio':>18}   (min / median / max)")
     for kind in kinds:
         ratios = [r["rps"] / f["rps"] for r, f in zip(runs[kind], runs["floor"], strict=True)]
         cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
+        # the floor's CPU per request over this server's, repetition by repetition: what the rate ratio would be for
+        # a server bound by its own CPU (one interpreter), steadier than the rates on a machine whose speed moves
+        cpu_ratios = [f["server_us"] / r["server_us"] for r, f in zip(runs[kind], runs["floor"], strict=True)
+                      if "server_us" in r and "server_us" in f]
         batches = [r["batch"] for r in runs[kind] if "batch" in r]
         print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
               f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
               f"{spread([r['p99_ms'] for r in runs[kind]], 1):>22} {spread(cpu) if cpu else '?':>18} "
-              f"{spread(batches, 1) if batches else '?':>18} {spread(ratios, 2):>18}")
+              f"{spread(batches, 1) if batches else '?':>18} {spread(ratios, 2):>18} "
+              f"{spread(cpu_ratios, 2) if cpu_ratios else '?':>18}")
     busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
     print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
 
