@@ -2,7 +2,9 @@
 
 For each database (a SQLite file, and a fresh PostgreSQL database when the server is reachable) three servers are
 measured, each in its own uvicorn process on a free loopback port (uvicorn with httptools), ``--repeat`` times,
-interleaved (one repetition runs floor, JSON and SOAP once each):
+interleaved (one repetition runs floor, JSON and SOAP once each, in an order rotated from one repetition to the next:
+the three share the database, and a fixed order would always give the last one the table, the index pending lists
+and the autovacuum runs the others' rows left):
 
 * ``floor``: a bare Starlette endpoint that reads the body and stores it with the engine's own grouped INSERT
   (``MessageStore.insert_messages`` through the group-commit writer): the same database work, no inbound layer
@@ -18,7 +20,10 @@ operations per transaction). Run:
 [--databases sqlite,postgres]``. It prints req/s, p50 / p99 per run and min / median / max of each endpoint's
 ratio to the floor (the goal is >= 0.6), and of its CPU ratio: the floor's server CPU per request over the
 endpoint's, what the rate ratio would be for a server bound by its own CPU (steadier on a machine whose speed
-moves between runs).
+moves between runs). Each run's CPU per request is also split into the server's main thread (HTTP, parsing, the
+inbound layer), its other threads (the group-commit writer) and, against a local PostgreSQL, the database's
+processes; at 32 in flight these add up along one commit cycle (:func:`cycle_parts`), so their sums say where an
+endpoint's distance to the floor sits.
 """
 
 from __future__ import annotations
@@ -185,13 +190,42 @@ async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, 
     }
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of process ``pid`` (all its threads) from /proc; None where there is no /proc."""
+def _cpu_seconds(stat: Path) -> float | None:
+    """User + system CPU time from a /proc ``stat`` file (a process's or a thread's); None when it cannot be read."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` (all its threads) from /proc; None where there is no /proc."""
+    return _cpu_seconds(Path(f"/proc/{pid}/stat"))
+
+
+def main_thread_cpu_seconds(pid: int) -> float | None:
+    """CPU time of process ``pid``'s main thread (the event loop: HTTP, parsing, the inbound layer); the rest of
+    the process's CPU is its other threads', the group-commit writer's above all."""
+    return _cpu_seconds(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def local_postgres_cpu_seconds() -> float | None:
+    """CPU time of every PostgreSQL process on this machine (its backends, WAL writer, checkpointer, autovacuum):
+    the database's share of a run against a local server. None without /proc or without such a process."""
+    total, found = 0.0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+        except OSError:
+            continue
+        seconds = _cpu_seconds(entry / "stat")
+        if seconds is not None:
+            total, found = total + seconds, True
+    return total if found else None
 
 
 def writer_counts(process: subprocess.Popen[bytes], counts: Path) -> tuple[int, int] | None:
@@ -219,15 +253,24 @@ def measure(kind: str, url: str, count: int, concurrency: int) -> dict[str, floa
             wait_for_port(port, process)
             asyncio.run(load(kind, port, min(300, count), concurrency))  # warm-up
             writer_before = writer_counts(process, counts)
-            server_before = process_cpu_seconds(process.pid)
+            postgres = "postgresql" in url
+            server_before, main_before = process_cpu_seconds(process.pid), main_thread_cpu_seconds(process.pid)
+            database_before = local_postgres_cpu_seconds() if postgres else None
             client_before, started = time.process_time(), time.perf_counter()
             figures = asyncio.run(load(kind, port, count, concurrency))
             server_after, client_cpu = process_cpu_seconds(process.pid), time.process_time() - client_before
+            main_after = main_thread_cpu_seconds(process.pid)
+            database_after = local_postgres_cpu_seconds() if postgres else None
             wall = time.perf_counter() - started
             writer_after = writer_counts(process, counts)
             figures["client_busy"] = client_cpu / wall
             if server_before is not None and server_after is not None:
                 figures["server_us"] = (server_after - server_before) / count * 1e6
+                if main_before is not None and main_after is not None:
+                    figures["main_us"] = (main_after - main_before) / count * 1e6
+                    figures["threads_us"] = figures["server_us"] - figures["main_us"]
+            if database_before is not None and database_after is not None:
+                figures["database_us"] = (database_after - database_before) / count * 1e6
             if writer_before is not None and writer_after is not None and writer_after[0] > writer_before[0]:
                 figures["batch"] = (writer_after[1] - writer_before[1]) / (writer_after[0] - writer_before[0])
             return figures
@@ -241,15 +284,15 @@ def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None
     kinds = ("floor", "json", "soap")
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for rep in range(repeat):
-        for kind in kinds:
+        for kind in kinds[rep % 3:] + kinds[:rep % 3]:
             figures = measure(kind, url, count, concurrency)
             runs[kind].append(figures)
             server = f"{figures['server_us']:5.0f}" if "server_us" in figures else "    ?"
             batch = f"{figures['batch']:5.1f}" if "batch" in figures else "    ?"
             print(f"  rep {rep + 1} {db:10} {kind:5} {figures['rps']:7.0f} req/s  "
                   f"p50 {figures['p50_ms']:6.1f} ms  p99 {figures['p99_ms']:7.1f} ms  "
-                  f"server CPU {server} us/req  writes/commit {batch}  client busy {figures['client_busy']:4.0%}  "
-                  f"errors {figures['errors']:.0f}", flush=True)
+                  f"server CPU {server} us/req {_parts(figures)} writes/commit {batch}  "
+                  f"client busy {figures['client_busy']:4.0%}  errors {figures['errors']:.0f}", flush=True)
     print(f"{db:10} {'':5} {'req/s':>20} {'p50 ms':>20} {'p99 ms':>22} {'server CPU us/req':>18} "
           f"{'writes/commit':>18} {'ratio to floor':>18} {'CPU ratio':>18}   (min / median / max)")
     for kind in kinds:
@@ -267,6 +310,39 @@ def report(db: str, url: str, count: int, concurrency: int, repeat: int) -> None
               f"{spread(cpu_ratios, 2) if cpu_ratios else '?':>18}")
     busiest = max(r["client_busy"] for kind in kinds for r in runs[kind])
     print(f"{db:10} the client was at most {busiest:.0%} busy (one core): the servers, not it, set the pace")
+    cycle_parts(db, runs)
+
+
+#: the parts of a request's CPU that :func:`measure` tells apart: (key, column title, short name), in print order
+PARTS = (("main_us", "main thread", "main"), ("threads_us", "other threads", "threads"),
+         ("database_us", "database", "database"))
+
+
+def _parts(figures: dict[str, float]) -> str:
+    """``(main M + threads T + database D)`` of one run: the parts it has, in microseconds per request."""
+    named = [f"{short} {figures[key]:.0f}" for key, _title, short in PARTS if key in figures]
+    return f"({' + '.join(named)})" if named else ""
+
+
+def cycle_parts(db: str, runs: dict[str, list[dict[str, float]]]) -> None:
+    """Medians of the CPU parts per request, their sum, and the floor's sum over each endpoint's.
+
+    With ``--concurrency`` not far above a commit's batch, nearly every request in flight waits on the same commit:
+    the loop parses a batch while the writer waits for it, then the writer and the database write it while the loop
+    has little to parse. The parts then add up along one cycle, and the floor's sum over an endpoint's comes near
+    its rate ratio; the parts say where an endpoint's extra sits. The database's part is every local PostgreSQL
+    process's CPU during the run (autovacuum included: it runs beside the cycle, so it counts where it lands);
+    SQLite's work is in the writer thread."""
+    present = [(key, title) for key, title, _short in PARTS if all(key in r for kind in runs for r in runs[kind])]
+    if not present:
+        return
+    sums = {kind: sum(statistics.median(r[key] for r in measured) for key, _ in present)
+            for kind, measured in runs.items()}
+    header = "  ".join(f"{title:>13}" for _, title in present)
+    print(f"{db:10} {'':5} {header}  {'sum us/req':>10}  {'floor sum / sum':>15}   (medians)")
+    for kind, measured in runs.items():
+        parts = "  ".join(f"{statistics.median(r[key] for r in measured):13.0f}" for key, _ in present)
+        print(f"{db:10} {kind:5} {parts}  {sums[kind]:10.0f}  {sums['floor'] / sums[kind]:15.2f}")
 
 
 def main() -> None:
