@@ -82,11 +82,28 @@ def fill(
         f"{started}, {ts}, NULL, {node}, {json_obj}, {json_list}, {code}, {text}, NULL, {version} FROM {series}"
     )
     connection.execute(sa.text(f"{head}INSERT INTO message ({_COLUMNS}) {select}"))
+    index_payloads(connection)
+
+
+def index_payloads(connection: sa.Connection) -> None:
+    """PostgreSQL: copy every pending payload into the payload search's index table in one statement, what the
+    nodes' indexers do a batch at a time (``openroute.persistence.payload_index``): a filled store looks like a live
+    one whose indexers kept up. Nothing to do on SQLite."""
+    if connection.dialect.name != "postgresql":
+        return
+    connection.exec_driver_sql(
+        "WITH taken AS (DELETE FROM message_payload_pending RETURNING message_id) "
+        "INSERT INTO message_payload_text (message_id, payload) "
+        "SELECT m.id, m.payload FROM message m JOIN taken t ON t.message_id = m.id ON CONFLICT DO NOTHING")
 
 
 def analyze(connection: sa.Connection) -> None:
     """Give the planner statistics (what autovacuum does on any live table)."""
-    connection.exec_driver_sql("ANALYZE message" if connection.dialect.name == "postgresql" else "ANALYZE")
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql("ANALYZE message")
+        connection.exec_driver_sql("ANALYZE message_payload_text")
+    else:
+        connection.exec_driver_sql("ANALYZE")
 
 
 def age(

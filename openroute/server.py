@@ -19,6 +19,7 @@ from starlette.routing import Mount
 
 from openroute.admin import AdminApi, MessageCounts, Metrics, health_route
 from openroute.admin.headers import RAW_SECURITY_HEADERS, SecurityHeaders
+from openroute.admin.payload_indexer import PayloadIndexer
 from openroute.console import Console
 from openroute.engine import Engine
 from openroute.errors import ConfigurationError
@@ -65,6 +66,7 @@ def create_app(
     alerts: AlertEvaluator | None = None,
     throttling: Throttling | None = None,
     counts: MessageCounts | None = None,
+    payload_indexer: PayloadIndexer | None = None,
 ) -> Starlette:
     """The ASGI app serving ``engine``'s routes.
 
@@ -78,7 +80,9 @@ def create_app(
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``. The lifespan folds the
     store's message counts every 2 s (``counts``, default a :class:`~openroute.admin.counts.MessageCounts`, shared by
-    the admin API and ``/metrics``; ``app.state.counts``).
+    the admin API and ``/metrics``; ``app.state.counts``) and, on PostgreSQL, copies the stored payloads into the
+    payload search's index every 0.5 s (``payload_indexer``, default a
+    :class:`~openroute.admin.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
     with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
@@ -101,8 +105,9 @@ def create_app(
     admin = AdminApi(engine, admin_auth, counts=counts, allowed_origins=allowed_origins)
     _hook_final_states(engine, metrics, outbox, confirmation)
     purge = None if retention is None else RetentionJob(engine.store, retention, registry=metrics.registry)
+    indexer = payload_indexer if payload_indexer is not None else PayloadIndexer(engine.store)
     services = _NodeServices(engine, manage_engine, channels, outbox, confirmation, confirmation_interval, purge,
-                             alerts, counts)
+                             alerts, counts, indexer)
 
     health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
@@ -124,6 +129,7 @@ def create_app(
     app.state.outbox = outbox
     app.state.alerts = alerts
     app.state.counts = counts
+    app.state.payload_indexer = indexer
     return app
 
 
@@ -151,6 +157,7 @@ class _Running:
     retention: asyncio.Task[None] | None = None
     alerts: asyncio.Task[None] | None = None
     counts: asyncio.Task[None] | None = None
+    payload_index: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -167,6 +174,7 @@ class _NodeServices:
     purge: RetentionJob | None
     alerts: AlertEvaluator | None
     counts: MessageCounts
+    payload_indexer: PayloadIndexer
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -201,6 +209,7 @@ class _NodeServices:
         if self.alerts is not None:
             running.alerts = asyncio.create_task(self.alerts.run(stop), name="alerts")
         running.counts = asyncio.create_task(self.counts.run(stop), name="message-counts")
+        running.payload_index = asyncio.create_task(self.payload_indexer.run(stop), name="payload-index")
         return running
 
     async def _stop(self, running: _Running) -> None:
@@ -213,6 +222,8 @@ class _NodeServices:
             await running.alerts
         if running.counts is not None:
             await running.counts
+        if running.payload_index is not None:
+            await running.payload_index
         if running.confirmations is not None:
             try:
                 await asyncio.wait_for(running.confirmations, 30)

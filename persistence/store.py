@@ -9,6 +9,8 @@ same database in its own module:
 * ``store.funnels`` (:class:`~openroute.persistence.funnels.FunnelStore`): funnel locks and order
 * ``store.nodes`` (:class:`~openroute.persistence.nodes.NodeStore`): the cluster's nodes
 * ``store.counts`` (:class:`~openroute.persistence.counts.StoredCounts`): messages per route and state
+* ``store.payload_index`` (:class:`~openroute.persistence.payload_index.PayloadIndex`): the payload search's index,
+  written behind the commit
 
 One transaction story for all of them (:mod:`openroute.persistence.database`): every method takes an optional
 ``connection``; without one it runs in a transaction of its own, with one (from :meth:`MessageStore.begin` or the
@@ -29,6 +31,7 @@ from openroute.persistence.funnels import FunnelStore
 from openroute.persistence.messages import InsertOutcome, NewMessage, StoredMessage, insert_values, row_to_message
 from openroute.persistence.models import MessageState, message_table
 from openroute.persistence.nodes import NodeStore
+from openroute.persistence.payload_index import PayloadIndex
 from openroute.persistence.transitions import Transitions, transition_row
 
 __all__ = ["MessageStore"]
@@ -55,6 +58,8 @@ class MessageStore(Database):
         self.nodes = NodeStore(self)
         #: messages per route and state, kept as the transitions are written (``persistence/counts.py``)
         self.counts = StoredCounts(self)
+        #: the payload search's index, filled behind the commit (``persistence/payload_index.py``)
+        self.payload_index = PayloadIndex(self)
 
     def insert_message(
         self, new: NewMessage, connection: sa.Connection | None = None, *, node_id: str | None = None,

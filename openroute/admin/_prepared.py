@@ -138,7 +138,7 @@ def _shape(search: Search) -> Hashable | None:
     if len(set(f.error_codes)) != len(f.error_codes):
         return None
     return (f.states, len(f.error_codes), tuple(f.text), f.received_from is None, f.received_to is None,
-            f.error_text is None, f.payload_text is None, len(f.index_words), search.cursor is None,
+            f.error_text is None, f.payload_text is None, f.payload_index, len(f.index_words), search.cursor is None,
             len(search.words))
 
 

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
+from openroute.persistence.models import message_payload_pending_table, message_payload_text_table
 
 #: matches counted exactly; above this the planner's estimate is returned (``total_estimated``)
 COUNT_CAP = 1000
@@ -69,19 +70,28 @@ class SearchFilters:
     #: set by the search on PostgreSQL (:func:`narrowed`): words of ``payload_text`` that the trigram index is asked
     #: for instead of the whole text, which is then checked on the rows the index finds (the same matches)
     index_words: tuple[str, ...] = ()
+    #: set by the search on PostgreSQL (:func:`narrowed`): ``payload_text`` is looked up in the payload index
+    #: (:meth:`payload_matches`) instead of read in each candidate's payload
+    payload_index: bool = False
 
     def conditions(self) -> list[sa.ColumnElement[bool]]:
         """The SQL conditions on the message table.
 
-        The text searches are ``ILIKE '%text%'``: on PostgreSQL the trigram indexes of migration 0009 answer them
-        (texts of 3 characters or more); SQLite scans the rows the other filters leave (docs/console.md)."""
+        The text searches are ``ILIKE '%text%'``: on PostgreSQL trigram indexes answer them (texts of 3 characters
+        or more; the error text's on ``message``, migration 0009, the payload's on ``message_payload_text``,
+        migration 0018, see :meth:`payload_matches`); SQLite scans the rows the other filters leave
+        (docs/console.md)."""
         c = message_table.c
         conditions: list[sa.ColumnElement[bool]] = []
         if len(self.error_codes) == 1:
             conditions.append(c.last_error_code == self.error_codes[0])
         elif self.error_codes:
             conditions.append(c.last_error_code.in_(self.error_codes))
-        conditions.extend(self.text_conditions(c))
+        if self.payload_index and self.payload_text is not None:
+            conditions.extend(replace(self, payload_text=None).text_conditions(c))
+            conditions.append(c.id.in_(self.payload_matches()))
+        else:
+            conditions.extend(self.text_conditions(c))
         if len(self.states) == 1:
             conditions.append(c.state == self.states[0])
         elif self.states:
@@ -94,22 +104,39 @@ class SearchFilters:
         return conditions
 
     def text_conditions(self, c: sa.ColumnCollection[str, Any]) -> list[sa.ColumnElement[bool]]:
-        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's).
-
-        With :attr:`index_words`, the payload must contain each of those words (what the trigram index looks up)
-        and the whole text, compared as ``payload || ''`` so that the index is not asked for it."""
+        """The ``error_text`` and ``payload_text`` conditions on the columns ``c`` (the table's or a subquery's),
+        each text read in the row itself."""
         conditions: list[sa.ColumnElement[bool]] = []
         if self.error_text is not None:
             conditions.append(c.last_error_text.ilike(like_pattern(self.error_text), escape="\\"))
         if self.payload_text is not None:
-            conditions.extend(c.payload.ilike(like_pattern(word), escape="\\") for word in self.index_words)
-            payload = c.payload.op("||")(sa.literal("")) if self.index_words else c.payload
-            conditions.append(payload.ilike(like_pattern(self.payload_text), escape="\\"))
+            conditions.append(c.payload.ilike(like_pattern(self.payload_text), escape="\\"))
         return conditions
+
+    def payload_matches(self) -> sa.CompoundSelect[tuple[int]]:
+        """The ids of the messages whose payload holds ``payload_text`` (PostgreSQL, migration 0018): those whose
+        copy in ``message_payload_text`` holds it (its trigram index asked for the text, or for the
+        :attr:`index_words` only, the whole text then compared as ``payload || ''`` on the copies found, so that the
+        index is not asked for it), and those still pending whose payload holds it (read in ``message``: the
+        messages stored since the last move of :mod:`openroute.persistence.payload_index`)."""
+        pattern = like_pattern(self.payload_text or "")
+        copy = message_payload_text_table.c
+        if self.index_words:
+            looked_up = [copy.payload.ilike(like_pattern(word), escape="\\") for word in self.index_words]
+            looked_up.append(copy.payload.op("||")(sa.literal("")).ilike(pattern, escape="\\"))
+        else:
+            looked_up = [copy.payload.ilike(pattern, escape="\\")]
+        pending = message_payload_pending_table.c
+        stored = message_table.alias("pending_message")
+        return sa.union_all(
+            sa.select(copy.message_id).where(*looked_up),
+            sa.select(pending.message_id).join(stored, stored.c.id == pending.message_id)
+            .where(stored.c.payload.ilike(pattern, escape="\\")),
+        )
 
     def without_text(self) -> SearchFilters:
         """These filters without ``error_text`` and ``payload_text``."""
-        return replace(self, error_text=None, payload_text=None, index_words=())
+        return replace(self, error_text=None, payload_text=None, index_words=(), payload_index=False)
 
     @property
     def has_text(self) -> bool:

@@ -105,6 +105,22 @@ class _EngineCollector(Collector):
                 repeated_errors.log(log, "channel counters failed", error=error)
         yield passed
         yield from _breaker_metrics(self.engine, self.failed)
+        yield from _payload_index_metrics(self.engine, self.failed)
+
+
+def _payload_index_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -> Iterator[Metric]:
+    """PostgreSQL: how many stored messages wait for the payload search's index (a search reads their payloads
+    directly, so a number that keeps growing makes payload searches slower; see docs/console.md)."""
+    index = engine.store.payload_index
+    if not index.postgresql:
+        return
+    pending = GaugeMetricFamily(
+        "openroute_payload_index_pending", "Stored messages whose payload is not yet in the payload search's index")
+    try:
+        pending.add_metric([], index.pending())
+    except Exception as error:  # a scrape must still answer when the database is down
+        failed(error, "the payloads waiting for the index")
+    yield pending
 
 
 def _breaker_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -> Iterator[Metric]:

@@ -229,18 +229,23 @@ def narrowed(
     connection: sa.Connection, filters: SearchFilters, cursor: str | None, limit: int
 ) -> SearchFilters | None:
     """The filters of the trigram page of a text search whose first try (:func:`probe_statement`) did not fill its
-    page: on PostgreSQL, when ``payload_text`` has several words, with the :attr:`~SearchFilters.index_words` to look
-    up instead of the whole text, or None when the first try checked every candidate (its rows are the answer).
+    page: on PostgreSQL, a ``payload_text`` looked up in the payload index (:attr:`~SearchFilters.payload_index`,
+    :meth:`~SearchFilters.payload_matches`) and, when it has several words, with the
+    :attr:`~SearchFilters.index_words` to look up instead of the whole text, or None when the first try checked
+    every candidate (its rows are the answer).
 
     One statement counts how many of the newest :data:`WORD_SAMPLE` candidates of the probe hold each word. A word
     found in more than :data:`COMMON_WORD_SHARE` of them is left out of the index lookup, and so is a word shorter
     than 3 characters (alone it gives the index no trigram); the whole text is then checked on the rows the index
-    finds, so the matches are the same. ``filters`` unchanged when no word is common or none is left to look up.
+    finds, so the matches are the same. No index words when no word is common or none is left to look up.
     The error text is always looked up whole: its index holds only the messages with an error, so even a word
     every error holds is a short list."""
-    words = text_words(filters.payload_text or "")
-    if connection.dialect.name != "postgresql" or len(words) < 2:
+    if connection.dialect.name != "postgresql" or filters.payload_text is None:
         return filters
+    indexed = replace(filters, payload_index=True)
+    words = text_words(filters.payload_text)
+    if len(words) < 2:
+        return indexed
     statement, values = prepared("sample", lambda s: sample_statement(s.filters, s.words, s.cursor),
                                  Search(filters, cursor, tuple(words)))
     candidates, *holding = connection.execute(statement, values).one()
@@ -249,8 +254,8 @@ def narrowed(
     common = {word for word, count in zip(words, holding, strict=True) if count > COMMON_WORD_SHARE * candidates}
     kept = tuple(word for word in words if word not in common and len(word) >= 3)
     if not common or not kept:
-        return filters
-    return replace(filters, index_words=kept)
+        return indexed
+    return replace(indexed, index_words=kept)
 
 
 def probe_count_statement(filters: SearchFilters) -> sa.Select[Any]:

@@ -109,9 +109,16 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
                     "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'ix_message_%_trgm'")).all())
                 error_text = connection.execute(sa.text(
                     "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_message_error_text_trgm'")).scalar_one()
-            assert options == {"ix_message_payload_trgm": ["gin_pending_list_limit=128"],
+            # migration 0018: the payload's index on a copy of every payload, filled behind the commit
+            assert options == {"ix_message_payload_text_trgm": ["gin_pending_list_limit=128"],
                                "ix_message_error_text_trgm": ["gin_pending_list_limit=128"]}
             assert "WHERE (last_error_text IS NOT NULL)" in error_text
+        with store.engine.connect() as connection:
+            copies = dict(connection.execute(sa.text("SELECT message_id, payload FROM message_payload_text")).all())
+            pending = connection.execute(sa.text("SELECT count(*) FROM message_payload_pending")).scalar_one()
+        # every stored payload copied by the upgrade on PostgreSQL, none waiting; SQLite keeps both tables empty
+        assert copies == ({i: "{}" for i in ids} if store.engine.dialect.name == "postgresql" else {})
+        assert pending == 0
         with store.engine.connect() as connection:
             page = search_messages(connection, parse_filters({"object_id": "obj-0", "process_id": "p-1"}))
         assert [m.id for m in page.items] == [ids[4], ids[2], ids[0]] and page.total == 3
@@ -122,7 +129,8 @@ def test_upgrade_from_0003_with_messages_in_the_store(database_url: str) -> None
         names = set(_index_definitions(store))
         assert not names & {*SEARCH_INDEXES, "ix_message_operation", "ix_message_error_service",
                             "ix_message_failing_update", "ix_message_failing_route"}
-        assert "message_finished_minute" not in sa.inspect(store.engine).get_table_names()
+        assert not {"message_finished_minute", "message_payload_text", "message_payload_pending"} & set(
+            sa.inspect(store.engine).get_table_names())
         with store.engine.connect() as connection:  # the rows stay (read with 0003's columns)
             kept = connection.execute(sa.text("SELECT id, correlation_id, state FROM message ORDER BY id")).all()
         assert [tuple(r) for r in kept] == [(m.id, m.correlation_id, m.state.value) for m in before]

@@ -44,7 +44,7 @@ from tests.tcp_proxy import proxy_to
 #: the store's view of each loop of a node, as its WARNING and INFO lines begin
 LOOPS = ("message store", "message store (confirmation loop)", "message store (retention job)",
          "message store (alert evaluator)", "message store (outbox publisher)", "message store (funnel listener)",
-         "message store (message counts)")
+         "message store (message counts)", "message store (payload indexer)")
 
 
 def _unreachable() -> sa.exc.OperationalError:
@@ -177,8 +177,8 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Cut PostgreSQL under a node running every background loop (repoll, heartbeat, confirmations, retention,
-    alerts, outbox, funnel listener, message counts): one WARNING and one INFO per loop, no traceback, and afterwards
-    the node takes a new message to OK and confirms it without a restart."""
+    alerts, outbox, funnel listener, message counts, payload indexer): one WARNING and one INFO per loop, no
+    traceback, and afterwards the node takes a new message to OK and confirms it without a restart."""
     caplog.set_level(logging.INFO)
     setup = MessageStore(postgres_url)
     setup.create_schema()
@@ -218,7 +218,7 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
                 assert down.status_code == 503
                 # the loops keep failing meanwhile (every 0.2 s, backing off): awaited, not slept
                 loops = [confirmation.outage, app.state.retention.outage, alerts.outage, outbox.outage,
-                         app.state.counts.outage]
+                         app.state.counts.outage, app.state.payload_indexer.outage]
                 await _until(lambda: all(outage.failures >= 3 for outage in loops), "three failed passes per loop")
 
                 proxy.restore()

@@ -1,0 +1,222 @@
+"""The payload search's index behind the commit (migration 0018, ``openroute.persistence.payload_index``): a stored
+message is found by its payload before and after its copy is indexed; moves are atomic, shared by sessions, and
+follow deletions; a serving node indexes what it accepts and tells how many wait."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageStore, NewMessage
+
+from openroute.admin import parse_filters
+from openroute.admin.payload_indexer import PayloadIndexer
+from openroute.admin.search import narrowed, search_summaries
+from openroute.engine import Engine, EngineSettings
+from openroute.route import Route, RouteRegistry
+from openroute.server import create_app
+from tests.lifecycle.conftest import START
+
+
+def _new(n: int, payload: str | None = None) -> NewMessage:
+    payload = payload or f'<order id="{n}"><line>plain</line></order>'
+    return NewMessage(service="crm", operation="order", payload=payload, content_type="text/xml",
+                      correlation_id=f"c-{n}", source_system="shop", receive_ts=START + timedelta(seconds=n))
+
+
+def _copies(store: MessageStore) -> dict[int, str]:
+    with store.engine.connect() as connection:
+        return dict(connection.execute(sa.text("SELECT message_id, payload FROM message_payload_text")).all())
+
+
+def _found(store: MessageStore, params: dict[str, object], limit: int = 5) -> tuple[list[int], int]:
+    """Every id a search pages through (newest first) and its first page's total."""
+    found: list[int] = []
+    total = -1
+    cursor = None
+    with store.engine.connect() as connection:
+        while True:
+            page = search_summaries(connection, parse_filters(params), cursor, limit=limit)
+            total = page.total if total < 0 else total
+            found.extend(row.id for row in page.rows)
+            cursor = page.next_cursor
+            if cursor is None:
+                return found, total
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[MessageStore]:
+    store = MessageStore(database_url)
+    store.create_schema()
+    yield store
+    store.dispose()
+
+
+@pytest.fixture
+def pg_store(postgres_url: str) -> Iterator[MessageStore]:
+    store = MessageStore(postgres_url)
+    store.create_schema()
+    yield store
+    store.dispose()
+
+
+def test_a_message_is_found_by_its_payload_before_and_after_its_copy_is_indexed(store: MessageStore) -> None:
+    """150 messages stored and indexed, 100 more stored and pending (PostgreSQL; SQLite indexes nothing and reads
+    the payloads): a rare text in one of each is found in both, by the trigram page (more candidates than the first
+    try reads), on every page, with its total; after the rest is moved, the same."""
+    old = store.insert_messages([_new(n, '<order id="4711"/>' if n == 10 else None) for n in range(150)])
+    postgresql = store.dialect == "postgresql"
+    assert store.payload_index.pending() == (150 if postgresql else 0)
+    assert store.payload_index.move() == (150 if postgresql else 0)
+    assert store.payload_index.pending() == 0
+    new = store.insert_messages([_new(n, '<order id="4711"/>' if n == 160 else None) for n in range(150, 250)])
+    assert store.payload_index.pending() == (100 if postgresql else 0)
+    expected = [new[10].message.id, old[10].message.id]
+    with store.engine.connect() as connection:  # the trigram page, not the first try's rows, answers on PostgreSQL
+        page_filters = narrowed(connection, parse_filters({"payload_text": 'id="4711"'}), None, 5)
+        assert page_filters is not None and page_filters.payload_index == postgresql
+    assert _found(store, {"payload_text": 'id="4711"'}) == (expected, 2)
+    assert _found(store, {"payload_text": 'ID="4711"', "service": "crm"}) == (expected, 2)
+    assert _found(store, {"payload_text": 'id="4712"'}) == ([], 0)
+    if postgresql:
+        copies = _copies(store)
+        assert len(copies) == 150 and copies[old[10].message.id] == '<order id="4711"/>'
+        assert store.payload_index.move() == 100 and store.payload_index.pending() == 0
+        assert len(_copies(store)) == 250
+    assert _found(store, {"payload_text": 'id="4711"'}) == (expected, 2)
+    # a text with a word every payload holds ("order"): the index is asked for the rare word only, same matches
+    assert _found(store, {"payload_text": 'order id="4711"'}) == (expected, 2)
+
+
+def test_moves_from_several_sessions_copy_each_message_once(pg_store: MessageStore) -> None:
+    """Four threads move 5,000 pending messages at once: none waits for another's batch (SKIP LOCKED), every
+    message is copied exactly once, nothing stays pending."""
+    store = pg_store
+    store.insert_messages([_new(n) for n in range(5000)])
+    taken: list[int] = []
+    lock = threading.Lock()
+
+    def mover() -> None:
+        while moved := store.payload_index.move():
+            with lock:
+                taken.append(moved)
+
+    threads = [threading.Thread(target=mover) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(taken) == 5000 and store.payload_index.pending() == 0
+    with store.engine.connect() as connection:
+        rows = connection.execute(sa.text(
+            "SELECT count(*), count(DISTINCT t.message_id), count(*) FILTER (WHERE t.payload = m.payload) "
+            "FROM message_payload_text t JOIN message m ON m.id = t.message_id")).one()
+    assert tuple(rows) == (5000, 5000, 5000)
+
+
+_MOVE_THEN_HANG = """
+import sys, time
+from openroute.persistence import MessageStore
+store = MessageStore(sys.argv[1])
+with store.engine.begin() as connection:
+    print(store.payload_index.move(connection), flush=True)
+    time.sleep(60)
+"""
+
+
+def _open_transactions(store: MessageStore) -> int:
+    """Other sessions of the store's database in an open transaction."""
+    with store.engine.connect() as connection:
+        return int(connection.execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND state LIKE 'idle in transaction%'")).scalar_one())
+
+
+def test_a_mover_killed_mid_move_leaves_its_batch_pending(pg_store: MessageStore) -> None:
+    """A process that moved a batch and is killed (SIGKILL) before its commit: the batch is pending again, no copy
+    is left, and the next move copies it."""
+    store = pg_store
+    store.insert_messages([_new(n) for n in range(300)])
+    child = subprocess.Popen([sys.executable, "-c", _MOVE_THEN_HANG, store.url], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "300"  # moved in its open transaction
+        with store.engine.connect() as connection:  # not visible to others: still pending, nothing copied
+            assert connection.execute(sa.text("SELECT count(*) FROM message_payload_text")).scalar_one() == 0
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    # the server ends the killed session's transaction once it sees the socket closed; until then its batch is
+    # locked (another mover skips it) and still pending for a search
+    assert store.payload_index.pending() == 300 and _copies(store) == {}
+    deadline = time.monotonic() + 10
+    while _open_transactions(store) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _open_transactions(store) == 0
+    assert store.payload_index.pending() == 300 and _copies(store) == {}
+    assert store.payload_index.move() == 300 and len(_copies(store)) == 300
+
+
+def test_a_deleted_message_takes_its_copy_and_a_pending_id_of_a_deleted_message_is_dropped(
+    pg_store: MessageStore,
+) -> None:
+    store = pg_store
+    stored = [outcome.message.id for outcome in store.insert_messages([_new(n) for n in range(4)])]
+    assert store.payload_index.move() == 4
+    more = [outcome.message.id for outcome in store.insert_messages([_new(n) for n in range(4, 6)])]
+    with store.engine.begin() as connection:
+        connection.execute(sa.text("DELETE FROM message WHERE id = ANY(:ids)"), {"ids": [stored[0], more[0]]})
+    assert sorted(_copies(store)) == stored[1:]  # ON DELETE CASCADE
+    assert store.payload_index.pending() == 2  # the deleted one's id is still there ...
+    assert store.payload_index.move() == 2  # ... taken by the move, which copies only the message that exists
+    assert sorted(_copies(store)) == [*stored[1:], more[1]] and store.payload_index.pending() == 0
+    assert _found(store, {"payload_text": 'id="5"'}) == ([more[1]], 1)
+
+
+def test_the_payload_index_refuses_a_batch_below_one(pg_store: MessageStore) -> None:
+    from openroute.persistence.payload_index import PayloadIndex
+
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        PayloadIndex(pg_store, batch=0)
+    with pytest.raises(Exception, match="interval must be > 0"):
+        PayloadIndexer(pg_store, interval=0)
+
+
+async def test_a_serving_node_indexes_what_it_accepts_and_shows_how_many_wait(pg_store: MessageStore) -> None:
+    """The app's lifespan runs the indexer: 40 messages accepted through the JSON endpoint are copied within a few
+    of its intervals (bounded wait), /metrics shows the gauge, and the indexer's loop stops with the app."""
+    store = pg_store
+    engine = Engine(store, RouteRegistry([Route("crm", "order", [lambda exchange: None])]),
+                    EngineSettings(repoll_interval=None, node_id="n1"))
+    app = create_app(engine, payload_indexer=PayloadIndexer(store, interval=0.05))
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport,
+                                                                    base_url="http://testserver") as client:
+        for n in range(40):
+            answer = await client.post("/api/crm/order", json={"orderId": f"O-{n}"},
+                                       headers={"X-Correlation-Id": f"c-{n}", "X-Source-System": "shop"})
+            assert answer.status_code == 202, answer.text
+        deadline = time.monotonic() + 10
+        while store.payload_index.pending() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert store.payload_index.pending() == 0
+        copies = _copies(store)
+        assert len(copies) == 40 and all('"orderId"' in payload for payload in copies.values())
+        metrics = (await client.get("/metrics")).text
+        assert "openroute_payload_index_pending 0.0" in metrics
+        task = app.state.payload_indexer
+        assert isinstance(task, PayloadIndexer)
+    assert _found(store, {"payload_text": '"O-17"'})[1] == 1
