@@ -7,7 +7,8 @@ the three share the database, and a fixed order would always give the last one t
 and the autovacuum runs the others' rows left):
 
 * ``floor``: a bare Starlette endpoint that reads the body and stores it with the engine's own grouped INSERT
-  (``MessageStore.insert_messages`` through the group-commit writer): the same database work, no inbound layer
+  (``MessageStore.insert_messages`` through the group-commit writer), and runs the node's payload indexer beside it
+  (PostgreSQL: the payload search's index is written behind the commit): the same database work, no inbound layer
 * ``json``:  ``POST /api/bench/submit`` through the whole inbound layer and ``Engine.accept``
 * ``soap``:  ``POST /soap/bench`` (SOAP 1.1) through the whole inbound layer and ``Engine.accept``
 
@@ -42,6 +43,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,6 +70,7 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    from openroute.admin.payload_indexer import PayloadIndexer
     from openroute.engine._writer import GroupCommitWriter, Grouped
 
     store = MessageStore(url)
@@ -83,7 +86,17 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
         outcome = await writer.submit_grouped(group, new)
         return JSONResponse({"messageId": outcome.message.id}, 202)
 
-    app = Starlette(routes=[Route("/api/bench/submit", submit, methods=["POST"])])
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> Any:
+        # the payload search's index, written behind the commit by the node's indexer (migration 0018): the floor runs
+        # the same indexer, so both do the same database work for a stored message
+        stop = asyncio.Event()
+        indexing = asyncio.create_task(PayloadIndexer(store).run(stop))
+        yield
+        stop.set()
+        await indexing
+
+    app = Starlette(routes=[Route("/api/bench/submit", submit, methods=["POST"])], lifespan=lifespan)
     app.state.writer = writer
     return app
 
