@@ -119,17 +119,10 @@ def create_app(
         middleware=[Middleware(InboundDispatch, endpoints=inbound, headers=RAW_SECURITY_HEADERS),
                     Middleware(SecurityHeaders)],
     )
-    app.state.engine = engine
-    app.state.inbound = inbound
-    app.state.admin = admin
-    app.state.metrics = metrics
-    app.state.confirmation = confirmation
-    app.state.retention = purge
-    app.state.channels = channels
-    app.state.outbox = outbox
-    app.state.alerts = alerts
-    app.state.counts = counts
-    app.state.payload_indexer = indexer
+    for name, part in (("engine", engine), ("inbound", inbound), ("admin", admin), ("metrics", metrics),
+                       ("confirmation", confirmation), ("retention", purge), ("channels", channels), ("outbox", outbox),
+                       ("alerts", alerts), ("counts", counts), ("payload_indexer", indexer)):
+        setattr(app.state, name, part)
     return app
 
 

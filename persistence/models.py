@@ -491,34 +491,23 @@ class MessageFinishedMinuteRecord(Base):
     n: Mapped[int] = mapped_column(sa.BigInteger, default=0)
 
 
-class MessagePayloadTextRecord(Base):
-    """A copy of a message's payload, which the payload search's trigram index covers (PostgreSQL; migration 0018).
-
-    Written behind the commit that stored the message, from ``message_payload_pending``
-    (:mod:`openroute.persistence.payload_index`), so the index's cost (about 0.16 ms of database CPU per kB of
-    payload) is not on the accepting path; deleted with its message. SQLite leaves it empty."""
-
-    __tablename__ = "message_payload_text"
-
-    message_id: Mapped[int] = mapped_column(BigId, sa.ForeignKey("message.id", ondelete="CASCADE"),
-                                            primary_key=True, autoincrement=False)
-    payload: Mapped[str] = mapped_column(sa.Text)
-
-    __table_args__ = (
-        sa.Index("ix_message_payload_text_trgm", "payload", postgresql_using="gin",
-                 postgresql_ops={"payload": "gin_trgm_ops"},
-                 postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
-    )
-
-
-#: the messages stored and not yet copied into ``message_payload_text``: the id of each, added by a trigger on
-#: ``message`` in the storing transaction (PostgreSQL, migration 0018), removed by the move that copies it. No key to
-#: ``message``: the storing path checks no reference; an id whose message is gone is dropped by the next move.
-message_payload_pending_table = sa.Table(
-    "message_payload_pending",
+#: a copy of each stored payload, which the payload search's trigram index covers: written behind the storing commit
+#: from ``message_payload_pending``, deleted with its message (PostgreSQL, migration 0018,
+#: :mod:`openroute.persistence.payload_index`); SQLite leaves it empty
+message_payload_text_table = sa.Table(
+    "message_payload_text",
     Base.metadata,
-    sa.Column("message_id", BigId, primary_key=True, autoincrement=False),
+    sa.Column("message_id", BigId, sa.ForeignKey("message.id", ondelete="CASCADE"), primary_key=True,
+              autoincrement=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Index("ix_message_payload_text_trgm", "payload", postgresql_using="gin",
+             postgresql_ops={"payload": "gin_trgm_ops"},
+             postgresql_with={"gin_pending_list_limit": 128}).ddl_if(dialect="postgresql"),
 )
+#: the ids of the messages stored and not yet copied: added by a trigger on ``message`` in the storing transaction,
+#: removed by the move that copies them (no key to ``message``: an id whose message is gone is dropped by that move)
+message_payload_pending_table = sa.Table(
+    "message_payload_pending", Base.metadata, sa.Column("message_id", BigId, primary_key=True, autoincrement=False))
 
 #: a deleted message taken out of ``message_count``: one row (service, operation, state at the mark, -1) appended
 #: by the delete trigger on ``message`` (migration 0014), moved into ``message_count`` by the next fold. No key: the
@@ -558,4 +547,3 @@ throttle_counter_table: sa.Table = ThrottleCounterRecord.__table__  # type: igno
 message_count_table: sa.Table = MessageCountRecord.__table__  # type: ignore[assignment]
 message_count_mark_table: sa.Table = MessageCountMarkRecord.__table__  # type: ignore[assignment]
 message_finished_minute_table: sa.Table = MessageFinishedMinuteRecord.__table__  # type: ignore[assignment]
-message_payload_text_table: sa.Table = MessagePayloadTextRecord.__table__  # type: ignore[assignment]

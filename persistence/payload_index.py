@@ -5,9 +5,10 @@ transaction that stores a message, it capped how fast a node accepts (2.8 kB SOA
 second without it). So the index covers a copy of each payload, ``message_payload_text``, and the storing
 transaction only adds the message's id to ``message_payload_pending`` (a trigger on ``message``, so every way of
 storing a message does). :meth:`PayloadIndex.move` copies pending messages into the indexed table a batch at a
-time, in a session of its own; every node runs it (``openroute run``, :class:`openroute.admin.payloads.PayloadIndexer`)
-and several may at once: each takes the pending rows it deletes with ``FOR UPDATE SKIP LOCKED``, and the copy and the
-delete commit together, so a node killed mid-move leaves the batch pending. A payload search asks the copy's index
+time, in a session of its own; every node runs it (``openroute run``,
+:class:`openroute.admin.payload_indexer.PayloadIndexer`) and several may at once: each takes the pending rows it
+deletes with ``FOR UPDATE SKIP LOCKED``, and the copy and the delete commit together, so a node killed mid-move
+leaves the batch pending. A payload search asks the copy's index
 and checks the payloads of the messages still pending (``openroute.admin.search``): it finds a message from the
 moment it is stored.
 

@@ -60,6 +60,7 @@ class PayloadIndexer:
         once). Nothing to do on SQLite: returns at once."""
         if not self.store.payload_index.postgresql:
             return
+        self._stopping.clear()  # an indexer may run again after a stop (an app's lifespan entered twice)
         watcher = asyncio.create_task(self._watch(stop))
         try:
             await run_passes(
