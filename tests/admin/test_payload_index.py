@@ -54,20 +54,21 @@ def _found(store: MessageStore, params: dict[str, object], limit: int = 5) -> tu
                 return found, total
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(database_url)
+def _migrated(url: str) -> Iterator[MessageStore]:
+    store = MessageStore(url)
     store.create_schema()
     yield store
     store.dispose()
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[MessageStore]:
+    yield from _migrated(database_url)
 
 
 @pytest.fixture
 def pg_store(postgres_url: str) -> Iterator[MessageStore]:
-    store = MessageStore(postgres_url)
-    store.create_schema()
-    yield store
-    store.dispose()
+    yield from _migrated(postgres_url)
 
 
 def test_a_message_is_found_by_its_payload_before_and_after_its_copy_is_indexed(store: MessageStore) -> None:
