@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import httpx
@@ -54,23 +53,6 @@ def _found(store: MessageStore, params: dict[str, object], limit: int = 5) -> tu
                 return found, total
 
 
-def _migrated(url: str) -> Iterator[MessageStore]:
-    store = MessageStore(url)
-    store.create_schema()
-    yield store
-    store.dispose()
-
-
-@pytest.fixture
-def store(database_url: str) -> Iterator[MessageStore]:
-    yield from _migrated(database_url)
-
-
-@pytest.fixture
-def pg_store(postgres_url: str) -> Iterator[MessageStore]:
-    yield from _migrated(postgres_url)
-
-
 def test_a_message_is_found_by_its_payload_before_and_after_its_copy_is_indexed(store: MessageStore) -> None:
     """150 messages stored and indexed, 100 more stored and pending (PostgreSQL; SQLite indexes nothing and reads
     the payloads): a rare text in one of each is found in both, by the trigram page (more candidates than the first
@@ -99,10 +81,10 @@ def test_a_message_is_found_by_its_payload_before_and_after_its_copy_is_indexed(
     assert _found(store, {"payload_text": 'order id="4711"'}) == (expected, 2)
 
 
-def test_moves_from_several_sessions_copy_each_message_once(pg_store: MessageStore) -> None:
+def test_moves_from_several_sessions_copy_each_message_once(postgres_store: MessageStore) -> None:
     """Four threads move 5,000 pending messages at once: none waits for another's batch (SKIP LOCKED), every
     message is copied exactly once, nothing stays pending."""
-    store = pg_store
+    store = postgres_store
     store.insert_messages([_new(n) for n in range(5000)])
     taken: list[int] = []
     lock = threading.Lock()
@@ -143,10 +125,10 @@ def _open_transactions(store: MessageStore) -> int:
             "AND state LIKE 'idle in transaction%'")).scalar_one())
 
 
-def test_a_mover_killed_mid_move_leaves_its_batch_pending(pg_store: MessageStore) -> None:
+def test_a_mover_killed_mid_move_leaves_its_batch_pending(postgres_store: MessageStore) -> None:
     """A process that moved a batch and is killed (SIGKILL) before its commit: the batch is pending again, no copy
     is left, and the next move copies it."""
-    store = pg_store
+    store = postgres_store
     store.insert_messages([_new(n) for n in range(300)])
     child = subprocess.Popen([sys.executable, "-c", _MOVE_THEN_HANG, store.url], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
@@ -172,9 +154,9 @@ def test_a_mover_killed_mid_move_leaves_its_batch_pending(pg_store: MessageStore
 
 
 def test_a_deleted_message_takes_its_copy_and_a_pending_id_of_a_deleted_message_is_dropped(
-    pg_store: MessageStore,
+    postgres_store: MessageStore,
 ) -> None:
-    store = pg_store
+    store = postgres_store
     stored = [outcome.message.id for outcome in store.insert_messages([_new(n) for n in range(4)])]
     assert store.payload_index.move() == 4
     more = [outcome.message.id for outcome in store.insert_messages([_new(n) for n in range(4, 6)])]
@@ -187,19 +169,19 @@ def test_a_deleted_message_takes_its_copy_and_a_pending_id_of_a_deleted_message_
     assert _found(store, {"payload_text": 'id="5"'}) == ([more[1]], 1)
 
 
-def test_the_payload_index_refuses_a_batch_below_one(pg_store: MessageStore) -> None:
+def test_the_payload_index_refuses_a_batch_below_one(postgres_store: MessageStore) -> None:
     from openroute.persistence.payload_index import PayloadIndex
 
     with pytest.raises(ValueError, match="batch must be >= 1"):
-        PayloadIndex(pg_store, batch=0)
+        PayloadIndex(postgres_store, batch=0)
     with pytest.raises(Exception, match="interval must be > 0"):
-        PayloadIndexer(pg_store, interval=0)
+        PayloadIndexer(postgres_store, interval=0)
 
 
-async def test_a_serving_node_indexes_what_it_accepts_and_shows_how_many_wait(pg_store: MessageStore) -> None:
+async def test_a_serving_node_indexes_what_it_accepts_and_shows_how_many_wait(postgres_store: MessageStore) -> None:
     """The app's lifespan runs the indexer: 40 messages accepted through the JSON endpoint are copied within a few
     of its intervals (bounded wait), /metrics shows the gauge, and the indexer's loop stops with the app."""
-    store = pg_store
+    store = postgres_store
     engine = Engine(store, RouteRegistry([Route("crm", "order", [lambda exchange: None])]),
                     EngineSettings(repoll_interval=None, node_id="n1"))
     app = create_app(engine, payload_indexer=PayloadIndexer(store, interval=0.05))
