@@ -200,6 +200,5 @@ async def test_a_serving_node_indexes_what_it_accepts_and_shows_how_many_wait(po
         assert len(copies) == 40 and all('"orderId"' in payload for payload in copies.values())
         metrics = (await client.get("/metrics")).text
         assert "openroute_payload_index_pending 0.0" in metrics
-        task = app.state.payload_indexer
-        assert isinstance(task, PayloadIndexer)
+        assert isinstance(app.state.payload_indexer, PayloadIndexer)
     assert _found(store, {"payload_text": '"O-17"'})[1] == 1
