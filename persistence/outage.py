@@ -147,16 +147,21 @@ async def pause(stop: asyncio.Event, seconds: float) -> None:
 
 
 async def run_passes(one_pass: Callable[[], Awaitable[object]], interval: float, stop: asyncio.Event,
-                     outage: StoreOutage, failure: str, logger: logging.Logger) -> None:
+                     outage: StoreOutage, failure: str, logger: logging.Logger,
+                     report: Callable[[Exception], None] | None = None) -> None:
     """Await ``one_pass()`` every ``interval`` seconds (:meth:`StoreOutage.delay` during an outage) until ``stop`` is
     set. A pass that fails because the store is unreachable is reported to ``outage`` (one WARNING per outage, one
-    INFO when a pass succeeds again); any other failure is logged on ``logger`` as ``failure`` with its traceback.
-    The loop keeps running either way."""
+    INFO when a pass succeeds again); any other failure is given to ``report``, or without one logged on ``logger``
+    as ``failure`` with its traceback. The loop keeps running either way."""
     while not stop.is_set():
         try:
             await one_pass()
         except Exception as error:
-            if not outage.failed(error):
+            if outage.failed(error):
+                pass
+            elif report is not None:
+                report(error)
+            else:
                 logger.exception(failure)
         else:
             outage.succeeded()

@@ -19,10 +19,14 @@ import logging
 import threading
 
 from openroute.errors import ConfigurationError
+from openroute.logs import repeated_errors
 from openroute.persistence import MessageStore
 from openroute.persistence.outage import StoreOutage, run_passes
 
 log = logging.getLogger(__name__)
+
+#: the log line of a pass that failed for another reason than an unreachable store
+FAILURE = "indexing the stored payloads failed; tried again at the next interval"
 
 #: most batches one pass moves before it lets the loop look at its stop event (a pass of a long backlog ends early
 #: and the next one goes on)
@@ -63,13 +67,15 @@ class PayloadIndexer:
         self._stopping.clear()  # an indexer may run again after a stop (an app's lifespan entered twice)
         watcher = asyncio.create_task(self._watch(stop))
         try:
+            # a failure that repeats every pass (a table the store's schema lacks) shows its traceback once a minute
             await run_passes(
                 lambda: asyncio.to_thread(self.catch_up),
                 self.interval,
                 stop,
                 self.outage,
-                "indexing the stored payloads failed; tried again at the next interval",
+                FAILURE,
                 log,
+                lambda error: repeated_errors.log(log, FAILURE, error=error),
             )
         finally:
             watcher.cancel()

@@ -5,6 +5,7 @@ follow deletions; a serving node indexes what it accepts and tells how many wait
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
@@ -202,3 +203,29 @@ async def test_a_serving_node_indexes_what_it_accepts_and_shows_how_many_wait(po
         assert "openroute_payload_index_pending 0.0" in metrics
         assert isinstance(app.state.payload_indexer, PayloadIndexer)
     assert _found(store, {"payload_text": '"O-17"'})[1] == 1
+
+
+async def test_a_failure_that_repeats_every_pass_shows_its_traceback_once(
+    postgres_store: MessageStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that lost the pending table (not an outage: the database answers) fails every pass the same way: the
+    loop goes on, logs each failure in one line and its traceback once (the log's rule for repeated errors)."""
+    from openroute.admin.payload_indexer import FAILURE
+
+    with postgres_store.engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE message_payload_pending")
+    indexer = PayloadIndexer(postgres_store, interval=0.01)
+    stop = asyncio.Event()
+    running = asyncio.create_task(indexer.run(stop))
+
+    def failures() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "openroute.admin.payload_indexer" and FAILURE in r.getMessage()]
+
+    deadline = time.monotonic() + 10
+    while len(failures()) < 5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(running, 10)
+    assert len(failures()) >= 5, caplog.text
+    assert sum(record.exc_info is not None for record in failures()) == 1
+    assert not indexer.outage.down  # the database answered: not an outage
