@@ -157,12 +157,11 @@ async def run_passes(one_pass: Callable[[], Awaitable[object]], interval: float,
         try:
             await one_pass()
         except Exception as error:
-            if outage.failed(error):
-                pass
-            elif report is not None:
-                report(error)
-            else:
-                logger.exception(failure)
+            if not outage.failed(error):
+                if report is not None:
+                    report(error)
+                else:
+                    logger.exception(failure)
         else:
             outage.succeeded()
         await pause(stop, outage.delay(interval))
