@@ -122,7 +122,8 @@ class TechnicalError(OpenrouteError):
 
 class CircuitOpenError(TechnicalError):
     """The circuit breaker of external system ``system`` is open (or its trial calls are all taken): the call was
-    not made. The message is POSTPONED until ``retry_at`` without counting an attempt (``engine/outcome.py``)."""
+    not made. The message parks on the system without counting an attempt until the breaker lets calls through
+    (``engine/outcome.py``); ``retry_at`` is when the breaker may let calls through at the earliest."""
 
     def __init__(self, system: str, retry_at: datetime, state: str = "OPEN") -> None:
         super().__init__(f"the circuit breaker of {system} is {state}: call not made, retry at {retry_at.isoformat()}",
@@ -130,6 +131,12 @@ class CircuitOpenError(TechnicalError):
         self.system = system
         self.retry_at = retry_at
         self.state = state
+
+    @property
+    def parks(self) -> bool:
+        """Whether the message parks on the system (an OPEN or HALF_OPEN breaker refused it) rather than being due
+        again at ``retry_at`` (nodes raced for the breaker's row: ``contended``)."""
+        return self.state in ("OPEN", "HALF_OPEN")
 
 
 def _one_text(message: str | None, text: str | None) -> str:

@@ -30,6 +30,8 @@ TRANSITION_TABLE: tuple[tuple[str, tuple[MessageState, ...], MessageState], ...]
     ("repair", (S.PROCESSING,), S.PARTLY_FAILED),  # lease expired: the node died while processing
     ("fail", (S.PROCESSING, S.WAITING_FOR_CHILDREN), S.FAILED),
     ("postpone", (S.PROCESSING,), S.POSTPONED),
+    # its funnel is held: it waits in the funnel's queue without running (engine/funnel.py)
+    ("queue_for_funnel", (S.NEW, S.PARTLY_FAILED, S.POSTPONED), S.POSTPONED),
     ("skip", (S.PROCESSING,), S.SKIPPED),
     ("wait_for_children", (S.PROCESSING,), S.WAITING_FOR_CHILDREN),
     ("cancel", (S.NEW, S.PARTLY_FAILED, S.POSTPONED, S.WAITING_FOR_CHILDREN), S.CANCEL),

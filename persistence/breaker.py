@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from openroute.persistence.models import circuit_breaker_table
 from openroute.persistence.store import MessageStore
 
-__all__ = ["BreakerRow", "BreakerState", "BreakerStore"]
+__all__ = ["BreakerOutlook", "BreakerRow", "BreakerState", "BreakerStore", "Verdict"]
 
 
 class BreakerState(enum.StrEnum):
@@ -33,6 +33,32 @@ class BreakerState(enum.StrEnum):
     OPEN = "OPEN"
     #: a few trial calls go through; they decide whether the breaker closes or opens again
     HALF_OPEN = "HALF_OPEN"
+
+
+class Verdict(enum.StrEnum):
+    """What a breaker says to one call (decided by ``openroute.outbound.breaker.permit``)."""
+
+    #: CLOSED: make the call
+    ALLOW = "ALLOW"
+    #: HALF_OPEN: make the call as a trial (write the permit's row first; the call counts only if that write wins)
+    TRIAL = "TRIAL"
+    #: OPEN, or every trial place taken: do not call; try again at the permit's ``retry_at``
+    REFUSE = "REFUSE"
+
+
+@dataclass(frozen=True)
+class BreakerOutlook:
+    """What the breaker of ``system`` would say to a call now, without taking a trial place: the engine's parking
+    asks it to decide whether to release the messages parked on the system (all, one for a trial, or none until
+    ``retry_at``)."""
+
+    system: str
+    verdict: Verdict
+    state: BreakerState
+    #: OPEN or HALF_OPEN since
+    since: datetime
+    #: when a refused call may be let through at the earliest (REFUSE only)
+    retry_at: datetime | None = None
 
 
 @dataclass(frozen=True)

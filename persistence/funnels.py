@@ -1,5 +1,11 @@
-"""Funnels (``store.funnels``): at most one message of a funnel value PROCESSING at a time, and the order check of
-guaranteed-order routes.
+"""Funnels (``store.funnels``): at most one message of a funnel value PROCESSING at a time, the order check of
+guaranteed-order routes, and the queue of the messages waiting for a funnel.
+
+A message that finds its funnel held waits in the funnel's queue: POSTPONED with error code FUNNEL and no due time
+(the partial index ``ix_message_funnel_queue`` holds the queue in receive order). The transaction that frees the
+funnel reads :meth:`FunnelStore.holder` (under the funnel row's lock, like :meth:`FunnelStore.acquire`), then
+:meth:`FunnelStore.queue_head`, and hands the funnel to that one message: the lock orders a release and a
+concurrent wait, so no waiting message is missed and none is woken twice.
 """
 
 from __future__ import annotations
@@ -9,8 +15,15 @@ from typing import cast
 
 import sqlalchemy as sa
 from openroute.persistence.database import StorePart
-from openroute.persistence.messages import StoredMessage
-from openroute.persistence.models import FINAL_STATES, MessageState, funnel_lock_table, message_table
+from openroute.persistence.messages import StoredMessage, row_to_message
+from openroute.persistence.models import (
+    FINAL_STATES,
+    FUNNEL_QUEUE_PREDICATE,
+    FUNNEL_WAIT_CODE,
+    MessageState,
+    funnel_lock_table,
+    message_table,
+)
 
 __all__ = ["FunnelStore"]
 
@@ -71,3 +84,42 @@ class FunnelStore(StorePart):
             return None if taken == 1 else int(cast(int, holder))
 
         return self.database.run(work, connection)
+
+    def holder(self, funnel_value: str, connection: sa.Connection | None = None) -> int | None:
+        """The PROCESSING message holding ``funnel_value``, read under the funnel row's lock; None when it is free."""
+        f, m = funnel_lock_table.c, message_table.c
+        query = self.database.locked(sa.select(f.message_id).where(f.funnel_value == funnel_value))
+
+        def work(conn: sa.Connection) -> int | None:
+            holder = conn.execute(query).scalar()
+            if holder is None:
+                return None
+            state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
+            return int(holder) if state == MessageState.PROCESSING else None
+
+        return self.database.run(work, connection)
+
+    def queue_head(self, funnel_value: str, connection: sa.Connection | None = None) -> StoredMessage | None:
+        """The oldest message (receive time, then id) waiting in ``funnel_value``'s queue, or None."""
+        c = message_table.c
+        query = (sa.select(message_table).where(c.funnel_value == funnel_value, sa.text(FUNNEL_QUEUE_PREDICATE))
+                 .order_by(c.receive_ts, c.id).limit(1))
+        found = self.database.run(lambda conn: conn.execute(query).first(), connection)
+        return None if found is None else row_to_message(found)
+
+    def stalled(self, limit: int, connection: sa.Connection | None = None) -> list[str]:
+        """Funnel values whose queue holds messages while no message of the value is PROCESSING (its holder's node
+        died and was repaired, a release that found the head busy): the repoll's safety net hands them on."""
+        waiting = message_table.alias("waiting")
+        holding = message_table.alias("holding")
+        query = (
+            sa.select(waiting.c.funnel_value).distinct()
+            # literal values, so that PostgreSQL matches the partial index of the queue at any plan
+            .where(waiting.c.state == sa.literal_column(f"'{MessageState.POSTPONED.value}'"),
+                   waiting.c.last_error_code == sa.literal_column(f"'{FUNNEL_WAIT_CODE}'"))
+            .where(~sa.exists().where(holding.c.funnel_value == waiting.c.funnel_value,
+                                      holding.c.state == MessageState.PROCESSING))
+            .limit(limit)
+        )
+        return [str(value) for value in self.database.run(lambda conn: conn.execute(query).scalars().all(),
+                                                          connection)]

@@ -91,6 +91,8 @@ class StoredMessage:
     last_error_trace: str | None = None
     #: the W3C traceparent of the span that accepted it: the parent of its attempts and confirmation (None: untraced)
     traceparent: str | None = None
+    #: the external system whose open breaker this POSTPONED message is parked on (None: not parked)
+    parked_on: str | None = None
 
     @classmethod
     def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:

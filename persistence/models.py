@@ -39,6 +39,15 @@ FINAL_STATES: frozenset[MessageState] = frozenset(
     {MessageState.OK, MessageState.FAILED, MessageState.SKIPPED, MessageState.CANCEL}
 )
 
+#: the ``last_error_code`` of a message queued behind its funnel (the engine's ``ErrorCode.FUNNEL``)
+FUNNEL_WAIT_CODE = "FUNNEL"
+#: which messages are due by time (the partial index ``ix_message_due``; queries repeat it word for word)
+DUE_PREDICATE = "state IN ('PARTLY_FAILED', 'POSTPONED') AND next_attempt_at IS NOT NULL"
+#: which messages are parked on an external system's open breaker (``ix_message_parked``)
+PARKED_PREDICATE = "state = 'POSTPONED' AND parked_on IS NOT NULL"
+#: which messages wait in a funnel's queue (``ix_message_funnel_queue``)
+FUNNEL_QUEUE_PREDICATE = f"state = 'POSTPONED' AND last_error_code = '{FUNNEL_WAIT_CODE}'"
+
 
 class ConfirmationStatus(enum.StrEnum):
     """Delivery status of the outcome confirmation to the source system."""
@@ -155,6 +164,9 @@ class MessageRecord(Base):
     #: the W3C traceparent of the span that accepted the message (migration 0012; None while tracing is off): the
     #: parent of its attempts and confirmation on every node (``openroute.tracing``)
     traceparent: Mapped[str | None] = mapped_column(sa.String(55))
+    #: the external system whose open circuit breaker this POSTPONED message waits for (migration 0019): parked, not
+    #: due by time, released when the breaker lets calls through again (``engine/waiting.py``); NULL otherwise
+    parked_on: Mapped[str | None] = mapped_column(sa.String(100))
 
     __table_args__ = (
         sa.UniqueConstraint("source_system", "correlation_id", name="uq_message_source_correlation"),
@@ -170,6 +182,14 @@ class MessageRecord(Base):
         # funnel: another message with the same funnel value in PROCESSING
         sa.Index("ix_message_funnel_state", "funnel_value", "state"),
         sa.Index("ix_message_parent", "parent_id"),
+        # waiting on events (migration 0019): the due messages in due order, the messages parked on a breaker and the
+        # messages queued behind a funnel, each in the order they are released; partial, so the rest costs nothing
+        sa.Index("ix_message_due", "next_attempt_at", "id",
+                 postgresql_where=sa.text(DUE_PREDICATE), sqlite_where=sa.text(DUE_PREDICATE)),
+        sa.Index("ix_message_parked", "parked_on", "receive_ts", "id",
+                 postgresql_where=sa.text(PARKED_PREDICATE), sqlite_where=sa.text(PARKED_PREDICATE)),
+        sa.Index("ix_message_funnel_queue", "funnel_value", "receive_ts", "id",
+                 postgresql_where=sa.text(FUNNEL_QUEUE_PREDICATE), sqlite_where=sa.text(FUNNEL_QUEUE_PREDICATE)),
         # admin / Spark reprocessing: FAILED of one operation in a time window
         sa.Index("ix_message_service_op_state", "service", "operation", "state", "receive_ts"),
         sa.Index("ix_message_last_update", "last_update_ts"),

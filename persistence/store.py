@@ -6,7 +6,8 @@ same database in its own module:
 
 * ``store.transitions`` (:class:`~openroute.persistence.transitions.Transitions`): state changes and their history
 * ``store.calls`` (:class:`~openroute.persistence.external_calls.ExternalCallStore`): external and entity calls
-* ``store.funnels`` (:class:`~openroute.persistence.funnels.FunnelStore`): funnel locks and order
+* ``store.funnels`` (:class:`~openroute.persistence.funnels.FunnelStore`): funnel locks, order and queues
+* ``store.parking`` (:class:`~openroute.persistence.parking.ParkingStore`): messages parked on an open breaker
 * ``store.nodes`` (:class:`~openroute.persistence.nodes.NodeStore`): the cluster's nodes
 * ``store.counts`` (:class:`~openroute.persistence.counts.StoredCounts`): messages per route and state
 * ``store.payload_index`` (:class:`~openroute.persistence.payload_index.PayloadIndex`): the payload search's index,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import HotPath
@@ -29,8 +31,9 @@ from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
 from openroute.persistence.funnels import FunnelStore
 from openroute.persistence.messages import InsertOutcome, NewMessage, StoredMessage, insert_values, row_to_message
-from openroute.persistence.models import MessageState, message_table
+from openroute.persistence.models import DUE_PREDICATE, MessageState, message_table
 from openroute.persistence.nodes import NodeStore
+from openroute.persistence.parking import ParkingStore
 from openroute.persistence.payload_index import PayloadIndex
 from openroute.persistence.transitions import Transitions, transition_row
 
@@ -54,6 +57,8 @@ class MessageStore(Database):
         self.calls = ExternalCallStore(self)
         #: funnel locks and the order check of guaranteed-order routes
         self.funnels = FunnelStore(self)
+        #: the messages parked on an external system's open circuit breaker
+        self.parking = ParkingStore(self)
         #: the nodes of the cluster
         self.nodes = NodeStore(self)
         #: messages per route and state, kept as the transitions are written (``persistence/counts.py``)
@@ -134,6 +139,38 @@ class MessageStore(Database):
             .limit(limit)
         )
         return [row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
+
+    def ready(
+        self, now: datetime, new_cutoff: datetime | None, limit: int, connection: sa.Connection | None = None
+    ) -> list[StoredMessage]:
+        """Messages to queue for processing, at most ``limit``: the due PARTLY_FAILED / POSTPONED ones (due order),
+        then NEW ones received at or before ``new_cutoff`` (receive order; None: no NEW ones), each half of ``limit``
+        at least when both have that many. PostgreSQL locks the rows for the caller's transaction and skips rows
+        another one holds (``FOR UPDATE SKIP LOCKED``): nodes feeding at once take different messages.
+
+        The due ones come from the partial index ``ix_message_due`` in its order (no sort, whatever the backlog)."""
+        c = message_table.c
+        postgres = self.dialect == "postgresql"
+
+        def query(condition: sa.ColumnElement[bool], order: list[sa.ColumnElement[Any]], count: int) -> Any:
+            selected = sa.select(message_table).where(condition).order_by(*order).limit(count)
+            return selected.with_for_update(skip_locked=True) if postgres else selected
+
+        due_condition = sa.and_(sa.text(DUE_PREDICATE), c.next_attempt_at <= now)
+        new_condition = sa.and_(c.state == sa.literal_column(f"'{MessageState.NEW.value}'"),
+                                c.receive_ts <= new_cutoff) if new_cutoff is not None else None
+
+        def work(conn: sa.Connection) -> list[StoredMessage]:
+            due: Sequence[Any] = conn.execute(query(due_condition, [c.next_attempt_at, c.id], limit)).all()
+            fresh: Sequence[Any] = []
+            if new_condition is not None and (len(due) < limit or limit > 1):
+                # NEW ones get what the due ones leave, and half at least: neither kind starves the other
+                room = max(limit - len(due), limit // 2)
+                fresh = conn.execute(query(new_condition, [c.receive_ts, c.id], room)).all()
+                due = due[: limit - len(fresh)]
+            return [row_to_message(row) for row in (*due, *fresh)]
+
+        return self.run(work, connection)
 
     def received_before(
         self, state: MessageState, cutoff: datetime, limit: int, connection: sa.Connection | None = None

@@ -41,6 +41,7 @@ TRANSITION_COLUMNS = frozenset(
         "last_error_trace",
         "node_id",
         "start_process_ts",
+        "parked_on",
     }
 )
 

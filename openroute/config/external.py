@@ -52,6 +52,10 @@ class ExternalSystemConfig(Section):
     headers: dict[str, str] = {}
     breaker: BreakerConfig = BreakerConfig()
     records: CallRecordsConfig = CallRecordsConfig()
+    #: the bulkhead: calls in flight per node (default: no limit)
+    max_concurrent_calls: int | None = Field(None, ge=1)
+    #: call starts per second per node (default: no limit)
+    max_calls_per_second: float | None = Field(None, gt=0)
 
     def system(self, name: str) -> Any:
         """The :class:`~openroute.outbound.ExternalSystem` of these settings."""
@@ -64,5 +68,6 @@ class ExternalSystemConfig(Section):
             call_timeout=self.call_timeout, headers=self.headers, breaker=self.breaker.settings(),
             records=CallRecordSettings(records.enabled, records.operations, tuple(records.secret_fields),
                                        records.max_chars),
+            max_concurrent_calls=self.max_concurrent_calls, max_calls_per_second=self.max_calls_per_second,
         )
 

@@ -1,5 +1,5 @@
 """What follows a committed state change on the event loop: counters, transition listeners, final-state hooks, and
-the parent a child's final change completed."""
+the parent a child's final change completed, the message a funnel's release handed the funnel to."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from openroute import states
-from openroute.engine._funnel_wake import FunnelWake
+from openroute.engine.funnel import FunnelQueue
 from openroute.engine.settings import EngineStats
 from openroute.engine.writes import EngineWrites
 from openroute.errors import StaleMessageError
@@ -32,7 +32,7 @@ class AfterCommit:
 
     stats: EngineStats
     writes: EngineWrites
-    funnel_wake: FunnelWake
+    funnel: FunnelQueue
     final_state_hooks: list[FinalStateHook]
     transition_listeners: list[TransitionListener]
 
@@ -47,18 +47,18 @@ class AfterCommit:
         except StaleMessageError:
             # a repoll on another node repaired it meanwhile (lease too short for this route?)
             self.writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
-            self.funnel_wake.discard(message.id)
+            self.funnel.discard(message.id)
             self.stats.stale_writes += 1
             log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
             return None
         except BaseException:
             self.writes.completed_parents.pop(message.id, None)
-            self.funnel_wake.discard(message.id)
+            self.funnel.discard(message.id)
             raise
         self.stats.outcomes[target] += 1
         self.notify(message.state, updated)
         if updated.funnel_value is not None:
-            self.funnel_wake.committed(updated)
+            self.funnel.committed(updated)
         parent = self.writes.completed_parents.pop(updated.id, None)
         if final:
             await self.run_final_hooks(updated)
@@ -70,6 +70,8 @@ class AfterCommit:
         """A parent left WAITING_FOR_CHILDREN for its final state (committed)."""
         self.stats.outcomes[parent.state] += 1
         self.notify(MessageState.WAITING_FOR_CHILDREN, parent)
+        if parent.funnel_value is not None:
+            self.funnel.committed(parent)
         await self.run_final_hooks(parent)
 
     def notify(self, previous: MessageState | None, message: StoredMessage) -> None:

@@ -25,17 +25,22 @@ from typing import Any, TypeVar
 from openroute import states, tracing
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
-from openroute.engine._funnel_wake import FunnelWake
+from openroute.engine._work_signal import WorkSignal
 from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.accept import AcceptResult, check_inbound
 from openroute.engine.committed import AfterCommit, FinalStateHook, TransitionListener
 from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
-from openroute.engine.hold_back import HoldBack
+from openroute.engine.feeder import Feeder
+from openroute.engine.funnel import FunnelQueue
+from openroute.engine.obsolete import ObsoleteCheck
+from openroute.engine.parking import Parking
+from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites, FinalStateTxHook
 from openroute.errors import (
+    CircuitOpenError,
     ConfigurationError,
     IllegalTransitionError,
     MessageDroppedByInterceptor,
@@ -48,7 +53,6 @@ from openroute.errors import (
 from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.logs import repeated_errors
 from openroute.message import InboundMessage
-from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.route import Route, RouteRegistry
 
@@ -57,10 +61,6 @@ __all__ = ["PROCESSING_CHANNEL", "Engine"]
 log = logging.getLogger("openroute.engine")
 
 T = TypeVar("T")
-
-#: the in-process channel between accept / repoll (emitter) and the workers (incoming, concurrency=N)
-PROCESSING_CHANNEL = "processing"
-
 
 class Engine:
     """One node of the message lifecycle.
@@ -105,45 +105,40 @@ class Engine:
         self.stats = EngineStats()
         #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
         self.node_state = NodeState.RUN
-        self._queued: set[int] = set()
-        # what the writer does in a transaction (claims, outcomes, funnels, parents), and what it leaves for the loop
-        self._writes = EngineWrites(self.store, routes, self.clock, self.node_id, self.final_state_tx_hooks,
-                                    self._queued, lambda message, conn: self._funnel_wake.released_in(message, conn))
         self._writer = GroupCommitWriter(self.store.engine, settings.write_batch,
                                          name=f"openroute-writer-{self.node_id}")
+        self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
+        #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
+        self.external_calls = external_calls
+        # what every exchange may ask of this engine: the same for all of them, so built once
+        self._runtime = AttemptRuntime(
+            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id, external_calls
+        )
+        # the processing queue and its feeder; how messages wait: funnel queues, parking on open breakers
+        self._queue = ProcessingQueue(settings.concurrency, settings.queue_size,
+                                      lambda: self.node_state.picks_up_work, self._room_freed)
+        self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id, self._queue.emit_claimed,
+                                   self._give_back)
+        self._writes = EngineWrites(self.store, self.clock, self.node_id, self.final_state_tx_hooks, self._funnel)
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
             lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
             "insert")
         self._claim_group = Grouped(self._writes.claim_many, "claim")
         self._finish_group = Grouped(self._writes.finish_many, "finish")
-        self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
-        # what every exchange may ask of this engine: the same for all of them, so built once
-        #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
-        self.external_calls = external_calls
-        self._runtime = AttemptRuntime(
-            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id, external_calls
-        )
-        # wakes the next message of a funnel when its holder ends (in-process; other nodes by NOTIFY on PostgreSQL)
-        self._funnel_wake = FunnelWake(self.store, self.node_id, self._run_db, lambda m: self._emit(m, wait=False),
-                                       claim=self._writes.claim_woken,
-                                       unclaim=lambda message: self._hold_back.unclaim_woken(message))
-        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel_wake, self.final_state_hooks,
+        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel, self.final_state_hooks,
                                          self.transition_listeners)
-        self._hold_back = HoldBack(self.store, self.clock, settings.postpone_interval, self._writes, self._writer,
-                                   self._funnel_wake, self._run_db, self._apply)
-        self._app: MessagingApp | None = None
-        self._emitter: Emitter[StoredMessage] | None = None
-        self._permits: asyncio.Semaphore | None = None
-        self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see _consume)
-        self._pending = 0
-        self._in_flight = 0
-        self._idle: asyncio.Event | None = None
+        self._feeder = Feeder(self._writes, self._writer, self._queue, self.clock, settings, self.stats,
+                              self._waited, self._give_back)
+        self._signal = WorkSignal(self.store, self.node_id, self._feeder.wanted)
+        self._parking = Parking(self.store, self.clock, external_calls, self._run_db, self._feeder.wanted,
+                                self._signal.send)
+        self._obsolete = ObsoleteCheck(self.store, self.clock, self._run_db, self._apply)
         # the scheduled jobs: repoll and heartbeat
         self._repoll = Repoll(
             self.store, routes, self.clock, settings, self.stats, run_db=self._run_db, apply=self._apply,
-            emit=lambda message: self._emit(message, wait=False), is_running=lambda: self._running,
-            queued=self._queued, node_state=lambda: self.node_state,
-            obey=lambda state: setattr(self, "node_state", state),
+            submit=self._writer.submit, feeder=self._feeder, funnel=self._funnel, parking=self._parking,
+            is_running=lambda: self._running, queued=self._queue.ids, node_state=lambda: self.node_state,
+            obey=self._obey,
         )
         self._running = False
         self._stopping = False
@@ -161,28 +156,15 @@ class Engine:
             return
         if self._closed:
             raise RuntimeError("this engine was stopped; an Engine starts once (create a new one)")
-        settings = self.settings
-        app = MessagingApp({}, environ={})
-        # the semaphore is the bound (queued + in flight); the emitter's buffer only has to hold the queued part
-        self._permits = asyncio.Semaphore(settings.queue_size + settings.concurrency)
-        self._emitter = app.emitter(PROCESSING_CHANNEL, overflow=OnOverflow.BUFFER,
-                                    buffer_size=settings.queue_size + settings.concurrency)
-
-        async def process(message):  # type: ignore[no-untyped-def]  # a payload consumer, acked when it returns
-            await self._consume(message)
-
-        app.incoming(PROCESSING_CHANNEL, concurrency=settings.concurrency)(process)
-        await app.start()
-        self._app = app
-        self._idle = asyncio.Event()
-        self._idle.set()
+        await self._queue.start(self._consume)
         self._stopping = False
         now = self.clock.now()
         await self._run_db(lambda: self.store.nodes.register(self.node_id, now))
         stored: NodeState | None = await self._run_db(lambda: self.store.nodes.state_of(self.node_id))
         self.node_state = stored or NodeState.RUN
         self._running = True
-        self._funnel_wake.start()
+        self._signal.start()
+        self._parking.start()
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repoll.repair_stuck(now, node_id=self.node_id, cutoff=None)
         await self.repoll_once(new_cutoff=now)
@@ -192,29 +174,25 @@ class Engine:
         """Stop taking work; let messages in flight finish (up to ``stop_timeout``); close the node.
 
         Queued messages that were not claimed stay NEW / PARTLY_FAILED / POSTPONED in the store and are
-        picked up by any node's repoll.
+        picked up by any node's repoll; queued messages claimed for this node are given back (due at once).
         """
         if not self._running:
             await self._close_resources()
             return
         self._stopping = True
+        self._queue.close()
         await self._repoll.stop_jobs(self.settings.stop_timeout)
-        assert self._app is not None and self._permits is not None  # noqa: S101  narrows an Optional for mypy: set before this point
+        await self._feeder.stop()
+        await self._parking.stop()
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
-        await self._app.stop(timeout=self.settings.stop_timeout)
-        if self._writing:  # outcomes handed to the writer by workers that have returned
-            await asyncio.wait(set(self._writing), timeout=self.settings.stop_timeout)
-        self._app = None
-        self._emitter = None
-        for _ in range(self.settings.queue_size + self.settings.concurrency):
-            self._permits.release()  # wake accepts waiting for room: they see the node stopping
-        self._queued.clear()
-        self._pending = 0
-        if self._idle is not None:
-            self._idle.set()
+        await self._queue.stop(self.settings.stop_timeout)
+        with contextlib.suppress(Exception):  # the store is gone: the lease's repair gives them back later
+            for _previous, claimed in list(self._queue.claimed.values()):
+                await self._give_back(claimed)
+        self._queue.claimed.clear()
         self._running = False
-        await self._funnel_wake.stop()
+        await self._signal.stop()
         with contextlib.suppress(Exception):
             await self._run_db(lambda: self.store.nodes.stopped(self.node_id, self.clock.now()))
         await self._close_resources()
@@ -228,19 +206,17 @@ class Engine:
 
     @property
     def queued(self) -> int:
-        """Messages emitted to the processing channel and not yet started (at most ``settings.queue_size``)."""
-        return self._pending - self._in_flight
+        """Messages emitted to the processing channel and not yet started."""
+        return self._queue.queued
 
     @property
     def in_flight(self) -> int:
         """Messages a worker of this node is processing now (at most ``settings.concurrency``)."""
-        return self._in_flight
+        return self._queue.in_flight
 
     async def wait_idle(self, timeout: float) -> None:
         """Wait until nothing is queued or in flight on this node; TimeoutError after ``timeout`` seconds."""
-        if self._idle is None:
-            return
-        await asyncio.wait_for(self._idle.wait(), timeout)
+        await self._queue.wait_idle(timeout)
 
     # -- accept ---------------------------------------------------------------------------------
     def check_inbound(self, inbound: InboundMessage) -> Route:
@@ -259,7 +235,8 @@ class Engine:
         :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
         :class:`NodeNotAcceptingError` when an operator drained or stopped this node,
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
-        When this node's queue is full the call waits for room: that is the back-pressure on the sender.
+        When this node's queue is full the call does not wait: the message stays NEW in the store and the feeder
+        queues it once room frees (a backlog is the store's to hold, not the sender's).
         While tracing is on (:mod:`openroute.tracing`) the accept is a span, child of ``inbound.traceparent``, and
         that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
@@ -285,7 +262,8 @@ class Engine:
         else:
             self.stats.accepted += 1
             self._after_commit.notify(None, message)
-            await self._emit(message, wait=True)
+            if not self._queue.emit(message) and self._running and not self._stopping:
+                self._feeder.accepted_unqueued()  # it waits in the store: accepting never waits behind processing
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
 
     # -- operator actions -----------------------------------------------------------------------
@@ -314,7 +292,8 @@ class Engine:
         The message is emitted at once when this node runs, else the next repoll of any node takes it.
         """
         updated = await self._change_by_operator(message_id, "restart", outcomes.restarted, cause)
-        await self._emit(updated, wait=False)
+        if self._running and not self._stopping and not self._queue.emit(updated):
+            self._feeder.wanted()
         return updated
 
     async def _change_by_operator(
@@ -346,48 +325,24 @@ class Engine:
             self.node_state = state
         log.info("node %s is now %s", node_id, state.value)
 
-    # -- the processing channel -----------------------------------------------------------------
-    async def _emit(self, message: StoredMessage, wait: bool) -> bool:
-        """Emit ``message`` to the processing channel; False if not running, already queued, or (``wait``
-        False) no room. With ``wait`` the caller waits for room: queued + in flight never exceed
-        ``queue_size + concurrency``.
-        """
-        if not self._running or self._stopping or message.id in self._queued or not self.node_state.picks_up_work:
-            return False
-        permits = self._permits
-        assert permits is not None and self._idle is not None  # noqa: S101  narrows an Optional for mypy: set before this point
-        if not wait and permits.locked():
-            return False
-        self._queued.add(message.id)  # before waiting, so repoll does not emit it a second time meanwhile
-        await permits.acquire()
-        emitter = self._emitter
-        if self._stopping or emitter is None:
-            self._queued.discard(message.id)
-            permits.release()
-            return False
-        self._pending += 1
-        self._idle.clear()
-        try:
-            # no ack callback: the room is given back by _done_with, once the outcome is committed
-            emitter.send_message(Message(message, nack=functools.partial(self._refused, message.id)))
-        except Exception:
-            self._done_with(message.id)
-            raise
-        return True
+    # -- the processing channel -----------------------------------------------------------------------------
+    def _obey(self, state: NodeState) -> None:
+        """An operator's node state, heard by the heartbeat."""
+        self.node_state = state
 
-    def _refused(self, message_id: int, reason: BaseException) -> None:
-        """The nack of a queued message: its room is free again (the message stays in the store for repoll)."""
-        self._done_with(message_id)
-        log.warning("processing channel refused message %s: %r", message_id, reason)
+    def _room_freed(self) -> None:
+        if self._running and not self._stopping:
+            self._feeder.room_freed()
 
-    def _done_with(self, message_id: int) -> None:
-        """``message_id`` left this node's pipeline (outcome committed, skipped or refused): its room is free."""
-        self._queued.discard(message_id)
-        self._pending = max(self._pending - 1, 0)
-        if self._permits is not None:
-            self._permits.release()
-        if self._pending == 0 and self._idle is not None:
-            self._idle.set()
+    def _waited(self, previous: MessageState, message: StoredMessage) -> None:
+        """A claim put ``message`` in its funnel's queue instead (committed)."""
+        self.stats.outcomes[message.state] += 1
+        self._after_commit.notify(previous, message)
+
+    async def _give_back(self, message: StoredMessage) -> None:
+        """``message`` was claimed for this node but will not run here (the node stops): due at once for any node."""
+        now = self.clock.now()
+        await self._apply(message, outcomes.handed_back(message, now), now, "stop")
 
     async def _consume(self, message: StoredMessage) -> None:
         """The incoming function of the processing channel (never raises: every outcome is in the store).
@@ -398,7 +353,6 @@ class Engine:
         instead of two). Until its outcome is committed the message keeps its room in the queue bound, and
         :meth:`wait_idle` and :meth:`stop` wait for it.
         """
-        self._in_flight += 1
         written: asyncio.Future[Any] | None = None
         try:
             if not self._stopping:
@@ -406,26 +360,21 @@ class Engine:
                 if isinstance(result, asyncio.Future):
                     written = result
         except Exception as error:
-            self._writes.funnels_taken.pop(message.id, None)  # its claim may have been committed before the failure
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
             else:
                 repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
         finally:
-            self._in_flight -= 1
             if written is None:
-                self._done_with(message.id)
+                self._queue.done_with(message.id)
             else:
-                self._writing.add(written)
-                written.add_done_callback(functools.partial(self._written, message.id))
+                self._queue.writing(message.id, written, functools.partial(self._written, message.id))
 
     def _written(self, message_id: int, done: asyncio.Future[Any]) -> None:
         """A background outcome write (see :meth:`_consume`) is over."""
-        self._writing.discard(done)
         error = None if done.cancelled() else done.exception()
         if error is not None and not self.store.outage.failed(error, "writing an outcome"):
             repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
-        self._done_with(message_id)
 
     # -- processing -----------------------------------------------------------------------------
     async def _process(
@@ -436,22 +385,27 @@ class Engine:
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
-        preclaimed = message.id in self._writes.preclaimed
-        self._writes.preclaimed.discard(message.id)  # (an id left by a rolled back release transaction goes too)
-        if preclaimed and message.state is MessageState.PROCESSING:  # claimed by its funnel's release
-            claimed: StoredMessage | None = message
-            previous = MessageState.POSTPONED
+        previous = message.state
+        taken = self._queue.claimed.pop(message.id, None)
+        if taken is not None:  # claimed for this node by the feeder or a funnel's release
+            previous, claimed = taken
+        elif self._stopping:
+            return None
         else:
-            previous = message.state
             try:
                 claimed = await self._writer.enqueue_grouped(self._claim_group, message)
             except IllegalTransitionError:
                 log.debug("message %s in %s is not claimable", message.id, message.state)
                 return None
         if claimed is None:
-            self._writes.funnels_taken.pop(message.id, None)  # left by a claim group that was rolled back
-            self.stats.lost_claims += 1
-            return None
+            taken = self._queue.claimed.pop(message.id, None)
+            if taken is None:
+                self.stats.lost_claims += 1
+                return None
+            previous, claimed = taken  # the feeder claimed it for this node meanwhile
+        if claimed.state is not MessageState.PROCESSING:  # its funnel is held: it waits in the funnel's queue
+            self._waited(previous, claimed)
+            return claimed
         self.stats.claimed += 1
         self._after_commit.notify(previous, claimed)
         attempt = self._attempt(claimed, background)
@@ -479,10 +433,10 @@ class Engine:
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
         else:
-            if (route.obsolete_check and claimed.object_id is not None) or claimed.funnel_value is not None:
-                held = await self._hold_back.check(claimed, route)
-                if held is not None:
-                    return held
+            if ObsoleteCheck.applies(claimed, route):
+                skipped = await self._obsolete.skipped(claimed)
+                if skipped is not None:
+                    return skipped
             try:
                 await deliver(route, exchange, self.interceptors)
             except MessageDroppedByInterceptor as dropped:
@@ -499,6 +453,8 @@ class Engine:
         )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
+        if isinstance(error, CircuitOpenError) and error.parks:
+            self._parking.parked(error.system, error.retry_at)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
                 self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))

@@ -33,6 +33,7 @@ from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.message import InboundMessage
 from openroute.persistence import EntityCallStatus, ExternalCallStatus, MessageStore, NewMessage, StoredMessage
+from openroute.persistence.breaker import BreakerOutlook
 from openroute.route import ExtCallScope, Route, RouteRegistry
 
 __all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "Exchange", "ExtCallScope"]
@@ -48,6 +49,14 @@ class CallGuard(Protocol):
     async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
         """Make ``call`` (sync or async) for ``message`` unless the breaker of ``system`` refuses it
         (:class:`~openroute.errors.CircuitOpenError`), and return its result."""
+        ...
+
+    def watch(self, listener: Callable[[str], None]) -> None:
+        """Have ``listener(system)`` called on the loop after each change this node makes to a breaker."""
+        ...
+
+    async def outlook(self, system: str) -> BreakerOutlook | None:
+        """What the breaker of ``system`` would say to a call now (no trial place taken); None without a breaker."""
         ...
 
 

@@ -14,7 +14,8 @@ This is the one place that answers "when is a message FAILED?". A message ends F
   "call again", both restart it); the source system is not confirmed until it reaches its real outcome.
 
 A call that meets an open circuit breaker (:class:`~openroute.errors.CircuitOpenError`) fails nothing: the
-message goes POSTPONED until the breaker may let calls through again, its failed count unchanged.
+message parks on the external system (POSTPONED, ``parked_on`` the system, no due time, its failed count unchanged)
+until the engine releases it when the breaker lets calls through again (``engine/parking.py``).
 
 The engine asks these functions for a :class:`Decision` and applies it through the state machine
 (:mod:`openroute.states`); nothing here touches the database, so every rule is tested without one.
@@ -45,10 +46,12 @@ __all__ = [
     "clip",
     "dropped",
     "error_trace",
+    "handed_back",
     "held_by_funnel",
     "is_expected_error",
     "obsolete",
     "parent_outcome",
+    "parked",
     "restarted",
 ]
 
@@ -129,10 +132,10 @@ def after_attempt(
     WAITING_FOR_CHILDREN when it split, else OK; each clears the current error (earlier failures stay in the
     message's transition rows). A business or validation error: FAILED at once. Any other
     error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT; a :class:`CircuitOpenError`:
-    POSTPONED until its ``retry_at``, no attempt counted): PARTLY_FAILED with the failed count + 1 (unchanged when
-    ``no_effect``) and due per
-    ``policy``, or FAILED when that count exhausts the policy. Custom data or business errors that are not
-    JSON turn the attempt into a validation error (the message keeps its previous custom data).
+    parked on its system, no attempt counted, see :func:`parked`): PARTLY_FAILED with the failed count + 1
+    (unchanged when ``no_effect``) and due per ``policy``, or FAILED when that count exhausts the policy. Custom
+    data or business errors that are not JSON turn the attempt into a validation error (the message keeps its
+    previous custom data).
     """
     try:
         # empty containers (most attempts) are JSON as they are: no need to serialise them to know it
@@ -166,9 +169,7 @@ def after_attempt(
                        next_attempt_at=None)
         return Decision(MessageState.FAILED, changes)
     if isinstance(error, CircuitOpenError):
-        # the call was not made: no attempt counted, not due before the breaker may let calls through
-        changes.update(last_error_code=ErrorCode.CIRCUIT_OPEN.value, last_error_text=clip(str(error)),
-                       next_attempt_at=max(error.retry_at, now))
+        changes.update(parked(error, now))
         return Decision(MessageState.POSTPONED, changes)
     code = error.code if isinstance(error, TechnicalError) else type(error).__name__
     changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
@@ -181,6 +182,21 @@ def after_attempt(
     due = policy.next_attempt(failed, now)
     changes.update(failed_count=failed, next_attempt_at=due)
     return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, changes)
+
+
+def parked(error: CircuitOpenError, now: datetime) -> dict[str, Any]:
+    """The changes of a message whose call ``error`` refused: the call was not made, so no attempt is counted.
+
+    Refused by an OPEN or HALF_OPEN breaker, it parks on the system: no due time, released when the breaker lets
+    calls through again. Refused because nodes raced for the breaker's row (``contended``), it is due again at the
+    error's ``retry_at``."""
+    changes: dict[str, Any] = {"last_error_code": ErrorCode.CIRCUIT_OPEN.value, "last_error_text": clip(str(error)),
+                               "last_error_trace": None}
+    if error.parks:
+        changes.update(next_attempt_at=None, parked_on=error.system)
+    else:
+        changes["next_attempt_at"] = max(error.retry_at, now)
+    return changes
 
 
 def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Decision:
@@ -232,13 +248,24 @@ def obsolete(message: OfEntity) -> Decision:
     })
 
 
-def held_by_funnel(funnel: str, blocker: int, now: datetime, postpone_interval: timedelta) -> Decision:
-    """Message ``blocker`` holds the funnel value: POSTPONED, due again after ``postpone_interval``."""
+def held_by_funnel(funnel: str, blocker: int) -> Decision:
+    """Message ``blocker`` holds the funnel value (or, with guaranteed order, is older and not final): the message
+    waits in the funnel's queue, POSTPONED with no due time, until the funnel is handed to it
+    (``engine/funnel.py``)."""
     return Decision(MessageState.POSTPONED, {
-        "next_attempt_at": now + postpone_interval, "last_error_code": ErrorCode.FUNNEL.value,
-        "last_error_text": f"funnel {funnel!r} is held by message {blocker}",
+        "next_attempt_at": None, "last_error_code": ErrorCode.FUNNEL.value,
+        "last_error_text": f"waits for funnel {funnel!r}, held by message {blocker}",
         "last_error_trace": None,
     })
+
+
+def handed_back(message: StoredMessage, now: datetime) -> Decision:
+    """A message claimed for a node that stopped before it ran: POSTPONED, due at once for any node, out of the
+    funnel's queue and off any parking (it never ran on this claim, so nothing else changes)."""
+    changes: dict[str, Any] = {"next_attempt_at": now, "parked_on": None}
+    if message.last_error_code == ErrorCode.FUNNEL.value:
+        changes.update(last_error_code=None, last_error_text=None, last_error_trace=None)
+    return Decision(MessageState.POSTPONED, changes)
 
 
 def dropped(message: StoredMessage, reason: str, custom_data: Any) -> Decision:
@@ -257,7 +284,7 @@ def dropped(message: StoredMessage, reason: str, custom_data: Any) -> Decision:
 def cancelled(reason: str | None = None) -> Decision:
     """An operator cancelled the message: CANCEL (final), nothing due, error code CANCELLED with ``reason``."""
     return Decision(MessageState.CANCEL, {
-        "next_attempt_at": None, "last_error_code": ErrorCode.CANCELLED.value,
+        "next_attempt_at": None, "parked_on": None, "last_error_code": ErrorCode.CANCELLED.value,
         "last_error_text": clip(reason or "cancelled"),
         "last_error_trace": None,
     })

@@ -1,5 +1,10 @@
-"""The engine's scheduled work: the repoll job (repair stuck PROCESSING messages, queue due and unclaimed ones) and
-the node's heartbeat, run by an APScheduler job each while the node runs.
+"""The engine's scheduled work: the repoll job and the node's heartbeat, run by an APScheduler job each while the
+node runs.
+
+Repoll is the safety net of waiting on events, not the way messages wait: it repairs PROCESSING messages past their
+lease (a dead node's; the repair's transaction hands their funnels on), feeds the queue with what became due by time
+(``feeder.py``), hands on funnel queues left without a holder (``funnel.py``) and surveys the messages parked on
+open breakers (``parking.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from typing import Any, TypeVar
 
 from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
+from openroute.engine.feeder import Feeder
+from openroute.engine.funnel import FunnelQueue
+from openroute.engine.parking import Parking
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.errors import UnknownRouteError
 from openroute.logs import repeated_errors
@@ -33,8 +41,9 @@ class Repoll:
     """Repoll and heartbeat of one node (``Engine.repoll_once`` runs one repoll by hand).
 
     The engine hands over what the jobs need: ``run_db`` (its database threads), ``apply`` (a decision written
-    through its writer), ``emit`` (a message queued without waiting; False when there is no room), ``is_running``,
-    ``queued`` (the ids in its pipeline: its own set, read only) and ``obey(state)`` (an operator's node state).
+    through its writer), ``submit`` (work in a writer transaction), the ``feeder``, the ``funnel`` queues, the
+    ``parking``, ``is_running``, ``queued`` (the ids in its pipeline: the queue's own set, read only) and
+    ``obey(state)`` (an operator's node state).
     """
 
     store: MessageStore
@@ -45,7 +54,10 @@ class Repoll:
     _: KW_ONLY
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
     apply: Apply
-    emit: Callable[[StoredMessage], Awaitable[bool]]
+    submit: Callable[[Callable[[Any], Any]], Awaitable[Any]]
+    feeder: Feeder
+    funnel: FunnelQueue
+    parking: Parking
     is_running: Callable[[], bool]
     queued: set[int]
     node_state: Callable[[], NodeState]
@@ -111,22 +123,18 @@ class Repoll:
         if not self.node_state().picks_up_work:  # an operator stopped this node: it picks up no work, repairs too
             return
         now = self.clock.now()
-        repaired, reemitted = self.stats.repaired, self.stats.reemitted
+        repaired = self.stats.repaired
         await self.repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
         if not self.is_running():
             return
-        batch = self.settings.repoll_batch
-        due = await self.run_db(
-            lambda: self.store.due([MessageState.PARTLY_FAILED, MessageState.POSTPONED], now, batch)
-        )
         cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
-        fresh = await self.run_db(lambda: self.store.received_before(MessageState.NEW, cutoff, batch))
-        for message in [*due, *fresh]:
-            if await self.emit(message):
-                self.stats.reemitted += 1
-        if self.stats.repaired > repaired or self.stats.reemitted > reemitted:
-            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued",
-                     self.stats.repaired - repaired, self.stats.reemitted - reemitted)
+        taken = await self.feeder.feed(cutoff)
+        handed = await self.funnel.hand_on_stalled(self.submit, self.settings.repoll_batch)
+        await self.parking.survey()
+        if self.stats.repaired > repaired or taken or handed:
+            log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued%s",
+                     self.stats.repaired - repaired, taken,
+                     f", {handed} funnel(s) without a holder handed on" if handed else "")
 
     async def repair_stuck(
         self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()

@@ -1,16 +1,16 @@
 """What the engine's group-commit writer does inside one transaction: claims, outcomes and what goes with them.
 
-A claim takes the funnels of the claimed funnel messages in its own transaction; an outcome that makes a message
-final runs the final-state transaction hooks and ends a parent whose last child it was; an outcome that frees a
-funnel claims the messages this node postponed for it (:class:`~openroute.engine._funnel_wake.FunnelWake`). Every
-method here runs in the writer thread, on the connection of the transaction it joins; the event loop reads what
-they leave (:attr:`EngineWrites.funnels_taken`, :attr:`~EngineWrites.preclaimed`,
-:attr:`~EngineWrites.completed_parents`) once the commit is known.
+A claim decides the funnel turn of each funnel message in its own transaction (it takes the funnel, or it waits in
+the funnel's queue without running, :class:`~openroute.engine.funnel.FunnelQueue`); the feeder's claim reads the
+ready messages in the same transaction; an outcome that makes a message final runs the final-state transaction hooks
+and ends a parent whose last child it was; an outcome that frees a funnel hands it to the next message. Every method
+here runs in the writer thread, on the connection of the transaction it joins; the event loop reads what they leave
+(:attr:`EngineWrites.completed_parents`, the funnel's hand-offs) once the commit is known.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,11 +20,10 @@ import sqlalchemy as sa
 from openroute import states
 from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
-from openroute.engine._funnel_wake import FunnelWake
 from openroute.engine._writer import Failure
-from openroute.errors import IllegalTransitionError, UnknownRouteError
+from openroute.engine.funnel import FunnelQueue
+from openroute.errors import IllegalTransitionError
 from openroute.persistence import MessageState, MessageStore, StoredMessage
-from openroute.route import RouteRegistry
 
 __all__ = ["EngineWrites", "FinalStateTxHook"]
 
@@ -35,31 +34,31 @@ FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
 class EngineWrites:
     """The transactional work of one node's writer (see the module docstring).
 
-    ``final_state_tx_hooks`` and ``queued`` are the engine's own list and set (read, never replaced);
-    ``released_in(message, connection)`` tells the funnel wake that an outcome freed a funnel.
+    ``final_state_tx_hooks`` is the engine's own list (read, never replaced).
     """
 
     store: MessageStore
-    routes: RouteRegistry
     clock: Clock
     node_id: str
     final_state_tx_hooks: list[FinalStateTxHook]
-    queued: set[int]
-    released_in: Callable[[StoredMessage, sa.Connection], None]
+    funnel: FunnelQueue
     #: parent messages a child's final transition completed, by child id
     completed_parents: dict[int, StoredMessage] = field(default_factory=dict)
-    #: the holder of the funnel each claimed funnel message met in its claim's transaction (None: it took it)
-    funnels_taken: dict[int, int | None] = field(default_factory=dict)
-    #: funnel messages claimed in their funnel's release transaction, not yet taken by a worker
-    preclaimed: set[int] = field(default_factory=set)
 
     def claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
-        """Claim a group of queued messages with one conditional UPDATE."""
+        """Claim a group of queued messages: one conditional UPDATE for those without a funnel; a funnel message takes
+        its turn first and is claimed alone, or goes to its funnel's queue (its result is then the POSTPONED
+        snapshot). A message another writer changed first gets None."""
         now = self.clock.now()
         claimable = [m for m in batch if states.is_legal(m.state, MessageState.PROCESSING)]
-        won = {m.id: m for m in states.claim(self.store, claimable, self.node_id, now, connection)} if claimable else {}
-        if won:
-            self._take_funnels(won.values(), now, connection)
+        funnelled = [m for m in claimable if m.funnel_value is not None and self.funnel.applies(m)]
+        plain = claimable
+        if funnelled:
+            turns = {id(m) for m in funnelled}
+            plain = [m for m in claimable if id(m) not in turns]
+        won = {m.id: m for m in states.claim(self.store, plain, self.node_id, now, connection)} if plain else {}
+        if funnelled:
+            won.update(self._take_turns(funnelled, now, connection))
         results: list[Any] = []
         for message in batch:
             if not states.is_legal(message.state, MessageState.PROCESSING):
@@ -68,42 +67,38 @@ class EngineWrites:
                 results.append(won.pop(message.id, None))  # a second copy of the same message gets None
         return results
 
-    def _take_funnels(self, claimed: Iterable[StoredMessage], now: datetime, connection: sa.Connection) -> None:
-        """In the claim's transaction: take the funnels of the claimed funnel messages (routes without guaranteed
-        order), one commit less per message than a transaction of its own; the engine's hold-back reads the outcome.
-        In funnel order, so two nodes' claims lock funnel rows in the same order."""
-        for message in sorted((m for m in claimed if m.funnel_value is not None),
-                              key=lambda m: (m.funnel_value or "", m.id)):
-            try:
-                route = self.routes.get(message.service, message.operation)
-            except UnknownRouteError:
+    def _take_turns(self, funnelled: list[StoredMessage], now: datetime,
+                    connection: sa.Connection) -> dict[int, StoredMessage]:
+        """The funnel messages of a claim, in funnel order (two nodes' claims lock funnel rows in the same order), each
+        claimed right after its turn so that the next message of the same funnel sees it PROCESSING."""
+        taken: dict[int, StoredMessage] = {}
+        for message in sorted(funnelled, key=lambda m: (m.funnel_value or "", m.id)):
+            if message.id in taken:
                 continue
-            if not route.guaranteed_order:
-                funnel = message.funnel_value or ""
-                self.funnels_taken[message.id] = self.store.funnels.acquire(funnel, message.id, now, connection)
+            blocker = self.funnel.turn(message, now, connection)
+            if blocker is None:
+                won = states.claim(self.store, [message], self.node_id, now, connection)
+                if won:
+                    taken[message.id] = won[0]
+                continue
+            decision = self.funnel.queued_behind(message, blocker)
+            waiting = states.transition_many(
+                self.store, [(message, decision.target, now, decision.changes)], connection, node_id=self.node_id)[0]
+            if isinstance(waiting, StoredMessage):
+                taken[message.id] = waiting
+        return taken
 
-    def claim_woken(self, waiting: list[StoredMessage], connection: sa.Connection) -> list[StoredMessage]:
-        """In the transaction that frees a funnel: claim the messages this node postponed for it and take the funnel
-        for them, so a woken message runs right after the commit without a claim and a funnel transaction of its
-        own. Messages of guaranteed-order routes are only woken (their order check needs a read)."""
-        now = self.clock.now()
-        result: list[StoredMessage] = []
-        for message in waiting:
-            try:
-                route = self.routes.get(message.service, message.operation)
-            except UnknownRouteError:
-                continue
-            if route.guaranteed_order or message.id in self.queued:
-                result.append(message)
-                continue
-            won = states.claim(self.store, [message], self.node_id, now, connection)
-            if won:
-                claimed = won[0]
-                self.funnels_taken[claimed.id] = self.store.funnels.acquire(
-                    claimed.funnel_value or "", claimed.id, now, connection)
-                self.preclaimed.add(claimed.id)
-                result.append(claimed)
-        return result
+    def claim_ready(self, connection: sa.Connection, now: datetime, new_cutoff: datetime | None,
+                    limit: int) -> list[tuple[MessageState, StoredMessage]]:
+        """The feeder's claim: the ready messages (due, then NEW received by ``new_cutoff``; ``MessageStore.ready``)
+        claimed for this node in this transaction, as (state before, new snapshot): PROCESSING ones to queue, and
+        funnel messages that went to their funnel's queue instead (POSTPONED)."""
+        ready = self.store.ready(now, new_cutoff, limit, connection)
+        if not ready:
+            return []
+        results = self.claim_many(connection, ready)
+        return [(message.state, result) for message, result in zip(ready, results, strict=True)
+                if isinstance(result, StoredMessage)]
 
     def finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Write a group of outcomes; final ones run the transaction hooks in the same commit."""
@@ -113,8 +108,8 @@ class EngineWrites:
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
-            if result.funnel_value is not None and FunnelWake.releases(request[0].state, result):
-                self.released_in(result, connection)
+            if result.funnel_value is not None and FunnelQueue.releases(request[0].state, result):
+                self.funnel.hand_off(result, connection)
             if states.is_final(result.state):
                 self.run_tx_hooks(result, connection)
                 if result.parent_id is not None:
@@ -135,6 +130,8 @@ class EngineWrites:
         updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection,
                                     node_id=self.node_id)
         self.run_tx_hooks(updated, connection)
+        if updated.funnel_value is not None:  # a guaranteed-order funnel may have waited for the parent to end
+            self.funnel.hand_off(updated, connection)
         return updated
 
     def run_tx_hooks(self, message: StoredMessage, connection: sa.Connection) -> None:

@@ -20,10 +20,9 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from openroute.errors import ConfigurationError
-from openroute.persistence.breaker import BreakerRow, BreakerState
+from openroute.persistence.breaker import BreakerRow, BreakerState, Verdict
 
 __all__ = [
     "BreakerRow",
@@ -78,17 +77,6 @@ class BreakerSettings:
             problems.append(f"refresh must not be negative, got {self.refresh}")
         if problems:
             raise ConfigurationError("breaker: " + "; ".join(problems))
-
-
-class Verdict(StrEnum):
-    """What the breaker says to one call."""
-
-    #: CLOSED: make the call
-    ALLOW = "ALLOW"
-    #: HALF_OPEN: make the call as a trial (write ``Permit.row`` first; the call counts only if that write wins)
-    TRIAL = "TRIAL"
-    #: OPEN, or every trial place taken: do not call; try again at ``Permit.retry_at``
-    REFUSE = "REFUSE"
 
 
 @dataclass(frozen=True)

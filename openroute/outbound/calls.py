@@ -33,9 +33,10 @@ from typing import Any
 from openroute.clock import Clock, SystemClock
 from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
 from openroute.outbound import breaker as rules
+from openroute.outbound.bulkhead import Bulkhead
 from openroute.outbound.systems import ExternalSystem, systems_by_name
 from openroute.persistence import MessageStore, StoredMessage
-from openroute.persistence.breaker import BreakerRow, BreakerState, BreakerStore
+from openroute.persistence.breaker import BreakerOutlook, BreakerRow, BreakerState, BreakerStore
 from openroute.persistence.call_records import CallOutcome, CallRecord, CallRecordStore
 
 __all__ = ["CallContext", "ExternalCalls", "current_call"]
@@ -94,6 +95,40 @@ class ExternalCalls:
         self.stats: Counter[tuple[str, str]] = Counter()
         self._nodes: dict[str, _NodeBreaker] = {}
         self._undeclared: dict[str, ExternalSystem] = {}
+        self._bulkheads: dict[str, Bulkhead] = {}
+        self._watchers: list[Callable[[str], None]] = []
+
+    def watch(self, listener: Callable[[str], None]) -> None:
+        """Have ``listener(system)`` called on the loop after each change this node makes to a breaker (opened, a
+        trial's result, closed, forced): the engine's parking releases the messages parked on it."""
+        self._watchers.append(listener)
+
+    def _tell(self, system: str) -> None:
+        for listener in self._watchers:
+            try:
+                listener(system)
+            except Exception as error:  # a listener's bug must not fail the call that changed the breaker
+                log.warning("breaker %s: a listener failed: %s: %s", system, type(error).__name__, error)
+
+    async def outlook(self, system: str) -> BreakerOutlook | None:
+        """What the breaker of ``system`` would say to a call now, read from the store (no trial place taken); None
+        when the system has no breaker."""
+        settings = self.system(system)
+        if settings.breaker is None:
+            return None
+        row = await self._read(system)
+        now = self.clock.now()
+        answer = rules.permit(row, settings.breaker, now)
+        return BreakerOutlook(system, answer.verdict, row.state, row.changed_at, answer.retry_at)
+
+    def bulkhead(self, system: str) -> Bulkhead:
+        """The bulkhead of ``system`` on this node (``max_concurrent_calls``, ``max_calls_per_second``)."""
+        found = self._bulkheads.get(system)
+        if found is None:
+            settings = self.system(system)
+            found = self._bulkheads[system] = Bulkhead(system, settings.max_concurrent_calls,
+                                                       settings.max_calls_per_second)
+        return found
 
     def system(self, name: str) -> ExternalSystem:
         """The settings of system ``name`` (the defaults, with one warning, when it was not declared)."""
@@ -109,6 +144,13 @@ class ExternalCalls:
         Raises :class:`CircuitOpenError` (the call not made) when the breaker refuses it, and
         :class:`TechnicalError` code TIMEOUT when it takes longer than the system's ``call_timeout`` (or a trial
         call longer than the breaker's ``trial_timeout``)."""
+        bulkhead = self.bulkhead(system)
+        if not bulkhead.limits:
+            return await self._guarded(system, key, message, call)
+        async with bulkhead.slot():  # the breaker is asked once the call's turn has come
+            return await self._guarded(system, key, message, call)
+
+    async def _guarded(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
         settings = self.system(system)
         trial: datetime | None = None
         if settings.breaker is not None:
@@ -225,6 +267,7 @@ class ExternalCalls:
                     node.row = new
                     if new.state is not row.state:
                         self._changed(system.name, row, new, now)
+                    self._tell(system.name)
                     return
                 row = await self._read(system.name)
             return
@@ -248,6 +291,7 @@ class ExternalCalls:
             if await asyncio.to_thread(self.breakers.replace, row, new):
                 node.row, node.read_at = new, time.monotonic()
                 self._changed(system.name, row, new, now)
+                self._tell(system.name)
                 return
             row = await self._read(system.name)
 
@@ -274,6 +318,7 @@ class ExternalCalls:
                 node.row, node.read_at = new, time.monotonic()
                 node.window.clear()
                 self._changed(name, row, new, now)
+                self._tell(name)
                 return new
         raise CircuitOpenError(name, now, "contended")
 

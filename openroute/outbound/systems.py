@@ -7,6 +7,8 @@ base_url = "http://hlr.internal:8080/"
 timeout = "5s"                       # each read / write / connect of the HTTP client
 call_timeout = "10s"                 # the whole call, whatever client the route uses
 headers = { X-Client = "openroute" } # sent with every call of the system's HTTP client
+max_concurrent_calls = 10            # the bulkhead: calls in flight per node (more wait in memory)
+max_calls_per_second = 50            # and call starts per second per node (optional)
 
 [external_systems.HLR.breaker]
 failure_rate_threshold = 50
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit
 from openroute.errors import ConfigurationError
 from openroute.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
+from openroute.outbound.bulkhead import Bulkhead
 
 __all__ = ["CallRecordSettings", "ExternalSystem", "mask"]
 
@@ -93,6 +96,10 @@ class ExternalSystem:
     headers: Mapping[str, str] = field(default_factory=dict)
     breaker: BreakerSettings | None = field(default_factory=BreakerSettings)
     records: CallRecordSettings = field(default_factory=CallRecordSettings)
+    #: the bulkhead: at most this many calls in flight per node (None: no limit); the others wait for a place
+    max_concurrent_calls: int | None = None
+    #: at most this many call starts per second per node (None: no limit)
+    max_calls_per_second: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 100:
@@ -111,6 +118,7 @@ class ExternalSystem:
             raise ConfigurationError(f"external system {self.name}: call_timeout must be positive, "
                                      f"got {self.call_timeout}")
         object.__setattr__(self, "headers", dict(self.headers))
+        Bulkhead(self.name, self.max_concurrent_calls, self.max_calls_per_second)  # checks both limits
 
 
 def systems_by_name(systems: Iterable[ExternalSystem]) -> dict[str, ExternalSystem]:

@@ -132,14 +132,14 @@ def test_a_parent_fails_with_its_failed_childrens_errors_and_ends_ok_when_all_ar
 def test_obsolete_funnel_dropped_cancel_and_restart_decisions() -> None:
     assert outcome.obsolete(message()).target is MessageState.SKIPPED
     assert outcome.obsolete(message()).changes["last_error_code"] == "OBSOLETE"
-    held = outcome.held_by_funnel("customer-42", 3, NOW, POSTPONE)
-    assert held.target is MessageState.POSTPONED and held.changes["next_attempt_at"] == NOW + POSTPONE
-    assert "message 3" in held.changes["last_error_text"]
+    held = outcome.held_by_funnel("customer-42", 3)
+    assert held.target is MessageState.POSTPONED and held.changes["next_attempt_at"] is None, "not due by time"
+    assert held.changes["last_error_code"] == "FUNNEL" and "message 3" in held.changes["last_error_text"]
     dropped = outcome.dropped(message(), "spam", {"bad": object()})
     assert dropped.target is MessageState.SKIPPED and dropped.changes["custom_data"] == {"seen": 1}
     assert dropped.changes["last_error_code"] == "DROPPED" and dropped.changes["last_error_text"] == "spam"
     assert outcome.cancelled() == outcome.Decision(MessageState.CANCEL, {
-        "next_attempt_at": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled",
+        "next_attempt_at": None, "parked_on": None, "last_error_code": "CANCELLED", "last_error_text": "cancelled",
         "last_error_trace": None})
     assert outcome.cancelled("asked by crm").changes["last_error_text"] == "asked by crm"
     assert outcome.restarted(NOW) == outcome.Decision(  # a new attempt history: no business errors carried over
@@ -172,3 +172,26 @@ def test_only_unexpected_errors_keep_a_traceback(error: Exception, expected: boo
     assert (trace is None) is expected
     if not expected:
         assert trace is not None and trace.startswith("Traceback") and len(trace) <= outcome.MAX_ERROR_TRACE
+
+
+def test_a_refused_call_parks_on_its_system_without_an_attempt_unless_nodes_raced_for_the_breaker() -> None:
+    from openroute.errors import CircuitOpenError
+
+    opened_until = NOW + timedelta(seconds=20)
+    for state in ("OPEN", "HALF_OPEN"):
+        decision = attempt(CircuitOpenError("HLR", opened_until, state))
+        assert decision.target is MessageState.POSTPONED and "failed_count" not in decision.changes
+        assert decision.changes["parked_on"] == "HLR" and decision.changes["next_attempt_at"] is None, state
+        assert decision.changes["last_error_code"] == "CIRCUIT_OPEN"
+    raced = attempt(CircuitOpenError("HLR", NOW + timedelta(seconds=1), "contended"))
+    assert raced.target is MessageState.POSTPONED and "parked_on" not in raced.changes
+    assert raced.changes["next_attempt_at"] == NOW + timedelta(seconds=1), "due again soon: not parked"
+
+
+def test_a_message_given_back_by_a_stopping_node_is_due_at_once_and_leaves_its_funnel_queue() -> None:
+    waiting = message(last_error_code="FUNNEL", last_error_text="waits for funnel 'x'")
+    given_back = outcome.handed_back(waiting, NOW)
+    assert given_back.target is MessageState.POSTPONED and given_back.changes["next_attempt_at"] == NOW
+    assert given_back.changes["last_error_code"] is None and given_back.changes["parked_on"] is None
+    other = outcome.handed_back(message(last_error_code="HTTP_503"), NOW)
+    assert "last_error_code" not in other.changes, "any other error stays"

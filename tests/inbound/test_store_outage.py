@@ -89,9 +89,9 @@ async def test_outage_answers_503_stores_nothing_logs_once_and_recovers(
                                     headers=JSON_HEADERS)
             assert after.status_code == 202, after.text
             await _wait_all_ok(direct, 2)
-            deadline = time.monotonic() + 30  # the funnel listener connects again after its back-off
+            deadline = time.monotonic() + 30  # the work signal listener connects again after its back-off
             while sum("reachable again" in r.getMessage() for r in caplog.records) < 2:
-                assert time.monotonic() < deadline, "the funnel listener did not listen again within 30 s"
+                assert time.monotonic() < deadline, "the work signal listener did not listen again within 30 s"
                 await asyncio.sleep(0.05)
     finally:
         await engine.stop()
@@ -100,10 +100,10 @@ async def test_outage_answers_503_stores_nothing_logs_once_and_recovers(
 
     records = [r for r in caplog.records if r.name.startswith("openroute")]
     warnings = [r for r in records if r.levelno >= logging.WARNING]
-    # one for the requests, repoll and heartbeat, one for the funnel listener's own connection (PostgreSQL)
+    # one for the requests, repoll and heartbeat, one for the work signal listener's own connection (PostgreSQL)
     assert sorted((r.levelname, r.name, r.getMessage().split(" unreachable")[0]) for r in warnings) == [
         ("WARNING", "openroute.store", "message store"),
-        ("WARNING", "openroute.store", "message store (funnel listener)"),
+        ("WARNING", "openroute.store", "message store (work signal listener)"),
     ], [r.getMessage() for r in warnings]
     assert not any(r.exc_info for r in records), [r.getMessage() for r in records if r.exc_info]
     back = [r for r in records if "reachable again" in r.getMessage()]
@@ -137,8 +137,8 @@ async def test_metrics_during_an_outage_answer_with_one_warning_and_no_traceback
 
     records = [r for r in caplog.records if r.name.startswith("openroute")]
     warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
-    # the scrapes' one line (the funnel listener's own connection, PostgreSQL, has its own)
-    scrapes = [w for w in warnings if "funnel listener" not in w]
+    # the scrapes' one line (the work signal listener's own connection, PostgreSQL, has its own)
+    scrapes = [w for w in warnings if "work signal listener" not in w]
     assert len(scrapes) == 1 and scrapes[0].startswith("message store (/metrics) unreachable (the messages per route)")
     assert not any(r.exc_info for r in records), [r.getMessage() for r in records if r.exc_info]
     assert [r.levelname for r in records if r.getMessage().startswith("message store (/metrics) reachable again")] \

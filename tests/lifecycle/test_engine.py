@@ -404,7 +404,11 @@ async def test_stop_lets_a_repoll_run_in_progress_finish(store: MessageStore, ma
 
 
 # -- back-pressure -----------------------------------------------------------------------------------
-async def test_messages_in_flight_are_bounded(store: MessageStore, make_engine: EngineFactory) -> None:
+async def test_messages_in_flight_are_bounded_and_accepting_never_waits_for_room(
+    store: MessageStore, make_engine: EngineFactory
+) -> None:
+    """The bound (queue_size + concurrency) holds what is queued and in flight; an accept that finds no room does not
+    wait: its message stays NEW in the store and the feeder queues it once room frees (no repoll runs here)."""
     release = asyncio.Event()
     running = 0
     peak = 0
@@ -418,21 +422,15 @@ async def test_messages_in_flight_are_bounded(store: MessageStore, make_engine: 
 
     engine = make_engine(_route(slow), concurrency=3, queue_size=4)
     await engine.start()
-    accepts = [asyncio.create_task(engine.accept(inbound(f"m-{i}"))) for i in range(12)]
-    await _until(lambda: len(store.find()) == 12)  # every message is stored before it waits for room
-    await engine._writer.submit(lambda connection: None)  # every insert result has been handed back
-    for _ in range(20):
-        await asyncio.sleep(0)  # let the accepts that have room finish
-    done = [t for t in accepts if t.done()]
-    assert len(done) == 7, "3 in flight + 4 queued; the other accepts wait for room"
-    assert (engine.in_flight, engine.queued) == (3, 4)
+    accepted = await asyncio.wait_for(asyncio.gather(*(engine.accept(inbound(f"m-{i}")) for i in range(12))), WAIT)
+    assert len({a.message_id for a in accepted}) == 12, "every accept returned while the queue was full"
     await _until(lambda: running == 3)  # the three in flight reach the step once their claims commit
     assert (engine.in_flight, engine.queued) == (3, 4)
+    assert store.count_by_state() == {S.PROCESSING: 3, S.NEW: 9}, "the 5 beyond the bound wait in the store"
     release.set()
-    await asyncio.wait_for(asyncio.gather(*accepts), WAIT)
+    await _until(lambda: store.count_by_state() == {S.OK: 12})
     await engine.wait_idle(WAIT)
     assert peak == 3
-    assert store.count_by_state() == {S.OK: 12}
 
 
 async def test_stop_leaves_queued_messages_to_the_store(store: MessageStore, make_engine: EngineFactory) -> None:
@@ -476,17 +474,16 @@ async def test_a_worker_takes_its_next_message_while_the_outcome_is_written(
     await _until(lambda: hooked == ["b-0", "b-1"])  # b-1 ran on the one worker while b-0's hook waits
     assert steps == ["b-0", "b-1"] and engine.in_flight == 0
     assert store.count_by_state() == {S.OK: 2}
-    third = asyncio.create_task(engine.accept(inbound("b-2")))
-    await _until(lambda: len(store.find()) == 3)
+    third = await engine.accept(inbound("b-2"))  # no room: it waits in the store, the accept does not
     for _ in range(20):
         await asyncio.sleep(0)
-    assert not third.done(), "both rooms are held until the hooks return: the accept waits for room"
+    assert store.get(third.message_id).state is S.NEW, "both rooms are held until the hooks return"  # type: ignore[union-attr]
     with pytest.raises(TimeoutError):
         await engine.wait_idle(0.05)
     gate.set()
-    await asyncio.wait_for(third, WAIT)
+    await _until(lambda: store.count_by_state() == {S.OK: 3})  # the feeder queued it once a room was free
     await engine.wait_idle(WAIT)
-    assert hooked == ["b-0", "b-1", "b-2"] and store.count_by_state() == {S.OK: 3}
+    assert hooked == ["b-0", "b-1", "b-2"]
 
 
 async def test_stop_waits_for_outcomes_written_in_the_background(

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import psycopg
@@ -43,8 +44,8 @@ from tests.tcp_proxy import proxy_to
 
 #: the store's view of each loop of a node, as its WARNING and INFO lines begin
 LOOPS = ("message store", "message store (confirmation loop)", "message store (retention job)",
-         "message store (alert evaluator)", "message store (outbox publisher)", "message store (funnel listener)",
-         "message store (message counts)", "message store (payload indexer)")
+         "message store (alert evaluator)", "message store (outbox publisher)",
+         "message store (work signal listener)", "message store (message counts)", "message store (payload indexer)")
 
 
 def _unreachable() -> sa.exc.OperationalError:
@@ -122,12 +123,20 @@ async def test_after_an_outage_only_messages_abandoned_before_it_ended_are_repai
         repaired.append((message.id, decision.target))
         return message
 
-    async def no_room(_message: StoredMessage) -> bool:
-        return False
+    class NoRoom:  # the feeder, funnel queues and parking of a node with no room and nothing waiting
+        async def feed(self, _cutoff: object) -> int:
+            return 0
 
+        async def hand_on_stalled(self, _submit: object, _limit: int) -> int:
+            return 0
+
+        async def survey(self) -> None:
+            return None
+
+    idle: Any = NoRoom()
     repoll = Repoll(store, RouteRegistry([Route("orders", "create", [_ok])]), clock, EngineSettings(node_id=node),
-                    EngineStats(), run_db=run_db, apply=apply, emit=no_room, is_running=lambda: True, queued=queued,
-                    node_state=lambda: NodeState.RUN, obey=lambda _state: None)
+                    EngineStats(), run_db=run_db, apply=apply, submit=run_db, feeder=idle, funnel=idle, parking=idle,
+                    is_running=lambda: True, queued=queued, node_state=lambda: NodeState.RUN, obey=lambda _state: None)
     store.outage.failed(_unreachable(), "repoll")
     store.outage.succeeded()
     await repoll._repoll_job()
@@ -177,7 +186,7 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
     postgres_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Cut PostgreSQL under a node running every background loop (repoll, heartbeat, confirmations, retention,
-    alerts, outbox, funnel listener, message counts, payload indexer): one WARNING and one INFO per loop, no
+    alerts, outbox, work signal listener, message counts, payload indexer): one WARNING and one INFO per loop, no
     traceback, and afterwards the node takes a new message to OK and confirms it without a restart."""
     caplog.set_level(logging.INFO)
     setup = MessageStore(postgres_url)

@@ -24,6 +24,10 @@ EXPECTED_LEGAL = {
     (S.PROCESSING, S.PARTLY_FAILED),
     (S.PROCESSING, S.FAILED),
     (S.PROCESSING, S.POSTPONED),
+    # its funnel is held: it waits in the funnel's queue without being claimed (a released parked message too)
+    (S.NEW, S.POSTPONED),
+    (S.PARTLY_FAILED, S.POSTPONED),
+    (S.POSTPONED, S.POSTPONED),
     (S.PROCESSING, S.SKIPPED),
     (S.PROCESSING, S.WAITING_FOR_CHILDREN),
     (S.WAITING_FOR_CHILDREN, S.OK),

@@ -197,7 +197,7 @@ def test_masking_covers_json_xml_and_form_fields() -> None:
     assert mask("GET /x?user=a&password=secret&y=1", ["password"]) == "GET /x?user=a&password=***&y=1"
 
 
-async def test_an_open_breaker_postpones_the_message_without_an_attempt_and_retention_prunes_records(
+async def test_an_open_breaker_parks_the_message_without_an_attempt_until_it_closes_and_retention_prunes(
     store: MessageStore,
 ) -> None:
     from openroute.engine import Engine, EngineSettings
@@ -222,13 +222,12 @@ async def test_an_open_breaker_postpones_the_message_without_an_attempt_and_rete
         row = store.get(accepted.message_id)
         assert row is not None and row.state is MessageState.POSTPONED and row.failed_count == 0
         assert row.last_error_code == "CIRCUIT_OPEN" and reached == []
-        assert row.next_attempt_at == NOW + BREAKER.open_wait
-        await calls.force("HLR", BreakerState.CLOSED, "ops")
-        clock.advance(BREAKER.open_wait)
-        await engine.repoll_once()
-        await engine.wait_idle(10)
-        row = store.get(accepted.message_id)
-        assert row is not None and row.state is MessageState.OK and reached == [1]
+        assert row.next_attempt_at is None and row.parked_on == "HLR", "parked on the system, not due by time"
+        await calls.force("HLR", BreakerState.CLOSED, "ops")  # the close releases it at once: no repoll, no clock
+        async with asyncio.timeout(10):
+            while (row := store.get(accepted.message_id)) is not None and row.state is not MessageState.OK:
+                await asyncio.sleep(0.01)
+        assert row is not None and row.state is MessageState.OK and reached == [1] and row.parked_on is None
         # the call was recorded (HLR records "activate.*"); the retention job prunes it with its message
         assert [r.outcome for r in CallRecordStore(store).of_message(row.id)] == ["OK"]
         from openroute.retention import RetentionJob, RetentionPolicy

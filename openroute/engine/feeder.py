@@ -1,0 +1,149 @@
+"""The feeder: the node's processing queue pulls the messages the store holds ready when it has room.
+
+Ready means due (PARTLY_FAILED or POSTPONED whose next attempt has come, parked messages a breaker released) or NEW
+and queued by nobody (accepted while the queue was full, or by a node that died before queueing it). One writer
+transaction reads them from the store's due index in order (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so nodes
+feeding at once take different messages) and claims them for this node (``EngineWrites.claim_ready``); they are
+queued past the bound, which their claim counted. A feed takes at most the room the queue has, and another feed
+follows when room frees while the store still holds ready messages: a backlog drains at the pace the workers take
+it, without a poll's wait, and work is linear in the backlog.
+
+What asks for a feed: an accept that found the queue full (its message stays NEW in the store: accepting never
+waits behind processing), a release of parked messages (here or, by a work signal, on another node), a due time
+(repoll), and room freed while the last feed left ready messages behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+
+from openroute.clock import Clock
+from openroute.engine._writer import GroupCommitWriter
+from openroute.engine.queue import ProcessingQueue
+from openroute.engine.settings import EngineSettings, EngineStats
+from openroute.engine.writes import EngineWrites
+from openroute.logs import repeated_errors
+from openroute.persistence import MessageState, StoredMessage
+
+__all__ = ["Feeder"]
+
+log = logging.getLogger("openroute.engine")
+
+
+class Feeder:
+    """Feeds one node's processing queue from the store (see the module docstring).
+
+    ``waited(previous, message)`` hears of each funnel message a feed's claim put in its funnel's queue instead;
+    ``give_back(message)`` returns a claimed message the queue could not take (the node stopping).
+    """
+
+    def __init__(self, writes: EngineWrites, writer: GroupCommitWriter, queue: ProcessingQueue, clock: Clock,
+                 settings: EngineSettings, stats: EngineStats,
+                 waited: Callable[[MessageState, StoredMessage], None],
+                 give_back: Callable[[StoredMessage], Awaitable[object]]) -> None:
+        self._writes = writes
+        self._writer = writer
+        self._queue = queue
+        self._clock = clock
+        self._settings = settings
+        self._stats = stats
+        self._waited = waited
+        self._give_back = give_back
+        #: the store may hold ready messages this node has not taken yet
+        self._backlog = False
+        #: this node accepted messages it could not queue: take NEW ones of any age
+        self._new_left = False
+        self._feeding: asyncio.Task[int] | None = None
+        self._again = False
+        # feed once this much room is free (claims in batches, not one by one)
+        self._threshold = max(1, min(settings.concurrency, queue.limit // 4))
+        self._stopped = False
+
+    # -- what asks for a feed ---------------------------------------------------------------------------------------
+    def accepted_unqueued(self) -> None:
+        """An accepted message found no room: it waits in the store as NEW."""
+        self._new_left = True
+        self.wanted()
+
+    def wanted(self) -> None:
+        """Ready messages may wait in the store: feed now if the queue has room, else when it frees."""
+        self._backlog = True
+        if self._queue.room >= self._threshold:
+            self._start()
+
+    def room_freed(self) -> None:
+        """A message left the queue: feed once enough room is free, if the store still holds ready messages."""
+        if self._backlog and self._queue.room >= self._threshold:
+            self._start()
+
+    def _start(self) -> None:
+        if self._stopped:
+            return
+        if self._feeding is not None:
+            self._again = True
+            return
+        self._feeding = asyncio.ensure_future(self._run())
+        self._feeding.add_done_callback(self._fed)
+
+    def _fed(self, done: asyncio.Future[int]) -> None:
+        self._feeding = None
+        error = None if done.cancelled() else done.exception()
+        if error is not None and not self._writes.store.outage.failed(error, "feeding the processing queue"):
+            repeated_errors.log(log, "feeding the processing queue failed", error=error)
+        if self._again and not self._stopped:
+            self._again = False
+            self.room_freed()
+
+    async def stop(self) -> None:
+        """Feed no more; wait for a feed in progress."""
+        self._stopped = True
+        if self._feeding is not None:
+            await asyncio.wait({self._feeding}, timeout=self._settings.stop_timeout)
+
+    async def _run(self) -> int:
+        queued = 0
+        while not self._stopped:
+            self._again = False
+            room = min(self._queue.room, self._settings.repoll_batch)
+            if room < 1:
+                break
+            now = self._clock.now()
+            cutoff = now if self._new_left else now - self._settings.new_pickup_age
+            fed = await self.feed_once(now, cutoff, room)
+            queued += fed
+            if fed < room:  # the store had no more (of what this feed may take)
+                self._backlog = self._again
+                self._new_left = self._new_left and self._again
+                if not self._again:
+                    break
+        return queued
+
+    # -- one feed ---------------------------------------------------------------------------------------------------
+    async def feed_once(self, now: datetime, new_cutoff: datetime | None, limit: int) -> int:
+        """Claim up to ``limit`` ready messages for this node in one writer transaction and queue them; how many were
+        taken (queued, or put in their funnel's queue)."""
+        taken = await self._writer.submit(
+            lambda connection: self._writes.claim_ready(connection, now, new_cutoff, limit))
+        for previous, message in taken:
+            if message.state is not MessageState.PROCESSING:
+                self._waited(previous, message)
+            elif self._queue.emit_claimed(previous, message):
+                self._stats.reemitted += 1
+            else:
+                await self._give_back(message)
+        return len(taken)
+
+    async def feed(self, new_cutoff: datetime | None) -> int:
+        """One repoll's feed: as much as the queue has room for (``new_cutoff``: NEW messages received by then are
+        taken too); how many were taken. A backlog beyond the room is taken as room frees."""
+        room = min(self._queue.room, self._settings.repoll_batch)
+        if room < 1 or self._stopped:
+            self._backlog = True
+            return 0
+        taken = await self.feed_once(self._clock.now(), new_cutoff, room)
+        if taken >= room:
+            self._backlog = True
+        return taken

@@ -1,0 +1,170 @@
+"""The funnel as a queue: at most one message of a funnel value runs at a time; the others wait in its queue and the
+funnel is handed to exactly one of them when it frees.
+
+A message's turn is decided in its claim's transaction (:meth:`FunnelQueue.turn`): it takes the funnel, or it goes
+straight to the funnel's queue (POSTPONED, error code FUNNEL, no due time: neither claimable nor due by time) without
+running. The transaction that frees the funnel (its holder leaves PROCESSING, or a message of it becomes final)
+hands it on (:meth:`FunnelQueue.hand_off`): it claims the oldest waiting message (with guaranteed order: only when
+no older message of the value is unfinished) and takes the funnel for it, on whatever node postponed it, and this
+node runs it right after the commit. The funnel row's lock orders a release and a concurrent wait, so no waiting
+message is missed and none is woken twice: a funnel is a queue, never a herd.
+
+Repoll stays the safety net (:meth:`FunnelQueue.hand_on_stalled`) for queues left without a holder: a holder whose
+node died is repaired after its lease, and the repair's transaction hands the funnel on like any other release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from openroute import states
+from openroute.clock import Clock
+from openroute.engine import outcome as outcomes
+from openroute.errors import UnknownRouteError
+from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.route import Route, RouteRegistry
+
+__all__ = ["FunnelQueue"]
+
+log = logging.getLogger("openroute.engine")
+
+#: queue heads tried per release when the head changed meanwhile (cancelled by an operator, say)
+_HEADS_TRIED = 3
+
+
+class FunnelQueue:
+    """The funnels of one node's messages (see the module docstring).
+
+    The writer-thread methods (:meth:`turn`, :meth:`hand_off`) run in the transaction they are given; the message a
+    release claimed is queued by :meth:`committed` on the loop once that transaction is committed, through
+    ``run(previous, claimed)`` (False when the node could not queue it: ``give_back(claimed)`` then returns it).
+    """
+
+    def __init__(self, store: MessageStore, routes: RouteRegistry, clock: Clock, node_id: str,
+                 run: Callable[[MessageState, StoredMessage], bool],
+                 give_back: Callable[[StoredMessage], Awaitable[Any]]) -> None:
+        self.store = store
+        self.routes = routes
+        self.clock = clock
+        self.node_id = node_id
+        self._run = run
+        self._give_back = give_back
+        # the message a release claimed, by the releasing message's id (set by the writer thread)
+        self._handed: dict[int, StoredMessage] = {}
+        #: releases that handed the funnel to a waiting message
+        self.handed = 0
+
+    def _route(self, message: StoredMessage) -> Route | None:
+        try:
+            return self.routes.get(message.service, message.operation)
+        except UnknownRouteError:
+            return None
+
+    def applies(self, message: StoredMessage) -> bool:
+        """Whether ``message`` takes its turn in a funnel (a funnel value and a route that still exists)."""
+        return message.funnel_value is not None and self._route(message) is not None
+
+    # -- writer thread ----------------------------------------------------------------------------------------------
+    def turn(self, message: StoredMessage, now: datetime, connection: sa.Connection) -> int | None:
+        """In ``message``'s claim transaction, before it is claimed: None when it may run now (it takes the funnel),
+        else the id of the message it waits behind (the PROCESSING holder, or with guaranteed order an older
+        unfinished message of the value)."""
+        funnel = message.funnel_value
+        assert funnel is not None  # noqa: S101  narrows an Optional for mypy: the caller checked applies()
+        blocker = self.store.funnels.acquire(funnel, message.id, now, connection)
+        if blocker is None and self._ordered(message):
+            blocker = self.store.funnels.older_unfinished(message, connection)
+        return blocker
+
+    def _ordered(self, message: StoredMessage) -> bool:
+        route = self._route(message)
+        return route is not None and route.guaranteed_order
+
+    @staticmethod
+    def queued_behind(message: StoredMessage, blocker: int) -> outcomes.Decision:
+        """The decision that puts ``message`` in its funnel's queue behind ``blocker``."""
+        return outcomes.held_by_funnel(message.funnel_value or "", blocker)
+
+    @staticmethod
+    def releases(previous: MessageState, message: StoredMessage) -> bool:
+        """Whether this committed change of a funnel message may free its funnel for the next: it leaves PROCESSING,
+        or it becomes final (a message cancelled while an ordered funnel waited for it)."""
+        if message.funnel_value is None:
+            return False
+        if previous is MessageState.PROCESSING:
+            return message.state is not MessageState.PROCESSING
+        return states.is_final(message.state) and not states.is_final(previous)
+
+    def hand_off(self, released: StoredMessage, connection: sa.Connection) -> StoredMessage | None:
+        """In the transaction that frees ``released``'s funnel: claim the message whose turn it is and take the funnel
+        for it; it is queued on this node after the commit (:meth:`committed`). Returns it, or None."""
+        claimed = self._hand_on(released.funnel_value or "", connection)
+        if claimed is not None:
+            self._handed[released.id] = claimed
+        return claimed
+
+    def _hand_on(self, funnel: str, connection: sa.Connection) -> StoredMessage | None:
+        funnels = self.store.funnels
+        if funnels.holder(funnel, connection) is not None:  # read under the funnel row's lock
+            return None
+        now = self.clock.now()
+        for _ in range(_HEADS_TRIED):
+            head = funnels.queue_head(funnel, connection)
+            if head is None:
+                return None
+            if self._ordered(head) and funnels.older_unfinished(head, connection) is not None:
+                return None  # the older message runs first; its end hands the funnel on
+            won = states.claim(self.store, [head], self.node_id, now, connection)
+            if won:
+                funnels.acquire(funnel, head.id, now, connection)
+                return won[0]
+        return None
+
+    # -- event loop -------------------------------------------------------------------------------------------------
+    def committed(self, message: StoredMessage) -> None:
+        """After the commit of a change of ``message``: run the message its release claimed."""
+        claimed = self._handed.pop(message.id, None)
+        if claimed is None:
+            return
+        self.handed += 1
+        if not self._run(MessageState.POSTPONED, claimed):
+            log.debug("funnel %r: message %s handed on while this node takes no work; given back",
+                      claimed.funnel_value, claimed.id)
+            self._spawn_give_back(claimed)
+
+    def discard(self, message_id: int) -> None:
+        """The change of ``message_id`` was not committed: forget what its release claimed."""
+        self._handed.pop(message_id, None)
+
+    def _spawn_give_back(self, claimed: StoredMessage) -> None:
+        task = asyncio.ensure_future(self._give_back(claimed))
+        task.add_done_callback(functools.partial(_given_back, claimed.id))
+
+    async def hand_on_stalled(self, submit: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]],
+                              limit: int) -> int:
+        """Repoll's safety net: hand on the funnels whose queue waits while none of their messages is PROCESSING;
+        ``submit(work)`` runs ``work(connection)`` in a writer transaction. Returns how many were handed on."""
+        stalled = await submit(lambda connection: self.store.funnels.stalled(limit, connection))
+        count = 0
+        for funnel in stalled:
+            claimed = await submit(functools.partial(self._hand_on, funnel))
+            if claimed is None:
+                continue
+            count += 1
+            if not self._run(MessageState.POSTPONED, claimed):
+                await self._give_back(claimed)
+        return count
+
+
+def _given_back(message_id: int, done: asyncio.Future[Any]) -> None:
+    error = None if done.cancelled() else done.exception()
+    if error is not None:  # it stays PROCESSING: the lease's repair gives it back
+        log.warning("message %s could not be given back after its funnel was handed to it: %s: %s", message_id,
+                    type(error).__name__, error)

@@ -1,0 +1,181 @@
+"""The processing queue of one node: the in-process channel from accept, the feeder and the funnel releases to the
+workers, and its bound.
+
+The bound ``queue_size + concurrency`` counts a message from its emission until its outcome is committed (a worker
+hands the outcome to the writer and takes its next message meanwhile, :meth:`ProcessingQueue.writing`). Nothing
+waits for room: a message that finds none stays in the store (NEW, or due) and the feeder (``repoll.py``) takes it
+when room frees, so accepting never waits behind processing. A message claimed for this node before it was queued
+(by the feeder, or by a funnel release that handed it the funnel) is queued past the bound, which its claim already
+counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
+from openroute.persistence import MessageState, StoredMessage
+
+__all__ = ["PROCESSING_CHANNEL", "ProcessingQueue"]
+
+log = logging.getLogger("openroute.engine")
+
+#: the in-process channel between accept / feeder (emitter) and the workers (incoming, concurrency=N)
+PROCESSING_CHANNEL = "processing"
+
+
+class ProcessingQueue:
+    """The processing channel of one node and its bound (see the module docstring).
+
+    ``picks_up_work()`` says whether an operator lets the node take work; ``room_freed()`` is called each time a
+    message leaves the pipeline (the feeder listens).
+    """
+
+    def __init__(self, concurrency: int, queue_size: int, picks_up_work: Callable[[], bool],
+                 room_freed: Callable[[], None]) -> None:
+        self.concurrency = concurrency
+        #: queued + in flight never exceed this, but for messages claimed for this node (see the module docstring)
+        self.limit = queue_size + concurrency
+        self._picks_up_work = picks_up_work
+        self._room_freed = room_freed
+        #: the ids in the pipeline (emitted, not yet done)
+        self.ids: set[int] = set()
+        #: messages claimed for this node before they were queued: id -> (state before the claim, claimed snapshot)
+        self.claimed: dict[int, tuple[MessageState, StoredMessage]] = {}
+        self._app: MessagingApp | None = None
+        self._emitter: Emitter[StoredMessage] | None = None
+        self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see writing())
+        self._pending = 0
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.open = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    async def start(self, consume: Callable[[StoredMessage], Awaitable[None]]) -> None:
+        """Start the channel and ``concurrency`` workers, each running ``consume(message)``."""
+        app = MessagingApp({}, environ={})
+        # claimed messages may pass the bound by the few accepts between a feed's room check and its commit
+        self._emitter = app.emitter(PROCESSING_CHANNEL, overflow=OnOverflow.UNBOUNDED_BUFFER)
+
+        async def process(message):  # type: ignore[no-untyped-def]  # a payload consumer, acked when it returns
+            self._in_flight += 1
+            try:
+                await consume(message)
+            finally:
+                self._in_flight -= 1
+
+        app.incoming(PROCESSING_CHANNEL, concurrency=self.concurrency)(process)
+        await app.start()
+        self._app = app
+        self._idle.set()
+        self.open = True
+
+    def close(self) -> None:
+        """Take no more messages (the workers skip the queued ones: they stay in the store)."""
+        self.open = False
+
+    async def stop(self, timeout: float) -> None:
+        """Let the workers finish the messages in flight (up to ``timeout``, then they are cancelled) and the outcomes
+        being written; forget the rest."""
+        self.open = False
+        if self._app is not None:
+            await self._app.stop(timeout=timeout)
+        if self._writing:
+            await asyncio.wait(set(self._writing), timeout=timeout)
+        self._app = None
+        self._emitter = None
+        self.ids.clear()
+        self._pending = 0
+        self._idle.set()
+
+    # -- what it holds ------------------------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        """Messages emitted and not yet started."""
+        return self._pending - self._in_flight
+
+    @property
+    def in_flight(self) -> int:
+        """Messages a worker is processing now."""
+        return self._in_flight
+
+    @property
+    def room(self) -> int:
+        """How many more messages the bound lets in now."""
+        return max(self.limit - self._pending, 0)
+
+    async def wait_idle(self, timeout: float) -> None:
+        """Wait until nothing is queued or in flight; TimeoutError after ``timeout`` seconds."""
+        await asyncio.wait_for(self._idle.wait(), timeout)
+
+    # -- in and out -----------------------------------------------------------------------------------------------
+    def emit(self, message: StoredMessage) -> bool:
+        """Queue ``message`` if the bound has room; False when it has none, the message is queued already, or the node
+        takes no work (the message stays in the store)."""
+        if self._pending >= self.limit:
+            return False
+        return self._send(message)
+
+    def emit_claimed(self, previous: MessageState, claimed: StoredMessage) -> bool:
+        """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not
+        refuse it. A copy already queued (as it was before the claim) takes the claimed snapshot when it starts.
+        False when the node takes no work (the caller gives the claim back)."""
+        if not self.open or self._emitter is None or not self._picks_up_work():
+            return False
+        self.claimed[claimed.id] = (previous, claimed)
+        if claimed.id in self.ids:
+            return True
+        if not self._send(claimed):
+            self.claimed.pop(claimed.id, None)
+            return False
+        return True
+
+    def _send(self, message: StoredMessage) -> bool:
+        emitter = self._emitter
+        if not self.open or emitter is None or message.id in self.ids or not self._picks_up_work():
+            return False
+        self.ids.add(message.id)
+        self._pending += 1
+        self._idle.clear()
+        try:
+            # no ack callback: the room is given back by done_with, once the outcome is committed
+            emitter.send_message(Message(message, nack=functools.partial(self._refused, message.id)))
+        except Exception:
+            self.done_with(message.id)
+            raise
+        return True
+
+    def _refused(self, message_id: int, reason: BaseException) -> None:
+        """The nack of a queued message: its room is free again (the message stays in the store)."""
+        self.done_with(message_id)
+        log.warning("processing channel refused message %s: %r", message_id, reason)
+
+    def writing(self, message_id: int, written: asyncio.Future[Any], ended: Callable[[asyncio.Future[Any]], None]) \
+            -> None:
+        """The outcome of ``message_id`` is being written in the background: its room is freed once ``written`` is
+        done (after ``ended(written)``)."""
+        self._writing.add(written)
+        written.add_done_callback(functools.partial(self._written, message_id, ended))
+
+    def _written(self, message_id: int, ended: Callable[[asyncio.Future[Any]], None],
+                 done: asyncio.Future[Any]) -> None:
+        self._writing.discard(done)
+        try:
+            ended(done)
+        finally:
+            self.done_with(message_id)
+
+    def done_with(self, message_id: int) -> None:
+        """``message_id`` left the pipeline (outcome committed, skipped or refused): its room is free."""
+        if message_id not in self.ids:
+            return
+        self.ids.discard(message_id)
+        self._pending = max(self._pending - 1, 0)
+        if self._pending == 0:
+            self._idle.set()
+        self._room_freed()

@@ -1,0 +1,45 @@
+"""Messages parked on an external system's open circuit breaker (``store.parking``).
+
+A message whose call meets an OPEN breaker is POSTPONED with ``parked_on`` naming the system and no due time: it is
+not claimed while the breaker stays open. When the breaker lets calls through again the engine releases the parked
+messages: :meth:`ParkingStore.release` makes the oldest of them (receive order) due at once, one for a trial call or
+all of them once the breaker is closed. The partial index ``ix_message_parked`` holds them in that order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from openroute.persistence.database import StorePart
+from openroute.persistence.models import PARKED_PREDICATE, message_table
+
+__all__ = ["ParkingStore"]
+
+
+class ParkingStore(StorePart):
+    """The parked messages of ``database``, by external system."""
+
+    def release(self, system: str, now: datetime, limit: int | None = None,
+                connection: sa.Connection | None = None) -> int:
+        """Make the oldest ``limit`` (None: every) message parked on ``system`` due at ``now``; how many were released.
+
+        Each released row leaves the parking (``parked_on`` NULL) and gets a new version, so a snapshot read before
+        the release no longer claims it. On PostgreSQL rows another transaction holds are skipped (``SKIP LOCKED``),
+        never waited for."""
+        c = message_table.c
+        chosen = sa.select(c.id).where(c.parked_on == system, sa.text(PARKED_PREDICATE)).order_by(c.receive_ts, c.id)
+        if limit is not None:
+            chosen = chosen.limit(limit)
+        if self.database.dialect == "postgresql":
+            chosen = chosen.with_for_update(skip_locked=True)
+        statement = (sa.update(message_table).where(c.id.in_(chosen.scalar_subquery()))
+                     .values(parked_on=None, next_attempt_at=now, version=c.version + 1))
+        return int(self.database.run(lambda conn: conn.execute(statement).rowcount, connection))
+
+    def counts(self, connection: sa.Connection | None = None) -> dict[str, int]:
+        """How many messages are parked on each system (systems with none are left out)."""
+        c = message_table.c
+        query = sa.select(c.parked_on, sa.func.count()).where(sa.text(PARKED_PREDICATE)).group_by(c.parked_on)
+        return {str(system): int(count)
+                for system, count in self.database.run(lambda conn: conn.execute(query).all(), connection)}
