@@ -120,8 +120,13 @@ def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Text
         logger.setLevel(logging.NOTSET)
 
 
+#: the error codes of a message that waits on an event (its funnel, an open breaker): its own lines are DEBUG
+_WAITING_CODES = frozenset({"FUNNEL", "CIRCUIT_OPEN"})
+
+
 class TransitionLog:
-    """Engine transition listener: one line per committed state change (INFO; a claim at DEBUG).
+    """Engine transition listener: one line per committed state change (INFO; a claim, and a message that waits for
+    its funnel or parks on an open breaker, at DEBUG).
 
     It remembers each claimed message's attempt number until its outcome, so an outcome line names the attempt
     that ran, as the store's transition row does (a failed count after a failure counts that failure already).
@@ -139,6 +144,10 @@ class TransitionLog:
                 for key in list(self._attempts)[: self._REMEMBERED // 10]:
                     del self._attempts[key]
             self._attempts[message.id] = message.failed_count + 1
+            level = logging.DEBUG
+        elif target == "POSTPONED" and message.last_error_code in _WAITING_CODES:
+            # a message waiting for its funnel or parked on an open breaker: the breaker's own lines and the
+            # parking's summary say it once per system, not once per message
             level = logging.DEBUG
         else:
             level = logging.INFO

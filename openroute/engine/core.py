@@ -62,6 +62,9 @@ log = logging.getLogger("openroute.engine")
 
 T = TypeVar("T")
 
+#: outcomes whose message is due again at a time this node decided (its feeder takes it then)
+_DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
+
 class Engine:
     """One node of the message lifecycle.
 
@@ -455,6 +458,8 @@ class Engine:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         if isinstance(error, CircuitOpenError) and error.parks:
             self._parking.parked(error.system, error.retry_at)
+        elif decision.target in _DUE_LATER and decision.changes.get("next_attempt_at") is not None:
+            self._feeder.due_at(decision.changes["next_attempt_at"])
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
                 self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))

@@ -9,8 +9,9 @@ follows when room frees while the store still holds ready messages: a backlog dr
 it, without a poll's wait, and work is linear in the backlog.
 
 What asks for a feed: an accept that found the queue full (its message stays NEW in the store: accepting never
-waits behind processing), a release of parked messages (here or, by a work signal, on another node), a due time
-(repoll), and room freed while the last feed left ready messages behind.
+waits behind processing), a release of parked messages (here or, by a work signal, on another node), the due time of
+a retry or postponement this node decided (a timer: it runs on time, not at the next repoll), repoll, and room freed
+while the last feed left ready messages behind.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Feeder:
         # feed once this much room is free (claims in batches, not one by one)
         self._threshold = max(1, min(settings.concurrency, queue.limit // 4))
         self._stopped = False
+        self._timer: tuple[datetime, asyncio.TimerHandle] | None = None
 
     # -- what asks for a feed ---------------------------------------------------------------------------------------
     def accepted_unqueued(self) -> None:
@@ -73,6 +75,24 @@ class Feeder:
         self._backlog = True
         if self._queue.room >= self._threshold:
             self._start()
+
+    def due_at(self, when: datetime) -> None:
+        """A message of this node is due at ``when`` (a retry, a postponement): feed then."""
+        if self._stopped:
+            return
+        if self._timer is not None:
+            if self._timer[0] <= when:
+                return
+            self._timer[1].cancel()
+        delay = max((when - self._clock.now()).total_seconds(), 0.0) + 0.002  # the loop's timers may fire early
+        self._timer = (when, asyncio.get_running_loop().call_later(delay, self._due, when))
+
+    def _due(self, when: datetime) -> None:
+        self._timer = None
+        if self._clock.now() < when:  # the loop's clock ran ahead of the wall clock
+            self.due_at(when)
+            return
+        self.wanted()
 
     def room_freed(self) -> None:
         """A message left the queue: feed once enough room is free, if the store still holds ready messages."""
@@ -100,6 +120,9 @@ class Feeder:
     async def stop(self) -> None:
         """Feed no more; wait for a feed in progress."""
         self._stopped = True
+        if self._timer is not None:
+            self._timer[1].cancel()
+            self._timer = None
         if self._feeding is not None:
             await asyncio.wait({self._feeding}, timeout=self._settings.stop_timeout)
 

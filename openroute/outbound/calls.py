@@ -280,9 +280,9 @@ class ExternalCalls:
         rate = rules.failure_rate(node.window, settings)
         if rate is None or rate < settings.failure_rate_threshold:
             return
-        row = await self._read(system.name)
         calls = len(node.window)
-        node.window.clear()
+        node.window.clear()  # before the read: a concurrent failure must not count the same window again
+        row = await self._read(system.name)
         for _ in range(_RACES):
             if row.state is not BreakerState.CLOSED:
                 return  # another node opened it already
