@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from openroute.persistence.models import circuit_breaker_table
 from openroute.persistence.store import MessageStore
 
-__all__ = ["BreakerOutlook", "BreakerRow", "BreakerState", "BreakerStore", "Verdict"]
+__all__ = ["BreakerOutlook", "BreakerRow", "BreakerState", "BreakerStore", "HeldBack", "Verdict"]
 
 
 class BreakerState(enum.StrEnum):
@@ -87,6 +87,26 @@ class BreakerRow:
         }
 
 
+@dataclass(frozen=True)
+class HeldBack:
+    """An external system that holds messages back: its breaker is not CLOSED, or messages are parked on it."""
+
+    system: str
+    state: BreakerState
+    #: in that state since (None: the system has no stored breaker)
+    since: datetime | None
+    open_until: datetime | None
+    #: messages parked on it now
+    parked: int
+
+    def to_json(self) -> dict[str, Any]:
+        """As ``/health`` and the admin API show it."""
+        return {"system": self.system, "state": self.state.value,
+                "since": None if self.since is None else self.since.isoformat(),
+                "openUntil": None if self.open_until is None else self.open_until.isoformat(),
+                "parked": self.parked}
+
+
 def _row(values: Any) -> BreakerRow:
     return BreakerRow(
         system=values.system, state=BreakerState(values.state), changed_at=values.changed_at,
@@ -138,7 +158,16 @@ class BreakerStore:
         with self.store.begin() as connection:
             return connection.execute(statement).rowcount == 1
 
-    def all(self) -> list[BreakerRow]:
+    def holding_back(self, connection: sa.Connection | None = None) -> list[HeldBack]:
+        """The systems that hold messages back (every breaker not CLOSED, every system with parked messages), by
+        name: what the console's dashboard and ``/health`` show."""
+        parked = self.store.parking.counts(connection)
+        rows = {row.system: row for row in self.all(connection)}
+        names = sorted({name for name, row in rows.items() if row.state is not BreakerState.CLOSED} | set(parked))
+        return [HeldBack(name, BreakerState.CLOSED, None, None, parked.get(name, 0)) if (row := rows.get(name)) is None
+                else HeldBack(name, row.state, row.changed_at, row.open_until, parked.get(name, 0)) for name in names]
+
+    def all(self, connection: sa.Connection | None = None) -> list[BreakerRow]:
         """Every stored breaker, by system name."""
         query = sa.select(circuit_breaker_table).order_by(circuit_breaker_table.c.system)
-        return self.store.run(lambda c: [_row(r) for r in c.execute(query)])
+        return self.store.run(lambda c: [_row(r) for r in c.execute(query)], connection)

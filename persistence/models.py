@@ -43,8 +43,9 @@ FINAL_STATES: frozenset[MessageState] = frozenset(
 FUNNEL_WAIT_CODE = "FUNNEL"
 #: which messages are due by time (the partial index ``ix_message_due``; queries repeat it word for word)
 DUE_PREDICATE = "state IN ('PARTLY_FAILED', 'POSTPONED') AND next_attempt_at IS NOT NULL"
-#: which messages are parked on an external system's open breaker (``ix_message_parked``)
-PARKED_PREDICATE = "state = 'POSTPONED' AND parked_on IS NOT NULL"
+#: which messages wait for an external system (``ix_message_parked``): parked on its open breaker (POSTPONED, no due
+#: time) or failed on a call of it (PARTLY_FAILED, due by the retry policy or when its breaker closes)
+PARKED_PREDICATE = "state IN ('POSTPONED', 'PARTLY_FAILED') AND parked_on IS NOT NULL"
 #: which messages wait in a funnel's queue (``ix_message_funnel_queue``)
 FUNNEL_QUEUE_PREDICATE = f"state = 'POSTPONED' AND last_error_code = '{FUNNEL_WAIT_CODE}'"
 
@@ -164,8 +165,9 @@ class MessageRecord(Base):
     #: the W3C traceparent of the span that accepted the message (migration 0012; None while tracing is off): the
     #: parent of its attempts and confirmation on every node (``openroute.tracing``)
     traceparent: Mapped[str | None] = mapped_column(sa.String(55))
-    #: the external system whose open circuit breaker this POSTPONED message waits for (migration 0019): parked, not
-    #: due by time, released when the breaker lets calls through again (``engine/waiting.py``); NULL otherwise
+    #: the external system this message waits for (migration 0019): POSTPONED, parked on its open circuit breaker
+    #: with no due time, or PARTLY_FAILED after a failed call of it; released when the breaker lets calls through
+    #: again (``engine/parking.py``); NULL otherwise
     parked_on: Mapped[str | None] = mapped_column(sa.String(100))
 
     __table_args__ = (

@@ -1,9 +1,11 @@
 """Messages parked on an external system's open circuit breaker (``store.parking``).
 
 A message whose call meets an OPEN breaker is POSTPONED with ``parked_on`` naming the system and no due time: it is
-not claimed while the breaker stays open. When the breaker lets calls through again the engine releases the parked
-messages: :meth:`ParkingStore.release` makes the oldest of them (receive order) due at once, one for a trial call or
-all of them once the breaker is closed. The partial index ``ix_message_parked`` holds them in that order.
+not claimed while the breaker stays open. A message whose call of the system failed is PARTLY_FAILED with
+``parked_on`` too, due by its retry policy. When the breaker lets calls through again the engine releases them:
+:meth:`ParkingStore.release` makes the oldest parked ones (receive order) due at once, one for a trial call or all of
+them once the breaker is closed, with the ones that failed before it closed. The partial index
+``ix_message_parked`` holds them in that order.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 from openroute.persistence.database import StorePart
-from openroute.persistence.models import PARKED_PREDICATE, message_table
+from openroute.persistence.models import PARKED_PREDICATE, MessageState, message_table
 
 __all__ = ["ParkingStore"]
 
@@ -20,15 +22,22 @@ __all__ = ["ParkingStore"]
 class ParkingStore(StorePart):
     """The parked messages of ``database``, by external system."""
 
-    def release(self, system: str, now: datetime, limit: int | None = None,
-                connection: sa.Connection | None = None) -> int:
+    def release(self, system: str, now: datetime, limit: int | None = None, *,
+                failed_before: datetime | None = None, connection: sa.Connection | None = None) -> int:
         """Make the oldest ``limit`` (None: every) message parked on ``system`` due at ``now``; how many were released.
 
-        Each released row leaves the parking (``parked_on`` NULL) and gets a new version, so a snapshot read before
-        the release no longer claims it. On PostgreSQL rows another transaction holds are skipped (``SKIP LOCKED``),
-        never waited for."""
+        With ``failed_before`` (the time the breaker closed) the PARTLY_FAILED messages whose call of the system
+        failed by then are released too (their retry is due at once, not at the policy's time); a failure after it,
+        while the breaker is closed, keeps its policy's time. Each released row leaves the parking (``parked_on``
+        NULL) and gets a new version, so a snapshot read before the release no longer claims it. On PostgreSQL rows
+        another transaction holds are skipped (``SKIP LOCKED``), never waited for."""
         c = message_table.c
-        chosen = sa.select(c.id).where(c.parked_on == system, sa.text(PARKED_PREDICATE)).order_by(c.receive_ts, c.id)
+        waiting = c.state == sa.literal_column(f"'{MessageState.POSTPONED.value}'")
+        if failed_before is not None:
+            waiting = sa.or_(waiting, sa.and_(c.state == sa.literal_column(f"'{MessageState.PARTLY_FAILED.value}'"),
+                                              c.last_update_ts <= failed_before))
+        chosen = (sa.select(c.id).where(c.parked_on == system, sa.text(PARKED_PREDICATE), waiting)
+                  .order_by(c.receive_ts, c.id))
         if limit is not None:
             chosen = chosen.limit(limit)
         if self.database.dialect == "postgresql":
@@ -38,8 +47,10 @@ class ParkingStore(StorePart):
         return int(self.database.run(lambda conn: conn.execute(statement).rowcount, connection))
 
     def counts(self, connection: sa.Connection | None = None) -> dict[str, int]:
-        """How many messages are parked on each system (systems with none are left out)."""
+        """How many messages are parked (POSTPONED, no due time) on each system (systems with none are left out)."""
         c = message_table.c
-        query = sa.select(c.parked_on, sa.func.count()).where(sa.text(PARKED_PREDICATE)).group_by(c.parked_on)
+        query = (sa.select(c.parked_on, sa.func.count())
+                 .where(sa.text(PARKED_PREDICATE), c.state == sa.literal_column(f"'{MessageState.POSTPONED.value}'"))
+                 .group_by(c.parked_on))
         return {str(system): int(count)
                 for system, count in self.database.run(lambda conn: conn.execute(query).all(), connection)}

@@ -136,6 +136,16 @@ def _breaker_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -
     except Exception as error:  # a scrape must still answer when the database is down
         failed(error, "the circuit breakers")
     yield states
+    parked = GaugeMetricFamily(
+        "openroute_parked_messages", "Messages parked on an external system's open circuit breaker",
+        labels=["system"],
+    )
+    try:
+        for system, count in sorted(engine.store.parking.counts().items()):
+            parked.add_metric([system], count)
+    except Exception as error:  # a scrape must still answer when the database is down
+        failed(error, "the parked messages")
+    yield parked
     calls = CounterMetricFamily(
         "openroute_external_calls", "Calls of this node to external systems by outcome (REFUSED: by the breaker)",
         labels=["system", "outcome"],
@@ -240,19 +250,23 @@ def health_route(engine: Engine, timeout: float = 5.0,
                  channels: Callable[[], Mapping[str, str]] | None = None) -> Route:
     """``GET /health``: 200 when the database answers (and the engine runs), 503 with the reason otherwise.
 
+    The body lists the external systems that hold messages back (``breakers``: each breaker that is not CLOSED and
+    each system with parked messages, ``BreakerStore.holding_back``); they do not change the status: the node works.
+
     With ``channels`` (``{channel: "connected" | ...}``, e.g. :meth:`ChannelInbound.health
     <openroute.inbound.channel.ChannelInbound.health>`) the body has ``channels``, and a channel that is not
     connected makes the status ``degraded`` (still 200: the HTTP endpoints work)."""
 
-    def ping() -> None:
+    def ping() -> list[dict[str, Any]]:
         with engine.store.engine.connect() as connection:
             connection.execute(sa.text("SELECT 1"))
+            return [held.to_json() for held in BreakerStore(engine.store).holding_back(connection)]
 
     async def health(_request: Request) -> Response:
         body: dict[str, Any] = {"engine": "running" if engine.running else "stopped", "node": engine.node_id}
         try:
             with anyio.fail_after(timeout):
-                await anyio.to_thread.run_sync(ping, abandon_on_cancel=True)
+                body["breakers"] = await anyio.to_thread.run_sync(ping, abandon_on_cancel=True)
             body["database"] = "ok"
         except Exception as error:
             body["database"] = f"unavailable: {type(error).__name__}"

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from openroute import errors as core_errors
 from openroute.engine.outcome import ErrorCode as EngineErrorCode
 from openroute.persistence import FINAL_STATES, MessageState, message_table
+from openroute.persistence.breaker import BreakerStore, HeldBack
 from openroute.persistence.store import MessageStore
 
 #: the dashboard's throughput window (whole minutes: the current one and those before it) and its buckets
@@ -55,6 +56,8 @@ class Dashboard:
     #: routes with FAILED or PARTLY_FAILED messages whose latest failure is less than :data:`FAILING_WINDOW` old,
     #: worst first: their messages in those states now, that latest failure's time (``last``) and error code
     failing_routes: list[dict[str, Any]] = field(default_factory=list)
+    #: the external systems holding messages back (breaker not CLOSED, or messages parked on it), by name
+    held_back: list[HeldBack] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -93,6 +96,7 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
         by_minute = store.counts.finished_by_minute(connection, first_minute, mark=mark)
         oldest_row = connection.execute(_OLDEST).first()
         latest = _latest_failures(connection, [route for route, states in by_route.items() if _failing(states)])
+        held_back = BreakerStore(store).holding_back(connection)
     by_state: dict[MessageState, int] = {}
     for states in by_route.values():
         for state, count in states.items():
@@ -118,7 +122,7 @@ def dashboard(store: MessageStore, now: datetime) -> Dashboard:
         if last >= since
     ]
     worst = sorted(failing, key=lambda e: (-e["FAILED"], -e["PARTLY_FAILED"], e["service"], e["operation"]))
-    return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst)
+    return Dashboard(now, by_state, by_route, finished, throughput, oldest, worst, held_back)
 
 
 #: the failing states, written into the SQL (``literal_execute``): a partial index is used only for a query whose

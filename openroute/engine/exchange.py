@@ -30,7 +30,7 @@ from openroute.engine.idempotency import (
     using_idempotency_key,
 )
 from openroute.engine.outcome import ErrorCode
-from openroute.errors import BusinessError, ConfigurationError, TechnicalError
+from openroute.errors import BusinessError, CircuitOpenError, ConfigurationError, TechnicalError, ValidationError
 from openroute.message import InboundMessage
 from openroute.persistence import EntityCallStatus, ExternalCallStatus, MessageStore, NewMessage, StoredMessage
 from openroute.persistence.breaker import BreakerOutlook
@@ -103,6 +103,9 @@ class Exchange:
     route: Route | None = field(default=None, repr=False)
     #: what the exchange may ask of the engine running it (set by the engine; None: not attached)
     runtime: AttemptRuntime | None = field(default=None, repr=False, compare=False)
+    #: the declared external system whose call failed technically in this attempt (None: none did): a technical
+    #: outcome of the attempt then also waits for that system (released early when its breaker closes)
+    failed_on: str | None = field(default=None, init=False, compare=False)
     _body: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -398,7 +401,16 @@ class Exchange:
             idempotency_key = current_idempotency_key()
             return call(idempotency_key=idempotency_key) if how == "keyword" else call(idempotency_key)
 
-        return lambda: guard.guard(system, key, message, keyed)
+        async def guarded() -> Any:
+            try:
+                return await guard.guard(system, key, message, keyed)
+            except (BusinessError, ValidationError, CircuitOpenError):
+                raise  # an answer, or a call not made: not a failure of the system
+            except Exception:
+                self.failed_on = system
+                raise
+
+        return guarded
 
     def _require_runtime(self) -> AttemptRuntime:
         if self.runtime is None:

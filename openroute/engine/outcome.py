@@ -125,6 +125,7 @@ def after_attempt(
     policy: RetryPolicy,
     postpone_interval: timedelta,
     now: datetime,
+    failed_on: str | None = None,
 ) -> Decision:
     """The outcome of one processing attempt of ``message`` that ended with ``error`` (None: the steps ran).
 
@@ -133,7 +134,9 @@ def after_attempt(
     message's transition rows). A business or validation error: FAILED at once. Any other
     error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT; a :class:`CircuitOpenError`:
     parked on its system, no attempt counted, see :func:`parked`): PARTLY_FAILED with the failed count + 1
-    (unchanged when ``no_effect``) and due per ``policy``, or FAILED when that count exhausts the policy. Custom
+    (unchanged when ``no_effect``) and due per ``policy``, or FAILED when that count exhausts the policy (a failed
+    call of the declared system ``failed_on`` also makes the PARTLY_FAILED message wait for that system: released
+    at once when its breaker closes, whatever its due time). Custom
     data or business errors that are not JSON turn the attempt into a validation error (the message keeps its
     previous custom data).
     """
@@ -146,7 +149,8 @@ def after_attempt(
     except (TypeError, ValueError) as bad:
         custom_data = message.custom_data
         error = ValidationError(f"custom data or business errors are not JSON: {bad}")
-    changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors)}
+    changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors),
+                               "parked_on": None}
     if error is None:
         changes.update(_cleared(message))
         if postponed_for is not None:
@@ -180,7 +184,8 @@ def after_attempt(
         return Decision(MessageState.PARTLY_FAILED, changes)
     failed = message.failed_count + 1
     due = policy.next_attempt(failed, now)
-    changes.update(failed_count=failed, next_attempt_at=due)
+    # a failed call of a declared system: retried when due, or as soon as that system's breaker closes
+    changes.update(failed_count=failed, next_attempt_at=due, parked_on=failed_on if due is not None else None)
     return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, changes)
 
 
@@ -206,6 +211,7 @@ def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Dec
     return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, {
         "failed_count": failed,
         "next_attempt_at": now if due is not None else None,
+        "parked_on": None,
         "last_error_code": ErrorCode.PROCESSING_ABANDONED.value,
         "last_error_text": f"node {message.node_id} did not finish processing (started {message.start_process_ts})",
         "last_error_trace": None,

@@ -142,7 +142,8 @@ class Parking:
         outlook = await self.guard.outlook(system) if self.guard is not None else None
         now = self.clock.now()
         if outlook is None or outlook.verdict is Verdict.ALLOW:
-            released = await self._release(system, now, None)
+            # with the parked ones, the messages whose call failed before the breaker closed are retried at once
+            released = await self._release(system, now, None, failed_before=now if outlook is None else outlook.since)
             if released:
                 state = "CLOSED" if outlook is not None else "without a breaker"
                 log.info("%d message(s) parked on %s released (breaker %s)", released, system, state)
@@ -167,8 +168,10 @@ class Parking:
         else:
             self._trial_released.pop(system, None)
 
-    async def _release(self, system: str, now: datetime, limit: int | None) -> int:
-        released: int = await self._run_db(lambda: self.store.parking.release(system, now, limit))
+    async def _release(self, system: str, now: datetime, limit: int | None,
+                       failed_before: datetime | None = None) -> int:
+        released: int = await self._run_db(
+            lambda: self.store.parking.release(system, now, limit, failed_before=failed_before))
         if released:
             self.released += released
             self._ready()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.message import InboundMessage
-from openroute.outbound import BreakerSettings, ExternalCalls, ExternalSystem
+from openroute.outbound import BreakerSettings, BreakerState, ExternalCalls, ExternalSystem
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
@@ -96,3 +97,40 @@ async def test_the_message_detail_shows_its_call_records(node: tuple[Engine, htt
     page = await client.get(f"/console/messages/{accepted.message_id}", headers=VIEWER)
     assert page.status_code == 200 and 'id="call-records"' in page.text
     assert "{&#34;pin&#34;: &#34;***&#34;}" in page.text
+
+
+async def test_health_metrics_and_the_dashboard_show_the_open_breaker_and_its_parked_messages(sqlite_url: str) -> None:
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    clock = ManualClock(NOW)
+    calls = ExternalCalls(store, [ExternalSystem("HLR")], clock=clock)
+
+    async def activate(exchange: Any) -> None:
+        await exchange.ext_call("activate", lambda: "done", system="HLR")
+
+    engine = Engine(store, RouteRegistry([Route("crm", "activate", [activate])]),
+                    EngineSettings(repoll_interval=None, node_id="n1"), clock=clock, external_calls=calls)
+    auth = AdminAuth([AdminUser("ops", "ops-secret"), AdminUser("viewer", "viewer-secret", frozenset({"web"}))])
+    app = create_app(engine, admin_auth=auth, manage_engine=False)
+    await engine.start()
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver") as client:
+            healthy = (await client.get("/health")).json()
+            assert healthy["status"] == "ok" and healthy["breakers"] == []
+            await calls.force("HLR", BreakerState.OPEN, "ops")
+            for i in range(3):
+                await engine.accept(InboundMessage(service="crm", operation="activate", payload="{}",
+                                                   content_type="application/json", correlation_id=f"p-{i}",
+                                                   source_system="crm"))
+            await engine.wait_idle(10)
+            health = await client.get("/health")
+            assert health.status_code == 200 and health.json()["status"] == "ok", "the node works: only the body says"
+            assert health.json()["breakers"] == [{"system": "HLR", "state": "OPEN", "since": NOW.isoformat(),
+                                                  "openUntil": None, "parked": 3}]
+            assert 'openroute_parked_messages{system="HLR"} 3.0' in (await client.get("/metrics")).text
+            page = await client.get("/console/", headers=VIEWER)
+            assert page.status_code == 200 and 'id="held-back-HLR"' in page.text
+            assert "breaker-OPEN" in page.text and ">3</a>" in page.text
+    finally:
+        await engine.stop()
+        store.dispose()

@@ -41,7 +41,8 @@ def attempt(error: BaseException | None, msg: StoredMessage | None = None, **opt
 def test_steps_that_run_through_end_ok_with_their_custom_data() -> None:
     decision = attempt(None)
     assert decision.target is MessageState.OK and decision.final
-    assert decision.changes == {"custom_data": {"seen": 2}, "business_errors": [], "next_attempt_at": None}
+    assert decision.changes == {"custom_data": {"seen": 2}, "business_errors": [], "next_attempt_at": None,
+                                "parked_on": None}
 
 
 def test_a_split_waits_for_its_children_and_a_postponed_attempt_is_due_after_its_delay() -> None:
@@ -184,7 +185,7 @@ def test_a_refused_call_parks_on_its_system_without_an_attempt_unless_nodes_race
         assert decision.changes["parked_on"] == "HLR" and decision.changes["next_attempt_at"] is None, state
         assert decision.changes["last_error_code"] == "CIRCUIT_OPEN"
     raced = attempt(CircuitOpenError("HLR", NOW + timedelta(seconds=1), "contended"))
-    assert raced.target is MessageState.POSTPONED and "parked_on" not in raced.changes
+    assert raced.target is MessageState.POSTPONED and raced.changes["parked_on"] is None
     assert raced.changes["next_attempt_at"] == NOW + timedelta(seconds=1), "due again soon: not parked"
 
 

@@ -6,7 +6,6 @@ message is released at once, in receive order, and the system's bulkhead paces t
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -115,13 +114,19 @@ async def test_parked_messages_wait_for_the_breaker_and_are_released_when_it_clo
     finally:
         await engine.stop()
     # a waiting message is not claimed to find out it must still wait: one run before its park and one after its
-    # release; a real failure (a trial, or a call made before the breaker opened) adds its retry, which may park
+    # release; a real failure (a trial, or a call made before the breaker opened) adds its retry, which may park,
+    # and a message released for a trial whose place a due retry took parks again (at most once per open period)
+    periods = 4
+    total_runs = total_failures = 0
     for message_id, history in _moves(store, ids).items():
         runs = sum(1 for move in history if move[1] == "PROCESSING")
         failures = sum(1 for move in history if move[1] == "PARTLY_FAILED")
         parks = sum(1 for move in history if move[1] == "POSTPONED")
         shown = f"{message_id}: " + " ".join(f"{move[1]}:{move[2]}" for move in history)
-        assert runs <= 2 + 2 * failures and parks <= 1 + failures, shown
+        assert runs <= 2 + 2 * failures + periods and parks <= 1 + failures + periods, shown
+        total_runs += runs
+        total_failures += failures
+    assert total_runs <= 2 * len(ids) + 2 * total_failures + 2 * periods, total_runs
     released = [r.getMessage() for r in caplog.records if "released (breaker CLOSED)" in r.getMessage()]
     assert released and all(r.levelno == logging.INFO for r in caplog.records if "released (breaker" in r.getMessage())
     park_lines = [r for r in caplog.records if "-> POSTPONED" in r.getMessage() and "CIRCUIT_OPEN" in r.getMessage()]
@@ -195,8 +200,8 @@ async def test_a_bulkhead_holds_the_calls_in_flight_and_their_rate(store: Messag
 
     await asyncio.gather(*(call() for _ in range(10)))
     assert most == 2 and bulkhead.in_flight == 0 and bulkhead.waiting == 0
-    gaps = [later - earlier for earlier, later in itertools.pairwise(starts)]
-    assert min(gaps) >= 0.019 - 0.005, "at most 50 starts per second"
+    # each start reserves the next instant the rate allows: a late wake-up only slows it, it never bursts
+    assert (len(starts) - 1) / (starts[-1] - starts[0]) <= 50 * 1.02, "at most 50 starts per second"
 
 
 @pytest.mark.parametrize("limits", [{"max_concurrent_calls": 0}, {"max_concurrent_calls": 1.5},
@@ -207,3 +212,55 @@ def test_bad_bulkhead_limits_are_configuration_errors_naming_the_system(limits: 
 
     with pytest.raises(ConfigurationError, match="external system REMOTE: max_"):
         ExternalSystem("REMOTE", **limits)
+
+
+async def test_messages_that_failed_on_the_system_are_retried_when_its_breaker_closes_not_at_their_retry_time(
+    store: MessageStore,
+) -> None:
+    """The calls made before the breaker opened failed: those messages are PARTLY_FAILED, due in an hour by their
+    policy, and wait for the system too; when the breaker closes they run at once with the parked ones."""
+    remote = Remote()
+
+    async def call_remote(exchange: Any) -> None:
+        await exchange.ext_call("call", remote.call, system="REMOTE")
+
+    route = Route("crm", "activate", [call_remote], retry_policy=RetryPolicy(max_attempts=5,
+                                                                          interval=timedelta(hours=1)))
+    engine = Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"),
+                    external_calls=ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BREAKER)]))
+    await engine.start()
+    try:
+        ids = [(await engine.accept(_inbound(f"m-{i}"))).message_id for i in range(12)]
+        await _until(lambda: store.count_by_state().get(S.PROCESSING, 0) == 0
+                     and sum(store.count_by_state().values()) == 12, "every message failed or parked")
+        failed = [m for m in (store.get(i) for i in ids) if m is not None and m.state is S.PARTLY_FAILED]
+        assert failed and all(m.parked_on == "REMOTE" and m.next_attempt_at is not None for m in failed)
+        remote.down = False  # the next trial succeeds (the oldest parked message's call)
+        await _until(lambda: store.count_by_state() == {S.OK: 12}, "all OK at once, none waits for its hour")
+    finally:
+        await engine.stop()
+
+
+async def test_a_failure_while_the_breaker_is_closed_keeps_its_retry_time(store: MessageStore) -> None:
+    """A flaky call (the breaker stays CLOSED) is retried at its policy's time: only a breaker's close releases the
+    messages that failed on the system before it."""
+    remote = Remote()
+    remote.down = True
+
+    async def call_remote(exchange: Any) -> None:
+        await exchange.ext_call("call", remote.call, system="REMOTE")
+
+    route = Route("crm", "activate", [call_remote], retry_policy=RetryPolicy(max_attempts=5,
+                                                                          interval=timedelta(hours=1)))
+    engine = Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"),
+                    external_calls=ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BREAKER)]))
+    await engine.start()
+    try:
+        flaky = await engine.accept(_inbound("flaky"))
+        await _until(lambda: (m := store.get(flaky.message_id)) is not None and m.state is S.PARTLY_FAILED, "failed")
+        await engine.repoll_once()  # the survey looks at the systems with parked messages: none is parked
+        await asyncio.sleep(0.2)
+        row = store.get(flaky.message_id)
+        assert row is not None and row.state is S.PARTLY_FAILED and row.failed_count == 1, "not retried early"
+    finally:
+        await engine.stop()

@@ -4,13 +4,14 @@ Revision ID: 0019
 Revises: 0018
 Create Date: 2026-12-05 23:00:00
 
-- ``message.parked_on``: the external system whose open circuit breaker a POSTPONED message waits for. A parked
-  message has no due time: it is released (made due, in receive order) when the breaker lets calls through again,
-  instead of being claimed at every open period to find out it must still wait.
+- ``message.parked_on``: the external system a message waits for. A POSTPONED message parked on its open circuit
+  breaker has no due time: it is released (made due, in receive order) when the breaker lets calls through again,
+  instead of being claimed at every open period to find out it must still wait. A PARTLY_FAILED message whose call
+  of the system failed is due by its retry policy, or at once when the breaker closes.
 - ``ix_message_due (next_attempt_at, id)``, partial (PARTLY_FAILED / POSTPONED with a due time): the feeder takes
   the due messages in due order from the index, with no sort over the backlog, whatever its size.
-- ``ix_message_parked (parked_on, receive_ts, id)``, partial (parked messages): the release of one system's parked
-  messages in receive order.
+- ``ix_message_parked (parked_on, receive_ts, id)``, partial (messages waiting for a system): the release of one
+  system's messages in receive order.
 - ``ix_message_funnel_queue (funnel_value, receive_ts, id)``, partial (messages queued behind their funnel, error
   code FUNNEL): the message a funnel's release hands the funnel to.
 
@@ -30,7 +31,8 @@ down_revision = "0018"
 _INDEXES = (
     ("ix_message_due", ["next_attempt_at", "id"],
      "state IN ('PARTLY_FAILED', 'POSTPONED') AND next_attempt_at IS NOT NULL"),
-    ("ix_message_parked", ["parked_on", "receive_ts", "id"], "state = 'POSTPONED' AND parked_on IS NOT NULL"),
+    ("ix_message_parked", ["parked_on", "receive_ts", "id"],
+     "state IN ('POSTPONED', 'PARTLY_FAILED') AND parked_on IS NOT NULL"),
     ("ix_message_funnel_queue", ["funnel_value", "receive_ts", "id"],
      "state = 'POSTPONED' AND last_error_code = 'FUNNEL'"),
 )
