@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from openroute.persistence.models import MessageState, UTCDateTime, message_table, message_transition_table
+from openroute.persistence.column_types import UTCDateTime
+from openroute.persistence.models import MessageState, message_table, message_transition_table
 
 #: the columns of a new ``message`` row, in the order of the INSERT's values
 #: the grouped claim on PostgreSQL (parameters: state, node id, start and update time, the ids, their versions): rows

@@ -56,11 +56,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._hot_path import _bad_parameter
+from openroute.persistence.column_types import UTCDateTime
 from openroute.persistence.database import StorePart, upsert
 from openroute.persistence.models import (
     FINAL_STATES,
     MessageState,
-    UTCDateTime,
     message_count_delta_table,
     message_count_mark_table,
     message_count_table,
