@@ -218,8 +218,17 @@ class Engine:
         return self._queue.in_flight
 
     async def wait_idle(self, timeout: float) -> None:
-        """Wait until nothing is queued or in flight on this node; TimeoutError after ``timeout`` seconds."""
-        await self._queue.wait_idle(timeout)
+        """Wait until nothing is queued or in flight on this node, and no feed or release of parked messages is under
+        way (they would queue more); TimeoutError after ``timeout`` seconds."""
+        async with asyncio.timeout(timeout):
+            while True:
+                await self._queue.wait_idle(timeout)
+                busy = self._feeder.in_progress() | self._parking.in_progress()
+                if not busy:
+                    if self._queue.queued == 0 and self._queue.in_flight == 0:
+                        return
+                    continue
+                await asyncio.wait(busy)
 
     # -- accept ---------------------------------------------------------------------------------
     def check_inbound(self, inbound: InboundMessage) -> Route:

@@ -117,6 +117,10 @@ class Feeder:
             self._again = False
             self.room_freed()
 
+    def in_progress(self) -> set[asyncio.Future[int]]:
+        """The feed running now (empty when none)."""
+        return set() if self._feeding is None else {self._feeding}
+
     async def stop(self) -> None:
         """Feed no more; wait for a feed in progress."""
         self._stopped = True

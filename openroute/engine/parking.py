@@ -84,6 +84,10 @@ class Parking:
         if self._checking:
             await asyncio.wait(set(self._checking.values()), timeout=5)
 
+    def in_progress(self) -> set[asyncio.Task[None]]:
+        """The checks of breakers running now."""
+        return set(self._checking.values())
+
     # -- events -----------------------------------------------------------------------------------------------------
     def parked(self, system: str, retry_at: datetime | None) -> None:
         """A message of this node parked on ``system`` (committed): look at the breaker again at ``retry_at``."""
