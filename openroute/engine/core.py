@@ -470,6 +470,8 @@ class Engine:
             self._parking.parked(error.system, error.retry_at)
         elif decision.target in _DUE_LATER and decision.changes.get("next_attempt_at") is not None:
             self._feeder.due_at(decision.changes["next_attempt_at"])
+            if decision.changes.get("parked_on") is not None:  # a failed call: look at that system's breaker
+                self._parking.parked(decision.changes["parked_on"], now)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
                 self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))

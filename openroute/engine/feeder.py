@@ -61,6 +61,8 @@ class Feeder:
         self._again = False
         # feed once this much room is free (claims in batches, not one by one)
         self._threshold = max(1, min(settings.concurrency, queue.limit // 4))
+        # a feed's claim is one writer transaction: kept short, so that the accepts queued behind it wait little
+        self._batch = max(1, min(settings.concurrency, settings.repoll_batch))
         self._stopped = False
         self._timer: tuple[datetime, asyncio.TimerHandle] | None = None
 
@@ -134,7 +136,7 @@ class Feeder:
         queued = 0
         while not self._stopped:
             self._again = False
-            room = min(self._queue.room, self._settings.repoll_batch)
+            room = min(self._queue.room, self._batch)
             if room < 1:
                 break
             now = self._clock.now()

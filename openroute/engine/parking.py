@@ -90,7 +90,8 @@ class Parking:
 
     # -- events -----------------------------------------------------------------------------------------------------
     def parked(self, system: str, retry_at: datetime | None) -> None:
-        """A message of this node parked on ``system`` (committed): look at the breaker again at ``retry_at``."""
+        """A message of this node parked on ``system``, or failed on a call of it: look at the breaker at
+        ``retry_at``."""
         self._schedule(system, retry_at)
 
     def changed(self, system: str) -> None:
@@ -164,7 +165,9 @@ class Parking:
         if earlier is not None and now - earlier < TRIAL_PATIENCE:
             self._schedule(system, earlier + TRIAL_PATIENCE)
             return
-        released = await self._release(system, now, 1)
+        # the oldest waiting message: parked, or failed on the system (when every message failed before the breaker
+        # opened, none parked: one of them makes the trial rather than its hour's retry)
+        released = await self._release(system, now, 1, failed_before=now)
         if released:
             self._trial_released[system] = now
             log.debug("breaker %s %s: one parked message released for a trial call", system, outlook.state.value)
