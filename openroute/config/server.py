@@ -22,6 +22,7 @@ from openroute.config.sections import (
     InboundConfig,
     LogConfig,
     RetentionConfig,
+    ServerHttpConfig,
 )
 from openroute.config.tracing import TracingConfig
 from openroute.config.values import DEFAULT_DATABASE_URL, ENV_PREFIX
@@ -44,6 +45,10 @@ class ServerConfig(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     #: bring the schema to the newest migration at start (else an old schema stops the start)
     migrate: bool = False
+    #: names whose values are masked in every output besides the built-in ones (password, apikey, token, ...;
+    #: :func:`openroute.persistence.mask_secrets`)
+    secret_names: list[str] = []
+    server: ServerHttpConfig = ServerHttpConfig()
     log: LogConfig = LogConfig()
     tracing: TracingConfig = TracingConfig()
     engine: EngineConfig = EngineConfig()
