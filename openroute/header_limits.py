@@ -80,15 +80,27 @@ class _Refusal:
     transport: asyncio.Transport
     client: tuple[str, int] | None
     _refused: str | None = None
+    _answered = False
 
     def _refuse(self, reason: str) -> None:
+        """Read nothing more of this connection; answer 431 once the answers of earlier requests are sent."""
         if self._refused is not None:
             return
         self._refused = reason
+        if self._may_answer():
+            self._answer()
+
+    def _may_answer(self) -> bool:
+        return True
+
+    def _answer(self) -> None:
+        if self._answered or self._refused is None:
+            return
+        self._answered = True
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
-        log.warning("request from %s refused with 431: %s; connection closed", client, reason)
+        log.warning("request from %s refused with 431: %s; connection closed", client, self._refused)
         if not self.transport.is_closing():
-            self.transport.write(_answer(reason))
+            self.transport.write(_answer(self._refused))
             self.transport.close()
 
     def _too_many(self, count: int) -> str:
@@ -158,6 +170,16 @@ class _HttpToolsLimits(_Refusal):
             return
         self._in_head, self._arriving = True, 0
         super().on_message_complete()  # type: ignore[misc]
+
+    def _may_answer(self) -> bool:
+        # a request refused behind pipelined ones is answered after them, in order
+        cycle = getattr(self, "cycle", None)
+        return cycle is None or bool(cycle.response_complete)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        if self._refused is not None and not getattr(self, "pipeline", None):
+            self._answer()
 
 
 # the end of a head: an empty line (h11 accepts a bare "\n" as a line end)

@@ -103,7 +103,6 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
     from openroute.config import load_config
     from openroute.errors import ConfigurationError, DeploymentError
     from openroute.logs import configure_logging
-    from openroute.persistence import add_secret_names
 
     overrides = {"routes": args.routes, "host": args.host, "port": args.port, "database_url": args.database_url,
                  "migrate": args.migrate,
@@ -114,7 +113,6 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
         tracing_on = config.tracing.start()
     except ConfigurationError as error:
         raise StartupError(EXIT_CONFIGURATION, str(error)) from None
-    add_secret_names(config.secret_names)  # before the first line is logged
     configure_logging(config.log.level, config.log.format)
     if tracing_on:
         log.info("tracing on: spans of service %s exported by OTLP to %s", config.tracing.service_name,

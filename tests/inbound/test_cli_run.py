@@ -15,11 +15,9 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
@@ -97,22 +95,6 @@ class Server:
     @property
     def output(self) -> str:
         return "".join(self.lines)
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[type[Server]]:
-    started: list[Server] = []
-
-    class Started(Server):
-        def __init__(self, args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
-            super().__init__(args, cwd, env if env is not None else _environment())
-            started.append(self)
-
-    yield Started
-    for server in started:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait(30)
 
 
 def run_fails(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
