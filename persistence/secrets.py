@@ -47,7 +47,8 @@ SECRET_NAMES: tuple[str, ...] = (
     "passwd", "pwd", "secret",
 )
 
-_added: frozenset[str] = frozenset()
+#: the names masked in this process (:data:`SECRET_NAMES` and those added)
+_names: frozenset[str] = frozenset(SECRET_NAMES)
 
 # user:password@ after a scheme (any URL: database, JDBC, HTTP); the password runs to the last "@" before the path,
 # so an unencoded "@" in it is masked too
@@ -60,15 +61,15 @@ _AUTH_SCHEME = r"(?:(?:Basic|Bearer|Digest|Negotiate|NTLM|Token|HOBA|Mutual|AWS4
 
 def add_secret_names(names: Iterable[str]) -> None:
     """Mask the values of ``names`` too, everywhere in this process from now on (besides :data:`SECRET_NAMES`)."""
-    global _added
+    global _names
     cleaned = {name.strip().lower() for name in names if isinstance(name, str) and name.strip()}
-    if not cleaned <= _added:
-        _added = _added | cleaned
+    if not cleaned <= _names:
+        _names = _names | cleaned
 
 
 def secret_names() -> frozenset[str]:
     """The names masked in this process: :data:`SECRET_NAMES` and those of :func:`add_secret_names`."""
-    return frozenset(SECRET_NAMES) | _added
+    return _names
 
 
 def masked_url(url: Any) -> str:
@@ -92,7 +93,7 @@ def mask_secrets(text: str, names: Iterable[str] = ()) -> str:
     if "://" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
     extra = frozenset(name.lower() for name in names if isinstance(name, str) and name)
-    wanted = secret_names() | extra
+    wanted = _names | extra if extra else _names
     lowered = text.lower().replace("-", "_")
     present = frozenset(name for name in wanted if name.replace("-", "_") in lowered)
     if not present:
@@ -110,7 +111,7 @@ def masked_value(value: Any, names: Iterable[str] = ()) -> Any:
         return mask_secrets(value, names)
     if isinstance(value, dict):
         extra = tuple(names)
-        secret = _name_matcher(secret_names() | {name.lower() for name in extra})
+        secret = _name_matcher(_names | {name.lower() for name in extra})
         return {key: MASK if isinstance(key, str) and secret(key) else masked_value(item, extra)
                 for key, item in value.items()}
     if isinstance(value, list | tuple):
