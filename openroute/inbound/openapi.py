@@ -33,7 +33,6 @@ __all__ = ["InboundContract", "inbound_openapi", "swagger_ui_assets"]
 _ASSETS = {
     "swagger-ui.css": "text/css",
     "swagger-ui-bundle.js": "text/javascript",
-    "swagger-ui-standalone-preset.js": "text/javascript",
     "favicon-32x32.png": "image/png",
     "favicon-16x16.png": "image/png",
 }

@@ -349,7 +349,7 @@ async def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collector
     sock = _bind("127.0.0.1", 0)
     gc.unfreeze()
     try:
-        app = _server(config, _load_application(None), store, sock).config.app
+        app = _server(config, _load_application(None), store, sock).config.app.app  # inside StartFailureInOneLine
         assert gc.get_freeze_count() == 0
         async with app.router.lifespan_context(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://node") as client:
