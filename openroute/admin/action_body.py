@@ -3,7 +3,8 @@
 An action's body is a small flat object, so the reader refuses anything else before Python's decoder sees it: a
 body over :data:`MAX_BODY_BYTES` (413 ``PAYLOAD_TOO_LARGE``, not read further) and one nesting deeper than
 :data:`MAX_DEPTH` (400 ``NESTING_TOO_DEEP``: the decoder would recurse once per level, and a few thousand levels
-end in a ``RecursionError``). Anything that is not a JSON object is a 400 ``MALFORMED_PAYLOAD``::
+end in a ``RecursionError``). Anything that is not a JSON object is a 400 ``INVALID_QUERY``, as a bad value of the
+object is::
 
     body = await action_body(request, '{"state": "OPEN"}')
 """
@@ -15,7 +16,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, NestingTooDeepError
+from openroute.admin.filters import InvalidQueryError
+from openroute.inbound.errors import BodyTooLargeError, NestingTooDeepError
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "action_body"]
 
@@ -28,7 +30,7 @@ MAX_DEPTH = 8
 async def action_body(request: Request, example: str) -> dict[str, Any]:
     """The JSON object of ``request``'s body; ``example`` shows the expected body in the error of a wrong one.
 
-    Raises BodyTooLargeError, NestingTooDeepError or MalformedPayloadError (nothing done)."""
+    Raises BodyTooLargeError (413), NestingTooDeepError or InvalidQueryError (400); nothing is done."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -38,16 +40,16 @@ async def action_body(request: Request, example: str) -> dict[str, Any]:
     try:
         text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError:
-        raise MalformedPayloadError(f"the body must be JSON like {example}, got bytes that are not UTF-8") from None
+        raise InvalidQueryError(f"the body must be JSON like {example}, got bytes that are not UTF-8") from None
     # each level opens with a bracket: a text with few of them needs no walk
     if text.count("[") + text.count("{") > MAX_DEPTH and nesting(text) > MAX_DEPTH:
         raise NestingTooDeepError(MAX_DEPTH)
     try:
         body = json.loads(text)
     except ValueError:
-        raise MalformedPayloadError(f"the body must be JSON like {example}") from None
+        raise InvalidQueryError(f"the body must be JSON like {example}") from None
     if not isinstance(body, dict):
-        raise MalformedPayloadError(f"the body must be a JSON object like {example}, got {type(body).__name__}")
+        raise InvalidQueryError(f"the body must be a JSON object like {example}, got {type(body).__name__}")
     return body
 
 

@@ -241,12 +241,15 @@ class InboundEndpoints:
         assert self.throttling is not None  # noqa: S101  narrows an Optional for mypy: the caller checked
         try:
             await self.throttling.check(trace.source_system, operation)
-        except ThrottledError:
+        except ThrottledError as throttled:
             if trace.generated:  # a correlation id made up for this request matches nothing stored
                 raise
             c = message_table.c
-            stored = await anyio.to_thread.run_sync(lambda: self.engine.store.find(
-                c.source_system == trace.source_system, c.correlation_id == trace.correlation_id, limit=1))
+            try:
+                stored = await anyio.to_thread.run_sync(lambda: self.engine.store.find(
+                    c.source_system == trace.source_system, c.correlation_id == trace.correlation_id, limit=1))
+            except Exception:  # the store cannot tell now: the refusal stands (try later, as 429 says)
+                raise throttled from None
             if not stored:
                 raise
             return AcceptResult(stored[0].id, stored[0].correlation_id, True, stored[0].state)
