@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from openroute.confirmation.model import BusinessErrorInfo, ConfirmationRequest
 from openroute.persistence.models import MessageState
+from openroute.persistence.secrets import mask_secrets
 
 __all__ = ["HELD_ERROR_CODE", "confirmation_id_of", "is_held", "request_from_message"]
 
@@ -22,7 +23,8 @@ def _business_errors(raw: object) -> tuple[BusinessErrorInfo, ...]:
     errors = []
     for item in raw or ():  # type: ignore[attr-defined]
         if isinstance(item, dict) and item.get("code"):
-            errors.append(BusinessErrorInfo(str(item["code"]), str(item.get("text") or item.get("message") or "")))
+            text = mask_secrets(str(item.get("text") or item.get("message") or ""))
+            errors.append(BusinessErrorInfo(str(item["code"]), text))
     return tuple(errors)
 
 
@@ -54,7 +56,8 @@ def request_from_message(
         business_errors=_business_errors(row.business_errors),
         # the final state's error only: an OK message that failed before has no error (its history has them)
         error_code=None if outcome_state == "OK" else row.last_error_code,
-        error_text=None if outcome_state == "OK" else row.last_error_text,
+        # stored masked; a row from before that is masked here, before it leaves for the source system
+        error_text=None if outcome_state == "OK" or row.last_error_text is None else mask_secrets(row.last_error_text),
         finished_at=row.last_update_ts,
         traceparent=getattr(row, "traceparent", None),
     )

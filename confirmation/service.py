@@ -47,6 +47,7 @@ from openroute.confirmation.requests import HELD_ERROR_CODE, confirmation_id_of,
 from openroute.persistence import confirmations as table
 from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
+from openroute.persistence.secrets import mask_secrets
 
 from openroute import tracing
 from openroute.clock import Clock
@@ -370,8 +371,10 @@ class ConfirmationService:
                 keeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await keeper
-        if error is not None and len(error) > _MAX_ERROR:
-            error = error[: _MAX_ERROR - 3] + "..."
+        if error is not None:
+            error = mask_secrets(error)  # the target's URL may carry a password or key: stored as shown
+            if len(error) > _MAX_ERROR:
+                error = error[: _MAX_ERROR - 3] + "..."
         outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
         if outcome is AttemptOutcome.SENT:
             log.info("confirmation of message %s (%s) sent (attempt %d)", row.message_id, row.outcome_state, attempt)

@@ -32,7 +32,7 @@ from openroute.persistence.models import (
 )
 from openroute.persistence.nodes import NodeStore
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable
-from openroute.persistence.secrets import mask_secrets, masked_url
+from openroute.persistence.secrets import add_secret_names, mask_secrets, masked_url, masked_value
 from openroute.persistence.store import MessageStore
 from openroute.persistence.throttle import ThrottleCounters
 from openroute.persistence.transitions import GroupConflict, Transitions
@@ -67,6 +67,7 @@ __all__ = [
     "ThrottleCounterRecord",
     "ThrottleCounters",
     "Transitions",
+    "add_secret_names",
     "alembic_config",
     "confirmation_table",
     "create_store_engine",
@@ -77,6 +78,7 @@ __all__ = [
     "is_store_unreachable",
     "mask_secrets",
     "masked_url",
+    "masked_value",
     "message_table",
     "node_table",
     "throttle_counter_table",

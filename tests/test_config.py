@@ -343,6 +343,16 @@ def test_security_settings_are_checked_at_start() -> None:
     assert problems(None, {"inbound": {"request_deadline": 0}}) == [
         "inbound: request_deadline must be positive, got 0:00:00"]
     assert problems(None, {"auth": {"max_failed_logins": 0}})
+    assert problems(None, {"server": {"forwarded_allow_ips": ["10.0.0.0/8", "proxy.example"]}}) == [
+        "server: forwarded_allow_ips: 'proxy.example' is not an IP address, a network (10.0.0.0/8) or \"*\""]
+    assert problems(None, {"inbound": {"max_header_bytes": 100}}) == [
+        "inbound.max_header_bytes: Input should be greater than or equal to 1024, got 100 "
+        "(environment: OPENROUTE_INBOUND__MAX_HEADER_BYTES)"]
+    default = load_config()
+    assert default.server.forwarded_allow_ips == [] and default.secret_names == []  # no proxy is trusted
+    assert (default.inbound.max_header_bytes, default.inbound.max_headers) == (65536, 100)
+    limits = load_config(None, {"inbound": {"max_header_bytes": 8192, "max_headers": 20}}).inbound.header_limits()
+    assert (limits.max_bytes, limits.max_headers) == (8192, 20)
 
 
 def test_retention_section_builds_the_policy_of_the_scheduled_job(tmp_path: Path) -> None:

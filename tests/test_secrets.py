@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import logging
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from openroute.persistence import mask_secrets, masked_url
 
 from openroute.logs import configure_logging
@@ -124,7 +128,9 @@ async def test_error_texts_shown_to_operators_mask_credentials(sqlite_url: str, 
                                                       content_type="application/json", correlation_id="s-1",
                                                       source_system="CRM"))
         await engine.wait_idle(20)
-        assert PLANTED in (store.get(accepted.message_id).last_error_text or "")  # type: ignore[union-attr]
+        # stored masked: a search by error text finds only what is shown
+        stored = store.get(accepted.message_id)
+        assert stored is not None and "svc:***@billing.example" in (stored.last_error_text or "")
         app = create_app(engine, admin_auth=AdminAuth([AdminUser("ops", "ops-secret")]), manage_engine=False)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n",
                                      auth=("ops", "ops-secret")) as http:
@@ -139,3 +145,214 @@ async def test_error_texts_shown_to_operators_mask_credentials(sqlite_url: str, 
     shown = _openroute("messages", "show", str(accepted.message_id), "--database-url", sqlite_url, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "svc:***@billing.example" in shown.stdout and PLANTED not in shown.stdout + shown.stderr
+
+
+# -- the one masking function ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "shown"), [
+    # a password with an unencoded "@": the host is what follows the last "@" before the path
+    ("postgresql+psycopg://ops:p@ss@db:5432/x", "postgresql+psycopg://ops:***@db:5432/x"),
+    ("see http://h:8080/users/a@b.com", "see http://h:8080/users/a@b.com"),  # an address in a path is no password
+    # well-known secret names in query strings, forms, headers and "Password:" lines
+    ("GET https://api.example/v1?apikey=A1&q=1&access_token=A2&sig=A3&api_key=A4&token=A5&secret=A6&x=2",
+     "GET https://api.example/v1?apikey=***&q=1&access_token=***&sig=***&api_key=***&token=***&secret=***&x=2"),
+    ("Authorization: Bearer A7\r\nX-Api-Key: A8\r\nHost: h", "Authorization: Bearer ***\r\nX-Api-Key: ***\r\nHost: h"),
+    ("Password: A9\nUser: bob", "Password: ***\nUser: bob"),
+    ("host=db password=A10 user=ops", "host=db password=*** user=ops"),
+    # JSON anywhere in a text: with a byte order mark, trailing text, or inside a JSON string
+    ('\ufeff{"password": "a\\"b", "n": 1, "refresh_token": 7} and more',
+     '\ufeff{"password": "***", "n": 1, "refresh_token": "***"} and more'),
+    ('{"body": "{\\"password\\": \\"A11\\", \\"ok\\": 1}"}', '{"body": "{\\"password\\": \\"***\\", \\"ok\\": 1}"}'),
+    # XML: an element (CDATA too, any prefix) and an attribute, the element kept whole
+    ("<s:Body><h:password><![CDATA[A12]]></h:password><next>1</next></s:Body>",
+     "<s:Body><h:password>***</h:password><next>1</next></s:Body>"),
+    ('<login user="a" password="A13"/><next>ok</next>', '<login user="a" password="***"/><next>ok</next>'),
+])
+def test_mask_secrets_masks_every_form_of_a_secret(text: str, shown: str) -> None:
+    assert mask_secrets(text) == shown
+    assert mask_secrets(shown) == shown  # masking twice changes nothing
+
+
+def test_names_given_or_added_are_masked_and_json_values_are_masked_member_by_member() -> None:
+    from openroute.persistence import add_secret_names, masked_value
+
+    assert mask_secrets("<pin>1234</pin> pin=5678", ["pin"]) == "<pin>***</pin> pin=***"
+    assert mask_secrets("<cvv2>123</cvv2>") == "<cvv2>123</cvv2>"
+    add_secret_names(["cvv2"])  # the configuration's secret_names: masked everywhere in the process from now on
+    assert mask_secrets("<cvv2>123</cvv2>") == "<cvv2>***</cvv2>"
+    value = {"a": {"Password": 1, "urls": ["http://u:A14@h/"], "note": "apikey=A15"}, "pin": "9", "n": [1]}
+    assert masked_value(value, ["pin"]) == {"a": {"Password": "***", "urls": ["http://u:***@h/"],
+                                                  "note": "apikey=***"}, "pin": "***", "n": [1]}
+    assert masked_url(f"postgresql://ops:{PLANTED}@x@db/openroute") == "postgresql://ops:***@db/openroute"
+
+
+#: the secrets a remote system, a configuration and a route plant, each once, each a distinct word
+S = {name: f"Pl4nted{name}X" for name in ("Url", "Pin", "Token", "Link", "Inner", "Key", "Line", "Attr", "Cdata",
+                                         "Access", "Sig", "Sent", "Confirm", "Alert", "Business")}
+
+
+class _Remote:
+    """The external system BILLING (its answers carry secrets), the source system's confirmation receiver and the
+    alerts' webhook, recording what they were sent."""
+
+    def __init__(self) -> None:
+        self.received: list[str] = []
+
+    async def lookup(self, _request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"pin": S["Pin"], "token": S["Token"], "link": f"https://u:{S['Link']}@h/x",
+                             "nested": json.dumps({"password": S["Inner"]}), "ok": True})
+
+    async def charge(self, _request: Any) -> Any:
+        from starlette.responses import Response
+
+        body = (f'\ufeff{{"apikey": "{S["Key"]}"}} trailing Password: {S["Line"]} <auth pin="{S["Attr"]}">'
+                f'<secret><![CDATA[{S["Cdata"]}]]></secret></auth> https://api/x?access_token={S["Access"]}'
+                f'&sig={S["Sig"]}')
+        return Response(body, 500)
+
+    async def sink(self, request: Any) -> Any:
+        from starlette.responses import Response
+
+        self.received.append((await request.body()).decode())
+        return Response("down", 500)  # the confirmation fails: its error is stored and shown
+
+    def app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.routing import Route as HttpRoute
+
+        return Starlette(routes=[HttpRoute("/api/lookup", self.lookup), HttpRoute("/api/charge", self.charge,
+                                                                                 methods=["POST"]),
+                                 HttpRoute("/confirm", self.sink, methods=["POST"]),
+                                 HttpRoute("/alert", self.sink, methods=["POST"])])
+
+
+async def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
+    """Secrets planted in an external system's URL, its answers, its failure, a business error, a confirmation
+    target and an alert: none reaches the admin API (admin and web role), the console, the CLI, the log, the call
+    records, the outcome events, the confirmation, the alert or a stored error text, and a search by error text
+    does not confirm one."""
+    import httpx
+    from openroute.confirmation import (
+        ConfirmationPolicy,
+        ConfirmationService,
+        DelegateConfirmationCallback,
+        HttpJsonConfirmation,
+    )
+    from openroute.persistence import MessageState, MessageStore
+
+    from openroute.alerts import AlertEvaluator, AlertRule, WebhookNotifier
+    from openroute.engine import Engine, EngineSettings
+    from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
+    from openroute.errors import BusinessError
+    from openroute.inbound import AdminAuth, AdminUser
+    from openroute.logs import AttemptFailureLog, log_transition
+    from openroute.message import InboundMessage
+    from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalHttpClient, ExternalSystem
+    from openroute.retry import RetryPolicy
+    from openroute.route import Route, RouteRegistry
+    from openroute.server import create_app
+    from tests._support.servers import served
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = MessageStore(url)
+    store.create_schema()
+    remote = _Remote()
+    log_stream = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("DEBUG", "text", log_stream)
+    try:
+        async with served(remote.app()) as base:
+            address = base.removeprefix("http://")
+            system = ExternalSystem("BILLING", base_url=f"http://svc:{S['Url']}@x@{address}/api/", timeout=5,
+                                    records=CallRecordSettings(enabled=True, secret_fields=("pin",)))
+            client = ExternalHttpClient("BILLING")
+
+            async def bill(exchange: Any) -> None:
+                if json.loads(exchange.payload).get("business"):
+                    raise BusinessError("REFUSED", f"the card was refused (token={S['Business']})")
+                await exchange.ext_call("lookup", lambda: client.get_json("lookup"), system="BILLING")
+                await exchange.ext_call("charge", lambda: client.post_json("charge", {"pin": S["Sent"]}),
+                                        system="BILLING")
+
+            routes = RouteRegistry([Route("shop", "order", [bill], retry_policy=RetryPolicy(max_attempts=1))])
+            engine = Engine(store, routes, EngineSettings(repoll_interval=None, node_id="secrets"),
+                            interceptors=[AttemptFailureLog()], external_calls=ExternalCalls(store, [system]))
+            engine.transition_listeners.append(log_transition)
+            confirm = HttpJsonConfirmation("CRM", f"{base}/confirm?apikey={S['Confirm']}")
+            confirmation = ConfirmationService(store, DelegateConfirmationCallback([confirm]),
+                                               ConfirmationPolicy(max_attempts=1), node_id="secrets")
+            events = OutboxPublisher(store, [OutcomeEvents("events")],
+                                     {"openroute.messaging.outgoing.events.connector": "in-memory"},
+                                     node_id="secrets", settings=OutboxSettings(interval=0.05), environ={})
+            auth = AdminAuth([AdminUser("ops", "ops-secret"), AdminUser("viewer", "viewer-secret",
+                                                                         frozenset({"web"}))])
+            app = create_app(engine, admin_auth=auth, confirmation=confirmation, outbox=events, manage_engine=False)
+            await engine.start()
+            await events.start()
+            try:
+                ids = [(await engine.accept(InboundMessage(
+                    service="shop", operation="order", payload=json.dumps(body), content_type="application/json",
+                    correlation_id=f"c-{n}", source_system="CRM"))).message_id
+                    for n, body in enumerate(({}, {"business": True}))]
+                await engine.wait_idle(20)
+                await events.publish_once()
+                deadline = asyncio.get_running_loop().time() + 20
+                while len(remote.received) < 2:  # both confirmations tried (each answered 500)
+                    assert asyncio.get_running_loop().time() < deadline, remote.received
+                    await asyncio.sleep(0.02)
+                alerts = AlertEvaluator(store, [AlertRule("failed", states=(MessageState.FAILED,),
+                                                          description=f"page ops (token={S['Alert']})")],
+                                        [WebhookNotifier("hook", f"{base}/alert")], node_id="secrets")
+                await alerts.evaluate_once()
+                outputs: dict[str, str] = {
+                    "confirmations": "\n".join(remote.received),
+                    "events": "\n".join(str(m.payload) for m in
+                                        events.app.connector("in-memory").sink("events").received),
+                }
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://n") as http:
+                    for user, password in (("ops", "ops-secret"), ("viewer", "viewer-secret")):
+                        for message_id in ids:
+                            for path in (f"/admin/messages/{message_id}", f"/console/messages/{message_id}"):
+                                answer = await http.get(path, auth=(user, password))
+                                assert answer.status_code == 200, (path, answer.text)
+                                outputs[f"{user} {path}"] = answer.text
+                    outputs["log"] = log_stream.getvalue()  # before the searches, whose URLs hold the needles
+                    found = {}
+                    for needle in (S["Key"], S["Line"], "apikey", "Password: ***"):
+                        answer = await http.get("/admin/messages", params={"error_text": needle},
+                                                auth=("viewer", "viewer-secret"))
+                        found[needle] = answer.json()["total"]
+            finally:
+                await events.stop()
+                await engine.stop()
+                await client.aclose()
+        with store.engine.connect() as connection:
+            outputs["stored texts"] = "\n".join(str(value) for row in connection.execute(sa.text(
+                "SELECT last_error_text, last_error_trace, business_errors FROM message UNION ALL "
+                "SELECT error_text, error_trace, cause FROM message_transition UNION ALL "
+                "SELECT last_error, call_key, status FROM external_call UNION ALL "
+                "SELECT request, response, error FROM call_record UNION ALL "
+                "SELECT last_error, status, confirmation_id FROM confirmation")) for value in row)
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+        store.dispose()
+    config = tmp_path / "openroute.toml"
+    config.write_text(f'database_url = "{url}"\n\n[external_systems.BILLING]\nbase_url = "http://billing/"\n'
+                      '[external_systems.BILLING.records]\nsecret_fields = ["pin"]\n')
+    for message_id in ids:
+        shown = _openroute("messages", "show", str(message_id), "--config", str(config), cwd=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        outputs[f"cli {message_id}"] = shown.stdout + shown.stderr
+    leaks = {where: sorted(name for name, secret in S.items() if secret in text) for where, text in outputs.items()}
+    assert all(not names for names in leaks.values()), {where: names for where, names in leaks.items() if names}
+    # the texts are there, masked: what was planted went through each path
+    assert "***" in outputs["confirmations"] and "***" in outputs["events"] and "***" in outputs["stored texts"]
+    assert "token=***" in outputs["log"] and "pin" in outputs["ops /admin/messages/1"]
+    # a search by error text matches the text shown, never the secret behind a mask
+    assert found == {S["Key"]: 0, S["Line"]: 0, "apikey": 1, "Password: ***": 1}, found

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from openroute.admin.action_body import action_body
 from openroute.admin.breakers import BreakerAdmin
 from openroute.admin.counts import MessageCounts
 from openroute.admin.cross_site import check_origin, normalize_origins, require_json
@@ -52,6 +53,7 @@ from openroute.persistence import (
     confirmation_table,
     external_call_table,
     mask_secrets,
+    masked_value,
     message_table,
 )
 from openroute.persistence.call_records import CallRecordStore
@@ -97,7 +99,8 @@ def node_summary(node: Mapping[str, Any], now: datetime, heartbeat_interval: tim
 
 
 def _masked(text: str | None) -> str | None:
-    """An error text as shown to operators: a ``user:password@`` or ``password=`` in it (a remote's URL) masked."""
+    """A stored text as shown to operators, its secrets masked (:func:`~openroute.persistence.mask_secrets`): texts
+    are stored masked, but a row written before that, or by another writer, is masked here too."""
     return None if text is None else mask_secrets(text)
 
 
@@ -157,8 +160,8 @@ def message_detail(message: StoredMessage) -> dict[str, Any]:
         "messageTimestamp": _iso(message.msg_ts),
         "startedAt": _iso(message.start_process_ts),
         "nodeId": message.node_id,
-        "customData": message.custom_data,
-        "businessErrors": message.business_errors,
+        "customData": masked_value(message.custom_data),
+        "businessErrors": masked_value(message.business_errors),
         "lastErrorText": _masked(message.last_error_text),
         "lastErrorTrace": _masked(message.last_error_trace),
         "version": message.version,
@@ -212,7 +215,7 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
             "callKey": r.call_key,
             "status": str(r.status),
             "attempts": r.attempts,
-            "result": r.result,
+            "result": masked_value(r.result),  # the remote's answer: the route reads it unmasked, operators not
             "lastError": _masked(r.last_error),
             "createdAt": _iso(r.created_at),
             "updatedAt": _iso(r.updated_at),
@@ -225,7 +228,9 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         for r in calls
     ]
     body["callsInDoubt"] = [c["callKey"] for c in body["externalCalls"] if c["inDoubt"]]
-    body["callRecords"] = [record.to_json() for record in records]
+    body["callRecords"] = [{**record.to_json(), "request": _masked(record.request),
+                            "response": _masked(record.response), "error": _masked(record.error)}
+                           for record in records]
     body["children"] = [message_summary(child) for child in children]
     body["confirmation"] = None if confirmation is None else {
         "status": str(confirmation.status),
@@ -458,11 +463,8 @@ class AdminApi:
         """Set a node's state from the JSON body ``{"state": "HANDLES_EXISTING_MESSAGES"}`` (drain), ``STOPPED``
         or ``RUN``, through :meth:`Engine.set_node_state`."""
         node_id = request.path_params["node_id"]
-        try:
-            body = await request.json()
-        except ValueError:
-            raise InvalidQueryError("the body must be JSON like {\"state\": \"HANDLES_EXISTING_MESSAGES\"}") from None
-        state = parse_node_state(body.get("state") if isinstance(body, dict) else None)
+        body = await action_body(request, '{"state": "HANDLES_EXISTING_MESSAGES"}')
+        state = parse_node_state(body.get("state"))
         try:
             await self.engine.set_node_state(node_id, state)
         except LookupError:

@@ -15,6 +15,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from openroute.admin.action_body import action_body
 from openroute.admin.filters import InvalidQueryError
 from openroute.engine import Engine
 from openroute.inbound.errors import UnsupportedMediaTypeError
@@ -69,11 +70,7 @@ class BreakerAdmin:
             raise UnsupportedMediaTypeError(f"the body must be application/json, got {kind or 'no content type'!r}")
         if not system or len(system) > 100:
             raise InvalidQueryError(f"a system name has 1-100 characters, got {system[:100]!r}")
-        try:
-            body = await request.json()
-        except ValueError:
-            raise InvalidQueryError('the body must be JSON like {"state": "OPEN"}') from None
-        value = body.get("state") if isinstance(body, dict) else None
+        value = (await action_body(request, '{"state": "OPEN"}')).get("state")
         if not isinstance(value, str) or value.upper() not in ("OPEN", "CLOSED"):
             raise InvalidQueryError(f"state must be OPEN or CLOSED, got {str(value)[:60]!r}")
         row = await self.calls.force(system, BreakerState(value.upper()), f"admin:{user}")

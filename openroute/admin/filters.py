@@ -12,7 +12,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -175,17 +175,35 @@ def parse_limit(raw: str | None, name: str = "limit") -> int:
     return _parse_int(raw, 1, MAX_LIMIT, f"{name} must be an integer", f"{name} must be in 1..{MAX_LIMIT}")
 
 
+#: the largest message id: a BIGINT of PostgreSQL, an INTEGER of SQLite (a larger one is a 400, never a driver error)
+MAX_MESSAGE_ID = 2**63 - 1
+
+
 def parse_message_id(raw: str) -> int:
-    """A message id from a URL or form value; :class:`InvalidQueryError` (answered 400) unless a positive integer."""
-    return _parse_int(raw, 1, None, "a message id is an integer", "a message id is positive")
+    """A message id from a URL or form value; :class:`InvalidQueryError` (answered 400) unless an integer in
+    1..:data:`MAX_MESSAGE_ID`."""
+    return _parse_int(raw, 1, MAX_MESSAGE_ID, "a message id is an integer",
+                      f"a message id is in 1..{MAX_MESSAGE_ID}")
 
 
 def _parse_time(name: str, value: str) -> datetime:
-    return aware_datetime(
+    parsed = aware_datetime(
         value, InvalidQueryError,
         not_iso=f"{name} must be an ISO 8601 date-time, got {value[:60]!r}",
         no_zone=f"{name} needs a time zone (e.g. 2024-03-01T12:00:00+00:00), got {value[:60]!r}",
     )
+    if not _storable(parsed):
+        raise InvalidQueryError(f"{name} is out of range in UTC, got {value[:60]!r}")
+    return parsed
+
+
+def _storable(moment: datetime) -> bool:
+    """Whether ``moment`` has a UTC form (the store compares UTC times): 0001-01-01T00:00+05:00 has none."""
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 def parse_filters(params: Mapping[str, Any]) -> SearchFilters:
@@ -250,6 +268,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         stamp, message_id = json.loads(raw)
         at = datetime.fromisoformat(stamp)
         if at.tzinfo is None or not isinstance(message_id, int) or isinstance(message_id, bool):
+            raise ValueError
+        if not (-MAX_MESSAGE_ID <= message_id <= MAX_MESSAGE_ID and _storable(at)):  # a BIGINT, a UTC time
             raise ValueError
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise InvalidQueryError(f"cursor {cursor[:60]!r} is not one this search returned") from None

@@ -18,6 +18,7 @@ import httpx
 
 from openroute.alerts.rules import NotificationKind
 from openroute.errors import ConfigurationError
+from openroute.persistence.secrets import mask_secrets
 
 __all__ = ["LogNotifier", "Notification", "Notifier", "SmtpNotifier", "WebhookNotifier"]
 
@@ -39,7 +40,7 @@ class Notification:
     def to_json(self) -> dict[str, Any]:
         """The webhook body."""
         return {"rule": self.rule, "status": self.kind.value, "value": self.value, "limit": self.limit,
-                "at": self.at.isoformat(), "description": self.description, "node": self.node_id}
+                "at": self.at.isoformat(), "description": mask_secrets(self.description), "node": self.node_id}
 
     def summary(self) -> str:
         """One line, e.g. ``alert failed-last-10-min firing: 3 > 0``."""

@@ -3,7 +3,8 @@
 
 Exit codes shared by the commands: 0 done, 1 failed while running, 2 bad command line or configuration,
 3 the application cannot be loaded (import error, DeploymentError), 4 the database cannot be reached,
-5 the database schema is not at this version's migration, 6 the port is taken.
+5 the database schema is not at this version's migration, 6 the port is taken, 7 a service of the node cannot start
+(a channel's broker unreachable or refusing the login).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ EXIT_APPLICATION = 3
 EXIT_DATABASE = 4
 EXIT_SCHEMA = 5
 EXIT_PORT = 6
+EXIT_SERVICES = 7
 
 
 def resolve_database_url(args: argparse.Namespace) -> str:

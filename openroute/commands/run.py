@@ -25,6 +25,7 @@ from openroute.commands import (
     EXIT_OK,
     EXIT_PORT,
     EXIT_SCHEMA,
+    EXIT_SERVICES,
 )
 from openroute.commands.db import _first_line, _safe
 
@@ -37,7 +38,8 @@ EXAMPLE = """examples:
   OPENROUTE_DATABASE_URL=postgresql+psycopg://openroute@db/openroute openroute run --log-format json
 
 Precedence: command-line options over OPENROUTE_... environment variables over the --config file.
-Exit codes: 2 configuration, 3 application, 4 database unreachable, 5 schema not migrated, 6 port in use.
+Exit codes: 2 configuration, 3 application, 4 database unreachable, 5 schema not migrated, 6 port in use,
+7 a service cannot start (a broker unreachable or refusing the login).
 """
 
 
@@ -83,8 +85,14 @@ def run(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it has already handled by shutting down
         pass
+    except SystemExit:  # uvicorn's own exit (code 3) when the app's start failed: told below with our code
+        pass
     finally:
         sock.close()
+    failed = getattr(server.config.app, "failure", None)
+    if failed is not None:
+        print(f"openroute run: {failed}", file=sys.stderr)
+        return EXIT_SERVICES
     return EXIT_OK if server.started else EXIT_FAILED
 
 
@@ -187,6 +195,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
 
     from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
+    from openroute.header_limits import limit_headers
     from openroute.logs import AttemptFailureLog, log_transition
     from openroute.outbound import ExternalCalls
     from openroute.request_deadline import request_deadline_protocol
@@ -240,10 +249,46 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     # log_config None: uvicorn's records go through the handler of configure_logging, in the same format;
     # http: uvicorn's protocol with a deadline for each request to arrive whole (slow clients are cut off);
     # access_log off: uvicorn then does not even build the line (a quarter of a /health request's CPU)
-    http = request_deadline_protocol(config.inbound.request_deadline.total_seconds())
+    # and a limit on the headers of each request (431 before the app sees it);
+    # proxy headers: the client's address is the socket's unless [server] forwarded_allow_ips names the proxy
+    http = limit_headers(request_deadline_protocol(config.inbound.request_deadline.total_seconds()),
+                         config.inbound.header_limits())
     access_log = config.log.access or config.log.level == "DEBUG"
-    return uvicorn.Server(uvicorn.Config(app, log_config=None, log_level=config.log.level.lower(), http=http,
-                                         access_log=access_log))
+    proxies = list(config.server.forwarded_allow_ips)
+    return uvicorn.Server(uvicorn.Config(StartFailureInOneLine(app), log_config=None,
+                                         log_level=config.log.level.lower(), http=http, access_log=access_log,
+                                         proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None))
+
+
+class StartFailureInOneLine:
+    """The ASGI app whose start-up failure (a broker refusing the login, say) ends ``openroute run`` with one line and
+    exit code 7: Starlette hands uvicorn the whole traceback to log, and uvicorn adds a line of its own.
+
+    ``failure`` holds the line once the start failed; :func:`run` prints it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.failure: str | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+
+        async def told(message: Any) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                error = sys.exc_info()[1]  # Starlette sends this from its handler of the start's exception
+                self.failure = _first_line(error) if error is not None else "the node's services did not start"
+                logging.getLogger("uvicorn.error").addFilter(_quiet_start_failure)
+                message = {**message, "message": ""}
+            await send(message)
+
+        await self.app(scope, receive, told)
+
+
+def _quiet_start_failure(record: logging.LogRecord) -> bool:
+    """Drops uvicorn's "Application startup failed. Exiting.": :func:`run` prints the reason instead."""
+    return record.getMessage() != "Application startup failed. Exiting."
 
 
 def _bind(host: str, port: int) -> socket.socket:

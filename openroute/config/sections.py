@@ -1,7 +1,9 @@
-"""The engine's, the inbound's, the admin API's, the confirmations', retention's and the log's sections."""
+"""The engine's, the inbound's, the HTTP server's, the admin API's, the confirmations', retention's and the
+log's sections."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Literal
@@ -91,6 +93,10 @@ class InboundConfig(Section):
     max_depth: int = Field(64, ge=2, le=1000)
     #: a request (headers and body) must arrive whole this long after its first byte, else the connection is closed
     request_deadline: Duration = timedelta(seconds=30)
+    #: the request line and headers of any request together, in bytes; over it: 431, connection closed
+    max_header_bytes: int = Field(64 * 1024, ge=1024)
+    #: headers a request may have; over it: 431, connection closed
+    max_headers: int = Field(100, ge=10)
 
     @model_validator(mode="after")
     def _check(self) -> InboundConfig:
@@ -102,6 +108,32 @@ class InboundConfig(Section):
         from openroute.inbound import InboundSettings
 
         return InboundSettings(max_body_bytes=self.max_body_bytes, max_depth=self.max_depth)
+
+    def header_limits(self) -> Any:
+        """The :class:`~openroute.header_limits.HeaderLimits` of every request to the node."""
+        from openroute.header_limits import HeaderLimits
+
+        return HeaderLimits(max_bytes=self.max_header_bytes, max_headers=self.max_headers)
+
+
+class ServerHttpConfig(Section):
+    """How the node's HTTP server learns a client's address (``[server]``)."""
+
+    #: the proxies (addresses or networks such as ``10.0.0.0/8``; ``"*"``: any peer) whose ``X-Forwarded-For`` and
+    #: ``X-Forwarded-Proto`` give the client's address and scheme; none (the default): the socket's peer is the
+    #: client, whatever a header says
+    forwarded_allow_ips: list[str] = []
+
+    @model_validator(mode="after")
+    def _check(self) -> ServerHttpConfig:
+        for entry in self.forwarded_allow_ips:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"forwarded_allow_ips: {entry!r} is not an IP address, a network "
+                                     "(10.0.0.0/8) or \"*\"") from None
+        return self
 
 
 

@@ -22,6 +22,7 @@ from openroute.config.sections import (
     InboundConfig,
     LogConfig,
     RetentionConfig,
+    ServerHttpConfig,
 )
 from openroute.config.tracing import TracingConfig
 from openroute.config.values import DEFAULT_DATABASE_URL, ENV_PREFIX
@@ -44,6 +45,10 @@ class ServerConfig(BaseSettings):
     port: int = Field(8080, ge=0, le=65535)
     #: bring the schema to the newest migration at start (else an old schema stops the start)
     migrate: bool = False
+    #: names whose values are masked in every output besides the built-in ones (password, apikey, token, ...;
+    #: :func:`openroute.persistence.mask_secrets`)
+    secret_names: list[str] = []
+    server: ServerHttpConfig = ServerHttpConfig()
     log: LogConfig = LogConfig()
     tracing: TracingConfig = TracingConfig()
     engine: EngineConfig = EngineConfig()
@@ -209,6 +214,8 @@ def load_config(
     ``None`` values are ignored).
 
     Raises ConfigurationError listing every bad key, one per line, each with what was wrong and the value given.
+    Once loaded, its ``secret_names`` and its external systems' ``records.secret_fields`` are masked in every output
+    of the process (:func:`openroute.persistence.add_secret_names`).
     """
     file_values = _read_toml(path) if path is not None else {}
     if auth_config is not None:
@@ -234,6 +241,11 @@ def load_config(
             problems.append(text if text.startswith(f"{section}.") else f"{section}: {text}")
     if problems:
         _fail(path, problems)
+    from openroute.persistence import add_secret_names
+
+    # what the configuration calls secret is masked in every output of this process from now on (its external
+    # systems' secret_fields joined when the check above built them)
+    add_secret_names(config.secret_names)
     return config
 
 

@@ -63,6 +63,16 @@ def _too_many() -> CliError:
                     "openroute spark reprocess (docs/spark.md)")
 
 
+def _message_id(raw: str) -> int:
+    """A message id argument: a usage error (exit 2) unless in 1..2**63-1, as the admin API checks it."""
+    from openroute.admin.filters import InvalidQueryError, parse_message_id
+
+    try:
+        return parse_message_id(raw)
+    except InvalidQueryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``messages`` and its subcommands on the ``openroute`` parser."""
     messages = subparsers.add_parser("messages", help="search, show, restart and cancel messages")
@@ -94,7 +104,7 @@ def add_parser(subparsers: Any) -> None:
 
     show = commands.add_parser("show", help="one message with its history, calls, children and confirmation")
     common(show)
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=_message_id)
 
     for name, what in (("restart", "restart FAILED / CANCEL messages"), ("cancel", "cancel messages not final"),
                        ("mark-done", "calls in doubt did happen: record them OK and restart the messages"),
@@ -102,7 +112,7 @@ def add_parser(subparsers: Any) -> None:
         action = commands.add_parser(name, help=f"{what}: the given ids, or every message matching the filters")
         common(action)
         filters(action)
-        action.add_argument("ids", type=int, nargs="*", help="message ids (or give filters instead)")
+        action.add_argument("ids", type=_message_id, nargs="*", help="message ids (or give filters instead)")
         action.add_argument("--dry-run", action="store_true", help="only count the messages the filters match")
         action.add_argument("--yes", action="store_true", help="do not ask for confirmation (scripts)")
 

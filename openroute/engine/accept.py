@@ -77,4 +77,6 @@ def _check_text(name: str, value: Any, limit: int) -> None:
         raise ValidationError(f"{name} must be a non-empty string, got {value!r}")
     if len(value) > limit:
         raise ValidationError(f"{name} is longer than {limit} characters")
+    if "\x00" in value:  # no database column stores it (PostgreSQL refuses the row, SQLite cuts the text)
+        raise ValidationError(f"{name} holds a NUL character")
 

@@ -466,12 +466,7 @@ class Engine:
         )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
-        if isinstance(error, CircuitOpenError) and error.parks:
-            self._parking.parked(error.system, error.retry_at)
-        elif decision.target in _DUE_LATER and decision.changes.get("next_attempt_at") is not None:
-            self._feeder.due_at(decision.changes["next_attempt_at"])
-            if decision.changes.get("parked_on") is not None:  # a failed call: look at that system's breaker
-                self._parking.parked(decision.changes["parked_on"], now)
+        self._wake_later(error, decision, now)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
             return asyncio.ensure_future(
                 self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))
@@ -480,6 +475,19 @@ class Engine:
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)
         return finished
+
+    def _wake_later(self, error: BaseException | None, decision: outcomes.Decision, now: datetime) -> None:
+        """Arrange the event that ends the wait this decision starts: a breaker's check for a parked message (or one
+        whose call of the system failed), the feeder's timer for a message due later."""
+        if isinstance(error, CircuitOpenError) and error.parks:
+            self._parking.parked(error.system, error.retry_at)
+            return
+        due = decision.changes.get("next_attempt_at")
+        if decision.target in _DUE_LATER and due is not None:
+            self._feeder.due_at(due)
+            system = decision.changes.get("parked_on")
+            if system is not None:
+                self._parking.parked(system, now)
 
     async def _run_children(self, parent: StoredMessage) -> None:
         """First attempt of a split: process the parent's NEW children one after the other, in order."""

@@ -32,7 +32,14 @@ from openroute.engine.idempotency import (
 from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, CircuitOpenError, ConfigurationError, TechnicalError, ValidationError
 from openroute.message import InboundMessage
-from openroute.persistence import EntityCallStatus, ExternalCallStatus, MessageStore, NewMessage, StoredMessage
+from openroute.persistence import (
+    EntityCallStatus,
+    ExternalCallStatus,
+    MessageStore,
+    NewMessage,
+    StoredMessage,
+    mask_secrets,
+)
 from openroute.persistence.breaker import BreakerOutlook
 from openroute.route import ExtCallScope, Route, RouteRegistry
 
@@ -229,7 +236,7 @@ class Exchange:
             result = await _invoke(call, idempotency_key, key, system, message_id)
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
-                text = f"{type(error).__name__}: {error}"
+                text = mask_secrets(f"{type(error).__name__}: {error}")  # shown to operators
                 await asyncio.shield(runtime.run_db(
                     lambda: store.calls.finish(message_id, key, False, runtime.clock.now(), error=text)
                 ))
@@ -323,7 +330,7 @@ class Exchange:
         try:
             result = await _invoke(call, idempotency_key, key, system, message.id)
         except BaseException as error:
-            text = f"{type(error).__name__}: {error}"
+            text = mask_secrets(f"{type(error).__name__}: {error}")  # shown to operators
             await asyncio.shield(runtime.run_db(
                 lambda: store.calls.finish_entity(entity_type, object_id, key, message.id, False,
                                                  runtime.clock.now(), error=text)

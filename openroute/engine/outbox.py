@@ -34,7 +34,7 @@ from openroute.errors import ConfigurationError
 from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.messaging.config import select_channels
-from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.persistence import MessageState, MessageStore, StoredMessage, mask_secrets
 from openroute.persistence.models import FINAL_STATES
 from openroute.persistence.outage import StoreOutage
 from openroute.persistence.outbox import (
@@ -120,7 +120,8 @@ def event_body(message: StoredMessage, event_id: str) -> dict[str, Any]:
         "entityType": message.entity_type,
         "state": message.state.value,
         "errorCode": message.last_error_code,
-        "errorText": message.last_error_text,
+        # stored masked; a row from before that is masked here (every consumer of the events reads it)
+        "errorText": None if message.last_error_text is None else mask_secrets(message.last_error_text),
         "failedCount": message.failed_count,
         "at": message.last_update_ts.isoformat(),
     }

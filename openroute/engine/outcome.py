@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from openroute.engine.idempotency import CallInDoubtError
 from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError, is_expected_error
-from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
+from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, mask_secrets, masked_value
 from openroute.retry import RetryPolicy
 
 __all__ = [
@@ -93,16 +93,19 @@ class Decision:
 
 
 def clip(text: str) -> str:
-    """``text`` cut to :data:`MAX_ERROR_TEXT` characters (the end replaced by "...")."""
+    """``text`` as an error text is stored: its secrets masked (:func:`~openroute.persistence.mask_secrets`), so a
+    search by error text finds only what is shown, and cut to :data:`MAX_ERROR_TEXT` characters (the end replaced
+    by "...")."""
+    text = mask_secrets(text)
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 3] + "..."
 
 
 def error_trace(error: BaseException) -> str | None:
-    """The traceback text of an unexpected ``error`` (its last :data:`MAX_ERROR_TRACE` characters), None for an
-    expected one (see :func:`is_expected_error`)."""
+    """The traceback text of an unexpected ``error`` (its last :data:`MAX_ERROR_TRACE` characters, its secrets
+    masked), None for an expected one (see :func:`is_expected_error`)."""
     if is_expected_error(error):
         return None
-    text = "".join(traceback.format_exception(error)).rstrip()
+    text = mask_secrets("".join(traceback.format_exception(error)).rstrip())
     return text if len(text) <= MAX_ERROR_TRACE else "..." + text[-(MAX_ERROR_TRACE - 3):]
 
 
@@ -149,8 +152,9 @@ def after_attempt(
     except (TypeError, ValueError) as bad:
         custom_data = message.custom_data
         error = ValidationError(f"custom data or business errors are not JSON: {bad}")
-    changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": list(business_errors),
-                               "parked_on": None}
+    # business errors go to operators and in the confirmation to the source system: stored masked
+    kept = masked_value(list(business_errors)) if business_errors else []
+    changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": kept, "parked_on": None}
     if error is None:
         changes.update(_cleared(message))
         if postponed_for is not None:
@@ -159,7 +163,7 @@ def after_attempt(
         target = MessageState.WAITING_FOR_CHILDREN if has_children else MessageState.OK
         return Decision(target, {**changes, "next_attempt_at": None})
     if isinstance(error, BusinessError):
-        changes["business_errors"].append(error.to_dict())
+        changes["business_errors"].append(masked_value(error.to_dict()))
         changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None,
                        last_error_trace=None)
         return Decision(MessageState.FAILED, changes)
@@ -213,7 +217,8 @@ def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Dec
         "next_attempt_at": now if due is not None else None,
         "parked_on": None,
         "last_error_code": ErrorCode.PROCESSING_ABANDONED.value,
-        "last_error_text": f"node {message.node_id} did not finish processing (started {message.start_process_ts})",
+        "last_error_text": clip(f"node {message.node_id} did not finish processing "
+                                f"(started {message.start_process_ts})"),
         "last_error_trace": None,
     })
 
@@ -249,7 +254,7 @@ def obsolete(message: OfEntity) -> Decision:
     """A newer message of the same entity already ended OK: this one ends SKIPPED without running."""
     return Decision(MessageState.SKIPPED, {
         "next_attempt_at": None, "last_error_code": ErrorCode.OBSOLETE.value,
-        "last_error_text": f"a newer message for {message.entity_type} {message.object_id} ended OK",
+        "last_error_text": clip(f"a newer message for {message.entity_type} {message.object_id} ended OK"),
         "last_error_trace": None,
     })
 
@@ -260,7 +265,7 @@ def held_by_funnel(funnel: str, blocker: int) -> Decision:
     (``engine/funnel.py``)."""
     return Decision(MessageState.POSTPONED, {
         "next_attempt_at": None, "last_error_code": ErrorCode.FUNNEL.value,
-        "last_error_text": f"waits for funnel {funnel!r}, held by message {blocker}",
+        "last_error_text": clip(f"waits for funnel {funnel!r}, held by message {blocker}"),
         "last_error_trace": None,
     })
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 from lxml import etree
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,7 +27,7 @@ from openroute import tracing
 from openroute.binding import InboundBinding, ParsedPayload
 from openroute.body import InvalidBodyError
 from openroute.engine import AcceptResult, Engine
-from openroute.errors import ConfigurationError, StoreUnavailableError, ValidationError
+from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
 from openroute.inbound.auth import SourceSystemAuth, require_system
 from openroute.inbound.errors import (
     CLIENT_DISCONNECTED,
@@ -57,6 +58,7 @@ from openroute.inbound.soap import (
 )
 from openroute.logs import repeated_errors
 from openroute.message import InboundMessage
+from openroute.persistence import message_table
 
 if TYPE_CHECKING:
     from openroute.inbound.throttling import Throttling
@@ -231,6 +233,28 @@ class InboundEndpoints:
             traceparent=soap.get(tracing.TRACEPARENT) or headers.get(tracing.TRACEPARENT) if tracing.ENABLED else None,
         )
 
+    async def _throttle(self, trace: _Trace, operation: str) -> AcceptResult | None:
+        """Count the request under its throttling rule; None: go on. Over the limit, a re-send of a message already
+        stored (same source system and correlation id) gets the duplicate's answer, as it would within the limit:
+        a sender that re-sends what it was not sure had arrived learns that it had. Anything else raises
+        :class:`ThrottledError` (nothing stored)."""
+        assert self.throttling is not None  # noqa: S101  narrows an Optional for mypy: the caller checked
+        try:
+            await self.throttling.check(trace.source_system, operation)
+        except ThrottledError as throttled:
+            if trace.generated:  # a correlation id made up for this request matches nothing stored
+                raise
+            c = message_table.c
+            try:
+                stored = await anyio.to_thread.run_sync(lambda: self.engine.store.find(
+                    c.source_system == trace.source_system, c.correlation_id == trace.correlation_id, limit=1))
+            except Exception:  # the store cannot tell now: the refusal stands (try later, as 429 says)
+                raise throttled from None
+            if not stored:
+                raise
+            return AcceptResult(stored[0].id, stored[0].correlation_id, True, stored[0].state)
+        return None
+
     def _message(
         self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
         headers: dict[str, str],
@@ -297,13 +321,12 @@ class InboundEndpoints:
             stored_headers = {"endpoint": "soap", "soapVersion": version.name}
             if action:
                 stored_headers["soapAction"] = action[:255]
-            if self.throttling is not None:
-                await self.throttling.check(trace.source_system, binding.operation)
+            resent = None if self.throttling is None else await self._throttle(trace, binding.operation)
             inbound = self._message(binding, payload, trace, "application/xml", stored_headers)
             # the two documents are freed now, while warm, and the collector does not meet their proxies while the
             # accept waits for its commit with the requests in flight
             del root, envelope, payload
-            result = await self.engine.accept(inbound)
+            result = resent or await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "SOAP", request.url.path)
             sender = status < 500
@@ -366,12 +389,11 @@ class InboundEndpoints:
             text, document = parse_json(body, self.settings.max_depth)
             trace = self._trace(headers, authenticated, {})
             correlation_id = trace.correlation_id
-            if self.throttling is not None:
-                await self.throttling.check(trace.source_system, binding.operation)
+            resent = None if self.throttling is None else await self._throttle(trace, binding.operation)
             inbound = self._message(binding, ParsedPayload("json", text, json=document), trace, "application/json",
                                     {"endpoint": "json"})
             del document  # as the SOAP endpoint's documents: not kept while the accept waits
-            result = await self.engine.accept(inbound)
+            result = resent or await self.engine.accept(inbound)
         except Exception as error:
             status, code, reason = self._classify(error, "JSON", request.url.path)
             extra = _error_headers(error)

@@ -386,7 +386,7 @@ class ChannelInbound:
         if inbound_binding is None:
             raise MalformedPayloadError(f"route {binding.service}/{binding.operation} takes no {kind} body")
         if options.correlation_header is not None:
-            correlation = _text(headers.get(options.correlation_header))
+            correlation = _header_text(headers, options.correlation_header)
             where = f"header {options.correlation_header}"
         else:
             correlation = meta.message_id
@@ -394,7 +394,7 @@ class ChannelInbound:
         if not correlation:
             raise ValidationError(f"the correlation id is missing ({where}): without it a redelivery cannot be "
                                   "told from a new message")
-        source = _text(headers.get(options.source_system_header)) or options.source_system
+        source = _header_text(headers, options.source_system_header) or options.source_system
         if not source:
             raise ValidationError(f"the source system is missing (header {options.source_system_header}, or the "
                                   "channel's source-system attribute)")
@@ -403,9 +403,10 @@ class ChannelInbound:
             stored_headers["messageId"] = meta.message_id[:255]
         return checked_message(
             inbound_binding, payload, self.engine.routes, content_type=content_type, correlation_id=correlation,
-            source_system=source, process_id=_text(headers.get(options.process_header)),
-            message_timestamp=parse_timestamp(_text(headers.get(options.timestamp_header))), headers=stored_headers,
-            traceparent=_text(headers.get(tracing.TRACEPARENT)) if tracing.ENABLED else None,
+            source_system=source, process_id=_header_text(headers, options.process_header),
+            message_timestamp=parse_timestamp(_header_text(headers, options.timestamp_header)),
+            headers=stored_headers,
+            traceparent=_header_text(headers, tracing.TRACEPARENT) if tracing.ENABLED else None,
         )
 
 
@@ -441,13 +442,26 @@ def _format(content_type: str | None, configured: str, body: bytes) -> str:
     return "xml" if body.lstrip()[:1] == b"<" else "json"
 
 
-def _text(value: Any) -> str | None:
+def _header_text(headers: Mapping[str, Any], name: str) -> str | None:
+    """The text of the header ``name`` (None when absent or blank). The headers the channel reads are text: an AMQP
+    string (or UTF-8 bytes); any other type (a number, a table, a list) is a ValidationError, so the delivery goes to
+    the dead-letter channel with the reason instead of being stored with its ``str()``."""
+    value = headers.get(name)
     if value is None:
         return None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "replace")
-    text = str(value).strip()
-    return text or None
+    if isinstance(value, bytes | bytearray):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValidationError(f"header {name} is not UTF-8 text") from None
+    if not isinstance(value, str):
+        raise ValidationError(f"header {name} must be a string, got {type(value).__name__} {_one_line_value(value)}")
+    return value.strip() or None
+
+
+def _one_line_value(value: Any) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 

@@ -33,7 +33,6 @@ __all__ = ["InboundContract", "inbound_openapi", "swagger_ui_assets"]
 _ASSETS = {
     "swagger-ui.css": "text/css",
     "swagger-ui-bundle.js": "text/javascript",
-    "swagger-ui-standalone-preset.js": "text/javascript",
     "favicon-32x32.png": "image/png",
     "favicon-16x16.png": "image/png",
 }
@@ -184,14 +183,15 @@ _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>openroute inbound JSON API</title>
 <link rel="stylesheet" href="docs/swagger-ui.css"><link rel="icon" type="image/png" href="docs/favicon-32x32.png">
 </head><body><div id="swagger-ui"></div>
-<script src="docs/swagger-ui-bundle.js"></script><script src="docs/swagger-ui-standalone-preset.js"></script>
-<script src="docs/openroute-init.js"></script></body></html>
+<script src="docs/swagger-ui-bundle.js"></script><script src="docs/openroute-init.js"></script></body></html>
 """
 
-# a file of its own rather than an inline script: a Content-Security-Policy without 'unsafe-inline' still allows it
+# a file of its own rather than an inline script: a Content-Security-Policy without 'unsafe-inline' still allows it.
+# validatorUrl null: Swagger UI would send the document's URL to validator.swagger.io from any host but localhost;
+# BaseLayout: the standalone layout's top bar draws its logo with an inline <style>, which the policy refuses
 _INIT = """window.onload = function () {
-  window.ui = SwaggerUIBundle({url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true,
-    presets: [SwaggerUIBundle.presets.apis, SwaggerUIStandalonePreset], layout: "StandaloneLayout"});
+  window.ui = SwaggerUIBundle({url: "openapi.json", dom_id: "#swagger-ui", deepLinking: true, validatorUrl: null,
+    presets: [SwaggerUIBundle.presets.apis], layout: "BaseLayout"});
 };
 """
 

@@ -8,7 +8,7 @@ from openroute.outbound.breaker import BreakerSettings, BreakerState
 from openroute.outbound.calls import CallContext, ExternalCalls, current_call
 from openroute.outbound.http import IDEMPOTENCY_KEY_HEADER, ExternalHttpClient
 from openroute.outbound.soap import SoapFaultError, SoapService, SoapTransportError
-from openroute.outbound.systems import CallRecordSettings, ExternalSystem, mask
+from openroute.outbound.systems import CallRecordSettings, ExternalSystem
 from openroute.persistence.call_records import CallOutcome
 
 __all__ = [
@@ -25,5 +25,4 @@ __all__ = [
     "SoapService",
     "SoapTransportError",
     "current_call",
-    "mask",
 ]

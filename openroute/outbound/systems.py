@@ -26,22 +26,19 @@ secret_fields = ["pin", "password"]  # masked in the stored request and response
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 from urllib.parse import urlsplit
 
 from openroute.errors import ConfigurationError
 from openroute.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
 from openroute.outbound.bulkhead import Bulkhead
+from openroute.persistence.secrets import add_secret_names, mask_secrets
 
-__all__ = ["CallRecordSettings", "ExternalSystem", "mask"]
-
-MASK = "***"
+__all__ = ["CallRecordSettings", "ExternalSystem"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +48,9 @@ class CallRecordSettings:
     enabled: bool = False
     #: the call keys recorded: a regular expression matching the whole key (None: every call)
     operations: str | None = None
-    #: JSON keys / XML element names / form fields whose values are replaced by ``***`` (case-insensitive)
+    #: names (JSON members, XML elements and attributes, form and query fields, headers) whose values are replaced
+    #: by ``***``, in the records and in everything else this process shows (:func:`~openroute.persistence.secrets.
+    #: mask_secrets`; its well-known names, ``password``, ``apikey``, ``Authorization``..., are masked anyway)
     secret_fields: tuple[str, ...] = ()
     #: a request or response longer than this is cut (with "...")
     max_chars: int = 100_000
@@ -65,16 +64,20 @@ class CallRecordSettings:
         if self.max_chars < 100:
             raise ConfigurationError(f"records: max_chars must be >= 100, got {self.max_chars}")
         object.__setattr__(self, "secret_fields", tuple(self.secret_fields))
+        # a system's secret is masked wherever it shows (an error text, an externalCalls result, the log), not only
+        # in its records
+        add_secret_names(self.secret_fields)
 
     def records(self, key: str) -> bool:
         """Is the call ``key`` recorded?"""
         return self.enabled and (self.operations is None or re.fullmatch(self.operations, key) is not None)
 
     def clean(self, text: str | None) -> str | None:
-        """``text`` masked (see :func:`mask`) and cut to ``max_chars``."""
+        """``text`` masked (:func:`~openroute.persistence.secrets.mask_secrets` with ``secret_fields``) and cut to
+        ``max_chars``."""
         if text is None:
             return None
-        text = mask(text, self.secret_fields)
+        text = mask_secrets(text, self.secret_fields)
         return text if len(text) <= self.max_chars else text[: self.max_chars - 3] + "..."
 
 
@@ -124,39 +127,3 @@ class ExternalSystem:
 def systems_by_name(systems: Iterable[ExternalSystem]) -> dict[str, ExternalSystem]:
     """``systems`` by name; a name given twice is a ConfigurationError."""
     return by_unique_name(systems, "external system {name} is declared")
-
-
-_XML_FIELD = r"(<(?:[\w.-]+:)?{name}\b[^>]*>)([^<]*)(</(?:[\w.-]+:)?{name}\s*>)"
-_FORM_FIELD = r"((?:^|[?&\s]){name}=)([^&\s]*)"
-
-
-def mask(text: str, secret_fields: Iterable[str]) -> str:
-    """``text`` with the values of ``secret_fields`` replaced by ``***``: JSON object keys at any depth (when the
-    text is JSON), XML elements (any namespace prefix) and ``name=value`` form or query fields otherwise."""
-    names = [name for name in secret_fields if name]
-    if not names or not text:
-        return text
-    lowered = {name.lower() for name in names}
-    try:
-        document = json.loads(text)
-    except ValueError:
-        document = _NOT_JSON
-    if document is not _NOT_JSON:
-        return json.dumps(_mask_json(document, lowered), ensure_ascii=False)
-    for name in names:
-        quoted = re.escape(name)
-        text = re.sub(_XML_FIELD.format(name=quoted), rf"\g<1>{MASK}\g<3>", text, flags=re.IGNORECASE)
-        text = re.sub(_FORM_FIELD.format(name=quoted), rf"\g<1>{MASK}", text, flags=re.IGNORECASE)
-    return text
-
-
-_NOT_JSON = object()
-
-
-def _mask_json(value: Any, names: set[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and k.lower() in names else _mask_json(v, names))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask_json(item, names) for item in value]
-    return value

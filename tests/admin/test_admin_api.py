@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -167,6 +168,12 @@ async def test_the_search_answer_is_the_json_of_the_summaries(client: httpx.Asyn
         ({"received_from": "yesterday"}, "ISO 8601"),
         ({"received_from": "2024-01-01T00:00:00"}, "time zone"),
         ({"received_from": "2024-02-01T00:00:00Z", "received_to": "2024-01-01T00:00:00Z"}, "before"),
+        # no UTC form: the store compares UTC times
+        ({"received_from": "0001-01-01T00:00:00+05:00"}, "out of range in UTC"),
+        ({"received_to": "9999-12-31T23:59:59-05:00"}, "out of range in UTC"),
+        # a cursor whose id is beyond a BIGINT, or whose time has no UTC form
+        ({"cursor": "WyIyMDI0LTAxLTAxVDAwOjAwOjAwKzAwOjAwIiw5MjIzMzcyMDM2ODU0Nzc1ODA4XQ"}, "is not one this search"),
+        ({"cursor": "WyIwMDAxLTAxLTAxVDAwOjAwOjAwKzA1OjAwIiwxXQ"}, "is not one this search returned"),
     ],
 )
 async def test_bad_search_parameters(client: httpx.AsyncClient, params: dict[str, str], reason: str) -> None:
@@ -336,3 +343,41 @@ async def test_metrics_show_the_backlog_per_route_not_the_final_messages(client:
     assert 'openroute_messages{operation="create",service="orders",state="NEW"} 3.0' in gauge
     # final messages are counted by the node that finished them (openroute_final_messages_total), not read here
     assert 'state="OK"' not in gauge and 'state="FAILED"' not in gauge
+
+
+#: one more than the largest id a BIGINT (PostgreSQL) or an INTEGER (SQLite) holds
+BEYOND_BIGINT = 2**63
+
+
+async def test_ids_beyond_bigint_and_deep_or_large_action_bodies_are_400_never_500(
+    world: World, store: MessageStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every admin and console input out of range or too deep is a 400 with an error code (the web role reaches the
+    reads): nothing is changed, no traceback is logged."""
+    before = {m.id: (m.state, m.version) for m in store.find()}
+    auth = AdminAuth([AdminUser("ops", "ops-secret"), AdminUser("viewer", "viewer-secret", frozenset({"web"}))])
+    app = create_app(world.engine, admin_auth=auth, manage_engine=False)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+    viewer = auth_header("viewer", "viewer-secret")
+    for method, path, headers in [
+        ("GET", f"/admin/messages/{BEYOND_BIGINT}", viewer),
+        ("GET", f"/console/messages/{BEYOND_BIGINT}", viewer),
+        *(("POST", f"/admin/messages/{BEYOND_BIGINT}/{action}", ADMIN)
+          for action in ("restart", "cancel", "mark-done", "call-again")),
+    ]:
+        answer = await client.request(method, path, headers={**headers, "Content-Type": "application/json"})
+        assert answer.status_code == 400, (path, answer.status_code, answer.text[:200])
+        if path.startswith("/admin"):
+            assert answer.json()["error"] == "INVALID_QUERY" and "1..9223372036854775807" in answer.json()["reason"]
+    deep = '{"state": ' + "[" * 5000 + "]" * 5000 + "}"
+    for path in ("/admin/nodes/admin-node/state", "/admin/breakers/HLR/state"):
+        for body, status, code in ((deep, 400, "NESTING_TOO_DEEP"), ("[" * 10_000, 400, "NESTING_TOO_DEEP"),
+                                   ('{"state": "' + "x" * 20_000 + '"}', 413, "PAYLOAD_TOO_LARGE"),
+                                   ("[1]", 400, "INVALID_QUERY"), ("{not json", 400, "INVALID_QUERY")):
+            answer = await client.post(path, content=body, headers={**ADMIN, "Content-Type": "application/json"})
+            assert (answer.status_code, answer.json()["error"]) == (status, code), (path, body[:20], answer.text)
+    assert {m.id: (m.state, m.version) for m in store.find()} == before
+    nodes = (await client.get("/admin/nodes", headers=ADMIN)).json()["nodes"]
+    assert all(node["state"] == "RUN" for node in nodes)
+    await client.aclose()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]

@@ -170,3 +170,41 @@ async def test_two_nodes_on_one_queue_store_each_message_once(
         for node in nodes:
             await node.stop()
     assert await ready(rabbitmq_url, queue) == 0
+
+
+async def test_headers_not_of_their_documented_type_are_dead_lettered_with_the_reason(
+    sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    """The headers a channel reads are text: a number, a table, a list, a boolean, bytes that are not UTF-8 or a
+    NUL in the source system sends the delivery to the dead-letter queue with its reason, never into the store."""
+    queue, dlq = queues
+    wrong: dict[str, dict[str, Any]] = {
+        "int": {"x-source-system": 12345},
+        "table": {"x-source-system": {"a": [1, 2]}},
+        "list": {"x-source-system": ["CRM"]},
+        "bool": {"x-process-id": True},
+        "bytes": {"x-source-system": bytearray(b"\xff\xfe")},
+        "nul": {"x-source-system": "CR\x00M"},
+    }
+    for name, headers in wrong.items():
+        await publish(rabbitmq_url, queue, [({"customer": {"id": name}}, f"bad-{name}")], headers=headers)
+    await publish(rabbitmq_url, queue, [({"customer": {"id": "ok"}}, "good")], headers={"x-source-system": "ERP"})
+    node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq)
+    await node.start()
+    try:
+        stats = node.channels.stats("crm-in")
+        await until(lambda: stats.accepted + stats.dead_lettered == len(wrong) + 1)
+        assert (stats.accepted, stats.dead_lettered, stats.redelivered) == (1, len(wrong), 0)
+        [stored] = node.store.find()
+        assert (stored.correlation_id, stored.source_system) == ("good", "ERP")
+    finally:
+        await node.stop()
+    dead = {m.message_id: m for m in await take_all(rabbitmq_url, dlq)}
+    assert sorted(dead) == sorted(f"bad-{name}" for name in wrong)
+    reasons = {key.removeprefix("bad-"): str(m.headers[REASON_HEADER]) for key, m in dead.items()}
+    assert all(dead[f"bad-{name}"].headers[CODE_HEADER] == "VALIDATION_ERROR" for name in wrong)
+    assert "header x-source-system must be a string, got int 12345" in reasons["int"]
+    assert "got dict" in reasons["table"] and "got list" in reasons["list"]
+    assert "header x-process-id must be a string, got bool True" in reasons["bool"]
+    assert "header x-source-system is not UTF-8 text" in reasons["bytes"]
+    assert "source_system holds a NUL character" in reasons["nul"]

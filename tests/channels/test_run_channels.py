@@ -85,3 +85,21 @@ def _rows(store: MessageStore) -> list[tuple[str, str]]:
         return [(row[0], row[1]) for row in connection.execute(sa.text(
             "SELECT m.correlation_id, t.node_id FROM message m JOIN message_transition t ON t.message_id = m.id "
             "AND t.to_state = 'NEW'"))]
+
+
+def test_a_broker_refusing_the_login_ends_the_start_in_one_line_and_exit_7(tmp_path: Path, rabbitmq_url: str) -> None:
+    """A wrong broker password: one error line naming the broker (password masked) and exit code 7, no traceback
+    and nothing said about "serving"."""
+    from tests.inbound.test_cli_run import run_fails
+
+    url = with_schema(f"sqlite:///{tmp_path / 'openroute.db'}")
+    wrong = rabbitmq_url.replace("guest:guest@", "guest:Wr0ngPassw0rd@")
+    assert wrong != rabbitmq_url, "the test broker's URL carries guest:guest"
+    config = write_run_config(tmp_path, url, wrong, unique("refused"))
+    failed = run_fails(["--config", str(config), "--port", "0"], ROOT)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode == 7, output
+    errors = [line for line in output.splitlines() if "ERROR" in line or line.startswith("openroute run:")]
+    assert errors == [errors[0]] and errors[0].startswith("openroute run: amqp: cannot connect to amqp://guest:***@")
+    assert "ACCESS_REFUSED" in errors[0] and "Wr0ngPassw0rd" not in output
+    assert "Traceback" not in output and "serving" not in output and "startup failed" not in output

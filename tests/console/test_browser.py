@@ -113,7 +113,9 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     options.binary_location = CHROMIUM
     for argument in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                      "--disable-component-update", "--disable-sync", "--no-first-run",
-                     "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,900"):
+                     "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,900",
+                     # a host name other than localhost (Swagger UI treats localhost apart): the node, on loopback
+                     "--host-resolver-rules=MAP openroute.test 127.0.0.1"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console log: CSP violations land there
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -331,3 +333,22 @@ def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, b
     trace_cell = browser.find_element(By.CSS_SELECTOR, "details.trace")
     trace_cell.find_element(By.TAG_NAME, "summary").click()
     assert "KeyError: 'customer'" in trace_cell.find_element(By.TAG_NAME, "pre").text
+
+
+def test_swagger_ui_keeps_the_content_policy_and_asks_no_validator(served: Served, browser: Any) -> None:
+    """/api/docs under a host name other than localhost: Swagger UI renders the routes (an operation opened), the
+    console log shows no content policy violation (no inline style, no request to validator.swagger.io)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    port = served.url.rsplit(":", 1)[1]
+    browser.get(f"http://openroute.test:{port}/api/docs")
+    operation = WebDriverWait(browser, WAIT).until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, ".opblock-summary")))
+    assert "/api/billing/charge" in operation.text
+    operation.click()
+    WebDriverWait(browser, WAIT).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR,
+                                                                                      ".opblock-body")))
+    messages = [e["message"] for e in browser.get_log("browser")]
+    assert not [m for m in messages if "Content Security Policy" in m or "validator" in m], messages

@@ -136,6 +136,20 @@ def test_bad_input_is_exit_2_and_nothing_done(store: MessageStore, ids: dict[str
     assert store.count_by_state() == before
 
 
+@pytest.mark.parametrize("argv", [["show", str(2**63)], ["restart", "1", str(2**63), "--yes"],
+                                  ["cancel", "0", "--yes"], ["list", "--received-from", "0001-01-01T00:00:00+05:00"]])
+def test_ids_and_times_out_of_range_are_exit_2_without_a_traceback(
+    store: MessageStore, ids: dict[str, int], argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = store.count_by_state()
+    try:
+        code, _, err = cli(capsys, "messages", *argv, "--database-url", store.url)
+    except SystemExit as usage:  # argparse refuses the argument itself
+        code, err = int(usage.code or 0), capsys.readouterr().err
+    assert code == 2 and ("1..9223372036854775807" in err or "out of range in UTC" in err), err
+    assert "Traceback" not in err and store.count_by_state() == before
+
+
 def test_a_database_without_the_schema_is_refused(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = cli(capsys, "messages", "list", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}")
     assert code == 2 and "openroute db upgrade" in err

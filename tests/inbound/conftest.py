@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -122,3 +123,22 @@ def create_order(order_id: str = "O-1", customer: str = "C-7", quantity: int = 2
 
 SOAP11_HEADERS = {"Content-Type": "text/xml; charset=utf-8", "SOAPAction": '"urn:example:orders:create"'}
 SOAP12_HEADERS = {"Content-Type": 'application/soap+xml; charset=utf-8; action="urn:example:orders:create"'}
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    """Starts ``openroute run`` processes (:class:`tests.inbound.test_cli_run.Server`); kills those left running."""
+    from tests.inbound.test_cli_run import ROOT, Server, _environment
+
+    started: list[Server] = []
+
+    class Started(Server):
+        def __init__(self, args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
+            super().__init__(args, cwd, env if env is not None else _environment())
+            started.append(self)
+
+    yield Started
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(30)

@@ -15,11 +15,9 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
 
@@ -97,22 +95,6 @@ class Server:
     @property
     def output(self) -> str:
         return "".join(self.lines)
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[type[Server]]:
-    started: list[Server] = []
-
-    class Started(Server):
-        def __init__(self, args: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
-            super().__init__(args, cwd, env if env is not None else _environment())
-            started.append(self)
-
-    yield Started
-    for server in started:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait(30)
 
 
 def run_fails(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -367,7 +349,7 @@ async def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collector
     sock = _bind("127.0.0.1", 0)
     gc.unfreeze()
     try:
-        app = _server(config, _load_application(None), store, sock).config.app
+        app = _server(config, _load_application(None), store, sock).config.app.app  # inside StartFailureInOneLine
         assert gc.get_freeze_count() == 0
         async with app.router.lifespan_context(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://node") as client:

@@ -135,6 +135,29 @@ async def test_soap_over_the_limit_gets_a_throttling_fault(
     assert len(stored(store)) == 2
 
 
+async def test_a_throttled_re_send_of_an_accepted_message_is_answered_duplicate(
+    throttled: tuple[httpx.AsyncClient, Clock, ThrottleCounters], store: MessageStore
+) -> None:
+    """Over the limit, a re-send of a message already stored (same source system and correlation id) gets the
+    duplicate's answer, JSON and SOAP alike; a new message is still refused with 429, and nothing is stored twice."""
+    http = throttled[0]
+    crm = {**HEADERS, "X-Source-System": "CRM"}
+    for number in (1, 2):
+        answer = await http.post("/api/orders/create", json=_order(number),
+                                 headers={**crm, "X-Correlation-Id": f"c-{number}"})
+        assert answer.status_code == 202, answer.text
+    resent = await http.post("/api/orders/create", json=_order(1), headers={**crm, "X-Correlation-Id": "c-1"})
+    assert resent.status_code == 200, resent.text
+    assert resent.json()["status"] == "DUPLICATE" and resent.json()["correlationId"] == "c-1"
+    new = await http.post("/api/orders/create", json=_order(3), headers={**crm, "X-Correlation-Id": "c-3"})
+    assert new.status_code == 429 and new.json()["error"] == "THROTTLED"
+    soap = [await http.post("/soap/orders", headers=SOAP11_HEADERS, content=envelope(
+        create_order(f"O-{n}"), trace={"sourceSystem": "ERP", "correlationId": "s-1"})) for n in range(2)]
+    assert [a.status_code for a in soap] == [200, 200]  # ERP's 1 a minute: the second is the re-send
+    assert b"DUPLICATE" in soap[1].content and b"ACCEPTED" in soap[0].content
+    assert sorted(row["correlation_id"] for row in stored(store)) == ["c-1", "c-2", "s-1"]
+
+
 def test_requests_counted_together_admit_the_first_ones_up_to_the_limit(store: MessageStore) -> None:
     counters = ThrottleCounters(store)
     window, later = 1_800_000_000_000, 1_800_000_060_000

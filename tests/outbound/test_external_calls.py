@@ -189,12 +189,11 @@ async def test_calls_are_recorded_masked_and_a_failure_to_record_never_fails_the
 
 
 def test_masking_covers_json_xml_and_form_fields() -> None:
-    from openroute.outbound import mask
-
-    assert mask('{"a": {"PIN": 1, "x": [{"pin": "2"}]}}', ["pin"]) == '{"a": {"PIN": "***", "x": [{"pin": "***"}]}}'
-    assert mask("<s:Body><h:pin>1234</h:pin><pinCode>1</pinCode></s:Body>", ["pin"]) \
+    records = CallRecordSettings(enabled=True, secret_fields=("pin",))
+    assert records.clean('{"a": {"PIN": 1, "x": [{"pin": "2"}]}}') == '{"a": {"PIN": "***", "x": [{"pin": "***"}]}}'
+    assert records.clean("<s:Body><h:pin>1234</h:pin><pinCode>1</pinCode></s:Body>") \
         == "<s:Body><h:pin>***</h:pin><pinCode>1</pinCode></s:Body>"
-    assert mask("GET /x?user=a&password=secret&y=1", ["password"]) == "GET /x?user=a&password=***&y=1"
+    assert records.clean("GET /x?user=a&password=secret&y=1") == "GET /x?user=a&password=***&y=1"
 
 
 async def test_an_open_breaker_parks_the_message_without_an_attempt_until_it_closes_and_retention_prunes(

@@ -112,7 +112,7 @@ async def test_a_route_calls_a_declared_system_with_its_settings_key_and_record(
     [record] = CallRecordStore(store).of_message(accepted.message_id)
     assert record.outcome == "OK" and record.system == "BILLING" and record.call_key == "charge"
     assert record.request == f'POST {url}charges\n{{"amount": 10, "card": "***"}}'
-    assert record.response == 'HTTP 200\n{"chargeId": "CH-1", "card": "***"}'
+    assert record.response == 'HTTP 200\n{"chargeId":"CH-1","card":"***"}'  # as received, masked
     lines = [r for r in caplog.records if r.name == "openroute.outbound" and r.levelno == logging.DEBUG]
     assert len(lines) == 1 and lines[0].getMessage().startswith(f"call BILLING charge for message {row.id}: OK in")
     store.dispose()
