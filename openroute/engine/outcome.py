@@ -8,6 +8,9 @@ This is the one place that answers "when is a message FAILED?". A message ends F
 - a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
   count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
   policy's delay (an attempt that declared no effect retries without counting);
+- an error the route names in ``.on_error(...)`` (:class:`~openroute.retry.ErrorPolicy`, the first that names it)
+  follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
+  after this attempt, failed count + 1), or FAILED at once as a business error;
 - one of its child messages ends FAILED or CANCEL (the parent of a split);
 - a call in doubt of a route that holds such calls (:class:`~openroute.engine.idempotency.CallInDoubtError`):
   FAILED at once with error code ``CALL_IN_DOUBT``, failed count unchanged, held for an operator ("mark done" /
@@ -31,9 +34,9 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from openroute.engine.idempotency import CallInDoubtError
-from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError, is_expected_error
+from openroute.errors import BusinessError, CircuitOpenError, ValidationError, is_expected_error
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage
-from openroute.retry import RetryPolicy
+from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, error_code, policy_for
 
 __all__ = [
     "MAX_ERROR_TEXT",
@@ -122,6 +125,7 @@ def after_attempt(
     policy: RetryPolicy,
     postpone_interval: timedelta,
     now: datetime,
+    error_policies: Sequence[ErrorPolicy] = (),
 ) -> Decision:
     """The outcome of one processing attempt of ``message`` that ended with ``error`` (None: the steps ran).
 
@@ -131,8 +135,10 @@ def after_attempt(
     error is technical (a call held in doubt: FAILED at once, code CALL_IN_DOUBT; a :class:`CircuitOpenError`:
     POSTPONED until its ``retry_at``, no attempt counted): PARTLY_FAILED with the failed count + 1 (unchanged when
     ``no_effect``) and due per
-    ``policy``, or FAILED when that count exhausts the policy. Custom data or business errors that are not
-    JSON turn the attempt into a validation error (the message keeps its previous custom data).
+    ``policy``, or FAILED when that count exhausts the policy. An error one of the route's ``error_policies`` names
+    (besides those the engine decides: validation, call in doubt, open breaker) follows that policy instead.
+    Custom data or business errors that are not JSON turn the attempt into a validation error (the message keeps
+    its previous custom data).
     """
     try:
         # empty containers (most attempts) are JSON as they are: no need to serialise them to know it
@@ -151,6 +157,9 @@ def after_attempt(
             return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
         target = MessageState.WAITING_FOR_CHILDREN if has_children else MessageState.OK
         return Decision(target, {**changes, "next_attempt_at": None})
+    chosen = None if isinstance(error, _DECIDED_HERE) else policy_for(error, error_policies)
+    if chosen is not None:
+        return _by_error_policy(message, error, chosen, changes, policy, no_effect, now)
     if isinstance(error, BusinessError):
         changes["business_errors"].append(error.to_dict())
         changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None,
@@ -170,8 +179,19 @@ def after_attempt(
         changes.update(last_error_code=ErrorCode.CIRCUIT_OPEN.value, last_error_text=clip(str(error)),
                        next_attempt_at=max(error.retry_at, now))
         return Decision(MessageState.POSTPONED, changes)
-    code = error.code if isinstance(error, TechnicalError) else type(error).__name__
-    changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
+    return _technical(message, error, changes, policy, no_effect, now)
+
+
+#: the errors whose outcome is decided here whatever the route's error policies say
+_DECIDED_HERE = (ValidationError, CallInDoubtError, CircuitOpenError)
+#: the policy of an error that is never retried: the attempt that met it is the last
+_NEVER = RetryPolicy(max_attempts=1)
+
+
+def _technical(message: StoredMessage, error: BaseException, changes: dict[str, Any], policy: RetryPolicy,
+               no_effect: bool, now: datetime) -> Decision:
+    """A technical failure: PARTLY_FAILED due per ``policy`` with the failed count + 1, FAILED once exhausted."""
+    changes.update(last_error_code=error_code(error)[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
                    last_error_trace=error_trace(error))
     if no_effect:
         # the route declared this attempt did nothing: retry, but it does not count
@@ -181,6 +201,21 @@ def after_attempt(
     due = policy.next_attempt(failed, now)
     changes.update(failed_count=failed, next_attempt_at=due)
     return Decision(MessageState.PARTLY_FAILED if due is not None else MessageState.FAILED, changes)
+
+
+def _by_error_policy(message: StoredMessage, error: BaseException, chosen: ErrorPolicy, changes: dict[str, Any],
+                     route_policy: RetryPolicy, no_effect: bool, now: datetime) -> Decision:
+    """The outcome of an error the route's ``chosen`` error policy names."""
+    if chosen.action is ErrorAction.FAIL:
+        failure = error if isinstance(error, BusinessError) else BusinessError(
+            error_code(error)[:100], str(error) or type(error).__name__)
+        changes["business_errors"].append(failure.to_dict())
+        changes.update(last_error_code=failure.code, last_error_text=clip(failure.text), next_attempt_at=None,
+                       last_error_trace=None)
+        return Decision(MessageState.FAILED, changes)
+    if chosen.action is ErrorAction.NEVER_RETRY:
+        return _technical(message, error, changes, _NEVER, False, now)
+    return _technical(message, error, changes, chosen.retry or route_policy, no_effect, now)
 
 
 def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Decision:
