@@ -496,8 +496,7 @@ class Engine:
             claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
             no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
             policy=self.settings.retry_policy_for(route), postpone_interval=self.settings.postpone_interval, now=now,
-            error_policies=route.error_policies if route is not None else (),
-        )
+            error_policies=route.error_policies if route is not None else ())
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:

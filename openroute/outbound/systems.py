@@ -32,6 +32,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
 from openroute.errors import ConfigurationError
 from openroute.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
@@ -93,6 +95,9 @@ class ExternalSystem:
     headers: Mapping[str, str] = field(default_factory=dict)
     breaker: BreakerSettings | None = field(default_factory=BreakerSettings)
     records: CallRecordSettings = field(default_factory=CallRecordSettings)
+    #: replaces the network for the shipped clients' calls of this system (``ExternalHttpClient``, ``SoapService``
+    #: inside an ``ext_call(..., system=NAME)``): a test's fake (:mod:`openroute.testing`); None: the network
+    transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 100:
@@ -110,6 +115,9 @@ class ExternalSystem:
         if self.call_timeout <= timedelta(0):
             raise ConfigurationError(f"external system {self.name}: call_timeout must be positive, "
                                      f"got {self.call_timeout}")
+        if self.transport is not None and not isinstance(self.transport, httpx.AsyncBaseTransport):
+            raise ConfigurationError(f"external system {self.name}: transport must be an httpx.AsyncBaseTransport, "
+                                     f"got {self.transport!r}")
         object.__setattr__(self, "headers", dict(self.headers))
 
 
