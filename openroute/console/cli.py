@@ -290,9 +290,13 @@ class StoreBackend:
     """Reads the store directly; acts through a (not started) engine, cause ``cli:<os user>``."""
 
     def __init__(self, url: str) -> None:
-        from openroute.persistence import MessageStore, mask_secrets, masked_url
+        from openroute.persistence import MessageStore, mask_secrets, masked_url, sqlite_file
 
         shown = masked_url(url)
+        file = sqlite_file(url)
+        if file is not None and not file.is_file():  # opening it would create an empty store: say so instead
+            raise CliError(f"{shown}: there is no store file {file.resolve()} (nothing created); give the store with "
+                           "--database-url, --config or OPENROUTE_DATABASE_URL, or create it with openroute db upgrade")
         try:
             self.store = MessageStore(url)
             revision = self.store.current_revision()
