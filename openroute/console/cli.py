@@ -235,8 +235,8 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
     from openroute.console.app import pretty_payload
 
     keys = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "processId", "entityType",
-            "objectId", "funnelValue", "failedCount", "receivedAt", "startedAt", "lastUpdateAt", "nextAttemptAt",
-            "nodeId", "parentId", "lastErrorCode", "lastErrorText")
+            "objectId", "funnelValue", "failedCount", "attempts", "receivedAt", "startedAt", "lastUpdateAt",
+            "nextAttemptAt", "nodeId", "parentId", "lastErrorCode", "lastErrorText")
     width = max(len(k) for k in keys)
     for key in keys:
         print(f"{key.ljust(width)}  {_cell(detail.get(key))}", file=out)
@@ -252,8 +252,8 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
     sections = (
         ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
                                                          "nodeId", "cause", "errorText")),
-        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "idempotencyKey",
-                                                               "nodeId", "result", "lastError")),
+        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "refused",
+                                                               "idempotencyKey", "nodeId", "result", "lastError")),
         ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
     )
     for title, items, columns in sections:

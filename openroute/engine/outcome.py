@@ -40,6 +40,7 @@ from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, error_code, p
 
 __all__ = [
     "MAX_ERROR_TEXT",
+    "NOT_ATTEMPTS",
     "Decision",
     "ErrorCode",
     "abandoned",
@@ -47,6 +48,7 @@ __all__ = [
     "cancelled",
     "clip",
     "dropped",
+    "ends_attempt",
     "error_trace",
     "held_by_funnel",
     "is_expected_error",
@@ -77,6 +79,19 @@ class ErrorCode(StrEnum):
     #: held for an operator: a call an earlier attempt started has no recorded outcome (see CallInDoubtError)
     CALL_IN_DOUBT = "CALL_IN_DOUBT"
     CIRCUIT_OPEN = "CIRCUIT_OPEN"
+
+
+#: the codes of changes out of PROCESSING that ended no attempt: the message was held back before its steps (a
+#: funnel, a newer message) or a call of it was refused by a circuit breaker (no attempt counted)
+NOT_ATTEMPTS = frozenset({ErrorCode.FUNNEL.value, ErrorCode.OBSOLETE.value, ErrorCode.CIRCUIT_OPEN.value})
+
+
+def ends_attempt(from_state: MessageState | str | None, error_code: str | None) -> bool:
+    """Does a state change (a ``message_transition`` row) end an attempt, a run of the route's steps? Every change
+    out of PROCESSING does, except those of :data:`NOT_ATTEMPTS`. Counted over a message's transitions, this is its
+    number of attempts over its whole history: the failed count starts again at each restart, the history does
+    not (the admin API's message detail and the Spark audit count them so)."""
+    return from_state == MessageState.PROCESSING and error_code not in NOT_ATTEMPTS
 
 
 @dataclass(frozen=True)
