@@ -290,13 +290,13 @@ class RouteBuilder(Steps):
         return RouteDefinition(built, bindings, channels)
 
     def _channel_bindings(self) -> tuple[ChannelBinding, ...]:
-        """One :class:`ChannelBinding` per :meth:`from_channel`, with the route's checks for JSON and XML bodies."""
+        """One :class:`ChannelBinding` per :meth:`from_channel`, with the route's checks for the bodies it declares:
+        XML when it declares its SOAP request (:meth:`soap`), JSON when it declares :meth:`json` or no SOAP."""
         if not self.channels:
             return ()
-        both = dataclasses.replace(self, soap_element=self.soap_element or (None if self.soap_action else
-                                                                            self._default_element()),
-                                   accepts_json=True, channels=())._bindings()
-        xml = next((b for b in both if b.content_type == "xml"), None)
+        soap = self.soap_element is not None or self.soap_action is not None
+        both = dataclasses.replace(self, accepts_json=self.accepts_json or not soap, channels=())._bindings()
+        xml = next((b for b in both if b.content_type == "xml"), None) if soap else None
         json_binding = next((b for b in both if b.content_type == "json"), None)
         return tuple(ChannelBinding(name.removeprefix("?"), self.service, self.operation, json=json_binding, xml=xml,
                                     optional=name.startswith("?"))

@@ -142,6 +142,29 @@ def test_a_database_without_the_schema_is_refused(tmp_path: Any, capsys: pytest.
     assert code == 2 and "has no openroute schema" in err and "openroute db upgrade" in err
 
 
+@pytest.mark.parametrize("argv", [["show", "failed1"], ["list"], ["list", "--json"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(sqlite_url: str, argv: list[str]) -> None:
+    """Issue 42: ``openroute messages show 42 | head`` printed a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    try:
+        ids = asyncio.run(populate(store))
+    finally:
+        store.dispose()
+    argv = [str(ids[arg]) if arg in ids else arg for arg in argv]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a line
+    try:
+        done = subprocess.run([sys.executable, "-m", "openroute", "messages", *argv, "--database-url", sqlite_url],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_no_store_file_is_created_where_there_is_none(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 42: without --config and without an openroute.db here, the command used to create an empty one."""
