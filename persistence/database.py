@@ -109,7 +109,7 @@ def sqlite_file(url: str) -> Path | None:
     missing SQLite file would create an empty one."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # not a URL, or a port that is no number: opening it says which
         return None
     if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
         return None

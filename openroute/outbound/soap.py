@@ -84,8 +84,12 @@ class _CallTransport(AsyncTransport):
 
     async def post(self, address: str, message: Any, headers: Any) -> httpx.Response:
         context = current_call()
-        client = substitute_client(context.system if context is not None else None) or self.client
-        return await client.post(address, content=message, headers=headers)
+        substitute = substitute_client(context.system if context is not None else None)
+        if substitute is None:
+            return await self.client.post(address, content=message, headers=headers)
+        # the service's own timeouts and headers, so the fake meets the request the network would
+        return await substitute.post(address, content=message, headers={**self.client.headers, **headers},
+                                     timeout=self.client.timeout)
 
 
 class SoapService:
