@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -96,7 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = resolve_settings(args)
     if failed is not None:
         return failed
-    return int(args._handlers[args.command](args))
+    try:
+        code = int(args._handlers[args.command](args))
+        sys.stdout.flush()  # here, not at exit: a reader that left is seen below
+    except BrokenPipeError:
+        # the reader of the output left (`openroute messages show 42 | head`): finish quietly, with no traceback
+        # and no second error when the interpreter flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return code
 
 
 if __name__ == "__main__":

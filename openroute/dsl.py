@@ -38,7 +38,7 @@ from openroute.binding import ChannelBinding, Extractor, InboundBinding, ParsedP
 from openroute.body import Body
 from openroute.errors import ConfigurationError, DeploymentError
 from openroute.interceptors import MessageInterceptor
-from openroute.retry import RetryPolicy
+from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, check_error_policies
 from openroute.route import ExtCallScope, Route, RouteRegistry
 from openroute.sub_route import Steps
 
@@ -198,6 +198,43 @@ class RouteBuilder(Steps):
             raise DeploymentError(f"{self._what}: retry needs a RetryPolicy")
         return self._with(retry_policy=chosen)
 
+    def on_error(self, *errors: str | type[BaseException], retry: RetryPolicy | bool | None = None,
+                 fail: bool = False) -> Self:
+        """Give the errors named here a policy of their own (Camel's ``onException``); the others keep :meth:`retry`.
+
+        ``errors`` are error codes or patterns of them (``"TIMEOUT"``, ``"HTTP_5*"``: a step's
+        ``TechnicalError``/``BusinessError`` code, or an exception's class name) and exception classes. Say what
+        happens with exactly one of:
+
+        - ``retry=RetryPolicy(...)``: retried per this policy (a business error too: it is then retried);
+        - ``retry=True``: retried per the route's own policy (e.g. an HTTP 423 answer, a business error otherwise);
+        - ``retry=False``: never retried: FAILED after this attempt, as the technical error it is;
+        - ``fail=True``: FAILED at once as a business error (kept for the confirmation, no attempt counted).
+
+        The first ``on_error`` naming an error decides (declare the narrow ones first). Raises DeploymentError
+        naming the route for a policy that cannot work (no error, both or none of ``retry`` and ``fail``, an error
+        named twice or decided by the engine itself)."""
+        what = f"{self._what}: on_error"
+        if fail is not False and fail is not True:
+            raise DeploymentError(f"{what}: fail must be True or False, got {fail!r}")
+        if (retry is None) == (not fail):
+            raise DeploymentError(f"{what}: say what happens with exactly one of retry=RetryPolicy(...)/True/False "
+                                  f"and fail=True, got retry={retry!r}, fail={fail!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy | bool):
+            raise DeploymentError(f"{what}: retry must be a RetryPolicy, True or False, got {retry!r}")
+        action = (ErrorAction.FAIL if fail else ErrorAction.NEVER_RETRY if retry is False else ErrorAction.RETRY)
+        codes = tuple(e for e in errors if isinstance(e, str))
+        exceptions = tuple(e for e in errors if not isinstance(e, str))
+        try:
+            policy = ErrorPolicy(codes, exceptions, action, retry if isinstance(retry, RetryPolicy) else None)
+        except ConfigurationError as error:
+            raise DeploymentError(f"{self._what}: {error}") from None
+        known = (*self.route_fields.get("error_policies", ()), policy)
+        problems = check_error_policies(known, self.route_fields.get("business_exceptions", ()))
+        if problems:
+            raise DeploymentError([f"{self._what}: {problem}" for problem in problems])
+        return self._with(error_policies=known)
+
     def guaranteed_order(self, enabled: bool = True) -> Self:
         """Keep messages of one funnel value in receive order (see :meth:`funnel`)."""
         return self._with(guaranteed_order=enabled)
@@ -244,7 +281,8 @@ class RouteBuilder(Steps):
             bindings = self._bindings()
             channels = self._channel_bindings()
         except ConfigurationError as error:
-            raise DeploymentError(f"{what}: {error}") from None
+            text = str(error)
+            raise DeploymentError(text if text.startswith(f"{what}:") else f"{what}: {text}") from None
         checked = [*bindings, *(b for c in channels for b in (c.xml, c.json) if b is not None and b not in bindings)]
         problems = [f"{what}: {problem}" for problem in self._unusable_xpaths(checked)]
         if problems:
@@ -252,13 +290,13 @@ class RouteBuilder(Steps):
         return RouteDefinition(built, bindings, channels)
 
     def _channel_bindings(self) -> tuple[ChannelBinding, ...]:
-        """One :class:`ChannelBinding` per :meth:`from_channel`, with the route's checks for JSON and XML bodies."""
+        """One :class:`ChannelBinding` per :meth:`from_channel`, with the route's checks for the bodies it declares:
+        XML when it declares its SOAP request (:meth:`soap`), JSON when it declares :meth:`json` or no SOAP."""
         if not self.channels:
             return ()
-        both = dataclasses.replace(self, soap_element=self.soap_element or (None if self.soap_action else
-                                                                            self._default_element()),
-                                   accepts_json=True, channels=())._bindings()
-        xml = next((b for b in both if b.content_type == "xml"), None)
+        soap = self.soap_element is not None or self.soap_action is not None
+        both = dataclasses.replace(self, accepts_json=self.accepts_json or not soap, channels=())._bindings()
+        xml = next((b for b in both if b.content_type == "xml"), None) if soap else None
         json_binding = next((b for b in both if b.content_type == "json"), None)
         return tuple(ChannelBinding(name.removeprefix("?"), self.service, self.operation, json=json_binding, xml=xml,
                                     optional=name.startswith("?"))

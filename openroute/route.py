@@ -17,7 +17,7 @@ from openroute.body import Body
 from openroute.errors import ConfigurationError, DeploymentError, UnknownRouteError
 from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.message import InboundMessage
-from openroute.retry import RetryPolicy
+from openroute.retry import ErrorPolicy, RetryPolicy, check_error_policies
 
 __all__ = ["ExtCallScope", "Route", "RouteRegistry", "Step"]
 
@@ -38,7 +38,9 @@ class ExtCallScope(StrEnum):
 class Route:
     """What to do with messages of one (service, operation).
 
-    ``steps`` run in order for every attempt; ``retry_policy`` overrides the engine's default;
+    ``steps`` run in order for every attempt; ``retry_policy`` overrides the engine's default, and
+    ``error_policies`` (:class:`~openroute.retry.ErrorPolicy`, the first that names the error wins) give the errors
+    they name a policy of their own, or none;
     ``validator`` runs at accept time and raises :class:`~openroute.errors.ValidationError` to refuse
     a message before it is stored.
 
@@ -64,6 +66,7 @@ class Route:
     operation: str
     steps: Sequence[Step]
     retry_policy: RetryPolicy | None = None
+    error_policies: tuple[ErrorPolicy, ...] = ()
     validator: Callable[[InboundMessage], None] | None = None
     obsolete_check: bool = False
     guaranteed_order: bool = False
@@ -92,6 +95,10 @@ class Route:
         exceptions = tuple(self.business_exceptions)
         if not all(isinstance(e, type) and issubclass(e, BaseException) for e in exceptions):
             raise ConfigurationError(f"route {self.key}: business_exceptions must be exception classes")
+        object.__setattr__(self, "error_policies", tuple(self.error_policies))
+        problems = check_error_policies(self.error_policies, exceptions)
+        if problems:
+            raise ConfigurationError(f"route {self.service}/{self.operation}: " + "; ".join(problems))
         if self.body is not None and not isinstance(self.body, Body):
             raise ConfigurationError(f"route {self.key}: body must be a Body (made by .body(Model)), got {self.body!r}")
         children = tuple(tuple(key) for key in self.child_routes)

@@ -4,7 +4,13 @@ This layer imports only SQLAlchemy, Alembic and the standard library; the state 
 which transitions are legal lives in ``openroute.states``.
 """
 
-from openroute.persistence.database import DEFAULT_DATABASE_URL, Database, alembic_config, create_store_engine
+from openroute.persistence.database import (
+    DEFAULT_DATABASE_URL,
+    Database,
+    alembic_config,
+    create_store_engine,
+    sqlite_file,
+)
 from openroute.persistence.external_calls import EntityCallStatus, ExternalCall, ExternalCallStore
 from openroute.persistence.funnels import FunnelStore
 from openroute.persistence.messages import InsertOutcome, MessageFields, NewMessage, StoredMessage
@@ -81,5 +87,6 @@ __all__ = [
     "masked_value",
     "message_table",
     "node_table",
+    "sqlite_file",
     "throttle_counter_table",
 ]

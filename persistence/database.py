@@ -103,6 +103,19 @@ def create_store_engine(
     raise ValueError(f"unsupported database {parsed.get_backend_name()!r}: use sqlite:/// or postgresql+psycopg://")
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite store's ``url`` (relative to the working directory when the URL is), None for another
+    database or a URL that is not one. A command that only reads the store checks it exists first: connecting to a
+    missing SQLite file would create an empty one."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):  # not a URL, or a port that is no number: opening it says which
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
 def alembic_config(url: str) -> Any:
     """An Alembic ``Config`` for the store's migrations at ``url`` (no ini file needed)."""
     from alembic.config import Config

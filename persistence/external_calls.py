@@ -51,12 +51,14 @@ class ExternalCall:
     #: the node that last started the call, and when (the STARTED record)
     node_id: str | None = None
     started_at: datetime | None = None
+    #: how often the system's circuit breaker refused the call (not made, not in ``attempts``)
+    refused: int = 0
 
 
 _CALL_COLUMNS = tuple(
     external_call_table.c[name] for name in (
-        "message_id", "call_key", "status", "attempts", "result", "last_error", "idempotency_key", "node_id",
-        "started_at",
+        "message_id", "call_key", "status", "attempts", "refused", "result", "last_error", "idempotency_key",
+        "node_id", "started_at",
     )
 )
 
@@ -131,6 +133,16 @@ class ExternalCallStore(StorePart):
         c = external_call_table.c
         held = (c.message_id == message_id, c.call_key == call_key, c.status == ExternalCallStatus.STARTED)
         return self._settle(external_call_table, held, ok, now, result, error, connection) == 1
+
+    def refused(
+        self, message_id: int, call_key: str, now: datetime, error: str, connection: sa.Connection | None = None
+    ) -> bool:
+        """Record that the circuit breaker refused the call started with :meth:`begin`: it was not made, so it
+        leaves ``attempts`` (- 1) for ``refused`` (+ 1) and ends FAILED with ``error`` (made at the next attempt).
+        False if it was not STARTED."""
+        c = external_call_table.c
+        held = (c.message_id == message_id, c.call_key == call_key, c.status == ExternalCallStatus.STARTED)
+        return self._refuse(external_call_table, held, now, error, connection) == 1
 
     def in_doubt(self, message_id: int, connection: sa.Connection | None = None) -> list[ExternalCall]:
         """The calls of ``message_id`` started and never finished (status STARTED), by call key."""
@@ -293,6 +305,25 @@ class ExternalCallStore(StorePart):
                 c.owner_message_id == message_id, c.status == _IN_PROGRESS)
         self._settle(entity_call_table, held, ok, now, result, error, connection)
 
+    def refused_entity(
+        self, entity_type: str, object_id: str, call_key: str, message_id: int, now: datetime, error: str,
+        connection: sa.Connection | None = None,
+    ) -> None:
+        """:meth:`refused` for a call taken with :meth:`begin_entity` (only by its holder)."""
+        c = entity_call_table.c
+        held = (c.entity_type == entity_type, c.object_id == object_id, c.call_key == call_key,
+                c.owner_message_id == message_id, c.status == _IN_PROGRESS)
+        self._refuse(entity_call_table, held, now, error, connection)
+
+    def _refuse(self, table: sa.Table, held: tuple[sa.ColumnElement[bool], ...], now: datetime, error: str,
+                connection: sa.Connection | None) -> int:
+        """The call row ``held`` selects was not made: a refusal instead of an attempt; the rows changed."""
+        statement = sa.update(table).where(*held).values(
+            status=ExternalCallStatus.FAILED, attempts=table.c.attempts - 1, refused=table.c.refused + 1,
+            last_error=error, updated_at=now,
+        )
+        return int(self.database.run(lambda conn: conn.execute(statement).rowcount, connection))
+
     def _settle(
         self, table: sa.Table, held: tuple[sa.ColumnElement[bool], ...], ok: bool, now: datetime, result: Any,
         error: str | None, connection: sa.Connection | None,
@@ -307,10 +338,10 @@ class ExternalCallStore(StorePart):
     def of_entity(
         self, entity_type: str, object_id: str, connection: sa.Connection | None = None
     ) -> list[dict[str, Any]]:
-        """The entity-scoped calls recorded for one entity (status, attempts, result, owner)."""
+        """The entity-scoped calls recorded for one entity (status, attempts, refused, result, owner)."""
         c = entity_call_table.c
         query = (
-            sa.select(c.call_key, c.status, c.attempts, c.result, c.last_error, c.owner_message_id)
+            sa.select(c.call_key, c.status, c.attempts, c.refused, c.result, c.last_error, c.owner_message_id)
             .where(c.entity_type == entity_type, c.object_id == object_id)
             .order_by(c.id)
         )

@@ -195,10 +195,11 @@ class MessageRecord(Base):
 
 
 class _CallAttempts:
-    """The columns both records of an external call have (per message and per entity): how many attempts made it,
-    its result or the last attempt's error, and when the row was made and last changed."""
+    """The columns both records of an external call have (per message and per entity): the calls made (``attempts``)
+    and refused by a breaker (0020), its result or the last attempt's error, when the row was made and changed."""
 
     attempts: Mapped[int] = mapped_column(sa.Integer, default=1)
+    refused: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     result: Mapped[Any | None] = mapped_column(Json)
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -141,6 +141,28 @@ def test_database_password_from_a_file_or_the_environment(tmp_path: Path, monkey
         load_config(None, {"database_password_env": "NOPE"}).resolved_database_url()
 
 
+def test_the_store_part_alone_reads_the_database_keys_and_ignores_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from openroute.config import load_database_config
+
+    path = write(tmp_path, 'database_url = "postgresql+psycopg://app@db/o"\ndatabase_password_env = "DB_PW"\n'
+                           '[[auth.admins]]\nusername = "ops"\npassword_env = "UNSET_ON_THIS_MACHINE"\n'
+                           '[engine]\nconcurrency = -1\n[nonsense]\nx = 1\n')
+    monkeypatch.setenv("DB_PW", "x")
+    assert load_database_config(path).resolved_database_url() == "postgresql+psycopg://app:x@db/o"
+    with pytest.raises(ConfigurationError):
+        load_config(path)  # the server needs all of it
+    monkeypatch.setenv("OPENROUTE_DATABASE_URL", "sqlite:///env.db")
+    monkeypatch.setenv("OPENROUTE_ENGINE__CONCURRENCY", "not a number")  # not the store's: ignored
+    assert load_database_config(path, {"database_url": None}).database_url == "sqlite:///env.db"
+    assert load_database_config(path, {"database_url": "sqlite:///flag.db"}).database_url == "sqlite:///flag.db"
+    both = write(tmp_path, 'database_password_env = "A"\ndatabase_password_file = "b"\n', "both.toml")
+    with pytest.raises(ConfigurationError, match="give one of database_password_file, database_password_env"):
+        load_database_config(both)
+    with pytest.raises(ConfigurationError, match="is not valid TOML"):
+        load_database_config(write(tmp_path, "[engine\n", "broken.toml"))
+
+
 def test_messaging_keys_sit_in_the_same_file(tmp_path: Path) -> None:
     path = write(tmp_path, '[openroute.messaging.incoming.orders]\nconnector = "memory"\n'
                            '[mp.messaging.outgoing.out]\nconnector = "amqp"\n[engine]\nconcurrency = 2\n')

@@ -41,6 +41,7 @@ from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
+from openroute.engine.outcome import ends_attempt
 from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
@@ -192,8 +193,10 @@ def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.
 
 
 def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:
-    """The JSON form of one message with its external calls, children, confirmation and state transitions
-    (oldest first); None when there is no such message. The admin API, the console and the CLI show this."""
+    """The JSON form of one message with its external calls (calls made and refused by a breaker), children,
+    confirmation, state transitions (oldest first) and ``attempts``, its attempts over its whole history (restarts
+    included, :func:`~openroute.engine.outcome.ends_attempt`); None when there is no such message. The admin API,
+    the console and the CLI show this."""
     with store.engine.connect() as connection:
         message = store.get(message_id, connection)
         if message is None:
@@ -214,7 +217,9 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         {
             "callKey": r.call_key,
             "status": str(r.status),
+            # calls made, and calls the circuit breaker refused (not made)
             "attempts": r.attempts,
+            "refused": r.refused,
             "result": masked_value(r.result),  # the remote's answer: the route reads it unmasked, operators not
             "lastError": _masked(r.last_error),
             "createdAt": _iso(r.created_at),
@@ -242,6 +247,8 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         "sentAt": _iso(confirmation.sent_at),
         "confirmationId": confirmation.confirmation_id,
     }
+    # over the whole history: failedCount starts again at each restart, the transition rows stay
+    body["attempts"] = sum(1 for t in transitions if ends_attempt(t["from_state"], t["error_code"]))
     body["transitions"] = [
         {
             "fromState": None if t["from_state"] is None else str(t["from_state"]),

@@ -196,7 +196,12 @@ def _schemas() -> dict[str, Any]:
             "lastErrorTrace": {"type": ["string", "null"],
                                "description": "traceback of the current state's unexpected error"},
             "version": {"type": "integer"},
-            "externalCalls": {"type": "array", "items": {"type": "object"}},
+            "attempts": {"type": "integer", "description": "attempts over the message's whole history, restarts "
+                         "included (failedCount counts the failures since the last restart)"},
+            "externalCalls": {"type": "array", "items": {"type": "object", "properties": {
+                "callKey": {"type": "string"}, "status": {"type": "string"},
+                "attempts": {"type": "integer", "description": "calls made"},
+                "refused": {"type": "integer", "description": "calls the circuit breaker refused (not made)"}}}},
             "callRecords": {"type": "array", "items": {"type": "object"}},
             "children": {"type": "array", "items": {"$ref": "#/components/schemas/MessageSummary"}},
             "confirmation": {"type": ["object", "null"]},

@@ -23,12 +23,14 @@ EXIT_SERVICES = 7
 
 def resolve_database_url(args: argparse.Namespace) -> str:
     """The store's URL as every command resolves it: ``--database-url`` over ``OPENROUTE_DATABASE_URL`` (and the
-    other ``OPENROUTE_...`` variables) over the ``--config`` TOML file over ``sqlite:///openroute.db``, with the
-    password of ``database_password_file`` / ``_env`` put in (:func:`openroute.config.load_config`).
+    other ``OPENROUTE_DATABASE_...`` variables) over the ``--config`` TOML file over ``sqlite:///openroute.db``, with
+    the password of ``database_password_file`` / ``_env`` put in (:func:`openroute.config.load_database_config`:
+    the file's other sections are not read, so an operator needs none of the server's other secrets).
 
-    Raises ConfigurationError for a bad configuration file, environment variable or password source.
+    Raises ConfigurationError for a configuration file that cannot be read, a bad database key or password source.
     """
-    from openroute.config import load_config
+    from openroute.config import load_database_config
 
-    config = load_config(getattr(args, "config", None), {"database_url": getattr(args, "database_url", None)})
+    config = load_database_config(getattr(args, "config", None),
+                                  {"database_url": getattr(args, "database_url", None)})
     return config.resolved_database_url()

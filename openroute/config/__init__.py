@@ -49,7 +49,7 @@ from openroute.config.sections import (
     LogConfig,
     RetryConfig,
 )
-from openroute.config.server import ServerConfig, load_config
+from openroute.config.server import DatabaseConfig, ServerConfig, load_config, load_database_config
 from openroute.config.tracing import TracingConfig
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "AuthConfig",
     "ConfirmationTarget",
     "ConfirmationsConfig",
+    "DatabaseConfig",
     "EngineConfig",
     "ExternalSystemConfig",
     "InboundConfig",
@@ -67,5 +68,6 @@ __all__ = [
     "SourceSystemConfig",
     "TracingConfig",
     "load_config",
+    "load_database_config",
     "read_legacy_auth_config",
 ]

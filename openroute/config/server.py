@@ -1,5 +1,6 @@
 """The one resolution of the server's settings: :class:`ServerConfig` from the TOML file, ``OPENROUTE_...``
-environment variables over it and the command line over both (:func:`load_config`), used by every command."""
+environment variables over it and the command line over both (:func:`load_config`), used by ``openroute run``; the
+operator commands read its store part alone (:class:`DatabaseConfig`, :func:`load_database_config`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -29,16 +30,68 @@ from openroute.config.values import DEFAULT_DATABASE_URL, ENV_PREFIX
 from openroute.errors import ConfigurationError
 
 
-class ServerConfig(BaseSettings):
-    """Everything ``openroute run`` needs. Build it with :func:`load_config`."""
+class DatabaseConfig(BaseSettings):
+    """Where the store is: the part of the server's configuration the operator commands (``openroute messages``,
+    ``openroute spark``, ``openroute db``) read, every other key of the file and of the environment ignored, so that
+    an operator needs none of the server's other secrets. Build it with :func:`load_database_config`."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     #: SQLAlchemy URL of the message store
     database_url: str = DEFAULT_DATABASE_URL
     #: the database password, put into database_url (which then carries none)
     database_password_file: Path | None = None
     database_password_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> Self:
+        if self.database_password_file is not None and self.database_password_env is not None:
+            raise ValueError("give one of database_password_file, database_password_env, not both")
+        return self
+
+    def resolved_database_url(self) -> str:
+        """``database_url`` with the password of ``database_password_file`` / ``_env`` put in.
+
+        Raises ConfigurationError when the file or variable cannot be read or the URL is malformed."""
+        if self.database_password_file is None and self.database_password_env is None:
+            return self.database_url
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            if self.database_password_file is not None:
+                password = self.database_password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            else:
+                password = os.environ[self.database_password_env or ""]
+            return make_url(self.database_url).set(password=password).render_as_string(hide_password=False)
+        except OSError as error:
+            raise ConfigurationError(
+                f"database_password_file: cannot read {str(self.database_password_file)!r}: {error.strerror}"
+            ) from None
+        except KeyError:
+            raise ConfigurationError(
+                f"database_password_env names {self.database_password_env!r}, which is not set") from None
+        except ArgumentError as error:
+            raise ConfigurationError(f"database_url: {error}") from None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # command line (init) over environment over the file; no .env file, no secrets directory
+        return init_settings, env_settings, _FileSource(settings_cls, _FILE_VALUES.get(cls, {}))
+
+
+class ServerConfig(DatabaseConfig):
+    """Everything ``openroute run`` needs. Build it with :func:`load_config`."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
+
     #: module:attribute of the application; None: the reference application
     routes: str | None = None
     host: str = "127.0.0.1"
@@ -79,34 +132,7 @@ class ServerConfig(BaseSettings):
             module, sep, attr = self.routes.partition(":")
             if not (sep and module and attr):
                 raise ValueError(f"routes must be 'module:attribute', got {self.routes!r}")
-        if self.database_password_file is not None and self.database_password_env is not None:
-            raise ValueError("give one of database_password_file, database_password_env, not both")
         return self
-
-    def resolved_database_url(self) -> str:
-        """``database_url`` with the password of ``database_password_file`` / ``_env`` put in.
-
-        Raises ConfigurationError when the file or variable cannot be read or the URL is malformed."""
-        if self.database_password_file is None and self.database_password_env is None:
-            return self.database_url
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            if self.database_password_file is not None:
-                password = self.database_password_file.read_text(encoding="utf-8").rstrip("\r\n")
-            else:
-                password = os.environ[self.database_password_env or ""]
-            return make_url(self.database_url).set(password=password).render_as_string(hide_password=False)
-        except OSError as error:
-            raise ConfigurationError(
-                f"database_password_file: cannot read {str(self.database_password_file)!r}: {error.strerror}"
-            ) from None
-        except KeyError:
-            raise ConfigurationError(
-                f"database_password_env names {self.database_password_env!r}, which is not set") from None
-        except ArgumentError as error:
-            raise ConfigurationError(f"database_url: {error}") from None
 
     def external_system_list(self) -> list[Any]:
         """The declared :class:`~openroute.outbound.ExternalSystem` objects (ConfigurationError naming the system for a
@@ -134,18 +160,6 @@ class ServerConfig(BaseSettings):
 
         tables = {name: table for name, table in (("openroute", self.openroute), ("mp", self.mp)) if table}
         return flatten_tables(tables)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # command line (init) over environment over the file; no .env file, no secrets directory
-        return init_settings, env_settings, _FileSource(settings_cls, _FILE_VALUES.get(cls, {}))
 
 
 _FILE_VALUES: dict[type, dict[str, Any]] = {}
@@ -247,6 +261,21 @@ def load_config(
     # systems' secret_fields joined when the check above built them)
     add_secret_names(config.secret_names)
     return config
+
+
+def load_database_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> DatabaseConfig:
+    """Where the store is, as :func:`load_config` resolves it (the TOML file ``path``, ``OPENROUTE_...`` environment
+    variables over it, ``overrides`` over both), reading nothing else: the file's other sections are neither
+    validated nor resolved (a secret of ``[auth]`` need not be set).
+
+    Raises ConfigurationError for a file that cannot be read or is not TOML, and for bad database keys."""
+    _FILE_VALUES[DatabaseConfig] = _read_toml(path) if path is not None else {}
+    try:
+        return DatabaseConfig(**_drop_none(overrides or {}))
+    except ValidationError as error:
+        _fail(path, [_describe(item) for item in error.errors()])
+    finally:
+        _FILE_VALUES.pop(DatabaseConfig, None)
 
 
 def _fail(path: str | Path | None, problems: list[str]) -> NoReturn:

@@ -245,8 +245,8 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
     from openroute.console.app import pretty_payload
 
     keys = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "processId", "entityType",
-            "objectId", "funnelValue", "failedCount", "receivedAt", "startedAt", "lastUpdateAt", "nextAttemptAt",
-            "nodeId", "parentId", "lastErrorCode", "lastErrorText")
+            "objectId", "funnelValue", "failedCount", "attempts", "receivedAt", "startedAt", "lastUpdateAt",
+            "nextAttemptAt", "nodeId", "parentId", "lastErrorCode", "lastErrorText")
     width = max(len(k) for k in keys)
     for key in keys:
         print(f"{key.ljust(width)}  {_cell(detail.get(key))}", file=out)
@@ -262,8 +262,8 @@ def _show(detail: dict[str, Any], out: TextIO) -> None:
     sections = (
         ("state path", detail.get("transitions") or [], ("at", "fromState", "toState", "attempt", "errorCode",
                                                          "nodeId", "cause", "errorText")),
-        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "idempotencyKey",
-                                                               "nodeId", "result", "lastError")),
+        ("external calls", detail.get("externalCalls") or [], ("callKey", "status", "attempts", "refused",
+                                                               "idempotencyKey", "nodeId", "result", "lastError")),
         ("children", detail.get("children") or [], ("id", "state", "service", "operation", "lastErrorCode")),
     )
     for title, items, columns in sections:
@@ -300,9 +300,13 @@ class StoreBackend:
     """Reads the store directly; acts through a (not started) engine, cause ``cli:<os user>``."""
 
     def __init__(self, url: str) -> None:
-        from openroute.persistence import MessageStore, mask_secrets, masked_url
+        from openroute.persistence import MessageStore, mask_secrets, masked_url, sqlite_file
 
         shown = masked_url(url)
+        file = sqlite_file(url)
+        if file is not None and not file.is_file():  # opening it would create an empty store: say so instead
+            raise CliError(f"{shown}: there is no store file {file.resolve()} (nothing created); give the store with "
+                           "--database-url, --config or OPENROUTE_DATABASE_URL, or create it with openroute db upgrade")
         try:
             self.store = MessageStore(url)
             revision = self.store.current_revision()

@@ -462,7 +462,7 @@ class Engine:
             claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
             no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
             policy=self.settings.retry_policy_for(route), postpone_interval=self.settings.postpone_interval, now=now,
-            failed_on=exchange.failed_on,
+            error_policies=route.error_policies if route is not None else (), failed_on=exchange.failed_on,
         )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)

@@ -237,9 +237,12 @@ class Exchange:
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
                 text = mask_secrets(f"{type(error).__name__}: {error}")  # shown to operators
-                await asyncio.shield(runtime.run_db(
-                    lambda: store.calls.finish(message_id, key, False, runtime.clock.now(), error=text)
-                ))
+                if isinstance(error, CircuitOpenError):  # refused by the breaker: not made, not an attempt
+                    await asyncio.shield(runtime.run_db(
+                        lambda: store.calls.refused(message_id, key, runtime.clock.now(), text)))
+                else:
+                    await asyncio.shield(runtime.run_db(
+                        lambda: store.calls.finish(message_id, key, False, runtime.clock.now(), error=text)))
             raise
         stored = _json_or_none(result)
         await runtime.run_db(
@@ -331,10 +334,14 @@ class Exchange:
             result = await _invoke(call, idempotency_key, key, system, message.id)
         except BaseException as error:
             text = mask_secrets(f"{type(error).__name__}: {error}")  # shown to operators
-            await asyncio.shield(runtime.run_db(
-                lambda: store.calls.finish_entity(entity_type, object_id, key, message.id, False,
-                                                 runtime.clock.now(), error=text)
-            ))
+            if isinstance(error, CircuitOpenError):  # refused by the breaker: not made, not an attempt
+                await asyncio.shield(runtime.run_db(
+                    lambda: store.calls.refused_entity(entity_type, object_id, key, message.id,
+                                                       runtime.clock.now(), text)))
+            else:
+                await asyncio.shield(runtime.run_db(
+                    lambda: store.calls.finish_entity(entity_type, object_id, key, message.id, False,
+                                                     runtime.clock.now(), error=text)))
             raise
         stored = _json_or_none(result)
         await runtime.run_db(

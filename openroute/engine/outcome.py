@@ -8,6 +8,9 @@ This is the one place that answers "when is a message FAILED?". A message ends F
 - a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
   count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
   policy's delay (an attempt that declared no effect retries without counting);
+- an error the route names in ``.on_error(...)`` (:class:`~openroute.retry.ErrorPolicy`, the first that names it)
+  follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
+  after this attempt, failed count + 1), or FAILED at once as a business error;
 - one of its child messages ends FAILED or CANCEL (the parent of a split);
 - a call in doubt of a route that holds such calls (:class:`~openroute.engine.idempotency.CallInDoubtError`):
   FAILED at once with error code ``CALL_IN_DOUBT``, failed count unchanged, held for an operator ("mark done" /
@@ -32,12 +35,13 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from openroute.engine.idempotency import CallInDoubtError
-from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError, is_expected_error
+from openroute.errors import BusinessError, CircuitOpenError, ValidationError, is_expected_error
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, mask_secrets, masked_value
-from openroute.retry import RetryPolicy
+from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, error_code, policy_for
 
 __all__ = [
     "MAX_ERROR_TEXT",
+    "NOT_ATTEMPTS",
     "Decision",
     "ErrorCode",
     "abandoned",
@@ -45,6 +49,7 @@ __all__ = [
     "cancelled",
     "clip",
     "dropped",
+    "ends_attempt",
     "error_trace",
     "handed_back",
     "held_by_funnel",
@@ -77,6 +82,19 @@ class ErrorCode(StrEnum):
     #: held for an operator: a call an earlier attempt started has no recorded outcome (see CallInDoubtError)
     CALL_IN_DOUBT = "CALL_IN_DOUBT"
     CIRCUIT_OPEN = "CIRCUIT_OPEN"
+
+
+#: the codes of changes out of PROCESSING that ended no attempt: the message was held back before its steps (a
+#: funnel, a newer message) or a call of it was refused by a circuit breaker (no attempt counted)
+NOT_ATTEMPTS = frozenset({ErrorCode.FUNNEL.value, ErrorCode.OBSOLETE.value, ErrorCode.CIRCUIT_OPEN.value})
+
+
+def ends_attempt(from_state: MessageState | str | None, error_code: str | None) -> bool:
+    """Does a state change (a ``message_transition`` row) end an attempt, a run of the route's steps? Every change
+    out of PROCESSING does, except those of :data:`NOT_ATTEMPTS`. Counted over a message's transitions, this is its
+    number of attempts over its whole history: the failed count starts again at each restart, the history does
+    not (the admin API's message detail and the Spark audit count them so)."""
+    return from_state == MessageState.PROCESSING and error_code not in NOT_ATTEMPTS
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,7 @@ def after_attempt(
     policy: RetryPolicy,
     postpone_interval: timedelta,
     now: datetime,
+    error_policies: Sequence[ErrorPolicy] = (),
     failed_on: str | None = None,
 ) -> Decision:
     """The outcome of one processing attempt of ``message`` that ended with ``error`` (None: the steps ran).
@@ -139,9 +158,10 @@ def after_attempt(
     parked on its system, no attempt counted, see :func:`parked`): PARTLY_FAILED with the failed count + 1
     (unchanged when ``no_effect``) and due per ``policy``, or FAILED when that count exhausts the policy (a failed
     call of the declared system ``failed_on`` also makes the PARTLY_FAILED message wait for that system: released
-    at once when its breaker closes, whatever its due time). Custom
-    data or business errors that are not JSON turn the attempt into a validation error (the message keeps its
-    previous custom data).
+    at once when its breaker closes, whatever its due time). An error one of the route's ``error_policies`` names
+    (besides those the engine decides: validation, call in doubt, open breaker) follows that policy instead.
+    Custom data or business errors that are not JSON turn the attempt into a validation error (the message keeps
+    its previous custom data).
     """
     try:
         # empty containers (most attempts) are JSON as they are: no need to serialise them to know it
@@ -162,6 +182,9 @@ def after_attempt(
             return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
         target = MessageState.WAITING_FOR_CHILDREN if has_children else MessageState.OK
         return Decision(target, {**changes, "next_attempt_at": None})
+    chosen = None if isinstance(error, _DECIDED_HERE) else policy_for(error, error_policies)
+    if chosen is not None:
+        return _by_error_policy(message, error, chosen, changes, policy, no_effect, now, failed_on)
     if isinstance(error, BusinessError):
         changes["business_errors"].append(masked_value(error.to_dict()))
         changes.update(last_error_code=error.code, last_error_text=clip(error.text), next_attempt_at=None,
@@ -179,8 +202,19 @@ def after_attempt(
     if isinstance(error, CircuitOpenError):
         changes.update(parked(error, now))
         return Decision(MessageState.POSTPONED, changes)
-    code = error.code if isinstance(error, TechnicalError) else type(error).__name__
-    changes.update(last_error_code=code[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
+    return _technical(message, error, changes, policy, no_effect, now, failed_on)
+
+
+#: the errors whose outcome is decided here whatever the route's error policies say
+_DECIDED_HERE = (ValidationError, CallInDoubtError, CircuitOpenError)
+#: the policy of an error that is never retried: the attempt that met it is the last
+_NEVER = RetryPolicy(max_attempts=1)
+
+
+def _technical(message: StoredMessage, error: BaseException, changes: dict[str, Any], policy: RetryPolicy,
+               no_effect: bool, now: datetime, failed_on: str | None) -> Decision:
+    """A technical failure: PARTLY_FAILED due per ``policy`` with the failed count + 1, FAILED once exhausted."""
+    changes.update(last_error_code=error_code(error)[:100], last_error_text=clip(f"{type(error).__name__}: {error}"),
                    last_error_trace=error_trace(error))
     if no_effect:
         # the route declared this attempt did nothing: retry, but it does not count
@@ -206,6 +240,21 @@ def parked(error: CircuitOpenError, now: datetime) -> dict[str, Any]:
     else:
         changes["next_attempt_at"] = max(error.retry_at, now)
     return changes
+
+
+def _by_error_policy(message: StoredMessage, error: BaseException, chosen: ErrorPolicy, changes: dict[str, Any],
+                     route_policy: RetryPolicy, no_effect: bool, now: datetime, failed_on: str | None) -> Decision:
+    """The outcome of an error the route's ``chosen`` error policy names."""
+    if chosen.action is ErrorAction.FAIL:
+        failure = error if isinstance(error, BusinessError) else BusinessError(
+            error_code(error)[:100], str(error) or type(error).__name__)
+        changes["business_errors"].append(masked_value(failure.to_dict()))
+        changes.update(last_error_code=failure.code, last_error_text=clip(failure.text), next_attempt_at=None,
+                       last_error_trace=None)
+        return Decision(MessageState.FAILED, changes)
+    if chosen.action is ErrorAction.NEVER_RETRY:
+        return _technical(message, error, changes, _NEVER, False, now, None)
+    return _technical(message, error, changes, chosen.retry or route_policy, no_effect, now, failed_on)
 
 
 def abandoned(message: StoredMessage, policy: RetryPolicy, now: datetime) -> Decision:

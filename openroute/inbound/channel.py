@@ -30,7 +30,7 @@ from typing import Any, Literal
 from lxml import etree
 
 from openroute import tracing
-from openroute.binding import ChannelBinding, InboundBinding, ParsedPayload
+from openroute.binding import ChannelBinding, ParsedPayload
 from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
@@ -369,22 +369,23 @@ class ChannelInbound:
             raise BodyTooLargeError(limit, len(body))
         kind = _format(meta.content_type, options.format, body)
         headers = {str(k).lower(): v for k, v in meta.headers.items()} if meta.headers else {}
-        inbound_binding: InboundBinding | None
+        inbound_binding = binding.xml if kind == "xml" else binding.json
+        if inbound_binding is None:
+            declared = "its SOAP request (.soap(...)) and not .json()" if kind == "json" else \
+                "no SOAP request element (.soap(...)): JSON bodies only"
+            raise MalformedPayloadError(f"route {binding.service}/{binding.operation} takes no {kind.upper()} body "
+                                        f"from a channel: it declares {declared}")
         if kind == "xml":
-            inbound_binding = binding.xml
             root = parse_xml(body, self.settings.max_depth)
-            expected = inbound_binding.request_element if inbound_binding is not None else None
+            expected = inbound_binding.request_element
             if expected is not None and root.tag != etree.QName(expected).text:
                 raise MalformedPayloadError(f"expected element {etree.QName(expected).text}, got {root.tag}")
             payload = ParsedPayload("xml", etree.tostring(root, encoding="unicode"), xml=root)
             content_type = "application/xml"
         else:
-            inbound_binding = binding.json
             text, document = parse_json(body, self.settings.max_depth)
             payload = ParsedPayload("json", text, json=document)
             content_type = "application/json"
-        if inbound_binding is None:
-            raise MalformedPayloadError(f"route {binding.service}/{binding.operation} takes no {kind} body")
         if options.correlation_header is not None:
             correlation = _header_text(headers, options.correlation_header)
             where = f"header {options.correlation_header}"

@@ -57,12 +57,12 @@ ERROR_CODES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 _SECURED_ONLY = ("401", "403")
 
-_TRACE_HEADERS = [
+_TRACE_HEADERS: list[tuple[str, str, dict[str, Any]]] = [
     ("X-Correlation-Id", "the sender's id of the message; a repeated one from the same source system is answered "
                          "as a duplicate (200) and stored once. Generated when missing", {"type": "string",
                                                                                           "maxLength": 255}),
-    ("X-Source-System", "the sending system; required without authentication, else it must be the authenticated "
-                        "one", {"type": "string", "maxLength": 100}),
+    ("X-Source-System", "the sending system; required without credentials, else it must be the authenticated one "
+                        "(or left out)", {"type": "string", "maxLength": 100}),
     ("X-Process-Id", "the sender's business process", {"type": "string", "maxLength": 255}),
     ("X-Message-Timestamp", "when the sender created the message (ISO 8601 with a time zone)",
      {"type": "string", "format": "date-time"}),
@@ -76,22 +76,33 @@ def _version() -> str:
         return "0"
 
 
-def _response(schema: str, description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+def _response(schema: str, description: str, example: dict[str, Any] | None = None) -> dict[str, Any]:
+    media: dict[str, Any] = {"schema": {"$ref": f"#/components/schemas/{schema}"}}
+    if example is not None:  # else Swagger UI makes one from the schema: the first value of every enum
+        media["example"] = example
+    return {"description": description, "content": {"application/json": media}}
 
 
 def _answers(secured: bool) -> dict[str, Any]:
     answers = {
-        "202": _response("AcceptResponse", "stored as NEW and queued (status ACCEPTED); the message id names it"),
+        "202": _response("AcceptResponse", "stored as NEW and queued (status ACCEPTED); the message id names it",
+                         {"messageId": 42, "correlationId": "c-42", "status": "ACCEPTED", "state": "NEW"}),
         "200": _response("AcceptResponse", "a duplicate of a stored message (status DUPLICATE): stored once, its "
-                                           "current state answered"),
+                                           "current state answered",
+                         {"messageId": 42, "correlationId": "c-42", "status": "DUPLICATE", "state": "OK"}),
     }
     for status, (description, codes) in ERROR_CODES.items():
         if status in _SECURED_ONLY and not secured:
             continue
         answers[status] = _response("Error", f"{description}. error: {', '.join(codes)}")
     return answers
+
+
+def _header(name: str, text: str, schema: dict[str, Any], secured: bool) -> dict[str, Any]:
+    parameter: dict[str, Any] = {"name": name, "in": "header", "description": text, "schema": schema}
+    if name == "X-Source-System" and not secured:  # with credentials the system is the authenticated one
+        parameter["required"] = True
+    return parameter
 
 
 def inbound_openapi(bindings: Sequence[InboundBinding], routes: RouteRegistry, *, prefix: str = "/api",
@@ -120,11 +131,10 @@ def inbound_openapi(bindings: Sequence[InboundBinding], routes: RouteRegistry, *
         operation: dict[str, Any] = {
             "operationId": f"{binding.service}.{binding.operation}",
             "tags": [binding.service],
-            "summary": f"send a {binding.operation} message to {binding.service}",
+            "summary": f"send {binding.operation} to {binding.service}",
             "description": "Stored before it is acknowledged, then processed asynchronously."
-                           + (f" The body is a {model.__name__}." if model is not None else ""),
-            "parameters": [{"name": name, "in": "header", "description": text, "schema": value}
-                           for name, text, value in _TRACE_HEADERS],
+                           + (f" Body: {model.__name__} (schema below)." if model is not None else ""),
+            "parameters": [_header(name, text, value, secured) for name, text, value in _TRACE_HEADERS],
             "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
             "responses": _answers(secured),
         }
@@ -164,7 +174,7 @@ def inbound_openapi(bindings: Sequence[InboundBinding], routes: RouteRegistry, *
         "openapi": "3.1.0",
         "info": {"title": "openroute inbound JSON API", "version": _version(),
                  "description": "The JSON endpoint of this node: one operation per route. The SOAP endpoint is "
-                                "described by the WSDL of each service (GET /soap/<service>?wsdl)."},
+                                "described by the WSDL of each service: `GET /soap/{service}?wsdl`."},
         "paths": paths,
         "components": components,
     }

@@ -31,6 +31,7 @@ import httpx
 
 from openroute import tracing
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
+from openroute.outbound._substitute import substitute_client
 from openroute.outbound.calls import current_call
 from openroute.outbound.systems import ExternalSystem
 
@@ -49,7 +50,8 @@ class ExternalHttpClient:
     """HTTP calls to one external system: ``system`` is its declared name (settings read from the ``ext_call`` in
     progress) or an :class:`ExternalSystem` (settings given here, e.g. in tests or outside a route).
 
-    ``transport`` replaces the network (e.g. ``httpx.ASGITransport`` of a fake). Close it with :meth:`aclose`.
+    ``transport`` replaces the network (e.g. ``httpx.ASGITransport`` of a fake); so does the ``transport`` of the
+    system's settings (a test kit's fake of the system, :mod:`openroute.testing`). Close it with :meth:`aclose`.
     """
 
     def __init__(self, system: str | ExternalSystem, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -71,12 +73,14 @@ class ExternalHttpClient:
             context = current_call()
             if context is None or context.system.name != self.name:
                 raise ConfigurationError(
-                    f"ExternalHttpClient({self.name!r}) is used outside an ext_call(..., system={self.name!r}) step: "
-                    "give it an ExternalSystem or call it inside that step"
+                    f"ExternalHttpClient({self.name!r}) is used outside an ext_call(..., system={self.name!r}) step, "
+                    "or by an engine without external systems (Engine(external_calls=...)): call it inside that step "
+                    "of an engine that has them (openroute run, RouteTestKit), or give it an ExternalSystem"
                 )
             settings = context.system
         if settings.base_url is None:
-            raise ConfigurationError(f"external system {self.name} has no base_url ([external_systems.{self.name}])")
+            raise ConfigurationError(f"external system {self.name} has no base_url ([external_systems.{self.name}]; "
+                                     f"in a RouteTestKit: external_systems={{{self.name!r}: FakeHttpService()}})")
         return settings
 
     async def request(
@@ -116,8 +120,8 @@ class ExternalHttpClient:
         started = time.perf_counter()
         where = f"{self.name} {method.upper()} {url}"
         try:
-            response = await self._client.request(method, url, content=body, params=params, headers=sent,
-                                                   timeout=timeout)
+            client = substitute_client(settings) or self._client
+            response = await client.request(method, url, content=body, params=params, headers=sent, timeout=timeout)
         except httpx.TimeoutException as error:
             raise TechnicalError(f"{where}: timeout ({type(error).__name__})", code="TIMEOUT") from None
         except httpx.HTTPError as error:

@@ -8,6 +8,8 @@ Inside an ``ext_call`` / ``call_once`` every request carries the call's idempote
 ``MessageID`` SOAP header (``<wsa:MessageID xmlns:wsa="http://www.w3.org/2005/08/addressing">urn:uuid:KEY
 </wsa:MessageID>``), the same on every attempt of the call, so a service that honours it can drop repeats. While
 tracing is on (:mod:`openroute.tracing`) the HTTP request carries the call's span as the W3C ``traceparent`` header.
+Inside an ``ext_call(..., system=NAME)`` whose system has a ``transport`` (a test kit's fake, :mod:`openroute.testing`)
+the requests go to that transport instead of ``address``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from zeep.transports import AsyncTransport
 from openroute import tracing
 from openroute.engine.idempotency import current_idempotency_key
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
+from openroute.outbound._substitute import substitute_client
+from openroute.outbound.calls import current_call
 
 #: the WS-Addressing 1.0 namespace of the ``MessageID`` header that carries the idempotency key
 WSA_NAMESPACE = "http://www.w3.org/2005/08/addressing"
@@ -72,6 +76,22 @@ def _positive(name: str, value: float | None) -> None:
         raise ConfigurationError(f"{name} must be a positive number of seconds, got {value!r}")
 
 
+class _CallTransport(AsyncTransport):
+    """zeep's async transport, posting to the fake of the system of the ``ext_call`` in progress when it has one."""
+
+    def __init__(self, client: httpx.AsyncClient, wsdl_client: httpx.Client) -> None:
+        super().__init__(client=client, wsdl_client=wsdl_client)  # type: ignore[no-untyped-call]  # zeep is untyped
+
+    async def post(self, address: str, message: Any, headers: Any) -> httpx.Response:
+        context = current_call()
+        substitute = substitute_client(context.system if context is not None else None)
+        if substitute is None:
+            return await self.client.post(address, content=message, headers=headers)
+        # the service's own timeouts and headers, so the fake meets the request the network would
+        return await substitute.post(address, content=message, headers={**self.client.headers, **headers},
+                                     timeout=self.client.timeout)
+
+
 class SoapService:
     """One external SOAP service described by a WSDL (a file path or an http(s) URL).
 
@@ -111,7 +131,7 @@ class SoapService:
         settings = zeep.Settings(forbid_dtd=True, forbid_entities=True, forbid_external=True, xml_huge_tree=False)
         try:
             with httpx.Client(timeout=limits) as wsdl_client:
-                transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
+                transport = _CallTransport(self._client, wsdl_client)
                 self._zeep = zeep.AsyncClient(location, transport=transport, settings=settings)
         except (httpx.HTTPError, zeep.exceptions.TransportError) as error:
             raise SoapTransportError(f"cannot load WSDL {location}: {_short(str(error))}",

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+import httpx
+
 from openroute.errors import ConfigurationError
 from openroute.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
@@ -103,6 +105,9 @@ class ExternalSystem:
     max_concurrent_calls: int | None = None
     #: at most this many call starts per second per node (None: no limit)
     max_calls_per_second: float | None = None
+    #: replaces the network for the shipped clients' calls of this system (``ExternalHttpClient``, ``SoapService``
+    #: inside an ``ext_call(..., system=NAME)``): a test's fake (:mod:`openroute.testing`); None: the network
+    transport: httpx.AsyncBaseTransport | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 100:
@@ -120,6 +125,9 @@ class ExternalSystem:
         if self.call_timeout <= timedelta(0):
             raise ConfigurationError(f"external system {self.name}: call_timeout must be positive, "
                                      f"got {self.call_timeout}")
+        if self.transport is not None and not isinstance(self.transport, httpx.AsyncBaseTransport):
+            raise ConfigurationError(f"external system {self.name}: transport must be an httpx.AsyncBaseTransport, "
+                                     f"got {self.transport!r}")
         object.__setattr__(self, "headers", dict(self.headers))
         Bulkhead(self.name, self.max_concurrent_calls, self.max_calls_per_second)  # checks both limits
 

@@ -18,12 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from openroute.engine.outcome import NOT_ATTEMPTS, ErrorCode
 from openroute.persistence.models import FINAL_STATES, ConfirmationStatus, ExternalCallStatus, MessageState
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 FINAL = sorted(state.value for state in FINAL_STATES)
+#: the codes of holds that are no error: a funnel's, a newer message's (the top errors leave them out)
+_NOT_ERRORS = frozenset({ErrorCode.FUNNEL.value, ErrorCode.OBSOLETE.value})
 #: final states for which the source system is owed a confirmation (confirmation.model.CONFIRMED_STATES)
 CONFIRMED = (MessageState.CANCEL.value, MessageState.FAILED.value, MessageState.OK.value)
 
@@ -156,11 +159,18 @@ def time_in_state(frames: AuditFrames) -> DataFrame:
 
 
 def attempts(frames: AuditFrames) -> DataFrame:
+    """Final messages per route by their attempts over the whole history: the transitions that ended an attempt
+    (:func:`openroute.engine.outcome.ends_attempt`), so a restarted message counts the attempts before its restart
+    (its failed count starts again)."""
     from pyspark.sql import functions as F
 
+    ended = (F.col("from_state") == MessageState.PROCESSING.value) & (
+        F.col("error_code").isNull() | ~F.col("error_code").isin(sorted(NOT_ATTEMPTS)))
+    runs = frames.transitions.where(ended).groupBy("message_id").agg(F.count("*").alias("attempts"))
+    final = frames.messages.where("is_final").select(F.col("id").alias("message_id"), "service", "operation")
     return (
-        frames.messages.where("is_final")
-        .groupBy("service", "operation", (F.col("failed_count") + 1).alias("attempts"))
+        final.join(runs, "message_id", "left")
+        .groupBy("service", "operation", F.coalesce("attempts", F.lit(0)).alias("attempts"))
         .agg(F.count("*").alias("count"))
     )
 
@@ -174,11 +184,23 @@ def _top_per_route(counts: DataFrame, top: int) -> DataFrame:
 
 
 def top_errors(frames: AuditFrames) -> DataFrame:
+    """The error codes met per route over the whole history (the transitions: a restarted message that ended OK
+    still counts the outage it met): ``count`` the changes that carried the code, ``messages`` the messages that
+    met it, ``current`` the messages not OK whose current error it is. A funnel's or a newer message's hold is no
+    error and not counted."""
     from pyspark.sql import functions as F
 
-    current = frames.messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != MessageState.OK.value))
-    counts = current.groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(
-        F.count("*").alias("count"))
+    met = frames.transitions.where(F.col("error_code").isNotNull() & ~F.col("error_code").isin(sorted(_NOT_ERRORS)))
+    history = met.join(frames.routes(), "message_id").groupBy(
+        "service", "operation", F.col("error_code").alias("code")).agg(
+        F.count("*").alias("count"), F.countDistinct("message_id").alias("messages"))
+    failing = frames.messages.where(F.col("last_error_code").isNotNull() & (F.col("state") != MessageState.OK.value)
+                                    & ~F.col("last_error_code").isin(sorted(_NOT_ERRORS)))
+    current = failing.groupBy("service", "operation", F.col("last_error_code").alias("code")).agg(
+        F.count("*").alias("current"))
+    counts = history.join(current, ["service", "operation", "code"], "full").select(
+        "service", "operation", "code", *(F.coalesce(name, F.lit(0)).alias(name)
+                                          for name in ("count", "messages", "current")))
     return _top_per_route(counts, frames.settings.top)
 
 
@@ -228,8 +250,9 @@ STATISTICS: tuple[Step, ...] = (
     Step("throughput_hourly", "messages ended per route and hour", throughput_hourly),
     Step("latency", "time from receipt to final state per route and day", latency),
     Step("time_in_state", "time spent in each state per route", time_in_state),
-    Step("attempts", "attempts of final messages per route", attempts),
-    Step("top_errors", "the most frequent current error codes per route", top_errors),
+    Step("attempts", "attempts of final messages per route, over their whole history (restarts included)",
+         attempts),
+    Step("top_errors", "the error codes met most per route, over the whole history", top_errors),
     Step("business_errors", "the most frequent business error codes per route", business_errors),
     Step("confirmations", "confirmations per source system and day", confirmations),
     Step("funnel_postpones", "postpones per route and day", funnel_postpones),

@@ -19,8 +19,8 @@ from typing import Any
 CHARTS: dict[str, str] = {
     "state_counts": "Messages per state and day of receipt",
     "latency": "Time to final state per route (seconds)",
-    "attempts": "Attempts of final messages",
-    "top_errors": "Top error codes (last error of each message)",
+    "attempts": "Attempts of final messages (whole history, restarts included)",
+    "top_errors": "Top error codes (messages that met each, whole history)",
 }
 
 _STATE_COLOURS = {
@@ -86,8 +86,8 @@ def _attempts(stats: dict[str, list[dict[str, Any]]], ax: Any) -> None:
 
 def _top_errors(stats: dict[str, list[dict[str, Any]]], ax: Any) -> None:
     counts: dict[str, int] = defaultdict(int)
-    for row in stats.get("top_errors", []):
-        counts[f"{row['code']} ({row['service']}/{row['operation']})"] += int(row["count"])
+    for row in stats.get("top_errors", []):  # the messages that met the code (older summaries: its count)
+        counts[f"{row['code']} ({row['service']}/{row['operation']})"] += int(row.get("messages", row["count"]))
     for row in stats.get("business_errors", []):
         counts[f"business {row['code']} ({row['service']}/{row['operation']})"] += int(row["count"])
     worst = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:12][::-1]

@@ -15,12 +15,17 @@ def noop(exchange: object) -> None:
     return None
 
 
-def test_a_channel_only_route_has_no_http_binding_but_the_checks_for_both_bodies() -> None:
+def test_a_channel_only_route_has_no_http_binding_and_takes_the_bodies_it_declares() -> None:
     app = Application(route("crm", "a").from_channel("in").require(json="$.id").object_id(json="$.id").process(noop))
     assert app.bindings == []
     [channel] = app.channels
     assert (channel.channel, channel.key, channel.optional) == ("in", ("crm", "a"), False)
-    assert channel.json is not None and channel.json.required == ("$.id",) and channel.xml is not None
+    # no SOAP request declared: JSON only (issue 42: no default element the route never declared)
+    assert channel.json is not None and channel.json.required == ("$.id",) and channel.xml is None
+    soap_only = Application(route("crm", "b").from_channel("b").soap("{urn:crm}b").process(noop)).channels[0]
+    assert soap_only.json is None and soap_only.xml is not None and soap_only.xml.request_element == "{urn:crm}b"
+    both = Application(route("crm", "c").from_channel("c").soap("{urn:crm}c").json().process(noop)).channels[0]
+    assert both.json is not None and both.xml is not None
 
 
 def test_beside_http_the_route_keeps_its_endpoints() -> None:

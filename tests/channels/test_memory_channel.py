@@ -88,7 +88,9 @@ async def test_a_duplicate_is_acked_without_a_second_row(node: Any) -> None:
     ("{not json", "m-1", "MALFORMED_PAYLOAD", "malformed JSON"),
     (json.dumps({"customer": {}}), "m-2", "VALIDATION_ERROR", "required $.customer.id"),
     (json.dumps({"customer": {"id": "C1"}}), None, "VALIDATION_ERROR", "correlation id is missing"),
-    ("<a xmlns='urn:x'/>", "m-4", "MALFORMED_PAYLOAD", "expected element"),
+    # issue 42: named what the route declares, not an element it never declared
+    ("<a xmlns='urn:x'/>", "m-4", "MALFORMED_PAYLOAD",
+     "route crm/setCustomer takes no XML body from a channel: it declares no SOAP request element"),
 ])
 async def test_an_invalid_delivery_goes_to_the_dead_letter_channel_with_its_reason(
     node: Any, body: str, message_id: str | None, code: str, reason: str
@@ -190,3 +192,27 @@ async def test_a_typed_route_fed_by_a_channel_binds_the_parsed_document_once(
     assert headers[CODE_HEADER] == "INVALID_BODY"
     assert "customer.id" in headers[REASON_HEADER] and "total" in headers[REASON_HEADER]
     assert [(r.correlation_id, r.object_id) for r in rows(engine)] == [("m-1", "C7")]
+
+
+async def test_a_soap_only_route_fed_by_a_channel_refuses_json_naming_what_it_declares(sqlite_url: str) -> None:
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    app = Application(route("crm", "setCustomer").from_channel("crm-in").soap("{urn:crm}setCustomerRequest")
+                      .process(lambda exchange: None))
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
+    await engine.start()
+    inbound = ChannelInbound(engine, app.channels, CONFIG, environ={})
+    await inbound.start()
+    try:
+        await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
+        xml = ChannelDelivery(message_id="m-2", content_type="application/xml")
+        source = inbound.app.connector("in-memory").source("crm-in")
+        await asyncio.wait_for(source.send(Message("<c:setCustomerRequest xmlns:c='urn:crm'/>", (xml,))), 10)
+        [dead] = inbound.app.connector("in-memory").sink("crm-dlq").received
+        reason = dead.get_metadata(AmqpOutgoingMetadata).headers[REASON_HEADER]
+        assert "takes no JSON body from a channel: it declares its SOAP request (.soap(...)) and not .json()" in reason
+        assert [r.correlation_id for r in rows(engine)] == ["m-2"]  # the XML body of its element is taken
+    finally:
+        await inbound.stop()
+        await engine.stop()
+        store.dispose()

@@ -151,8 +151,83 @@ def test_ids_and_times_out_of_range_are_exit_2_without_a_traceback(
 
 
 def test_a_database_without_the_schema_is_refused(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty.db").touch()
     code, _, err = cli(capsys, "messages", "list", "--database-url", f"sqlite:///{tmp_path / 'empty.db'}")
-    assert code == 2 and "openroute db upgrade" in err
+    assert code == 2 and "has no openroute schema" in err and "openroute db upgrade" in err
+
+
+@pytest.mark.parametrize("argv", [["show", "failed1"], ["list"], ["list", "--json"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(sqlite_url: str, argv: list[str]) -> None:
+    """Issue 42: ``openroute messages show 42 | head`` printed a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    try:
+        ids = asyncio.run(populate(store))
+    finally:
+        store.dispose()
+    argv = [str(ids[arg]) if arg in ids else arg for arg in argv]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes a line
+    try:
+        done = subprocess.run([sys.executable, "-m", "openroute", "messages", *argv, "--database-url", sqlite_url],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_no_store_file_is_created_where_there_is_none(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 42: without --config and without an openroute.db here, the command used to create an empty one."""
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in os.environ if name.startswith("OPENROUTE_")]:
+        monkeypatch.delenv(name)
+    for argv in (["messages", "list"], ["messages", "show", "1"],
+                 ["messages", "list", "--database-url", "sqlite:///elsewhere/store.db"]):
+        code, out, err = cli(capsys, *argv)
+        assert code == 2 and out == "", err
+        assert "there is no store file" in err and "(nothing created)" in err and "openroute db upgrade" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_messages_with_the_servers_config_needs_none_of_its_other_secrets(
+        sqlite_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 42: ``openroute messages --config openroute.toml`` reads the store's keys alone: the server's secrets
+    (password_env of [auth], its other sections) need not be set, nor even valid, in the operator's shell."""
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    store.dispose()
+    config = tmp_path / "openroute.toml"
+    config.write_text(f"""database_url = "{sqlite_url}"
+
+[[auth.admins]]
+username = "ops"
+password_env = "OPS_PASSWORD_ONLY_THE_SERVER_HAS"
+
+[auth.source_systems.CRM]
+basic = {{ username = "crm", password_env = "CRM_PASSWORD_ONLY_THE_SERVER_HAS" }}
+
+[engine]
+concurrency = "whatever the server says"
+""", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in os.environ if name.startswith("OPENROUTE_")]:
+        monkeypatch.delenv(name)
+    code, out, err = cli(capsys, "messages", "list", "--config", str(config), "--json")
+    assert code == 0, err
+    assert json.loads(out)["items"] == []
+    # the store's own keys are still checked, and a URL with a password is shown masked
+    config.write_text('database_url = "postgresql+psycopg://app@127.0.0.1:1/o"\n'
+                      'database_password_env = "DB_PASSWORD"\n[auth]\nadmins = "not even a list"\n', encoding="utf-8")
+    code, _, err = cli(capsys, "messages", "list", "--config", str(config))
+    assert code == 2 and "database_password_env names 'DB_PASSWORD', which is not set" in err
+    monkeypatch.setenv("DB_PASSWORD", "s3cret-pw")
+    code, _, err = cli(capsys, "messages", "list", "--config", str(config))
+    assert code == 2 and "cannot open the store postgresql+psycopg://app:***@127.0.0.1:1/o" in err
+    assert "s3cret-pw" not in err
 
 
 @pytest.fixture

@@ -143,6 +143,22 @@ class Passing(MessageInterceptor):
          "route s/o: .*must start with '[$]'"),
         (lambda: route("s", "o").json().object_id(json="$..[bad").process(print).build(),
          "route s/o: .*object_id: invalid JSON path"),
+        (lambda: route("s", "o").on_error(retry=False), "route s/o: on_error needs at least one error"),
+        (lambda: route("s", "o").on_error("TIMEOUT"), "route s/o: on_error: say what happens with exactly one"),
+        (lambda: route("s", "o").on_error("TIMEOUT", retry=False, fail=True), "route s/o: on_error: say what"),
+        (lambda: route("s", "o").on_error("TIMEOUT", retry=3), "route s/o: on_error: retry must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").on_error("TIMEOUT", fail="yes"), "route s/o: on_error: fail must be"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").on_error("", retry=False), "route s/o: on_error: an error code must be"),
+        (lambda: route("s", "o").on_error(42, retry=False), "route s/o: on_error: 42 is neither"),  # type: ignore[arg-type]
+        (lambda: route("s", "o").on_error("CIRCUIT_OPEN", retry=True), "route s/o: on_error: CIRCUIT_OPEN is decided"),
+        (lambda: route("s", "o").on_error(ValidationError, fail=True),
+         "route s/o: on_error: ValidationError is decided by the engine"),
+        (lambda: route("s", "o").on_error("TIMEOUT", retry=True).on_error("TIMEOUT", retry=False),
+         "route s/o: on_error: TIMEOUT is named twice"),
+        (lambda: route("s", "o").on_business_error("fail", KeyError).on_error(KeyError, retry=True),
+         "route s/o: on_error: KeyError is also a business exception"),
+        (lambda: route("s", "o").on_error(KeyError, retry=True).on_business_error("fail", KeyError)
+         .process(print).build(), "route s/o: on_error: KeyError is also a business exception"),
     ],
 )
 def test_bad_definitions_are_deployment_errors_naming_the_route(make: Any, reason: str) -> None:
@@ -283,12 +299,37 @@ def test_the_builder_names_its_options_like_the_route_fields_it_fills() -> None:
     from openroute import ExtCallScope, Route
 
     builder = (route("crm", "setCustomer").obsolete_check().guaranteed_order().ext_call_scope("entity")
-               .retry(max_attempts=2).on_business_error("continue", KeyError).process(lambda exchange: None))
+               .retry(max_attempts=2).on_business_error("continue", KeyError).on_error("TIMEOUT", retry=False)
+               .process(lambda exchange: None))
     assert set(builder.route_fields) <= {f.name for f in dataclasses.fields(Route)}
     built = builder.build().route
     for name, value in builder.route_fields.items():
         assert getattr(built, name) == value, name
     assert built.ext_call_scope is ExtCallScope.ENTITY
+
+
+def test_on_error_reads_as_a_sentence_and_fills_the_routes_error_policies() -> None:
+    from openroute.retry import ErrorAction, ErrorPolicy
+
+    class AccountClosed(Exception):
+        pass
+
+    ten_times = RetryPolicy(max_attempts=10, interval=timedelta(seconds=10))
+    built = (route("billing", "charge").json()
+             .retry(max_attempts=5, interval=timedelta(seconds=30))
+             .on_error("TIMEOUT", "HTTP_5*", retry=ten_times)
+             .on_error("HTTP_423", retry=True)
+             .on_error(KeyError, "HTTP_404", retry=False)
+             .on_error(AccountClosed, fail=True)
+             .process(print).build().route)
+    assert built.retry_policy == RetryPolicy(max_attempts=5, interval=timedelta(seconds=30))  # stays the default
+    assert built.error_policies == (
+        ErrorPolicy(("TIMEOUT", "HTTP_5*"), (), ErrorAction.RETRY, ten_times),
+        ErrorPolicy(("HTTP_423",), (), ErrorAction.RETRY, None),
+        ErrorPolicy(("HTTP_404",), (KeyError,), ErrorAction.NEVER_RETRY, None),
+        ErrorPolicy((), (AccountClosed,), ErrorAction.FAIL, None),
+    )
+    assert built.error_policies[2].names == ("HTTP_404", "KeyError")
 
 
 def test_every_clause_returns_the_builders_own_type() -> None:
@@ -301,6 +342,7 @@ def test_every_clause_returns_the_builders_own_type() -> None:
             return self.process(lambda exchange: None, name="audit")
 
     start = AuditedBuilder(service="crm", operation="setCustomer")
-    chained = start.json().retry(max_attempts=2).obsolete_check().audited().ext_call("billing", lambda e: None)
+    chained = (start.json().retry(max_attempts=2).on_error("TIMEOUT", retry=False).obsolete_check().audited()
+               .ext_call("billing", lambda e: None))
     assert type(chained) is AuditedBuilder
     assert [getattr(step, "__name__", "") for step in chained.chain] == ["audit", "ext_call:billing"]

@@ -9,9 +9,10 @@ import pytest
 from openroute.persistence import MessageState, StoredMessage
 
 from openroute.engine import outcome
+from openroute.engine.idempotency import CallInDoubtError
 from openroute.engine.outcome import ErrorCode
-from openroute.errors import BusinessError, TechnicalError, ValidationError
-from openroute.retry import RetryPolicy
+from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
+from openroute.retry import ENGINE_DECIDED_CODES, ErrorAction, ErrorPolicy, RetryPolicy
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=3, interval=timedelta(seconds=10), backoff=2.0)
@@ -196,3 +197,87 @@ def test_a_message_given_back_by_a_stopping_node_is_due_at_once_and_leaves_its_f
     assert given_back.changes["last_error_code"] is None and given_back.changes["parked_on"] is None
     other = outcome.handed_back(message(last_error_code="HTTP_503"), NOW)
     assert "last_error_code" not in other.changes, "any other error stays"
+
+
+# -- per-error policies (.on_error in the DSL) -------------------------------------------------------------------
+TEN_TIMES = RetryPolicy(max_attempts=10, interval=timedelta(seconds=5), backoff=1.0)
+SLOW = RetryPolicy(max_attempts=3, interval=timedelta(minutes=10), backoff=1.0, max_interval=timedelta(minutes=10))
+
+
+class AccountClosed(Exception):
+    pass
+
+
+POLICIES = (
+    ErrorPolicy(("TIMEOUT",), retry=TEN_TIMES),
+    ErrorPolicy(("HTTP_5*",), retry=SLOW),
+    ErrorPolicy(("HTTP_404",), (KeyError,), action=ErrorAction.NEVER_RETRY),
+    ErrorPolicy((), (AccountClosed,), action=ErrorAction.FAIL),
+    ErrorPolicy(("HTTP_423",), action=ErrorAction.RETRY),  # a business answer, retried per the route's policy
+)
+
+
+def on_error(error: BaseException, failed_count: int = 0, **options: Any) -> outcome.Decision:
+    return attempt(error, message(failed_count=failed_count), error_policies=POLICIES, **options)
+
+
+def test_an_error_the_route_names_is_retried_per_its_own_policy_past_the_default() -> None:
+    timeout = TechnicalError("no answer", code="TIMEOUT")
+    third = on_error(timeout, failed_count=2)  # the route's POLICY would end it FAILED here (3 attempts)
+    assert third.target is MessageState.PARTLY_FAILED and third.changes["failed_count"] == 3
+    assert third.changes["next_attempt_at"] == NOW + timedelta(seconds=5)
+    tenth = on_error(timeout, failed_count=9)
+    assert tenth.target is MessageState.FAILED and tenth.changes["failed_count"] == 10
+    assert attempt(timeout, message(failed_count=2)).target is MessageState.FAILED  # no policies: the route's
+
+
+def test_a_pattern_matches_the_codes_it_covers_only() -> None:
+    slow = on_error(TechnicalError("unavailable", code="HTTP_503"))
+    assert slow.target is MessageState.PARTLY_FAILED and slow.changes["next_attempt_at"] == NOW + timedelta(minutes=10)
+    other = on_error(TechnicalError("teapot", code="HTTP_418"))  # not HTTP_5*: the route's policy
+    assert other.changes["next_attempt_at"] == NOW + timedelta(seconds=10)
+    assert on_error(TechnicalError("x", code="http_503")).changes["next_attempt_at"] == NOW + timedelta(seconds=10)
+
+
+def test_never_retry_fails_after_this_attempt_as_the_technical_error_it_is() -> None:
+    for error in (TechnicalError("gone", code="HTTP_404"), KeyError("customer")):
+        decision = on_error(error)
+        assert decision.target is MessageState.FAILED and decision.changes["failed_count"] == 1
+        assert decision.changes["business_errors"] == [] and decision.changes["next_attempt_at"] is None
+    assert on_error(KeyError("customer")).changes["last_error_code"] == "KeyError"
+
+
+def test_fail_at_once_is_a_business_error_kept_for_the_confirmation_without_counting() -> None:
+    decision = on_error(AccountClosed("account A-1 is closed"), failed_count=1)
+    assert decision.target is MessageState.FAILED and "failed_count" not in decision.changes
+    assert decision.changes["business_errors"] == [{"code": "AccountClosed", "text": "account A-1 is closed"}]
+    assert (decision.changes["last_error_code"], decision.changes["last_error_trace"]) == ("AccountClosed", None)
+
+
+def test_a_business_error_the_route_names_for_retry_is_retried() -> None:
+    locked = on_error(BusinessError("HTTP_423", "record locked"))
+    assert locked.target is MessageState.PARTLY_FAILED and locked.changes["failed_count"] == 1
+    assert locked.changes["business_errors"] == [] and locked.changes["last_error_code"] == "HTTP_423"
+    assert on_error(BusinessError("NO_CREDIT", "none")).target is MessageState.FAILED  # not named: at once
+
+
+def test_the_errors_the_engine_decides_ignore_the_routes_policies() -> None:
+    everything = (ErrorPolicy(("*",), action=ErrorAction.FAIL),)
+    invalid = attempt(ValidationError("bad"), error_policies=everything)
+    assert invalid.changes["last_error_code"] == "VALIDATION_ERROR" and invalid.changes["business_errors"] == []
+    parked = attempt(CircuitOpenError("HLR", NOW + timedelta(seconds=20)), error_policies=everything)
+    assert parked.target is MessageState.POSTPONED and "failed_count" not in parked.changes
+    doubt = attempt(CallInDoubtError("hlr", "k-1", "no outcome"), error_policies=everything)
+    assert doubt.changes["last_error_code"] == "CALL_IN_DOUBT" and doubt.changes["business_errors"] == []
+    assert attempt(TechnicalError("x"), error_policies=everything).changes["business_errors"] == [
+        {"code": "TECHNICAL_ERROR", "text": "x"}]
+
+
+def test_the_first_policy_naming_an_error_decides() -> None:
+    first = (ErrorPolicy(("HTTP_503",), action=ErrorAction.NEVER_RETRY), ErrorPolicy(("HTTP_5*",), retry=SLOW))
+    assert attempt(TechnicalError("x", code="HTTP_503"), error_policies=first).target is MessageState.FAILED
+    assert attempt(TechnicalError("x", code="HTTP_502"), error_policies=first).target is MessageState.PARTLY_FAILED
+
+
+def test_the_engine_decided_codes_are_codes_the_engine_writes() -> None:
+    assert {code.value for code in ErrorCode} >= ENGINE_DECIDED_CODES

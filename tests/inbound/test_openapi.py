@@ -64,6 +64,31 @@ def test_one_operation_per_json_route_with_the_models_schema_or_any_object() -> 
     assert set(secured["components"]["securitySchemes"]) == {"basic", "apiKey"}
 
 
+def test_the_rough_edges_a_reader_of_swagger_ui_met_are_gone() -> None:
+    """Issue 42: the WSDL's path shown as ``/soap/?wsdl`` (Swagger UI's markdown ate ``<service>``), the duplicate's
+    example saying ACCEPTED, "a Order", and X-Source-System not marked required on an open node."""
+    app = application()
+    assert app.bindings is not None
+    document = inbound_openapi(app.bindings, app.routes)
+    validate(document)
+    assert "`GET /soap/{service}?wsdl`" in document["info"]["description"]
+    assert "<" not in str(document["info"]) and "<" not in str(document["paths"])
+    typed = document["paths"]["/api/shop/createOrder"]["post"]
+    examples = {status: typed["responses"][status]["content"]["application/json"]["example"] for status in
+                ("200", "202")}
+    assert (examples["200"]["status"], examples["202"]["status"]) == ("DUPLICATE", "ACCEPTED")
+    assert examples["202"]["state"] == "NEW"
+    assert typed["summary"] == "send createOrder to shop" and "Body: Order (schema below)." in typed["description"]
+    assert " a Order" not in str(document)
+    headers = {p["name"]: p.get("required", False) for p in typed["parameters"]}
+    assert headers == {"X-Correlation-Id": False, "X-Source-System": True, "X-Process-Id": False,
+                       "X-Message-Timestamp": False}
+    secured = inbound_openapi(app.bindings, app.routes, secured=True)
+    parameters = secured["paths"]["/api/shop/note"]["post"]["parameters"]
+    source = next(p for p in parameters if p["name"] == "X-Source-System")
+    assert source.get("required", False) is False  # with credentials the system is the authenticated one
+
+
 def test_the_reference_applications_contract_describes_its_typed_bodies() -> None:
     from openroute.loading import load_application
 

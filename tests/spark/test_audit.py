@@ -47,15 +47,16 @@ class StoreBuilder:
     nodes: list[dict[str, Any]] = field(default_factory=list)
 
     def message(
-        self, id: int, route: tuple[str, str], path: list[tuple[str, datetime]], *, state: str | None = None,
+        self, id: int, route: tuple[str, str], path: list[tuple[Any, ...]], *, state: str | None = None,
         source: str = "crm-src", failed_count: int = 0, error: str | None = None,
         business: list[dict[str, str]] | None = None, parent: int | None = None, node: str | None = "n1",
         next_attempt_at: datetime | None = None, confirm: str | None = "SENT", entity: tuple[str, str] | None = None,
         chain: bool = True,
     ) -> None:
-        """A message received at ``path[0]`` going through the states of ``path``; ``state`` overrides the last
-        state stored on the row (a planted mismatch), ``confirm`` the confirmation status of a final top-level
-        message (None: no row), ``chain=False`` breaks the from/to chain of its history."""
+        """A message received at ``path[0]`` going through the states of ``path`` (``(state, at)``, or
+        ``(state, at, error code)``, or ``(state, at, error code, cause)``); ``state`` overrides the last state
+        stored on the row (a planted mismatch), ``confirm`` the confirmation status of a final top-level message
+        (None: no row), ``chain=False`` breaks the from/to chain of its history."""
         received = path[0][1]
         final_state = state or path[-1][0]
         self.messages.append({
@@ -69,11 +70,12 @@ class StoreBuilder:
             "parent_id": parent, "version": len(path),
         })
         previous = None
-        for number, (to_state, at) in enumerate(path):
+        for number, (to_state, at, *rest) in enumerate(path):
             from_state = previous if chain or number < 2 else "PARTLY_FAILED"
+            code, cause = (rest + [None, "engine"][len(rest):])[:2]
             self.transitions.append({
                 "message_id": id, "from_state": from_state, "to_state": to_state, "at": at, "node_id": node,
-                "attempt": 1, "error_code": None, "cause": "engine",
+                "attempt": 1, "error_code": code, "cause": cause,
             })
             previous = to_state
         if confirm and parent is None and final_state in ("OK", "FAILED", "CANCEL"):
@@ -126,12 +128,13 @@ def clean_store() -> StoreBuilder:
     for i, secs in enumerate((10, 20, 30), start=1):
         b.message(i, CRM, [("NEW", DAY1), ("PROCESSING", DAY1 + 2 * s), ("OK", DAY1 + secs * s)],
                   entity=("customer", f"C{i}"))
-    b.message(4, CRM, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("PARTLY_FAILED", DAY1 + 5 * s),
-                       ("PROCESSING", DAY1 + 65 * s), ("PARTLY_FAILED", DAY1 + 70 * s), ("PROCESSING", DAY1 + 130 * s),
-                       ("FAILED", DAY1 + 140 * s)],
+    b.message(4, CRM, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("PARTLY_FAILED", DAY1 + 5 * s, "E_TIMEOUT"),
+                       ("PROCESSING", DAY1 + 65 * s), ("PARTLY_FAILED", DAY1 + 70 * s, "E_TIMEOUT"),
+                       ("PROCESSING", DAY1 + 130 * s), ("FAILED", DAY1 + 140 * s, "E_TIMEOUT")],
               failed_count=2, error="E_TIMEOUT", business=[{"code": "B100", "text": "customer blocked"}])
-    # crm, day 2: one funnel-postponed then OK (failed once), one PROCESSING now on the live node
-    b.message(5, CRM, [("NEW", DAY2), ("PROCESSING", DAY2 + s), ("POSTPONED", DAY2 + 2 * s),
+    # crm, day 2: one funnel-postponed then OK (its row says it failed once: the audit counts its history), one
+    # PROCESSING now on the live node
+    b.message(5, CRM, [("NEW", DAY2), ("PROCESSING", DAY2 + s), ("POSTPONED", DAY2 + 2 * s, "FUNNEL"),
                        ("PROCESSING", DAY2 + 62 * s), ("OK", DAY2 + 100 * s)], failed_count=1, error="E_CONN")
     b.message(6, CRM, [("NEW", ago(minutes=2)), ("PROCESSING", ago(minutes=1))])
     # billing, day 2: parent OK with two OK children; a FAILED one whose confirmation failed
@@ -140,15 +143,15 @@ def clean_store() -> StoreBuilder:
     for child in (11, 12):
         b.message(child, BILL, [("NEW", DAY2 + 2 * s), ("PROCESSING", DAY2 + 3 * s), ("OK", DAY2 + 40 * s)],
                   parent=10, source="erp")
-    b.message(13, BILL, [("NEW", DAY2), ("PROCESSING", DAY2 + s), ("FAILED", DAY2 + 8 * s)], source="erp",
-              error="E_TIMEOUT", confirm="FAILED")
+    b.message(13, BILL, [("NEW", DAY2), ("PROCESSING", DAY2 + s), ("FAILED", DAY2 + 8 * s, "E_TIMEOUT")],
+              source="erp", error="E_TIMEOUT", confirm="FAILED")
     # a parent still waiting for a child that is working now
     b.message(14, BILL, [("NEW", ago(minutes=3)), ("PROCESSING", ago(minutes=3)),
                          ("WAITING_FOR_CHILDREN", ago(minutes=2))], source="erp")
     b.message(15, BILL, [("NEW", ago(minutes=2)), ("PROCESSING", ago(minutes=1))], parent=14, source="erp")
     # a retry scheduled in the future is not stuck, however old
-    b.message(16, BILL, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("PARTLY_FAILED", DAY1 + 2 * s)], source="erp",
-              failed_count=1, error="E_CONN", next_attempt_at=NOW + timedelta(minutes=5))
+    b.message(16, BILL, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("PARTLY_FAILED", DAY1 + 2 * s, "E_CONN")],
+              source="erp", failed_count=1, error="E_CONN", next_attempt_at=NOW + timedelta(minutes=5))
     # messages of a source system that gets no confirmations
     b.message(20, CRM, [("NEW", DAY2), ("PROCESSING", DAY2 + s), ("OK", DAY2 + 6 * s)], source="batch", confirm=None)
     b.external_calls = [
@@ -240,10 +243,14 @@ def test_statistics_of_a_clean_store(spark: Any, database_url: str, tmp_path: Pa
     waiting = one(result, "time_in_state", service="crm", state="PARTLY_FAILED")
     assert (waiting["visits"], waiting["total_s"]) == (2, 120)
     assert one(result, "time_in_state", service="crm", state="POSTPONED")["total_s"] == 60
-    assert {(r["attempts"], r["count"]) for r in rows(result, "attempts", service="crm")} == {(1, 4), (2, 1), (3, 1)}
-    # the current errors only: message 5 ended OK (its E_CONN of an earlier attempt is history, issue 26)
-    assert {(r["code"], r["count"]) for r in rows(result, "top_errors", service="crm")} == {("E_TIMEOUT", 1)}
-    assert one(result, "top_errors", service="billing", code="E_TIMEOUT")["count"] == 1
+    # attempts from the transitions: message 4 ran 3 times; message 5's funnel hold was no attempt
+    assert {(r["attempts"], r["count"]) for r in rows(result, "attempts", service="crm")} == {(1, 5), (3, 1)}
+    # the codes met over the history (message 4 met E_TIMEOUT 3 times); the funnel's hold is no error
+    assert [(r["code"], r["count"], r["messages"], r["current"]) for r in rows(result, "top_errors", service="crm")] \
+        == [("E_TIMEOUT", 3, 1, 1)]
+    assert {(r["code"], r["count"], r["messages"], r["current"]) for r in rows(result, "top_errors",
+                                                                              service="billing")} == {
+        ("E_TIMEOUT", 1, 1, 1), ("E_CONN", 1, 1, 1)}
     assert one(result, "business_errors", service="crm")["code"] == "B100"
     erp = one(result, "confirmations", source_system="erp")
     assert (erp["count"], erp["sent"], erp["failed"], erp["pending"]) == (2, 1, 1, 0)
@@ -260,6 +267,26 @@ def test_statistics_of_a_clean_store(spark: Any, database_url: str, tmp_path: Pa
     latency = spark.read.parquet(str(out / "parquet" / "latency"))
     assert latency.count() == len(result.statistics["latency"])
     assert spark.read.parquet(str(out / "parquet" / "violations")).count() == 0
+
+
+def test_a_restart_keeps_the_attempts_and_the_errors_of_the_history(spark: Any, sqlite_url: str) -> None:
+    """Issue 42: a restart starts the failed count again (0 on the row), yet the audit counts the 3 attempts and the
+    outage's HTTP_503 of message 1, which ended OK after its restart; a call the breaker refused (CIRCUIT_OPEN) is
+    no attempt but an error met."""
+    b = StoreBuilder()
+    s = timedelta(seconds=1)
+    b.message(1, CRM, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("PARTLY_FAILED", DAY1 + 2 * s, "HTTP_503"),
+                       ("PROCESSING", DAY1 + 62 * s), ("POSTPONED", DAY1 + 63 * s, "CIRCUIT_OPEN"),
+                       ("PROCESSING", DAY1 + 90 * s), ("FAILED", DAY1 + 91 * s, "HTTP_503"),
+                       ("PARTLY_FAILED", DAY1 + 600 * s, None, "admin:ops"), ("PROCESSING", DAY1 + 601 * s),
+                       ("OK", DAY1 + 602 * s)])
+    b.message(2, CRM, [("NEW", DAY1), ("PROCESSING", DAY1 + s), ("OK", DAY1 + 2 * s)])
+    b.write(sqlite_url)
+    result = audit(spark, sqlite_url, now=NOW, partitions=1)
+    assert {(r["attempts"], r["count"]) for r in rows(result, "attempts", service="crm")} == {(1, 1), (3, 1)}
+    assert {(r["code"], r["count"], r["messages"], r["current"]) for r in rows(result, "top_errors")} == {
+        ("HTTP_503", 2, 1, 0), ("CIRCUIT_OPEN", 1, 1, 0)}
+    result.release()
 
 
 def test_planted_violations_are_found_exactly(spark: Any, database_url: str) -> None:

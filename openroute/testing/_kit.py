@@ -1,24 +1,5 @@
-"""The route test kit: run your routes for real in a test, without a server and without sleeping.
-
-::
-
-    async def test_customer_is_set(route_test_kit):
-        billing = CallRecorder(fail_first=1)                      # fails once, then answers {"ok": True}
-        kit = await route_test_kit(build_application(billing))   # engine + temporary SQLite + manual clock
-        sent = await kit.send_json("crm", "setCustomer", {"customer": {"id": "C-1"}})
-        await kit.settle()
-        kit.assert_state(sent.message_id, "PARTLY_FAILED")
-        await kit.advance(minutes=1)                              # the clock moves, repoll runs, work settles
-        kit.assert_state(sent.message_id, "OK")
-        assert billing.calls == 2
-
-A kit serves the application's real inbound endpoints in-process (an ASGI transport: every request goes through
-the same validation, extraction and error answers as under ``openroute run``), on an engine with its in-memory
-processing channel, a :class:`~openroute.clock.ManualClock` and no repoll scheduler: :meth:`RouteTestKit.advance`
-moves the clock and runs the repoll itself. The database is a temporary SQLite file unless a URL is given (the
-same code path as PostgreSQL). The ``route_test_kit`` pytest fixture (registered through the ``pytest11`` entry
-point, so every project that installs openroute has it) creates kits and closes them after the test.
-"""
+"""The route test kit (:class:`RouteTestKit`): an application's routes on a real engine and store, driven by the test;
+its users import it from :mod:`openroute.testing`."""
 
 from __future__ import annotations
 
@@ -26,23 +7,27 @@ import asyncio
 import dataclasses
 import json
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
 from lxml import etree
+from pydantic import ValidationError
 
 from openroute.binding import InboundBinding
 from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import TechnicalError
+from openroute.errors import ConfigurationError
 from openroute.interceptors import MessageInterceptor
+from openroute.outbound import BreakerState, ExternalCalls, ExternalSystem
 from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.testing._fakes import FakeRemote
 
-__all__ = ["CallRecorder", "RecordedCall", "RouteTestKit", "SendResult", "route_test_kit"]
+__all__ = ["RecordedCall", "RouteTestKit", "SendResult"]
 
 DEFAULT_START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 SOAP_11 = "http://schemas.xmlsoap.org/soap/envelope/"
@@ -93,6 +78,13 @@ class RouteTestKit:
     ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
     time. ``settings``: the engine's (its repoll interval is ignored: the kit repolls in :meth:`advance`).
     ``interceptors``: engine-wide interceptors.
+
+    External systems: ``external_systems`` maps a system name to a fake (``FakeHttpService``, ``FakeSoapService``:
+    the calls of ``ext_call(..., system=NAME)`` made with the shipped clients reach it instead of the network) or to
+    an :class:`~openroute.outbound.ExternalSystem`; ``config`` is ``openroute.toml`` text whose
+    ``[external_systems.NAME]`` tables give the systems their settings (timeouts, breaker, records), as under
+    ``openroute run``. The calls go through the breakers on the kit's clock; a system a route names and nobody
+    declared gets the defaults. Raises ConfigurationError for a bad ``config`` or system.
     """
 
     def __init__(
@@ -104,6 +96,8 @@ class RouteTestKit:
         settings: EngineSettings | None = None,
         interceptors: Iterable[MessageInterceptor] = (),
         bindings: Iterable[InboundBinding] | None = None,
+        external_systems: Mapping[str, FakeRemote | ExternalSystem] | None = None,
+        config: str | None = None,
     ) -> None:
         from openroute.loading import routes_and_bindings
         from openroute.server import create_app
@@ -115,13 +109,17 @@ class RouteTestKit:
         if database_url is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="openroute-kit-")
             database_url = f"sqlite:///{Path(self._tmp.name) / 'kit.db'}"
+        systems = declared_systems(external_systems or {}, config)
         self.clock = ManualClock(start)
         self.store = MessageStore(database_url)
         self.store.upgrade()
         base = settings or EngineSettings(node_id="route-test-kit")
         if base.repoll_interval is not None:
             base = dataclasses.replace(base, repoll_interval=None)  # the kit runs the repoll itself
-        self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors))
+        #: the guard of the routes' external calls (breakers, call records), as ``openroute run`` builds it
+        self.calls = ExternalCalls(self.store, systems, clock=self.clock)
+        self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors),
+                             external_calls=self.calls)
         self._transition = asyncio.Event()
         self.engine.transition_listeners.append(lambda _previous, _message: self._transition.set())
         self.app = create_app(self.engine, found, manage_engine=False)
@@ -329,46 +327,65 @@ class RouteTestKit:
             rows = connection.execute(query).all()
         return {r.call_key: RecordedCall(r.status, r.attempts, r.result) for r in rows}
 
+    def breaker_state(self, system: str) -> BreakerState:
+        """The state of ``system``'s circuit breaker (shared through the store): CLOSED, OPEN or HALF_OPEN."""
+        return self.calls.breakers.load(system, self.clock.now()).state
+
     def count_by_state(self) -> dict[str, int]:
         """How many messages are in each state (states with none left out)."""
         return {state.value: count for state, count in self.store.count_by_state().items()}
 
 
-@dataclass
-class CallRecorder:
-    """A fake external function: counts its calls, fails the first ``fail_first`` of them, then returns ``result``
-    (or ``result(*args)`` when callable).
+#: where a fake's system sends when the configuration gives it no base_url (the fake answers whatever the host)
+FAKE_BASE_URL = "http://fake.invalid/"
 
-    ``error`` is what a failing call raises: an exception class or a callable making one (a fresh exception per
-    call), or an exception instance; by default a :class:`~openroute.errors.TechnicalError` (code ``DOWN``), which
-    makes the attempt PARTLY_FAILED and retried. Use it wherever a step takes a function of the exchange:
-    ``.ext_call("billing", CallRecorder(fail_first=1))``; ``arguments`` keeps what each call received.
-    """
 
-    result: Any = field(default_factory=lambda: {"ok": True})
-    fail_first: int = 0
-    error: Callable[[], BaseException] | BaseException = field(
-        default=lambda: TechnicalError("remote system unavailable", code="DOWN"))
-    calls: int = 0
-    arguments: list[Any] = field(default_factory=list)
+def declared_systems(given: Mapping[str, FakeRemote | ExternalSystem], config: str | None) -> list[ExternalSystem]:
+    """The kit's external systems: the ``[external_systems]`` tables of the ``config`` text, with the fakes of
+    ``given`` as their transports, and the systems ``given`` as they are. Raises ConfigurationError naming what is
+    wrong (a table that does not validate, a system given twice, a value that is neither a fake nor a system)."""
+    from openroute.config import ExternalSystemConfig
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.fail_first, int) or isinstance(self.fail_first, bool) or self.fail_first < 0:
-            raise ValueError(f"fail_first must be an integer >= 0, got {self.fail_first!r}")
-        if not (isinstance(self.error, BaseException) or callable(self.error)):
-            raise TypeError(f"error must be an exception, an exception class or a callable, got {self.error!r}")
+    tables = _config_tables(config)
+    systems: dict[str, ExternalSystem] = {}
+    for name, table in tables.items():
+        try:
+            systems[name] = ExternalSystemConfig.model_validate(table).system(name)
+        except ValidationError as error:  # one line per bad key, as openroute run says them
+            problems = "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
+                                 for item in error.errors())
+            raise ConfigurationError(f"RouteTestKit: config: external_systems.{name}: {problems}") from None
+        except ConfigurationError as error:
+            raise ConfigurationError(f"RouteTestKit: config: external_systems.{name}: {error}") from None
+    for name, value in given.items():
+        if isinstance(value, ExternalSystem):
+            if name in systems or value.name != name:
+                raise ConfigurationError(f"RouteTestKit: external system {name} is given twice (or under another "
+                                         f"name: {value.name}); give its settings in config or here, not both")
+            systems[name] = value
+        elif isinstance(value, FakeRemote):
+            declared = systems.get(name) or ExternalSystem(name)
+            systems[name] = dataclasses.replace(declared, base_url=declared.base_url or FAKE_BASE_URL, transport=value)
+        else:
+            raise ConfigurationError(f"RouteTestKit: external_systems[{name!r}] must be a fake (FakeHttpService, "
+                                     f"FakeSoapService) or an ExternalSystem, got {value!r}")
+    return list(systems.values())
 
-    def __call__(self, *args: Any) -> Any:
-        self.calls += 1
-        self.arguments.append(args[0] if len(args) == 1 else args)
-        if self.calls <= self.fail_first:
-            raise self.error if isinstance(self.error, BaseException) else self.error()
-        return self.result(*args) if callable(self.result) else self.result
 
-    @property
-    def failures(self) -> int:
-        """How many calls failed (at most ``fail_first``)."""
-        return min(self.calls, self.fail_first)
+def _config_tables(config: str | None) -> dict[str, Any]:
+    if config is None:
+        return {}
+    try:
+        document = tomllib.loads(config)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigurationError(f"RouteTestKit: config is not valid TOML: {error}") from None
+    others = sorted(set(document) - {"external_systems"})
+    if others:
+        raise ConfigurationError(f"RouteTestKit: config: only the [external_systems] tables are read, got {others}")
+    tables = document.get("external_systems", {})
+    if not all(isinstance(table, dict) for table in tables.values()):
+        raise ConfigurationError("RouteTestKit: config: each external system is a table [external_systems.NAME]")
+    return dict(tables)
 
 
 def _envelope_version(text: str) -> str | None:
@@ -415,41 +432,3 @@ def _result(response: httpx.Response, soap: bool = False) -> SendResult:
         error_code = f"HTTP_{response.status_code}"
     return SendResult(response.status_code, int(message_id) if message_id else None, correlation, duplicate,
                       response.text, error_code, reason)
-
-
-async def _route_test_kit() -> AsyncIterator[Callable[..., Any]]:
-    """Factory fixture: ``kit = await route_test_kit(application, database_url=None, ...)``; closed after the test."""
-    kits: list[RouteTestKit] = []
-
-    async def make(application: Any, **options: Any) -> RouteTestKit:
-        kit = RouteTestKit(application, **options)
-        kits.append(kit)
-        return await kit.start()
-
-    yield make
-    for kit in kits:
-        await asyncio.shield(kit.close())
-
-
-try:  # the kit itself works without pytest (the demo uses it); only the fixture needs it
-    import pytest
-except ImportError:  # pragma: no cover - pytest is a dev dependency
-    route_test_kit: Any = None
-else:
-    try:  # pytest-asyncio runs the fixture in its strict mode too (no ``asyncio_mode = auto`` needed)
-        import pytest_asyncio
-    except ImportError:  # pragma: no cover - pytest-asyncio is a dev dependency
-        route_test_kit = pytest.fixture(_route_test_kit, name="route_test_kit")
-    else:
-        route_test_kit = pytest_asyncio.fixture(_route_test_kit, name="route_test_kit")
-
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_pycollect_makeitem(collector: Any, name: str, obj: object) -> Any:
-        """Mark ``async def`` tests that use ``route_test_kit`` with ``asyncio``, so pytest-asyncio runs them in
-        strict mode too. Trylast: this wrapper sees the collected items before pytest-asyncio's converts them."""
-        outcome = yield
-        items = outcome.get_result()
-        for item in items if isinstance(items, list) else [items]:
-            if (isinstance(item, pytest.Function) and "route_test_kit" in item.fixturenames
-                    and asyncio.iscoroutinefunction(item.obj) and item.get_closest_marker("asyncio") is None):
-                item.add_marker(pytest.mark.asyncio)
