@@ -59,6 +59,8 @@ class BreakerOutlook:
     since: datetime
     #: when a refused call may be let through at the earliest (REFUSE only)
     retry_at: datetime | None = None
+    #: when the breaker last closed after it had opened (None: CLOSED since its row was made, or not CLOSED)
+    closed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ class ParkingStore(StorePart):
         """Make the oldest ``limit`` (None: every) message parked on ``system`` due at ``now``; how many were released.
 
         With ``failed_before`` (the time the breaker closed) the PARTLY_FAILED messages whose call of the system
-        failed by then are released too (their retry is due at once, not at the policy's time); a failure after it,
+        failed before then are released too (their retry is due at once, not at the policy's time); a failure after it,
         while the breaker is closed, keeps its policy's time. Released without a limit, the parked messages of one
         funnel value do not all become due to find their funnel held: the oldest of each value is due, the others go
         straight to the funnel's queue in receive order (error code FUNNEL, no due time), where the funnel's release
@@ -38,7 +38,7 @@ class ParkingStore(StorePart):
         waiting = c.state == sa.literal_column(f"'{MessageState.POSTPONED.value}'")
         if failed_before is not None:
             waiting = sa.or_(waiting, sa.and_(c.state == sa.literal_column(f"'{MessageState.PARTLY_FAILED.value}'"),
-                                              c.last_update_ts <= failed_before))
+                                              c.last_update_ts < failed_before))
         chosen = (sa.select(c.id).where(c.parked_on == system, sa.text(PARKED_PREDICATE), waiting)
                   .order_by(c.receive_ts, c.id))
         if limit is not None:

@@ -268,14 +268,34 @@ def load_database_config(path: str | Path | None = None, overrides: Mapping[str,
     variables over it, ``overrides`` over both), reading nothing else: the file's other sections are neither
     validated nor resolved (a secret of ``[auth]`` need not be set).
 
+    What the file calls secret (``secret_names``, the external systems' ``records.secret_fields``) is masked in every
+    output of the process from then on, as :func:`load_config` does: an operator's command shows what the server
+    shows.
+
     Raises ConfigurationError for a file that cannot be read or is not TOML, and for bad database keys."""
-    _FILE_VALUES[DatabaseConfig] = _read_toml(path) if path is not None else {}
+    file_values = _read_toml(path) if path is not None else {}
+    _FILE_VALUES[DatabaseConfig] = file_values
     try:
-        return DatabaseConfig(**_drop_none(overrides or {}))
+        config = DatabaseConfig(**_drop_none(overrides or {}))
     except ValidationError as error:
         _fail(path, [_describe(item) for item in error.errors()])
     finally:
         _FILE_VALUES.pop(DatabaseConfig, None)
+    from openroute.persistence import add_secret_names
+
+    add_secret_names(_secret_names(file_values))
+    return config
+
+
+def _secret_names(file_values: Mapping[str, Any]) -> list[str]:
+    """The names a configuration file calls secret, read as they are (the sections themselves are not checked)."""
+    names = list(file_values.get("secret_names") or [])
+    systems = file_values.get("external_systems")
+    for system in systems.values() if isinstance(systems, Mapping) else ():
+        records = system.get("records") if isinstance(system, Mapping) else None
+        if isinstance(records, Mapping):
+            names.extend(records.get("secret_fields") or [])
+    return [name for name in names if isinstance(name, str) and name]
 
 
 def _fail(path: str | Path | None, problems: list[str]) -> NoReturn:

@@ -148,7 +148,9 @@ class Parking:
         now = self.clock.now()
         if outlook is None or outlook.verdict is Verdict.ALLOW:
             # with the parked ones, the messages whose call failed before the breaker closed are retried at once
-            released = await self._release(system, now, None, failed_before=now if outlook is None else outlook.since)
+            # (a breaker CLOSED since its row was made, or none, never held them back: their retries keep their time)
+            failed_before = None if outlook is None else outlook.closed_at
+            released = await self._release(system, now, None, failed_before=failed_before)
             if released:
                 state = "CLOSED" if outlook is not None else "without a breaker"
                 log.info("%d message(s) parked on %s released (breaker %s)", released, system, state)

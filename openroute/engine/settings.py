@@ -31,8 +31,8 @@ class EngineSettings:
     #: node waiting on commits a third full (docs/performance.md); lower it to spare a fragile external system
     concurrency: int = 64
     #: messages queued on this node beyond the workers' ones; the bound ``queue_size + concurrency`` counts a message
-    #: from its emission until its outcome is committed and its final-state hooks ran; at the bound accept waits
-    #: (back-pressure)
+    #: from its emission until its outcome is committed and its final-state hooks ran; at the bound an accepted message
+    #: waits in the store (NEW) and the feeder queues it once room frees: accepting never waits for room
     queue_size: int = 256
     #: UTF-8 size limit of a payload at accept
     max_payload_bytes: int = 1024 * 1024
@@ -44,7 +44,7 @@ class EngineSettings:
     processing_lease: timedelta = timedelta(minutes=5)
     #: a NEW message older than this is picked up by repoll (its node died between commit and emit)
     new_pickup_age: timedelta = timedelta(minutes=1)
-    #: wait before retrying a POSTPONED message when the route did not give a delay
+    #: wait before retrying a message a route postponed without a delay (funnels and open breakers wait on events)
     postpone_interval: timedelta = timedelta(seconds=30)
     #: at most this many messages are picked up per repoll query
     repoll_batch: int = 1000

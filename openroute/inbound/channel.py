@@ -13,7 +13,7 @@ acknowledgment, in front of :meth:`Engine.accept <openroute.engine.Engine.accept
 * a store that fails (or a drained node) nacks the delivery for redelivery and pauses every channel of the node,
   with a growing back-off, until an accept succeeds again;
 * the broker prefetch follows the engine's capacity: each channel runs at most ``queue_size + concurrency`` accepts
-  at once (attribute ``concurrency`` overrides), and :meth:`Engine.accept` waits while the engine is full.
+  at once (attribute ``concurrency`` overrides); :meth:`Engine.accept` stores and returns, a backlog waits in the store.
 
 See docs/channels.md.
 """

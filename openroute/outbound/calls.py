@@ -119,7 +119,9 @@ class ExternalCalls:
         row = await self._read(system)
         now = self.clock.now()
         answer = rules.permit(row, settings.breaker, now)
-        return BreakerOutlook(system, answer.verdict, row.state, row.changed_at, answer.retry_at)
+        # a row made CLOSED has no reason; every transition (opened, closed, forced) gives one
+        closed_at = row.changed_at if row.state is BreakerState.CLOSED and row.reason is not None else None
+        return BreakerOutlook(system, answer.verdict, row.state, row.changed_at, answer.retry_at, closed_at)
 
     def bulkhead(self, system: str) -> Bulkhead:
         """The bulkhead of ``system`` on this node (``max_concurrent_calls``, ``max_calls_per_second``)."""
