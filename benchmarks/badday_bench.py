@@ -211,8 +211,17 @@ async def day(args: argparse.Namespace, variant: str, folder: Path) -> dict[str,
                 node.stop()
             remote.stop()
         figures = read_figures(store, folder, down_wall, up_wall, wall_start, started, sent, args)
+        closed_at = closed.pop("closed at", None)
+        figures.update(closed)
+        if isinstance(closed_at, datetime):
+            # exact, from the transitions: the last final state of a message received before the breaker closed
+            figures["breaker closed -> every message final (s)"] = round(backlog_final(store, closed_at), 1)
         store.dispose()
-    figures.update(closed)
+    if isinstance(closed_at, datetime):
+        after = (closed_at - wall_start).total_seconds()
+        drain = [s.latency for s in sent if s.latency is not None and s.ok and s.at >= after]
+        figures["accept p50 / p99 after the close (ms)"] = (round(percentile(drain, 0.5) * 1000, 1),
+                                                             round(percentile(drain, 0.99) * 1000, 1))
     figures["calls to the dead remote"] = failed_during
     return figures
 
@@ -220,27 +229,50 @@ async def day(args: argparse.Namespace, variant: str, folder: Path) -> dict[str,
 async def watch_until_final(store: sa.Engine, generator: asyncio.Future[None], up: datetime,
                             timeout: float) -> dict[str, Any]:
     """Poll the store until the load is sent and every message is final: when the breaker closed after the remote
-    came back, and how long after that the last message became final."""
+    came back, and how long after that every message received before the close (the outage's backlog) was final."""
     final = "('OK', 'FAILED', 'SKIPPED', 'CANCEL')"
     closed_at: datetime | None = None
+    drained: float | None = None
     deadline = time.monotonic() + timeout
     while True:
         await asyncio.sleep(0.25)
-        with store.connect() as connection:
-            if closed_at is None:
-                row = connection.execute(sa.text(
-                    "SELECT state, changed_at FROM circuit_breaker WHERE system = 'REMOTE'")).first()
-                if row is not None and row.state == "CLOSED" and row.changed_at >= up:
-                    closed_at = row.changed_at
-            open_messages = connection.execute(sa.text(
-                f"SELECT count(*) FROM message WHERE state NOT IN {final}")).scalar_one()
-        if generator.done() and open_messages == 0 and closed_at is not None:
-            now = datetime.now(UTC)
-            return {"breaker closed after the remote came back (s)": (closed_at - up).total_seconds(),
-                    "breaker closed -> every message final (s)": (now - closed_at).total_seconds()}
+        closed_at, drained, open_messages = await asyncio.to_thread(_poll, store, up, closed_at, drained, final)
+        if generator.done() and open_messages == 0 and closed_at is not None and drained is not None:
+            return {"breaker closed after the remote came back (s)": round((closed_at - up).total_seconds(), 1),
+                    "breaker closed -> every message final (s)": round(drained, 1), "closed at": closed_at}
         if time.monotonic() > deadline:
             return {"breaker closed after the remote came back (s)": None,
                     "breaker closed -> every message final (s)": f"not within {timeout:.0f} s ({open_messages} open)"}
+
+
+def _poll(store: sa.Engine, up: datetime, closed_at: datetime | None, drained: float | None,
+          final: str) -> tuple[datetime | None, float | None, int]:
+    """One look at the store (on a thread: the load generator's loop never waits for it)."""
+    with store.connect() as connection:
+        if closed_at is None:
+            row = connection.execute(sa.text(
+                "SELECT state, changed_at FROM circuit_breaker WHERE system = 'REMOTE'")).first()
+            if row is not None and row.state == "CLOSED" and row.changed_at >= up:
+                closed_at = row.changed_at
+        elif drained is None:
+            backlog = connection.execute(sa.text(
+                f"SELECT count(*) FROM message WHERE state NOT IN {final} AND receive_ts <= :closed"),
+                {"closed": closed_at}).scalar_one()
+            if backlog == 0:
+                drained = (datetime.now(UTC) - closed_at).total_seconds()
+        open_messages = connection.execute(sa.text(
+            f"SELECT count(*) FROM message WHERE state NOT IN {final}")).scalar_one()
+    return closed_at, drained, int(open_messages)
+
+
+def backlog_final(store: sa.Engine, closed_at: datetime) -> float:
+    """Seconds from ``closed_at`` to the last final state of the messages received before it."""
+    with store.connect() as connection:
+        last = connection.execute(sa.text(
+            "SELECT max(t.at) FROM message_transition t JOIN message m ON m.id = t.message_id "
+            "WHERE m.receive_ts <= :closed AND t.to_state IN ('OK', 'FAILED', 'SKIPPED', 'CANCEL')"),
+            {"closed": closed_at}).scalar_one()
+    return max((last - closed_at).total_seconds(), 0.0) if last is not None else float("nan")
 
 
 def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, wall_start: datetime, started: float,
@@ -251,6 +283,14 @@ def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, w
         messages = connection.execute(sa.text("SELECT count(*) FROM message")).scalar_one()
         failed = connection.execute(sa.text("SELECT count(*) FROM message WHERE state = 'FAILED'")).scalar_one()
     postponed = [r for r in rows if r.to_state == "POSTPONED"]
+    if os.environ.get("BADDAY_SHOW_LAST"):  # the backlog's slowest messages, for a look at what they waited for
+        with store.connect() as connection:
+            for row in connection.execute(sa.text(
+                    "SELECT t.message_id, string_agg(t.to_state || ':' || coalesce(t.error_code, '') || '@' || "
+                    "to_char(t.at, 'MI:SS.MS') || '/' || coalesce(t.node_id, ''), ' ' ORDER BY t.id) AS moves, "
+                    "max(t.at) AS last FROM message_transition t JOIN message m ON m.id = t.message_id "
+                    "WHERE m.receive_ts < :up GROUP BY t.message_id ORDER BY last DESC LIMIT 4"), {"up": up}):
+                print("  slowest:", row.message_id, row.moves)
     waited = {r.message_id for r in postponed}
     processing_of_waited = sum(1 for r in rows if r.to_state == "PROCESSING" and r.message_id in waited)
     down_s, up_s = (down - wall_start).total_seconds(), (up - wall_start).total_seconds()
@@ -266,6 +306,7 @@ def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, w
             if entry.get("level") == "INFO" and down <= at < up:
                 info += 1
     latencies = [s.latency for s in sent if s.latency is not None and s.ok]
+    worst = max((s for s in sent if s.latency is not None), key=lambda s: s.latency or 0.0, default=None)
     outage_latencies = [s.latency for s in in_outage if s.latency is not None and s.ok]
     return {
         "messages": messages,
@@ -283,6 +324,8 @@ def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, w
         "accept p50 / p99 overall (ms)": (round(percentile(latencies, 0.5) * 1000, 1),
                                           round(percentile(latencies, 0.99) * 1000, 1)),
         "PROCESSING_ABANDONED": sum(1 for r in rows if r.error_code == "PROCESSING_ABANDONED"),
+        "slowest accept (ms, sent at s)": None if worst is None else (round((worst.latency or 0) * 1000),
+                                                                      round(worst.at, 1)),
     }
 
 
@@ -307,7 +350,8 @@ def main() -> None:
     for repetition in range(args.repeat):
         for variant in args.variants.split(","):
             with tempfile.TemporaryDirectory(prefix=f"badday-{variant}-") as folder:
-                figures = asyncio.run(day(args, variant, Path(folder)))
+                kept = os.environ.get("BADDAY_KEEP")  # a folder that keeps the nodes' logs
+                figures = asyncio.run(day(args, variant, Path(kept or folder)))
             results.setdefault(variant, []).append(figures)
             print(f"\n{variant}, repetition {repetition + 1}: {args.rate:g} msg/s for {args.seconds:g} s, remote "
                   f"down from {args.down:g} s to {args.up:g} s, two nodes on PostgreSQL")

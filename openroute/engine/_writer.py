@@ -43,11 +43,17 @@ class Failure:
 
 
 class Grouped(Generic[ItemT, T]):
-    """Items of one kind written together: ``run(connection, items)`` returns one result (or Failure) per item."""
+    """Items of one kind written together: ``run(connection, items)`` returns one result (or Failure) per item.
 
-    def __init__(self, run: Callable[[sa.Connection, list[ItemT]], list[T | Failure]], name: str) -> None:
+    ``urgent`` items (the accepted messages' inserts: a sender waits for them) go first into the next transaction,
+    ahead of the operations queued before them (claims, outcomes, feeds): accepting never waits behind processing
+    for more than the transaction under way."""
+
+    def __init__(self, run: Callable[[sa.Connection, list[ItemT]], list[T | Failure]], name: str, *,
+                 urgent: bool = False) -> None:
         self.run = run
         self.name = name
+        self.urgent = urgent
 
     def __repr__(self) -> str:
         return f"Grouped({self.name})"
@@ -75,6 +81,7 @@ class GroupCommitWriter:
         self._engine = engine
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._urgent: queue.SimpleQueue[Any] = queue.SimpleQueue()  # taken first (Grouped.urgent)
         # one token per ring: the thread sleeps on it, not on the queue, so a put alone does not wake it
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._ringing: set[asyncio.AbstractEventLoop] = set()
@@ -119,7 +126,7 @@ class GroupCommitWriter:
                 raise RuntimeError("the writer is closed")
             if not self._started:
                 self.start()
-            self._queue.put(((group, item), future, loop))
+            (self._urgent if group.urgent else self._queue).put(((group, item), future, loop))
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
@@ -171,17 +178,7 @@ class GroupCommitWriter:
                 except queue.Empty:
                     break
             while True:  # everything queued until now, max_batch per transaction
-                batch: list[Any] = []
-                stop = False
-                while len(batch) < self._max_batch:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is _STOP:
-                        stop = True
-                        break
-                    batch.append(item)
+                batch, stop = self._next_batch()
                 if batch:
                     started = time.thread_time()
                     self._execute(batch)
@@ -189,8 +186,26 @@ class GroupCommitWriter:
                 if stop:
                     self._release_connection()
                     return
-                if len(batch) < self._max_batch:
+                if len(batch) < self._max_batch and self._urgent.empty():
                     break
+
+    def _next_batch(self) -> tuple[list[Any], bool]:
+        """Up to ``max_batch`` queued operations, the urgent ones first; and whether the stop mark was reached."""
+        batch: list[Any] = []
+        while len(batch) < self._max_batch:
+            try:
+                batch.append(self._urgent.get_nowait())
+            except queue.Empty:
+                break
+        while len(batch) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+        return batch, False
 
     def _execute(self, batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]]) -> None:
         results: list[Any] = [None] * len(batch)

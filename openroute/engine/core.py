@@ -125,7 +125,7 @@ class Engine:
         self._writes = EngineWrites(self.store, self.clock, self.node_id, self.final_state_tx_hooks, self._funnel)
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
             lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
-            "insert")
+            "insert", urgent=True)
         self._claim_group = Grouped(self._writes.claim_many, "claim")
         self._finish_group = Grouped(self._writes.finish_many, "finish")
         self._after_commit = AfterCommit(self.stats, self._writes, self._funnel, self.final_state_hooks,
@@ -413,6 +413,9 @@ class Engine:
             taken = self._queue.claimed.pop(message.id, None)
             if taken is None:
                 self.stats.lost_claims += 1
+                # another writer had it, or (PostgreSQL) its row was locked for a moment (SKIP LOCKED): if it is still
+                # waiting, the feeder takes it from the store rather than the minute's repoll of unclaimed messages
+                self._feeder.accepted_unqueued() if message.state is MessageState.NEW else self._feeder.wanted()
                 return None
             previous, claimed = taken  # the feeder claimed it for this node meanwhile
         if claimed.state is not MessageState.PROCESSING:  # its funnel is held: it waits in the funnel's queue

@@ -33,7 +33,6 @@ __all__ = ["Feeder"]
 
 log = logging.getLogger("openroute.engine")
 
-
 class Feeder:
     """Feeds one node's processing queue from the store (see the module docstring).
 
@@ -139,6 +138,10 @@ class Feeder:
             room = min(self._queue.room, self._batch)
             if room < 1:
                 break
+            await self._while_busy()
+            room = min(self._queue.room, self._batch)
+            if room < 1:
+                break
             now = self._clock.now()
             cutoff = now if self._new_left else now - self._settings.new_pickup_age
             fed = await self.feed_once(now, cutoff, room)
@@ -149,6 +152,12 @@ class Feeder:
                 if not self._again:
                     break
         return queued
+
+    async def _while_busy(self) -> None:
+        """Wait while the event loop lags (the node's CPU is taken): the backlog gets what is left of the machine,
+        never the share of the accepts (``ProcessingQueue.pressure``)."""
+        if self._queue.pressure.busy:
+            await self._queue.pressure.quiet()
 
     # -- one feed ---------------------------------------------------------------------------------------------------
     async def feed_once(self, now: datetime, new_cutoff: datetime | None, limit: int) -> int:

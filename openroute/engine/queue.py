@@ -20,12 +20,59 @@ from typing import Any
 from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["PROCESSING_CHANNEL", "ProcessingQueue"]
+__all__ = ["PROCESSING_CHANNEL", "LoopPressure", "ProcessingQueue"]
 
 log = logging.getLogger("openroute.engine")
 
 #: the in-process channel between accept / feeder (emitter) and the workers (incoming, concurrency=N)
 PROCESSING_CHANNEL = "processing"
+
+
+class LoopPressure:
+    """Whether this node's event loop lags: a timer every ``period`` seconds measures how late it runs. While it is
+    late by more than ``threshold`` (the node's CPU is taken), the workers hold back before their next message
+    (:meth:`quiet`) and the feeder before its next feed, so that the accepts, which never wait here, keep their share
+    of the machine: a backlog, waiting or draining messages take what is left. Free when the loop is not late."""
+
+    def __init__(self, threshold: float = 0.02, period: float = 0.02, longest_wait: float = 1.0) -> None:
+        self.threshold = threshold
+        self.period = period
+        self.longest_wait = longest_wait
+        #: the lateness of the last tick (seconds)
+        self.lag = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    @property
+    def busy(self) -> bool:
+        """Whether the loop ran the last tick later than ``threshold``."""
+        return self.lag > self.threshold
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._due = loop.time() + self.period
+        self._handle = loop.call_at(self._due, self._tick)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self.lag = 0.0
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.lag = max(now - self._due, 0.0)
+        self._due = now + self.period
+        self._handle = loop.call_at(self._due, self._tick)
+
+    async def quiet(self) -> None:
+        """Return once the loop is not late any more, or after ``longest_wait`` (a node busy for other reasons still
+        gets its work done)."""
+        waited = 0.0
+        while self.busy and waited < self.longest_wait:
+            await asyncio.sleep(self.period)
+            waited += self.period
 
 
 class ProcessingQueue:
@@ -54,6 +101,8 @@ class ProcessingQueue:
         self._idle = asyncio.Event()
         self._idle.set()
         self.open = False
+        #: the loop's lag, which paces the workers and the feeder (see LoopPressure)
+        self.pressure = LoopPressure()
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self, consume: Callable[[StoredMessage], Awaitable[None]]) -> None:
@@ -62,9 +111,13 @@ class ProcessingQueue:
         # claimed messages may pass the bound by the few accepts between a feed's room check and its commit
         self._emitter = app.emitter(PROCESSING_CHANNEL, overflow=OnOverflow.UNBOUNDED_BUFFER)
 
+        pressure = self.pressure
+
         async def process(message):  # type: ignore[no-untyped-def]  # a payload consumer, acked when it returns
             self._in_flight += 1
             try:
+                if pressure.busy:  # the accepts first: this message waits for a quieter loop
+                    await pressure.quiet()
                 await consume(message)
             finally:
                 self._in_flight -= 1
@@ -74,6 +127,7 @@ class ProcessingQueue:
         self._app = app
         self._idle.set()
         self.open = True
+        self.pressure.start()
 
     def close(self) -> None:
         """Take no more messages (the workers skip the queued ones: they stay in the store)."""
@@ -83,6 +137,7 @@ class ProcessingQueue:
         """Let the workers finish the messages in flight (up to ``timeout``, then they are cancelled) and the outcomes
         being written; forget the rest."""
         self.open = False
+        self.pressure.stop()
         if self._app is not None:
             await self._app.stop(timeout=timeout)
         if self._writing:
