@@ -47,7 +47,14 @@ from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.filters import InvalidQueryError, parse_message_id
 from openroute.console import _queries
-from openroute.console._search import SEARCH_FIELDS, listed_messages, restartable_ids, search_page, short_time
+from openroute.console._search import (
+    SEARCH_FIELDS,
+    listed_messages,
+    next_attempt,
+    restartable_ids,
+    search_page,
+    short_time,
+)
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
@@ -93,6 +100,7 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["pretty"] = pretty_payload
         self.templates.env.filters["dt"] = short_time
+        self.templates.env.globals["next_attempt"] = next_attempt
 
     def app(self) -> Starlette:
         """The ASGI app to mount (conventionally at ``/console``)."""
