@@ -135,7 +135,7 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
-        await until(lambda: stats.redelivered >= 30)  # deliveries refused and given back, again and again
+        await until(lambda: stats.requeued >= 30)  # deliveries refused and given back, again and again
         assert node.count() == 0 and stats.accepted == 0
         down = False
         await until(lambda: stats.accepted == 20)  # resumed by itself after the back-off
@@ -194,7 +194,7 @@ async def test_headers_not_of_their_documented_type_are_dead_lettered_with_the_r
     try:
         stats = node.channels.stats("crm-in")
         await until(lambda: stats.accepted + stats.dead_lettered == len(wrong) + 1)
-        assert (stats.accepted, stats.dead_lettered, stats.redelivered) == (1, len(wrong), 0)
+        assert (stats.accepted, stats.dead_lettered, stats.requeued) == (1, len(wrong), 0)
         [stored] = node.store.find()
         assert (stored.correlation_id, stored.source_system) == ("good", "ERP")
     finally:

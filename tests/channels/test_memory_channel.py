@@ -120,7 +120,7 @@ async def test_a_store_that_fails_gives_the_delivery_back_and_pauses(node: Any, 
     source = inbound.app.connector("in-memory").source("crm-in")
     with pytest.raises(RedeliverError):
         await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
-    assert inbound.stats("crm-in").redelivered == 1 and not source.acked
+    assert inbound.stats("crm-in").requeued == 1 and not source.acked
     monkeypatch.undo()
     await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)  # resumes by itself
     assert len(rows(engine)) == 1
