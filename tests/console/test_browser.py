@@ -21,10 +21,13 @@ from openroute.confirmation import ConfirmationService, DefaultConfirmationCallb
 from openroute.persistence import ConfirmationStatus, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 
 from openroute import Exchange, Route, RouteRegistry, states
+from openroute.binding import ChannelBinding, InboundBinding
 from openroute.console._search import short_time
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, TechnicalError
+from openroute.inbound.channel import ChannelDelivery, ChannelInbound
 from openroute.message import InboundMessage
+from openroute.messaging import Message
 from openroute.server import create_app
 from tests._support.servers import serving
 from tests.console.conftest import auth
@@ -68,9 +71,19 @@ def inbound(correlation_id: str, payload: str, service: str = "orders", operatio
                           correlation_id=correlation_id, source_system="CRM", object_id=correlation_id)
 
 
+#: the in-memory channel feeding orders/create, and its dead-letter channel
+CHANNELS = {
+    "openroute.messaging.incoming.orders-in.connector": "in-memory",
+    "openroute.messaging.incoming.orders-in.source-system": "SHOP",
+    "openroute.messaging.incoming.orders-in.dead-letter-channel": "orders-dead",
+    "openroute.messaging.outgoing.orders-dead.connector": "in-memory",
+}
+
+
 class Served:
-    def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event]) -> None:
-        self.url, self.engine, self.ids, self.finals = url, engine, ids, finals
+    def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event],
+                 channels: ChannelInbound) -> None:
+        self.url, self.engine, self.ids, self.finals, self.channels = url, engine, ids, finals, channels
         self.store = engine.store
 
 
@@ -103,8 +116,11 @@ def served(sqlite_url: str) -> Iterator[Served]:
     engine.final_state_hooks.append(on_final)
     # confirmations on: a message that ends OK is confirmed (the default callback logs it) right after its commit
     confirmation = ConfirmationService(store, DefaultConfirmationCallback())
-    with serving(create_app(engine, admin_auth=auth(), confirmation=confirmation)) as url:
-        yield Served(url, engine, ids, finals)
+    # orders also come from an in-memory channel (its dead letters to another): the dashboard shows its counters
+    channels = ChannelInbound(engine, [ChannelBinding("orders-in", "orders", "create", json=InboundBinding(
+        "orders", "create", "json", required=("$.order",)))], CHANNELS, environ={})
+    with serving(create_app(engine, admin_auth=auth(), confirmation=confirmation, channels=channels)) as url:
+        yield Served(url, engine, ids, finals, channels)
     store.dispose()
 
 
@@ -345,6 +361,33 @@ def test_what_waits_shows_on_the_list_and_the_detail_in_a_browser(served: Served
     assert text(browser, "state") == "OK"
     assert text(browser, "confirmation-next-attempt") == "" and text(browser, "next-attempt") == ""
     shot(browser, "message-confirmed", tmp_path)
+
+
+def test_the_dashboard_shows_this_nodes_channels_in_a_browser(served: Served, browser: Any, tmp_path: Path) -> None:
+    """Issue 42: a channel's deliveries by outcome on the dashboard, refreshed by themselves, the dead letters with
+    the reason of the last one; the AsyncAPI document describes the channel."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    console = f"{served.url}/console"
+    browser.get(f"{console}/")
+    assert text(browser, "channel-orders-in-accepted") == "0"
+    source = served.channels.app.connector("in-memory").source("orders-in")
+
+    def deliver(body: str, message_id: str) -> Any:  # from this thread: the node's loop is uvicorn's
+        delivered = source.send(Message(body, (ChannelDelivery(message_id=message_id,
+                                                               content_type="application/json"),)))
+        return delivered.result(WAIT)
+
+    deliver('{"order": 40}', "order-40")
+    deliver('{"order": 40}', "order-40")
+    deliver('{"lines": []}', "order-41")  # no order: refused for good, into orders-dead (then acked)
+    WebDriverWait(browser, WAIT).until(lambda driver: text(driver, "channel-orders-in-accepted") == "1")
+    assert text(browser, "channel-orders-in-duplicate") == "1"
+    assert text(browser, "channel-orders-in-dead_lettered") == "1 to orders-dead"
+    assert "VALIDATION_ERROR required $.order is missing or empty" in text(browser, "channel-orders-in-last-refused")
+    shot(browser, "dashboard-channels", tmp_path)
+    document = httpx.get(f"{served.url}/api/asyncapi.json", timeout=WAIT).json()
+    assert document["channels"]["orders-in"]["summary"] == "feeds route orders/create"
 
 
 def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, browser: Any) -> None:
