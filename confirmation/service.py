@@ -314,10 +314,9 @@ class ConfirmationService:
         """Write the outcome of a claimed attempt and return it."""
         now = self.now()
         if error is None:
-            # no next attempt: a SENT row is never selected again (nor a FAILED one until an operator resends it)
             values: dict[str, Any] = {"status": ConfirmationStatus.SENT, "sent_at": now, "next_attempt_at": None}
             outcome = AttemptOutcome.SENT
-        elif self.policy.exhausted(attempt):
+        elif self.policy.exhausted(attempt):  # SENT and FAILED are not tried again: no next attempt
             values = {"status": ConfirmationStatus.FAILED, "last_error": error, "next_attempt_at": None}
             outcome = AttemptOutcome.FAILED
         else:

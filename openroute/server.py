@@ -112,10 +112,8 @@ def create_app(
                              alerts, counts, indexer)
 
     health = health_route(engine, channels=None if channels is None else channels.health)
-    asyncapi = AsyncApiContract(lambda: [] if channels is None else channels.described(), engine.routes,
-                                prefix=inbound.settings.json_prefix)
     app = Starlette(
-        routes=[*inbound.routes(), *asyncapi.routes(), *admin.routes(), *metrics.routes(), health,
+        routes=[*inbound.routes(), *_asyncapi(engine, inbound, channels), *admin.routes(), *metrics.routes(), health,
                 Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins,
                                               channels=channels).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
@@ -129,6 +127,13 @@ def create_app(
                        ("alerts", alerts), ("counts", counts), ("payload_indexer", indexer)):
         setattr(app.state, name, part)
     return app
+
+
+def _asyncapi(engine: Engine, inbound: InboundEndpoints, channels: ChannelInbound | None) -> list[Any]:
+    """``GET {json_prefix}/asyncapi.json``: the AsyncAPI document of the channels this node consumes (none: a
+    document without channels)."""
+    described = (lambda: []) if channels is None else channels.described
+    return AsyncApiContract(described, engine.routes, prefix=inbound.settings.json_prefix).routes()
 
 
 def _hook_final_states(
