@@ -115,11 +115,11 @@ class _Document:
             self.models.append(model)
         key = self.key(self.channels, binding.channel)
         messages: dict[str, Any] = {}
+        name = self.key({}, binding.operation)
         if binding.json is not None or binding.xml is None:
-            messages[binding.operation] = _message(described, binding.json, model, "json")
+            messages[name] = _message(described, binding.json, model, "json")
         if binding.xml is not None:
-            messages[f"{binding.operation}.xml" if messages else binding.operation] = _message(
-                described, binding.xml, None, "xml")
+            messages[f"{name}.xml" if messages else name] = _message(described, binding.xml, None, "xml")
         address, bindings, where = _incoming_address(described.incoming)
         channel: dict[str, Any] = {
             "address": address,

@@ -49,8 +49,9 @@ def application() -> Application:
     return Application(
         route("shop", "createOrder").from_channel("orders-in").json().body(Order).process(lambda exchange: None),
         route("shop", "note").from_channel("notes-in").require(json="$.note.id").process(lambda exchange: None),
-        route("shop", "cancelOrder").soap("{urn:shop}cancelOrder").from_channel("cancel-in")
+        route("shop", "cancelOrder").soap("{urn:shop}cancelOrder").json().from_channel("cancel-in")
         .process(lambda exchange: None),
+        route("shop", "archive").soap("{urn:shop}archive").from_channel("archive-in").process(lambda exchange: None),
         route("shop", "test").from_channel("test-in").process(lambda exchange: None),
     )
 
@@ -70,6 +71,8 @@ CONFIG = {
     "openroute.messaging.incoming.cancel-in.connector": "amqp",
     "openroute.messaging.incoming.cancel-in.queue": "shop.cancel",
     "openroute.messaging.incoming.cancel-in.source-system": "WEBSHOP",
+    "openroute.messaging.incoming.archive-in.connector": "in-memory",
+    "openroute.messaging.incoming.archive-in.source-system": "WEBSHOP",
     "openroute.messaging.incoming.test-in.connector": "in-memory",
     "openroute.messaging.incoming.test-in.source-system": "TESTS",
     "openroute.messaging.outgoing.shop-dead.connector": "amqp",
@@ -136,9 +139,9 @@ def test_the_document_is_valid_asyncapi_3(engine: Engine) -> None:
     document = document_of(engine)
     assert problems(document) == []
     assert document["asyncapi"] == "3.0.0"
-    assert set(document["channels"]) == {"orders-in", "notes-in", "cancel-in", "test-in", "shop-dead"}
+    assert set(document["channels"]) == {"orders-in", "notes-in", "cancel-in", "archive-in", "test-in", "shop-dead"}
     assert set(document["operations"]) == {"receive.orders-in", "receive.notes-in", "receive.cancel-in",
-                                           "receive.test-in", "deadLetter.shop-dead"}
+                                           "receive.archive-in", "receive.test-in", "deadLetter.shop-dead"}
 
 
 def test_the_checks_find_what_is_wrong(engine: Engine) -> None:
@@ -193,10 +196,15 @@ def test_an_exchange_bound_channel_a_correlation_header_xml_and_in_memory(engine
     assert note["correlationId"] == {"location": "$message.header#/x-note-id"}
     assert note["headers"]["required"] == ["x-source-system", "x-note-id"]
     assert note["payload"]["type"] == "object" and "Required: $.note.id." in note["description"]
-    cancel = document["channels"]["cancel-in"]["messages"]["cancelOrder"]
-    assert cancel["contentType"] == "application/xml"
-    assert "{urn:shop}cancelOrder" in cancel["payload"]["description"]
-    assert "rejected without requeue" in cancel["description"]  # its channel has no dead-letter channel
+    # a route that takes both: a JSON and an XML message on its channel, both received
+    cancel = document["channels"]["cancel-in"]["messages"]
+    assert {name: m["contentType"] for name, m in cancel.items()} == {"cancelOrder": "application/json",
+                                                                      "cancelOrder.xml": "application/xml"}
+    assert "{urn:shop}cancelOrder" in cancel["cancelOrder.xml"]["payload"]["description"]
+    assert "rejected without requeue" in cancel["cancelOrder"]["description"]  # its channel has no dead-letter one
+    assert len(document["operations"]["receive.cancel-in"]["messages"]) == 2
+    archive = document["channels"]["archive-in"]["messages"]  # XML only
+    assert list(archive) == ["archive"] and archive["archive"]["contentType"] == "application/xml"
     memory = document["channels"]["test-in"]
     assert memory["address"] == "test-in" and "bindings" not in memory
     assert memory["servers"] == [{"$ref": "#/servers/in-memory"}]
