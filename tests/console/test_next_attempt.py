@@ -65,9 +65,11 @@ async def test_the_list_shows_when_each_message_runs_next_or_what_it_waits_for(
     # final messages and NEW ones (queued at once) wait for nothing
     assert _cell(html, world.ids["failed1"]) == "" and _cell(html, world.ids["ok"]) == ""
     assert _cell(html, world.ids["new"]) == ""
-    # the detail page says the same
+    # the detail page says the same, and its list of children too
     detail = (await client.get(f"/console/messages/{waiting['parked'].id}", headers=ADMIN)).text
     assert '<td id="next-attempt">when the breaker of PAYMENTS closes</td>' in detail
+    parent = (await client.get(f"/console/messages/{world.ids['failed1']}", headers=ADMIN)).text
+    assert f'<td id="child-next-{world.ids["child"]}"></td>' in parent  # a NEW child: queued, waits for nothing
     # the admin API's items carry what the column is made of
     api = (await client.get("/admin/messages?state=POSTPONED", headers=ADMIN)).json()
     assert {item["correlationId"]: item["parkedOn"] for item in api["items"]} == {"w-parked": "PAYMENTS",
