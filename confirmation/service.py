@@ -314,10 +314,10 @@ class ConfirmationService:
         """Write the outcome of a claimed attempt and return it."""
         now = self.now()
         if error is None:
-            values: dict[str, Any] = {"status": ConfirmationStatus.SENT, "sent_at": now}
+            values: dict[str, Any] = {"status": ConfirmationStatus.SENT, "sent_at": now, "next_attempt_at": None}
             outcome = AttemptOutcome.SENT
-        elif self.policy.exhausted(attempt):
-            values = {"status": ConfirmationStatus.FAILED, "last_error": error}
+        elif self.policy.exhausted(attempt):  # SENT and FAILED are not tried again: no next attempt
+            values = {"status": ConfirmationStatus.FAILED, "last_error": error, "next_attempt_at": None}
             outcome = AttemptOutcome.FAILED
         else:
             values = {"next_attempt_at": now + self.policy.delay(attempt), "last_error": error}

@@ -32,6 +32,7 @@ from openroute.inbound import (
     bindings_for,
 )
 from openroute.inbound.app import InboundDispatch
+from openroute.inbound.asyncapi import AsyncApiContract
 from openroute.loading import checked_mounts
 from openroute.retention import RetentionJob, RetentionPolicy
 
@@ -97,7 +98,8 @@ def create_app(
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)
     counts = counts if counts is not None else MessageCounts(engine.store)
-    metrics = Metrics(engine, channel_counters, counts, auth=admin_auth if metrics_auth else None)
+    metrics = Metrics(engine, channel_counters, counts, auth=admin_auth if metrics_auth else None,
+                      channel_deliveries=None if channels is None else channels.deliveries)
     if metrics_auth and admin_auth is None:
         raise ConfigurationError("metrics_auth needs admin users (auth.admins): /metrics would refuse everyone")
     inbound = InboundEndpoints(engine, chosen, auth=inbound_auth, settings=settings, observer=metrics.observe_request,
@@ -111,8 +113,9 @@ def create_app(
 
     health = health_route(engine, channels=None if channels is None else channels.health)
     app = Starlette(
-        routes=[*inbound.routes(), *admin.routes(), *metrics.routes(), health,
-                Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins).app()),
+        routes=[*inbound.routes(), *_asyncapi(engine, inbound, channels), *admin.routes(), *metrics.routes(), health,
+                Mount("/console", app=Console(engine, admin_auth, allowed_origins=allowed_origins,
+                                              channels=channels).app()),
                 *(Mount(path, app=mounted) for path, mounted in checked_mounts(mounts))],
         lifespan=services.lifespan,
         # the inbound POSTs skip the security headers' middleware: the dispatch puts the same headers in their answers
@@ -124,6 +127,13 @@ def create_app(
                        ("alerts", alerts), ("counts", counts), ("payload_indexer", indexer)):
         setattr(app.state, name, part)
     return app
+
+
+def _asyncapi(engine: Engine, inbound: InboundEndpoints, channels: ChannelInbound | None) -> list[Any]:
+    """``GET {json_prefix}/asyncapi.json``: the AsyncAPI document of the channels this node consumes (none: a
+    document without channels)."""
+    described = (lambda: []) if channels is None else channels.described
+    return AsyncApiContract(described, engine.routes, prefix=inbound.settings.json_prefix).routes()
 
 
 def _hook_final_states(

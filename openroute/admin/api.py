@@ -47,6 +47,7 @@ from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.logs import repeated_errors
 from openroute.persistence import (
+    ConfirmationStatus,
     MessageState,
     MessageStore,
     NodeState,
@@ -112,7 +113,7 @@ def _iso(value: datetime | None) -> str | None:
 #: the JSON names of :data:`~openroute.admin.search.SUMMARY_COLUMNS`, in their order
 SUMMARY_KEYS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "processId", "objectId",
                 "entityType", "funnelValue", "failedCount", "receivedAt", "lastUpdateAt", "nextAttemptAt",
-                "lastErrorCode", "parentId")
+                "lastErrorCode", "parentId", "parkedOn")
 _STATE, _RECEIVED, _UPDATED, _NEXT = (SUMMARY_COLUMNS.index(name) for name in
                                       ("state", "receive_ts", "last_update_ts", "next_attempt_at"))
 
@@ -241,7 +242,9 @@ def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] 
         "status": str(confirmation.status),
         "outcomeState": str(confirmation.outcome_state),
         "attempts": confirmation.attempts,
-        "nextAttemptAt": _iso(confirmation.next_attempt_at),
+        # only a PENDING confirmation is tried again (a row written before SENT and FAILED cleared it keeps its time)
+        "nextAttemptAt": _iso(confirmation.next_attempt_at) if confirmation.status == ConfirmationStatus.PENDING
+        else None,
         "lastError": _masked(confirmation.last_error),
         "createdAt": _iso(confirmation.created_at),
         "sentAt": _iso(confirmation.sent_at),

@@ -43,10 +43,12 @@ class _EngineCollector(Collector):
     """Reads the store (messages per route and state) and the engine's counters at every scrape."""
 
     def __init__(
-        self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None, counts: MessageCounts
+        self, engine: Engine, channel_counters: Callable[[], Mapping[str, int]] | None, counts: MessageCounts,
+        channel_deliveries: Callable[[], Mapping[str, Mapping[str, int]]] | None = None,
     ) -> None:
         self.engine = engine
         self.channel_counters = channel_counters
+        self.channel_deliveries = channel_deliveries
         self.counts = counts
         #: a scrape while the store is unreachable: one WARNING when it starts, one INFO when it ends, no tracebacks
         self.outage = StoreOutage("message store (/metrics)", "scrapes answer without its figures until it is back")
@@ -104,8 +106,26 @@ class _EngineCollector(Collector):
             except Exception as error:
                 repeated_errors.log(log, "channel counters failed", error=error)
         yield passed
+        if self.channel_deliveries is not None:
+            yield _channel_deliveries(self.channel_deliveries)
         yield from _breaker_metrics(self.engine, self.failed)
         yield from _payload_index_metrics(self.engine, self.failed)
+
+
+def _channel_deliveries(deliveries: Callable[[], Mapping[str, Mapping[str, int]]]) -> Metric:
+    """The deliveries of this node's broker channels (channel-fed routes) by outcome: accepted, duplicate,
+    dead_lettered, rejected (no dead-letter channel), requeued (not stored now, given back to the queue)."""
+    family = CounterMetricFamily(
+        "openroute_channel_deliveries", "Deliveries of the broker channels feeding routes, by channel and outcome",
+        labels=["channel", "outcome"],
+    )
+    try:
+        for channel, outcomes in sorted(deliveries().items()):
+            for outcome, count in outcomes.items():
+                family.add_metric([channel, outcome], count)
+    except Exception as error:  # a scrape must still answer
+        repeated_errors.log(log, "channel deliveries failed", error=error)
+    return family
 
 
 def _payload_index_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -> Iterator[Metric]:
@@ -160,8 +180,11 @@ def _breaker_metrics(engine: Engine, failed: Callable[[Exception, str], None]) -
 class Metrics:
     """The metrics of one node in their own registry (so several apps in one process never collide).
 
-    ``channel_counters`` is e.g. ``MessagingApp.counters``. Register :meth:`on_final_state` as an engine
-    final-state hook (``create_app`` does) and :meth:`observe_request` as the inbound request observer.
+    ``channel_counters`` is e.g. ``MessagingApp.counters``; ``channel_deliveries`` gives ``{channel: {outcome:
+    count}}`` of the channels feeding routes (:meth:`ChannelInbound.deliveries
+    <openroute.inbound.channel.ChannelInbound.deliveries>`), exposed as ``openroute_channel_deliveries_total``.
+    Register :meth:`on_final_state` as an engine final-state hook (``create_app`` does) and :meth:`observe_request`
+    as the inbound request observer.
     """
 
     def __init__(
@@ -171,6 +194,7 @@ class Metrics:
         counts: MessageCounts | None = None,
         *,
         auth: AdminAuth | None = None,
+        channel_deliveries: Callable[[], Mapping[str, Mapping[str, int]]] | None = None,
     ) -> None:
         self.engine = engine
         #: with users here, ``/metrics`` needs one with a role of :data:`METRICS_ROLES` (``[admin] metrics_auth``)
@@ -197,7 +221,7 @@ class Metrics:
             "openroute_message_processing_seconds", "Duration of the last processing attempt",
             ["service", "operation", "state"], buckets=LATENCY_BUCKETS, registry=self.registry,
         )
-        self.registry.register(_EngineCollector(engine, channel_counters, self.counts))
+        self.registry.register(_EngineCollector(engine, channel_counters, self.counts, channel_deliveries))
         self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:

@@ -95,6 +95,8 @@ def _summary_properties() -> dict[str, Any]:
             "funnelValue", "lastErrorCode")},
         "failedCount": {"type": "integer"}, "receivedAt": _TIME, "lastUpdateAt": _TIME,
         "nextAttemptAt": _NULLABLE_TIME, "parentId": {"type": ["integer", "null"]},
+        "parkedOn": {"type": ["string", "null"], "description": "the external system the message waits for (parked on "
+                     "its open circuit breaker, or failed on a call of it); null otherwise"},
     }
 
 

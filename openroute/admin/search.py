@@ -59,7 +59,7 @@ from openroute.persistence.messages import row_to_message
 #: sends and converts only these
 SUMMARY_COLUMNS = ("id", "state", "service", "operation", "source_system", "correlation_id", "process_id",
                    "object_id", "entity_type", "funnel_value", "failed_count", "receive_ts", "last_update_ts",
-                   "next_attempt_at", "last_error_code", "parent_id")
+                   "next_attempt_at", "last_error_code", "parent_id", "parked_on")
 
 
 def count_statement(filters: SearchFilters) -> sa.Select[Any]:

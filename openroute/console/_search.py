@@ -12,6 +12,7 @@ from openroute.admin.api import search_conditions, search_filters
 from openroute.admin.filters import InvalidQueryError, decode_cursor, parse_limit
 from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
 from openroute.persistence import MessageState, MessageStore, message_table
+from openroute.persistence.models import FUNNEL_WAIT_CODE
 
 #: the states a restart takes a message from
 RESTARTABLE = (MessageState.FAILED.value, MessageState.CANCEL.value)
@@ -51,6 +52,8 @@ class ListedMessage(NamedTuple):
     last_error_code: str
     received: str
     updated: str
+    #: when the message runs next, or what it waits for (:func:`next_attempt`)
+    next_attempt: str
 
 
 def short_time(value: datetime | str | None) -> str:
@@ -68,17 +71,36 @@ def short_time(value: datetime | str | None) -> str:
     return moment.isoformat(sep=" ", timespec="milliseconds")[:23]
 
 
-_ID, _STATE, _SERVICE, _OPERATION, _SOURCE, _CORRELATION, _OBJECT, _FAILED, _CODE, _RECEIVED, _UPDATED = (
-    SUMMARY_COLUMNS.index(name) for name in ("id", "state", "service", "operation", "source_system", "correlation_id",
-                                             "object_id", "failed_count", "last_error_code", "receive_ts",
-                                             "last_update_ts"))
+def next_attempt(state: MessageState | str, due: datetime | str | None, parked_on: str | None,
+                 last_error_code: str | None) -> str:
+    """When a message runs next, as the console and ``openroute messages`` show it: its due time; for a message
+    with none, what it waits for (an external system's breaker, its funnel, its children); "" for a message that
+    waits for nothing (NEW is queued at once, PROCESSING runs, a final state never runs again on its own). Takes the
+    stored values or the admin API's JSON of them (the state's name, ISO times)."""
+    if due:
+        return short_time(due)
+    state = MessageState(state)
+    if state is MessageState.POSTPONED and parked_on:
+        return f"when the breaker of {parked_on} closes"
+    if state is MessageState.POSTPONED and last_error_code == FUNNEL_WAIT_CODE:
+        return "when its funnel is free"
+    if state is MessageState.WAITING_FOR_CHILDREN:
+        return "when its children end"
+    return ""
+
+
+_ID, _STATE, _SERVICE, _OPERATION, _SOURCE, _CORRELATION, _OBJECT, _FAILED, _CODE, _RECEIVED, _UPDATED, _NEXT, \
+    _PARKED = (SUMMARY_COLUMNS.index(name) for name in (
+        "id", "state", "service", "operation", "source_system", "correlation_id", "object_id", "failed_count",
+        "last_error_code", "receive_ts", "last_update_ts", "next_attempt_at", "parked_on"))
 
 
 def listed_messages(rows: Iterable[Sequence[Any]]) -> list[ListedMessage]:
     """The list's rows from search results (rows of :data:`~openroute.admin.search.SUMMARY_COLUMNS`)."""
     return [ListedMessage(row[_ID], row[_STATE].value, f"{row[_SERVICE]}/{row[_OPERATION]}", row[_SOURCE],
                           row[_CORRELATION], row[_OBJECT] or "", row[_FAILED], row[_CODE] or "",
-                          short_time(row[_RECEIVED]), short_time(row[_UPDATED]))
+                          short_time(row[_RECEIVED]), short_time(row[_UPDATED]),
+                          next_attempt(row[_STATE], row[_NEXT], row[_PARKED], row[_CODE]))
             for row in rows]
 
 

@@ -22,7 +22,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import parse_qs, urlencode
 
 import anyio.to_thread
@@ -47,15 +47,25 @@ from openroute.admin.breakers import breaker_summary
 from openroute.admin.cross_site import check_origin, normalize_origins
 from openroute.admin.filters import InvalidQueryError, parse_message_id
 from openroute.console import _queries
-from openroute.console._search import SEARCH_FIELDS, listed_messages, restartable_ids, search_page, short_time
+from openroute.console._search import (
+    SEARCH_FIELDS,
+    listed_messages,
+    next_attempt,
+    restartable_ids,
+    search_page,
+    short_time,
+)
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.logs import repeated_errors
-from openroute.persistence import FINAL_STATES, MessageState, NodeState
+from openroute.persistence import FINAL_STATES, MessageState, NodeState, mask_secrets
 from openroute.persistence.breaker import BreakerStore
+
+if TYPE_CHECKING:
+    from openroute.inbound.channel import ChannelInbound
 
 log = logging.getLogger("openroute.console")
 T = TypeVar("T")
@@ -83,9 +93,11 @@ class Console:
 
     def __init__(
         self, engine: Engine, auth: AdminAuth | None, *, csrf_secret: bytes | None = None,
-        allowed_origins: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (), channels: ChannelInbound | None = None,
     ) -> None:
         self.engine = engine
+        #: the broker channels this node consumes (routes fed by a channel): the dashboard shows their counters
+        self.channels = channels
         self.allowed_origins = normalize_origins(allowed_origins)
         self.store = engine.store
         self.auth = auth
@@ -93,6 +105,8 @@ class Console:
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
         self.templates.env.filters["pretty"] = pretty_payload
         self.templates.env.filters["dt"] = short_time
+        self.templates.env.globals["next_attempt"] = next_attempt
+        self.templates.env.filters["masked"] = mask_secrets
 
     def app(self) -> Starlette:
         """The ASGI app to mount (conventionally at ``/console``)."""
@@ -197,12 +211,16 @@ class Console:
 
     # -- pages --------------------------------------------------------------------------------
     async def dashboard(self, request: Request, user: str) -> Response:
-        """Counts per state and route, throughput of the last hour, the oldest open message, failing routes."""
+        """Counts per state and route, throughput of the last hour, the oldest open message, failing routes, the
+        external systems holding messages back, and this node's channels with their deliveries by outcome."""
         now = self.engine.clock.now()
         board = await self._db(lambda: _queries.dashboard(self.store, now))
+        channels = None if self.channels is None else self.channels.reports()
         return self._render(request, user, "dashboard.html", board=board,
                             bucket_minutes=int(_queries.THROUGHPUT_WINDOW.total_seconds() / 60
-                                               / _queries.THROUGHPUT_BUCKETS))
+                                               / _queries.THROUGHPUT_BUCKETS),
+                            channels=channels, channels_since=None if self.channels is None
+                            else self.channels.started_at, this_node=self.engine.node_id)
 
     async def messages(self, request: Request, user: str) -> Response:
         """The search form and one page of results (every admin filter, keyset pages)."""

@@ -48,8 +48,9 @@ _FILTER_HELP = {
     "--error-text": "text inside the current error text (any case; SQLite scans, PostgreSQL uses an index)",
     "--payload-text": "text inside the payload (any case; SQLite scans, PostgreSQL uses an index)",
 }
+#: the list's columns: the admin API's item keys, and ``nextAttempt`` (its due time, or what it waits for)
 LIST_COLUMNS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "failedCount",
-                "lastErrorCode", "receivedAt")
+                "lastErrorCode", "receivedAt", "nextAttempt")
 #: messages acted on by one bulk command at most
 BULK_LIMIT = 100_000
 
@@ -146,7 +147,11 @@ def _dispatch(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, 
                 body["nextCursor"] = cursor
             print(json.dumps(body, indent=2), file=out)
         else:
-            _table(items, LIST_COLUMNS, out)
+            from openroute.console._search import next_attempt
+
+            _table([{**item, "nextAttempt": next_attempt(item["state"], item.get("nextAttemptAt"), item.get("parkedOn"),
+                                                         item.get("lastErrorCode"))} for item in items],
+                   LIST_COLUMNS, out)
             more = f"; next page: --cursor {cursor}" if cursor is not None else ""
             print(f"{len(items)} of {total}{'+' if estimated else ''} matching{more}", file=err)
         return 0

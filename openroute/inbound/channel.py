@@ -25,6 +25,7 @@ import contextlib
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from lxml import etree
@@ -34,6 +35,8 @@ from openroute.binding import ChannelBinding, ParsedPayload
 from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
+from openroute.inbound.asyncapi import DescribedChannel
+from openroute.inbound.deliveries import ChannelReport, ChannelStats, DeliveryOutcome
 from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
 from openroute.inbound.parsing import checked_message, parse_json, parse_timestamp, parse_xml
 from openroute.message import InboundMessage
@@ -48,7 +51,9 @@ __all__ = [
     "ChannelDelivery",
     "ChannelInbound",
     "ChannelOptions",
+    "ChannelReport",
     "ChannelStats",
+    "DeliveryOutcome",
 ]
 
 log = logging.getLogger("openroute.inbound.channel")
@@ -126,21 +131,11 @@ class ChannelOptions:
 
 
 @dataclass
-class ChannelStats:
-    """What one channel did since start."""
-
-    accepted: int = 0
-    duplicates: int = 0
-    dead_lettered: int = 0
-    rejected: int = 0
-    redelivered: int = 0
-
-
-@dataclass
 class _Channel:
     binding: ChannelBinding
     options: ChannelOptions
     connector: str
+    config: ChannelConfig
     stats: ChannelStats = field(default_factory=ChannelStats)
 
 
@@ -211,7 +206,7 @@ class ChannelInbound:
             except DeploymentError as error:
                 problems.extend(error.problems)
                 continue
-            self._channels[binding.channel] = _Channel(binding, options, config_of.connector)
+            self._channels[binding.channel] = _Channel(binding, options, config_of.connector, config_of)
             if options.dead_letter_channel and options.dead_letter_channel not in self._dead_letters:
                 self._dead_letters[options.dead_letter_channel] = self.app.emitter(
                     options.dead_letter_channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
@@ -221,6 +216,8 @@ class ChannelInbound:
         if problems:
             raise DeploymentError(problems)
         self._stopping = asyncio.Event()
+        #: when :meth:`start` last ran (the counters count from then)
+        self.started_at: datetime | None = None
         self._resume_at = 0.0
         self._delay = 0.0
         self._running = False
@@ -234,12 +231,39 @@ class ChannelInbound:
         """The counters of ``channel``; KeyError for a channel not served."""
         return self._channels[channel].stats
 
+    def deliveries(self) -> dict[str, dict[str, int]]:
+        """``{channel: {outcome: count}}`` of every channel served, since the node started it (``/metrics``)."""
+        return {name: {outcome.value: count for outcome, count in channel.stats.by_outcome().items()}
+                for name, channel in self._channels.items()}
+
+    def described(self) -> list[DescribedChannel]:
+        """Every channel served, with its configuration and its dead-letter channel's: what the AsyncAPI document
+        (:mod:`openroute.inbound.asyncapi`, ``GET /api/asyncapi.json``) is made of."""
+        known = ("memory", "amqp", IN_MEMORY)
+        return [
+            DescribedChannel(
+                c.binding, c.config, source_system=c.options.source_system,
+                source_system_header=c.options.source_system_header, correlation_header=c.options.correlation_header,
+                process_header=c.options.process_header, timestamp_header=c.options.timestamp_header,
+                dead_letter=None if c.options.dead_letter_channel is None
+                else self.app.config.channel("outgoing", c.options.dead_letter_channel, known))
+            for c in self._channels.values()
+        ]
+
+    def reports(self) -> list[ChannelReport]:
+        """Every channel served, by name, with its route, connector, state and counters (the console's)."""
+        states = self.health()
+        return [ChannelReport(name, c.binding.service, c.binding.operation, c.connector,
+                              c.options.dead_letter_channel, states[name], c.stats)
+                for name, c in sorted(self._channels.items())]
+
     async def start(self) -> None:
         """Connect and start consuming (the engine must run). Raises :class:`DeploymentError` when a broker cannot
         be reached or a channel is misconfigured."""
         self._stopping.clear()
         await self.app.start()
         self._running = True
+        self.started_at = self.engine.clock.now()
         for name, channel in self._channels.items():
             log.info("channel %s (%s) feeds route %s/%s", name, channel.connector, channel.binding.service,
                      channel.binding.operation)
@@ -329,7 +353,7 @@ class ChannelInbound:
         if loop.time() >= self._resume_at:  # deliveries failing in the same pause count once
             self._delay = min(max(self._delay * 2, options.backoff), options.max_backoff)
             self._resume_at = loop.time() + self._delay
-        channel.stats.redelivered += 1
+        channel.stats.requeued += 1
         log.warning("channel %s: delivery not stored (%s: %s), given back for redelivery; channels pause %.1f s",
                     channel.binding.channel, code, _one_line(error), self._delay)
         await self._wait_resume()
@@ -343,6 +367,7 @@ class ChannelInbound:
         name = channel.binding.channel
         if target is None:
             channel.stats.rejected += 1
+            channel.stats.refused(self.engine.clock.now(), code, reason)
             log.warning("channel %s: delivery %s rejected without requeue (%s: %s); no dead-letter-channel is set",
                         name, meta.message_id or "-", code, reason)
             await message.nack(ValidationError(f"{code}: {reason}"))
@@ -358,6 +383,7 @@ class ChannelInbound:
             await self._redeliver(channel, message, "DEAD_LETTER_FAILED", failure)
             return
         channel.stats.dead_lettered += 1
+        channel.stats.refused(self.engine.clock.now(), code, reason)
         log.warning("channel %s: delivery %s sent to %s (%s: %s)", name, meta.message_id or "-", target, code, reason)
         await message.ack()
 

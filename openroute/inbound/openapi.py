@@ -27,7 +27,7 @@ from starlette.routing import Route as HttpRoute
 from openroute.binding import InboundBinding
 from openroute.route import RouteRegistry
 
-__all__ = ["InboundContract", "inbound_openapi", "swagger_ui_assets"]
+__all__ = ["InboundContract", "inbound_openapi", "package_version", "swagger_ui_assets"]
 
 #: the Swagger UI files the page needs (nothing else of the package is served)
 _ASSETS = {
@@ -69,7 +69,8 @@ _TRACE_HEADERS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def _version() -> str:
+def package_version() -> str:
+    """The installed openroute version (the documents' ``info.version``; "0" when not installed)."""
     try:
         return importlib.metadata.version("openroute")
     except importlib.metadata.PackageNotFoundError:
@@ -172,7 +173,7 @@ def inbound_openapi(bindings: Sequence[InboundBinding], routes: RouteRegistry, *
         }
     return {
         "openapi": "3.1.0",
-        "info": {"title": "openroute inbound JSON API", "version": _version(),
+        "info": {"title": "openroute inbound JSON API", "version": package_version(),
                  "description": "The JSON endpoint of this node: one operation per route. The SOAP endpoint is "
                                 "described by the WSDL of each service: `GET /soap/{service}?wsdl`."},
         "paths": paths,

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore
@@ -135,7 +136,7 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
-        await until(lambda: stats.redelivered >= 30)  # deliveries refused and given back, again and again
+        await until(lambda: stats.requeued >= 30)  # deliveries refused and given back, again and again
         assert node.count() == 0 and stats.accepted == 0
         down = False
         await until(lambda: stats.accepted == 20)  # resumed by itself after the back-off
@@ -194,7 +195,7 @@ async def test_headers_not_of_their_documented_type_are_dead_lettered_with_the_r
     try:
         stats = node.channels.stats("crm-in")
         await until(lambda: stats.accepted + stats.dead_lettered == len(wrong) + 1)
-        assert (stats.accepted, stats.dead_lettered, stats.redelivered) == (1, len(wrong), 0)
+        assert (stats.accepted, stats.dead_lettered, stats.requeued) == (1, len(wrong), 0)
         [stored] = node.store.find()
         assert (stored.correlation_id, stored.source_system) == ("good", "ERP")
     finally:
@@ -208,3 +209,58 @@ async def test_headers_not_of_their_documented_type_are_dead_lettered_with_the_r
     assert "header x-process-id must be a string, got bool True" in reasons["bool"]
     assert "header x-source-system is not UTF-8 text" in reasons["bytes"]
     assert "source_system holds a NUL character" in reasons["nul"]
+
+
+async def test_metrics_and_the_dashboard_count_each_channels_deliveries_by_outcome(
+    sqlite_url: str, rabbitmq_url: str, queues: tuple[str, str]
+) -> None:
+    """Issue 42: ``openroute_channel_deliveries_total{channel, outcome}`` on /metrics and the dashboard's channel
+    table count what the real broker delivered: stored, duplicates, dead-lettered, and given back while the store
+    was down (requeued), read over HTTP from the node."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from openroute.inbound import AdminAuth, AdminUser
+    from openroute.server import create_app
+    from tests._support.servers import served
+
+    queue, dlq = queues
+    good = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(5)]
+    await publish(rabbitmq_url, queue, [*good, *good, ("{broken", "bad-1"), ({"customer": {}}, "bad-2")])
+    node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
+    accept = node.engine.accept
+    down = True
+
+    async def flaky(inbound: Any) -> Any:
+        if down:
+            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("the database is down"))
+        return await accept(inbound)
+
+    node.engine.accept = flaky  # type: ignore[method-assign]
+    app = create_app(node.engine, channels=node.channels, manage_engine=False,
+                     admin_auth=AdminAuth([AdminUser("ops", "ops-secret")]))
+    await node.start()
+    try:
+        stats = node.channels.stats("crm-in")
+        await until(lambda: stats.requeued >= 3 and stats.dead_lettered == 2)
+        down = False
+        await until(lambda: stats.accepted + stats.duplicates == 10)
+        assert (stats.accepted, stats.duplicates, stats.dead_lettered, stats.rejected) == (5, 5, 2, 0)
+        async with served(app) as url, httpx.AsyncClient(base_url=url, auth=("ops", "ops-secret")) as client:
+            scraped = (await client.get("/metrics")).text
+            dashboard = (await client.get("/console/")).text
+    finally:
+        await node.stop()
+    [family] = [f for f in text_string_to_metric_families(scraped) if f.name == "openroute_channel_deliveries"]
+    counted = {(s.labels["channel"], s.labels["outcome"]): s.value for s in family.samples
+               if s.name.endswith("_total")}
+    assert counted == {("crm-in", "accepted"): 5, ("crm-in", "duplicate"): 5, ("crm-in", "dead_lettered"): 2,
+                       ("crm-in", "rejected"): 0, ("crm-in", "requeued"): stats.requeued}
+    for outcome, count in (("accepted", 5), ("duplicate", 5), ("requeued", stats.requeued)):
+        assert f'id="channel-crm-in-{outcome}">{count}<' in dashboard
+    assert 'id="channel-crm-in-dead_lettered" class="refused">2 <small>to crm-dlq</small>' in dashboard
+    # the last refusal, with its code and reason (the deliveries may come in any order)
+    assert (stats.last_refused_code, stats.last_refused_reason) in {
+        ("MALFORMED_PAYLOAD", "malformed JSON: Expecting property name enclosed in double quotes at line 1 column 2"),
+        ("VALIDATION_ERROR", "required $.customer.id is missing or empty")}
+    assert f"<b>{stats.last_refused_code}</b> {stats.last_refused_reason}</td>" in dashboard
+    assert len(await take_all(rabbitmq_url, dlq)) == 2

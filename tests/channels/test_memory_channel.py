@@ -16,7 +16,7 @@ from openroute import route
 from openroute.body import Body
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import DeploymentError
+from openroute.errors import DeploymentError, ValidationError
 from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelDelivery, ChannelInbound
 from openroute.messaging import Message, RedeliverError
 from openroute.messaging.amqp import AmqpOutgoingMetadata
@@ -110,6 +110,37 @@ async def test_an_invalid_delivery_goes_to_the_dead_letter_channel_with_its_reas
     assert rows(engine) == []
 
 
+async def test_without_a_dead_letter_channel_an_invalid_delivery_is_rejected_and_counted(sqlite_url: str) -> None:
+    """No dead-letter channel: the delivery is nacked without requeue (the queue's own dead-letter exchange, if any,
+    gets it); the channel counts it as rejected, with the reason of the last one, and stores nothing."""
+    store = MessageStore(sqlite_url)
+    store.create_schema()
+    app = application()
+    engine = Engine(store, app.routes, EngineSettings(repoll_interval=None))
+    config = {k: v for k, v in CONFIG.items() if "dead-letter" not in k and "crm-dlq" not in k}
+    inbound = ChannelInbound(engine, app.channels, config, environ={})
+    await engine.start()
+    await inbound.start()
+    try:
+        with pytest.raises(ValidationError):
+            await asyncio.wait_for(send(inbound, json.dumps({"customer": {}}), "bad-1"), 10)
+        await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
+        stats = inbound.stats("crm-in")
+        assert inbound.deliveries() == {"crm-in": {"accepted": 1, "duplicate": 0, "dead_lettered": 0, "rejected": 1,
+                                                   "requeued": 0}}
+        assert (stats.last_refused_code, stats.last_refused_reason) == (
+            "VALIDATION_ERROR", "required $.customer.id is missing or empty")
+        assert stats.last_refused_at is not None
+        [report] = inbound.reports()
+        assert (report.channel, report.service, report.operation, report.connector, report.dead_letter_channel,
+                report.state) == ("crm-in", "crm", "setCustomer", "in-memory", None, "connected")
+        assert [row[0] for row in rows(engine)] == ["m-1"]
+    finally:
+        await inbound.stop()
+        await engine.stop()
+        store.dispose()
+
+
 async def test_a_store_that_fails_gives_the_delivery_back_and_pauses(node: Any, monkeypatch: Any) -> None:
     engine, inbound = node
 
@@ -120,7 +151,7 @@ async def test_a_store_that_fails_gives_the_delivery_back_and_pauses(node: Any, 
     source = inbound.app.connector("in-memory").source("crm-in")
     with pytest.raises(RedeliverError):
         await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)
-    assert inbound.stats("crm-in").redelivered == 1 and not source.acked
+    assert inbound.stats("crm-in").requeued == 1 and not source.acked
     monkeypatch.undo()
     await asyncio.wait_for(send(inbound, json.dumps({"customer": {"id": "C1"}}), "m-1"), 10)  # resumes by itself
     assert len(rows(engine)) == 1

@@ -17,12 +17,17 @@ from typing import Any
 
 import httpx
 import pytest
-from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
+from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback
+from openroute.persistence import ConfirmationStatus, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 
-from openroute import Exchange, Route, RouteRegistry
+from openroute import Exchange, Route, RouteRegistry, states
+from openroute.binding import ChannelBinding, InboundBinding
+from openroute.console._search import short_time
 from openroute.engine import Engine, EngineSettings
 from openroute.errors import BusinessError, TechnicalError
+from openroute.inbound.channel import ChannelDelivery, ChannelInbound
 from openroute.message import InboundMessage
+from openroute.messaging import Message
 from openroute.server import create_app
 from tests._support.servers import serving
 from tests.console.conftest import auth
@@ -66,9 +71,19 @@ def inbound(correlation_id: str, payload: str, service: str = "orders", operatio
                           correlation_id=correlation_id, source_system="CRM", object_id=correlation_id)
 
 
+#: the in-memory channel feeding orders/create, and its dead-letter channel
+CHANNELS = {
+    "openroute.messaging.incoming.orders-in.connector": "in-memory",
+    "openroute.messaging.incoming.orders-in.source-system": "SHOP",
+    "openroute.messaging.incoming.orders-in.dead-letter-channel": "orders-dead",
+    "openroute.messaging.outgoing.orders-dead.connector": "in-memory",
+}
+
+
 class Served:
-    def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event]) -> None:
-        self.url, self.engine, self.ids, self.finals = url, engine, ids, finals
+    def __init__(self, url: str, engine: Engine, ids: dict[str, int], finals: dict[int, threading.Event],
+                 channels: ChannelInbound) -> None:
+        self.url, self.engine, self.ids, self.finals, self.channels = url, engine, ids, finals, channels
         self.store = engine.store
 
 
@@ -99,8 +114,13 @@ def served(sqlite_url: str) -> Iterator[Served]:
         finals.setdefault(message.id, threading.Event()).set()
 
     engine.final_state_hooks.append(on_final)
-    with serving(create_app(engine, admin_auth=auth())) as url:
-        yield Served(url, engine, ids, finals)
+    # confirmations on: a message that ends OK is confirmed (the default callback logs it) right after its commit
+    confirmation = ConfirmationService(store, DefaultConfirmationCallback())
+    # orders also come from an in-memory channel (its dead letters to another): the dashboard shows its counters
+    channels = ChannelInbound(engine, [ChannelBinding("orders-in", "orders", "create", json=InboundBinding(
+        "orders", "create", "json", required=("$.order",)))], CHANNELS, environ={})
+    with serving(create_app(engine, admin_auth=auth(), confirmation=confirmation, channels=channels)) as url:
+        yield Served(url, engine, ids, finals, channels)
     store.dispose()
 
 
@@ -130,12 +150,14 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 def shot(driver: Any, name: str, tmp_path: Path) -> None:
-    """Full-page screenshot; copied to docs/img/ when OPENROUTE_SCREENSHOTS=docs."""
-    height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1280, min(max(int(height) + 40, 600), 2000))
+    """Full-page screenshot (the whole document, through the DevTools protocol: a window resized to the page's
+    height still cut it at the viewport); copied to docs/img/ when OPENROUTE_SCREENSHOTS=docs."""
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 4000), "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                             "clip": clip})
     target = tmp_path / f"console-{name}.png"
-    assert driver.save_screenshot(str(target))
-    driver.set_window_size(1280, 900)
+    target.write_bytes(base64.b64decode(shot["data"]))
     if os.environ.get("OPENROUTE_SCREENSHOTS") == "docs":
         DOCS_IMG.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(target, DOCS_IMG / target.name)
@@ -286,6 +308,87 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
     assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert "'unsafe-inline'" not in page.headers["content-security-policy"]
+
+def test_what_waits_shows_on_the_list_and_the_detail_in_a_browser(served: Served, browser: Any,
+                                                                    tmp_path: Path) -> None:
+    """Issue 42: the list's "Next attempt" column (a due time, or what a message waits for), the bulk actions above
+    the results on screen, and a message whose confirmation was sent shows no next attempt at all."""
+    from datetime import UTC, datetime
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    console = f"{served.url}/console"
+    retrying = served.store.get(served.ids["retrying"])
+    assert retrying.state is MessageState.PARTLY_FAILED and retrying.next_attempt_at is not None
+    now = datetime.now(UTC)
+    stored = served.store.insert_message(NewMessage(
+        service="orders", operation="create", payload='{"order": 21}', content_type="application/json",
+        correlation_id="order-21", source_system="CRM", receive_ts=now)).message
+    claimed = states.claim(served.store, [stored], "worker-1", now)[0]
+    parked = states.transition(served.store, claimed, MessageState.POSTPONED, now, {
+        "parked_on": "PAYMENTS", "next_attempt_at": None, "last_error_code": "CIRCUIT_OPEN",
+        "last_error_text": "circuit breaker of PAYMENTS is OPEN"})
+
+    browser.get(f"{console}/messages?state=PARTLY_FAILED&state=POSTPONED&state=FAILED")
+    assert text(browser, f"next-{retrying.id}") == short_time(retrying.next_attempt_at)
+    assert text(browser, f"next-{parked.id}") == "when the breaker of PAYMENTS closes"
+    assert text(browser, f"next-{served.ids['failed']}") == ""
+    header = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#results th")]
+    assert header[-1] == "Next attempt"
+    # the actions on the whole list are on screen above the table, not after its last row
+    table_top = browser.find_element(By.ID, "results").location["y"]
+    for action in ("restart-matching", "bulk-restart", "bulk-cancel"):
+        assert browser.find_element(By.ID, action).location["y"] < table_top, action
+    shot(browser, "messages-waiting", tmp_path)
+    click(browser, "restart-matching")
+    assert text(browser, "restart-count").startswith("1 message in FAILED")
+    shot(browser, "restart-matching", tmp_path)
+
+    # a message that ends OK is confirmed at once: its page shows the confirmation SENT and no next attempt
+    response = httpx.post(f"{served.url}/api/orders/create", json={"order": 22},
+                          headers={"X-Correlation-Id": "order-22", "X-Source-System": "CRM"}, timeout=WAIT)
+    assert response.status_code == 202
+    confirmed = response.json()["messageId"]
+    assert served.finals.setdefault(confirmed, threading.Event()).wait(WAIT), "the message did not end"
+    browser.get(f"{console}/messages/{confirmed}")
+
+    def sent(driver: Any) -> bool:  # the confirmation is sent after the commit that made the message OK
+        driver.refresh()
+        return text(driver, "confirmation-status") == ConfirmationStatus.SENT.value
+
+    WebDriverWait(browser, WAIT, poll_frequency=0.2).until(sent)
+    assert text(browser, "state") == "OK"
+    assert text(browser, "confirmation-next-attempt") == "" and text(browser, "next-attempt") == ""
+    shot(browser, "message-confirmed", tmp_path)
+
+
+def test_the_dashboard_shows_this_nodes_channels_in_a_browser(served: Served, browser: Any, tmp_path: Path) -> None:
+    """Issue 42: a channel's deliveries by outcome on the dashboard, refreshed by themselves, the dead letters with
+    the reason of the last one; the AsyncAPI document describes the channel."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    console = f"{served.url}/console"
+    browser.get(f"{console}/")
+    assert text(browser, "channel-orders-in-accepted") == "0"
+    source = served.channels.app.connector("in-memory").source("orders-in")
+
+    def deliver(body: str, message_id: str) -> Any:  # from this thread: the node's loop is uvicorn's
+        delivered = source.send(Message(body, (ChannelDelivery(message_id=message_id,
+                                                               content_type="application/json"),)))
+        return delivered.result(WAIT)
+
+    deliver('{"order": 40}', "order-40")
+    deliver('{"order": 40}', "order-40")
+    deliver('{"lines": []}', "order-41")  # no order: refused for good, into orders-dead (then acked)
+    WebDriverWait(browser, WAIT).until(lambda driver: text(driver, "channel-orders-in-accepted") == "1")
+    assert text(browser, "channel-orders-in-duplicate") == "1"
+    assert text(browser, "channel-orders-in-dead_lettered") == "1 to orders-dead"
+    assert "VALIDATION_ERROR required $.order is missing or empty" in text(browser, "channel-orders-in-last-refused")
+    shot(browser, "dashboard-channels", tmp_path)
+    document = httpx.get(f"{served.url}/api/asyncapi.json", timeout=WAIT).json()
+    assert document["channels"]["orders-in"]["summary"] == "feeds route orders/create"
+
 
 def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, browser: Any) -> None:
     """Issue 26: counts and lists refresh every 5 s without a reload, the refresh can be paused, and the detail

@@ -48,7 +48,7 @@ def test_list_with_filters_json_and_pages(store: MessageStore, ids: dict[str, in
     assert [m["id"] for m in json.loads(out)["items"]] == [ids["failed2"]]
     code, out, err = cli(capsys, "messages", "list", *db, "--limit", "4")  # a pipe: tab-separated lines
     lines = out.splitlines()
-    assert code == 0 and len(lines) == 4 and all(len(line.split("\t")) == 9 for line in lines)
+    assert code == 0 and len(lines) == 4 and all(len(line.split("\t")) == 10 for line in lines)
     assert "4 of 6 matching; next page: --cursor " in err
     cursor = err.rsplit("--cursor ", 1)[1].strip()
     code, out, _ = cli(capsys, "messages", "list", *db, "--limit", "4", "--cursor", cursor)
@@ -65,7 +65,7 @@ def test_list_prints_an_aligned_table_on_a_terminal(store: MessageStore, ids: di
     assert run(args, out, err) == 0
     header, row = out.getvalue().splitlines()
     assert header.split() == ["id", "state", "service", "operation", "sourceSystem", "correlationId",
-                              "failedCount", "lastErrorCode", "receivedAt"]
+                              "failedCount", "lastErrorCode", "receivedAt", "nextAttempt"]
     assert row.split()[:3] == [str(ids["ok"]), "OK", "orders"] and header.index("state") == row.index("OK")
 
 
