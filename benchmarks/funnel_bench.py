@@ -4,8 +4,8 @@
                                       [--nodes 1]
 
 All ``count`` messages are accepted at once for one funnel value (one object); the route's only step waits
-``remote-ms`` (the remote call). A message that finds the funnel held is POSTPONED; it runs again when the holder
-ends (funnel wake-up: in-process, and on PostgreSQL through LISTEN/NOTIFY from another node; ``postpone_interval``
+``remote-ms`` (the remote call). A message that finds the funnel held waits in the funnel's queue; the holder's end
+hands the funnel to the next, which the releasing node runs at once, whichever node queued it (``postpone_interval``
 is an hour and repoll is off, so nothing else can run it). With ``--nodes 2`` the messages are accepted alternately
 by two engines (two nodes in one process, each on its own connections) on the same PostgreSQL database.
 Prints messages/s from the first accept to the last OK, and the floor ``1000 / remote-ms`` (goal: >= 10 msg/s
