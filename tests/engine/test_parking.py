@@ -214,6 +214,17 @@ def test_bad_bulkhead_limits_are_configuration_errors_naming_the_system(limits: 
         ExternalSystem("REMOTE", **limits)
 
 
+def _hourly_engine(store: MessageStore, remote: Remote) -> Engine:
+    """A node whose route calls REMOTE and retries a failure after an hour."""
+    async def call_remote(exchange: Any) -> None:
+        await exchange.ext_call("call", remote.call, system="REMOTE")
+
+    route = Route("crm", "activate", [call_remote], retry_policy=RetryPolicy(max_attempts=5,
+                                                                          interval=timedelta(hours=1)))
+    return Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"),
+                  external_calls=ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BREAKER)]))
+
+
 async def test_messages_that_failed_on_the_system_are_retried_when_its_breaker_closes_not_at_their_retry_time(
     store: MessageStore,
 ) -> None:
@@ -221,13 +232,7 @@ async def test_messages_that_failed_on_the_system_are_retried_when_its_breaker_c
     policy, and wait for the system too; when the breaker closes they run at once with the parked ones."""
     remote = Remote()
 
-    async def call_remote(exchange: Any) -> None:
-        await exchange.ext_call("call", remote.call, system="REMOTE")
-
-    route = Route("crm", "activate", [call_remote], retry_policy=RetryPolicy(max_attempts=5,
-                                                                          interval=timedelta(hours=1)))
-    engine = Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"),
-                    external_calls=ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BREAKER)]))
+    engine = _hourly_engine(store, remote)
     await engine.start()
     try:
         ids = [(await engine.accept(_inbound(f"m-{i}"))).message_id for i in range(12)]
@@ -248,13 +253,7 @@ async def test_a_failure_while_the_breaker_is_closed_keeps_its_retry_time(store:
     remote = Remote()
     remote.down = True
 
-    async def call_remote(exchange: Any) -> None:
-        await exchange.ext_call("call", remote.call, system="REMOTE")
-
-    route = Route("crm", "activate", [call_remote], retry_policy=RetryPolicy(max_attempts=5,
-                                                                          interval=timedelta(hours=1)))
-    engine = Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"),
-                    external_calls=ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BREAKER)]))
+    engine = _hourly_engine(store, remote)
     await engine.start()
     try:
         flaky = await engine.accept(_inbound("flaky"))
