@@ -70,7 +70,7 @@ def node(store: MessageStore) -> tuple[Engine, ExternalCalls]:
 
     calls = ExternalCalls(store, [ExternalSystem("REMOTE", breaker=BreakerSettings())])
     route = Route("bench", "update", [call])
-    return Engine(store, RouteRegistry([route]), EngineSettings(node_id="bench", repoll_interval=None),
+    return Engine(store, RouteRegistry([route]), EngineSettings(node_id="bench"),  # as `openroute run` runs
                   external_calls=calls), calls
 
 

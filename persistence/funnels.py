@@ -86,18 +86,35 @@ class FunnelStore(StorePart):
         return self.database.run(work, connection)
 
     def holder(self, funnel_value: str, connection: sa.Connection | None = None) -> int | None:
-        """The PROCESSING message holding ``funnel_value``, read under the funnel row's lock; None when it is free."""
+        """The PROCESSING message holding ``funnel_value``, read under the funnel row's lock (one statement); None when
+        it is free."""
         f, m = funnel_lock_table.c, message_table.c
-        query = self.database.locked(sa.select(f.message_id).where(f.funnel_value == funnel_value))
+        query = (sa.select(f.message_id, m.state).select_from(
+            funnel_lock_table.outerjoin(message_table, m.id == f.message_id)).where(f.funnel_value == funnel_value))
+        if self.database.dialect == "postgresql":
+            query = query.with_for_update(of=funnel_lock_table)
 
         def work(conn: sa.Connection) -> int | None:
-            holder = conn.execute(query).scalar()
-            if holder is None:
+            found = conn.execute(query).first()
+            if found is None or found.message_id is None or found.state != MessageState.PROCESSING:
                 return None
-            state = conn.execute(sa.select(m.state).where(m.id == holder)).scalar()
-            return int(holder) if state == MessageState.PROCESSING else None
+            return int(found.message_id)
 
         return self.database.run(work, connection)
+
+    def hand_to(self, funnel_value: str, message_id: int, now: datetime,
+                connection: sa.Connection | None = None) -> None:
+        """Make ``message_id`` the holder of ``funnel_value`` (the caller read the row under its lock: a release's
+        hand-off, :meth:`holder`)."""
+        f = funnel_lock_table.c
+        statement = (sa.update(funnel_lock_table).where(f.funnel_value == funnel_value)
+                     .values(message_id=message_id, acquired_at=now))
+
+        def work(conn: sa.Connection) -> None:
+            if conn.execute(statement).rowcount == 0:  # no row yet (a queue its holder never took): take it
+                self.acquire(funnel_value, message_id, now, conn)
+
+        self.database.run(work, connection)
 
     def queue_head(self, funnel_value: str, connection: sa.Connection | None = None) -> StoredMessage | None:
         """The oldest message (receive time, then id) waiting in ``funnel_value``'s queue, or None."""

@@ -172,6 +172,36 @@ class MessageStore(Database):
 
         return self.run(work, connection)
 
+    def refresh_statistics(self) -> None:
+        """``ANALYZE message`` on PostgreSQL (nothing on SQLite): after a bulk change of states (a release of thousands
+        of parked messages into the funnels' queues) the planner's statistics no longer know the queues' rows, and
+        the queue head's plan can leave its partial index for a scan of every waiting message (found with
+        autovacuum off: 33,000 rows read per hand-off). A sample of the table, off the hot path."""
+        if self.dialect == "postgresql":
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+                connection.exec_driver_sql("ANALYZE message")
+
+    def refresh_stale_statistics(self, share: float = 0.1, least: int = 1000) -> bool:
+        """Analyze the message table on PostgreSQL when more than ``share`` of its rows (and ``least``) changed since
+        its last analysis; True when it did. A queue's plans depend on the statistics (a waiting message's partial
+        index is left for a scan of every waiting message once they are stale), so the node keeps them true itself
+        when autovacuum does not (turned off, or behind a burst). One node at a time (an advisory lock); SQLite has
+        nothing to do."""
+        if self.dialect != "postgresql":
+            return False
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            row = connection.execute(sa.text(
+                "SELECT n_live_tup, n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'message'")).first()
+            if row is None or row.n_mod_since_analyze <= max(least, share * row.n_live_tup):
+                return False
+            if not connection.execute(sa.text("SELECT pg_try_advisory_lock(hashtext('openroute.analyze'))")).scalar():
+                return False  # another node analyzes it now
+            try:
+                connection.exec_driver_sql("ANALYZE message")
+            finally:
+                connection.execute(sa.text("SELECT pg_advisory_unlock(hashtext('openroute.analyze'))"))
+        return True
+
     def received_before(
         self, state: MessageState, cutoff: datetime, limit: int, connection: sa.Connection | None = None
     ) -> list[StoredMessage]:

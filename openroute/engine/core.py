@@ -415,7 +415,10 @@ class Engine:
                 self.stats.lost_claims += 1
                 # another writer had it, or (PostgreSQL) its row was locked for a moment (SKIP LOCKED): if it is still
                 # waiting, the feeder takes it from the store rather than the minute's repoll of unclaimed messages
-                self._feeder.accepted_unqueued() if message.state is MessageState.NEW else self._feeder.wanted()
+                if message.state is MessageState.NEW:
+                    self._feeder.accepted_unqueued()
+                else:
+                    self._feeder.wanted()
                 return None
             previous, claimed = taken  # the feeder claimed it for this node meanwhile
         if claimed.state is not MessageState.PROCESSING:  # its funnel is held: it waits in the funnel's queue

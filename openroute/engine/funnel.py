@@ -123,7 +123,7 @@ class FunnelQueue:
                 return None  # the older message runs first; its end hands the funnel on
             won = states.claim(self.store, [head], self.node_id, now, connection)
             if won:
-                funnels.acquire(funnel, head.id, now, connection)
+                funnels.hand_to(funnel, head.id, now, connection)
                 return won[0]
         return None
 

@@ -38,6 +38,8 @@ log = logging.getLogger("openroute.engine")
 TRIAL_PATIENCE = timedelta(seconds=30)
 #: how often the summary line of a system with parked messages is written
 SUMMARY_EVERY = timedelta(minutes=1)
+#: a release of at least this many messages refreshes the table's statistics (the queues' plans depend on them)
+BULK_RELEASE = 1000
 #: the longest a timer waits before it looks at the breaker again (a forced breaker has no end)
 LONGEST_WAIT = timedelta(minutes=1)
 
@@ -183,6 +185,8 @@ class Parking:
             lambda: self.store.parking.release(system, now, limit, failed_before=failed_before))
         if released:
             self.released += released
+            if released >= BULK_RELEASE:  # before the drain: its first hand-offs plan on the new statistics
+                await self._run_db(self.store.refresh_statistics)
             self._ready()
             if limit is None:
                 self._signal()

@@ -3,7 +3,7 @@ workers, and its bound.
 
 The bound ``queue_size + concurrency`` counts a message from its emission until its outcome is committed (a worker
 hands the outcome to the writer and takes its next message meanwhile, :meth:`ProcessingQueue.writing`). Nothing
-waits for room: a message that finds none stays in the store (NEW, or due) and the feeder (``repoll.py``) takes it
+waits for room: a message that finds none stays in the store (NEW, or due) and the feeder (``feeder.py``) takes it
 when room frees, so accepting never waits behind processing. A message claimed for this node before it was queued
 (by the feeder, or by a funnel release that handed it the funnel) is queued past the bound, which its claim already
 counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker.

@@ -131,6 +131,8 @@ class Repoll:
         taken = await self.feeder.feed(cutoff)
         handed = await self.funnel.hand_on_stalled(self.submit, self.settings.repoll_batch)
         await self.parking.survey()
+        if await self.run_db(self.store.refresh_stale_statistics):
+            log.info("repoll: the message table's statistics refreshed (a tenth of it changed since its last analysis)")
         if self.stats.repaired > repaired or taken or handed:
             log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued%s",
                      self.stats.repaired - repaired, taken,

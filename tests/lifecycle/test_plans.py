@@ -175,3 +175,94 @@ def test_on_sqlite_every_hot_path_update_searches_the_primary_key(aged_sqlite: M
             cursor.close()
         assert "SEARCH message USING INTEGER PRIMARY KEY (rowid=?)" in plan, (statement, plan)
         assert not [step for step in plan if step.startswith("SCAN message")], (statement, plan)
+
+
+@pytest.mark.postgres
+def test_the_feed_the_release_and_the_funnel_queue_read_their_partial_indexes(aged_store: MessageStore) -> None:
+    """Waiting on events reads only what waits: the feeder's due messages from ``ix_message_due`` (in due order, no
+    sort over the backlog), a release from ``ix_message_parked``, a funnel's next message from
+    ``ix_message_funnel_queue``; never a scan of the table, under custom and generic plans. A parked backlog of 5,000,
+    2,000 due and a funnel queue are made in a transaction (analyzed there) and rolled back."""
+    c = message_table.c
+    first = FINAL_ROWS + 1
+    captured: list[tuple[str, Any]] = []
+
+    def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT MESSAGE", "UPDATE MESSAGE")):
+            captured.append((statement, parameters))
+
+    with aged_store.engine.connect() as connection:
+        transaction = connection.begin()
+        connection.execute(sa.update(message_table).where(c.id >= first, c.id < first + 5000).values(
+            state=MessageState.POSTPONED, parked_on="REMOTE", last_error_code="CIRCUIT_OPEN"))
+        connection.execute(sa.update(message_table).where(c.id >= first + 5000, c.id < first + 7000).values(
+            state=MessageState.PARTLY_FAILED, next_attempt_at=NOW))
+        connection.execute(sa.update(message_table).where(c.id >= first + 7000, c.id < first + 7100).values(
+            state=MessageState.POSTPONED, funnel_value="f-1", last_error_code="FUNNEL"))
+        connection.exec_driver_sql("ANALYZE message")
+        sa.event.listen(aged_store.engine, "before_cursor_execute", listener)
+        try:
+            assert len(aged_store.ready(NOW, None, 64, connection)) == 64
+            assert aged_store.funnels.queue_head("f-1", connection) is not None
+            assert aged_store.parking.release("REMOTE", NOW, 1, failed_before=NOW, connection=connection) == 1
+            assert aged_store.parking.release("REMOTE", NOW, connection=connection) == 4999
+        finally:
+            sa.event.remove(aged_store.engine, "before_cursor_execute", listener)
+        cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        expected = {"ix_message_due", "ix_message_funnel_queue", "ix_message_parked"}
+        used: set[str] = set()
+        for statement, parameters in captured:
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
+                cursor.execute("EXPLAIN (FORMAT JSON) " + statement, parameters)
+                document = cursor.fetchone()[0]
+                scans = _scans((json.loads(document) if isinstance(document, str) else document)[0]["Plan"])
+                assert ("Seq Scan", None) not in scans, (mode, statement, scans)
+                assert not [node for node, _index in scans if node == "Sort"] or "row_number" in statement, \
+                    (mode, statement, scans)
+                used |= {index for _node, index in scans if index in expected}
+        cursor.close()
+        transaction.rollback()
+    assert used == expected, used
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_node_refreshes_the_statistics_once_a_tenth_of_the_table_changed(database_url: str) -> None:
+    """With autovacuum off (as on the test server) nothing else would: the repoll asks the store every run."""
+    store = MessageStore(database_url)
+    try:
+        store.create_schema()
+        with store.engine.begin() as connection:
+            connection.exec_driver_sql(
+                "INSERT INTO message (correlation_id, source_system, service, operation, payload, content_type, "
+                "headers, state, failed_count, receive_ts, last_update_ts, custom_data, business_errors, version) "
+                "SELECT 's-' || n, 'S', 'orders', 'create', '{}', 'application/json', '{}', 'NEW', 0, now(), now(), "
+                "'{}', '[]', 0 FROM generate_series(1, 3000) AS n")
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            connection.exec_driver_sql("ANALYZE message")
+        _until_counted(store, lambda changed: changed == 0)
+        assert not store.refresh_stale_statistics(), "nothing changed since the analysis"
+        with store.engine.begin() as connection:
+            connection.exec_driver_sql("UPDATE message SET state = 'POSTPONED' WHERE mod(id, 2) = 0")
+        _until_counted(store, lambda changed: changed >= 1500)  # the server counts behind the commit
+        assert store.refresh_stale_statistics(), "half of the table changed"
+        assert not store.refresh_stale_statistics(), "analyzed just now"
+    finally:
+        store.dispose()
+
+
+def _until_counted(store: MessageStore, done: Any, timeout: float = 10) -> None:
+    """Bounded wait for PostgreSQL's statistics of the message table (flushed by each backend within a second)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with store.engine.connect() as connection:
+            connection.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
+            changed = connection.exec_driver_sql(
+                "SELECT n_mod_since_analyze FROM pg_stat_user_tables WHERE relname = 'message'").scalar()
+        if done(changed or 0):
+            return
+        assert time.monotonic() < deadline, f"the table's statistics did not count the change within {timeout} s"
+        time.sleep(0.1)
