@@ -124,18 +124,25 @@ class FunnelStore(StorePart):
         found = self.database.run(lambda conn: conn.execute(query).first(), connection)
         return None if found is None else row_to_message(found)
 
-    def stalled(self, limit: int, connection: sa.Connection | None = None) -> list[str]:
+    def stalled(self, limit: int, now: datetime, connection: sa.Connection | None = None) -> list[str]:
         """Funnel values whose queue holds messages while no message of the value is PROCESSING (its holder's node
-        died and was repaired, a release that found the head busy): the repoll's safety net hands them on."""
+        died and was repaired, a release that found the head busy): the repoll's safety net hands them on.
+
+        A queue with a message of its value about to run (NEW, or due by ``now``) is not stalled: that message takes
+        the funnel when it is claimed (the oldest of each value a breaker's close made due, say). Handing the funnel
+        to the queue's head instead would run the queue before it and send it to the queue behind that head."""
         waiting = message_table.alias("waiting")
-        holding = message_table.alias("holding")
+        other = message_table.alias("other")
+        running = other.c.state == MessageState.PROCESSING
+        coming = sa.or_(other.c.state == MessageState.NEW,
+                        sa.and_(other.c.state.in_([MessageState.PARTLY_FAILED, MessageState.POSTPONED]),
+                                other.c.next_attempt_at <= now))
         query = (
             sa.select(waiting.c.funnel_value).distinct()
             # literal values, so that PostgreSQL matches the partial index of the queue at any plan
             .where(waiting.c.state == sa.literal_column(f"'{MessageState.POSTPONED.value}'"),
                    waiting.c.last_error_code == sa.literal_column(f"'{FUNNEL_WAIT_CODE}'"))
-            .where(~sa.exists().where(holding.c.funnel_value == waiting.c.funnel_value,
-                                      holding.c.state == MessageState.PROCESSING))
+            .where(~sa.exists().where(other.c.funnel_value == waiting.c.funnel_value, sa.or_(running, coming)))
             .limit(limit)
         )
         return [str(value) for value in self.database.run(lambda conn: conn.execute(query).scalars().all(),

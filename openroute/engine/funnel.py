@@ -149,9 +149,11 @@ class FunnelQueue:
 
     async def hand_on_stalled(self, submit: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]],
                               limit: int) -> int:
-        """Repoll's safety net: hand on the funnels whose queue waits while none of their messages is PROCESSING;
+        """Repoll's safety net: hand on the funnels whose queue waits while none of their messages is PROCESSING or
+        about to run (:meth:`FunnelStore.stalled`);
         ``submit(work)`` runs ``work(connection)`` in a writer transaction. Returns how many were handed on."""
-        stalled = await submit(lambda connection: self.store.funnels.stalled(limit, connection))
+        now = self.clock.now()
+        stalled = await submit(lambda connection: self.store.funnels.stalled(limit, now, connection))
         count = 0
         for funnel in stalled:
             claimed = await submit(functools.partial(self._hand_on, funnel))

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
-from openroute.persistence import MessageState, MessageStore
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, message_table
 
 from openroute import states
 from openroute.clock import ManualClock
@@ -212,6 +213,27 @@ async def test_a_queue_whose_holder_died_is_handed_on_by_the_repair(store: Messa
         assert ("PROCESSING", "PARTLY_FAILED") in _history(store, holder.id)
     finally:
         await engine.stop()
+
+
+def _set(store: MessageStore, message_id: int, **values: object) -> None:
+    with store.engine.begin() as connection:
+        connection.execute(sa.update(message_table).where(message_table.c.id == message_id).values(**values))
+
+
+def test_a_queue_behind_a_message_about_to_run_is_not_stalled(store: MessageStore) -> None:
+    """The safety net hands on only queues nothing is about to take: a breaker's close makes the oldest message of
+    each funnel value due and queues the others behind it; handing those funnels to their queues' heads would run
+    them before the due message, which would then wait behind them (a second wait each)."""
+    ids = {name: store.insert_message(inbound(name, funnel_value=name[0]).to_new_message(START)).message.id
+           for name in ("a-head", "a-queued", "b-head", "b-queued", "c-new", "c-queued", "d-queued")}
+    queued = {"state": S.POSTPONED, "last_error_code": "FUNNEL", "next_attempt_at": None}
+    for name in ("a-queued", "b-queued", "c-queued", "d-queued"):
+        _set(store, ids[name], **queued)
+    _set(store, ids["a-head"], state=S.POSTPONED, last_error_code="CIRCUIT_OPEN", next_attempt_at=START)  # due now
+    _set(store, ids["b-head"], state=S.PARTLY_FAILED, next_attempt_at=START + HOUR)  # due in an hour
+    # c-new stays NEW; d has nothing but its queue
+    assert sorted(store.funnels.stalled(10, START)) == ["b", "d"]
+    assert sorted(store.funnels.stalled(10, START + HOUR)) == ["d"], "b's message is due by then"
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
