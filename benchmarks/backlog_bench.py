@@ -15,7 +15,7 @@ Both backlogs are written with one set-based INSERT (receive times spread over t
 prints messages per second of each, and the ratio parked / happy (min / median / max over the repetitions): the goal
 is >= 0.8 at every size (work linear in the backlog). With ``--explain-rows`` it also fills a store with that many
 final messages plus a parked and a due backlog and prints the plans of the feed, the release and the funnel queue's
-head, which must read the partial indexes, not the table.
+head and the repoll's look for stalled funnel queues, which must read the partial indexes, not the table.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def explain(admin_url: str, rows: int) -> None:
         sa.event.listen(store.engine, "before_cursor_execute", capture)
         store.ready(now, now - timedelta(minutes=1), 64)
         store.funnels.queue_head("f-7")
+        store.funnels.stalled(100, now)
         with store.begin() as connection:
             store.parking.release("REMOTE", now, 1, failed_before=now, connection=connection)
             connection.rollback()

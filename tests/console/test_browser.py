@@ -19,6 +19,7 @@ import httpx
 import pytest
 from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback
 from openroute.persistence import ConfirmationStatus, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
+from openroute.persistence.breaker import BreakerState, BreakerStore
 
 from openroute import Exchange, Route, RouteRegistry, states
 from openroute.binding import ChannelBinding, InboundBinding
@@ -311,9 +312,11 @@ def test_search_detail_restart_cancel_and_drain_in_a_browser(served: Served, bro
 
 def test_what_waits_shows_on_the_list_and_the_detail_in_a_browser(served: Served, browser: Any,
                                                                     tmp_path: Path) -> None:
-    """Issue 42: the list's "Next attempt" column (a due time, or what a message waits for), the bulk actions above
-    the results on screen, and a message whose confirmation was sent shows no next attempt at all."""
-    from datetime import UTC, datetime
+    """Issue 42: the dashboard's open breaker with its parked messages, the list's "Next attempt" column (a due time,
+    or what a message waits for), the bulk actions above the results on screen, and a message whose confirmation
+    was sent shows no next attempt at all."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -329,6 +332,18 @@ def test_what_waits_shows_on_the_list_and_the_detail_in_a_browser(served: Served
     parked = states.transition(served.store, claimed, MessageState.POSTPONED, now, {
         "parked_on": "PAYMENTS", "next_attempt_at": None, "last_error_code": "CIRCUIT_OPEN",
         "last_error_text": "circuit breaker of PAYMENTS is OPEN"})
+
+    # the dashboard names the system holding it back: its breaker, since when, and how many messages are parked
+    breakers = BreakerStore(served.store)
+    closed = breakers.load("PAYMENTS", now)
+    assert breakers.replace(closed, replace(closed, state=BreakerState.OPEN, changed_at=now, version=closed.version + 1,
+                                            open_until=now + timedelta(seconds=30)))
+    browser.get(f"{console}/")
+    held = text(browser, "held-back-PAYMENTS")
+    assert held.startswith("PAYMENTS OPEN") and held.endswith(" 1"), held
+    assert browser.find_element(By.ID, "held-back-PAYMENTS").find_element(By.TAG_NAME, "a").get_attribute(
+        "href").endswith("/messages?state=POSTPONED&error_code=CIRCUIT_OPEN")
+    shot(browser, "dashboard-waiting", tmp_path)
 
     browser.get(f"{console}/messages?state=PARTLY_FAILED&state=POSTPONED&state=FAILED")
     assert text(browser, f"next-{retrying.id}") == short_time(retrying.next_attempt_at)
