@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from openroute.persistence import MessageStore
 
 from openroute.engine import Engine, EngineSettings
 from openroute.header_limits import HeaderLimits, limit_headers
 from openroute.request_deadline import request_deadline_protocol
+from tests._support.servers import read_until_closed, serving_on_socket
 from tests.inbound.conftest import AUTH, BINDINGS, basic, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS
 
@@ -46,37 +44,11 @@ def node(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[Node]:
     store.create_schema()
     engine = Engine(store, routes(), EngineSettings(repoll_interval=None, node_id="headers-test"))
     app = create_app(engine, BINDINGS, inbound_auth=AUTH, settings=INBOUND_SETTINGS)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    protocol = limit_headers(request_deadline_protocol(10, request.param), LIMITS)
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", http=protocol))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)  # uvicorn offers no event for "started": poll its flag, bounded
-    assert server.started, "uvicorn did not start"
     try:
-        yield Node(("127.0.0.1", sock.getsockname()[1]), store)
+        with serving_on_socket(app, limit_headers(request_deadline_protocol(10, request.param), LIMITS)) as address:
+            yield Node(address, store)
     finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
         store.dispose()
-
-
-def _answers(conn: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (bounded by the socket timeout)."""
-    chunks = []
-    while True:
-        try:
-            chunk = conn.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _headers(count: int, size: int = 1) -> bytes:
@@ -94,7 +66,7 @@ def test_a_request_over_a_limit_is_answered_431_closed_and_not_stored(
     caplog.set_level(logging.INFO)
     with socket.create_connection(node.address, timeout=10) as conn:
         conn.sendall(_request("c-big", extra))
-        answer = _answers(conn)  # the server closes the connection after its answer
+        answer = read_until_closed(conn)  # the server closes the connection after its answer
     assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer[:200]
     assert b"connection: close" in answer and b'"error": "HEADERS_TOO_LARGE"' in answer and reason in answer
     assert node.stored() == 0
@@ -111,7 +83,7 @@ def test_requests_within_the_limits_are_served_and_a_pipelined_one_over_them_is_
     assert len(at_limit.split(b"\r\n\r\n")[0]) == 4096
     with socket.create_connection(node.address, timeout=10) as conn:
         conn.sendall(at_limit + _request("c-2", _headers(16)))
-        answers = _answers(conn)
+        answers = read_until_closed(conn)
     assert answers.startswith(b"HTTP/1.1 202 "), answers[:200]
     assert b"HTTP/1.1 431 " in answers and answers.count(b"HTTP/1.1 ") == 2
     assert [m.correlation_id for m in node.store.find()] == ["c-1"]
@@ -129,7 +101,7 @@ def test_a_header_streamed_without_end_is_cut_as_it_arrives(node: Node) -> None:
                 sent += 65536
         except (BrokenPipeError, ConnectionResetError):
             pass
-        answer = _answers(conn)
+        answer = read_until_closed(conn)
     assert answer.startswith(b"HTTP/1.1 431 ") or answer == b"", answer[:100]  # a reset may drop the answer
     assert sent < 8 * 1024 * 1024, f"the server took {sent} bytes of one header"
     assert node.stored() == 0

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from openroute.persistence import MessageStore
 
 from openroute.engine import Engine, EngineSettings
 from openroute.request_deadline import request_deadline_protocol
+from tests._support.servers import read_until_closed, serving_on_socket
 from tests.inbound.conftest import AUTH, BINDINGS, basic, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS
 
@@ -37,24 +36,10 @@ def server(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[tuple[st
     store.create_schema()
     engine = Engine(store, routes(), EngineSettings(repoll_interval=None, node_id="deadline-test"))
     app = create_app(engine, BINDINGS, inbound_auth=AUTH, settings=INBOUND_SETTINGS)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_config=None, lifespan="on",
-                            http=request_deadline_protocol(DEADLINE, request.param))
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)  # uvicorn offers no event for "started": poll its flag, bounded
-    assert server.started, "uvicorn did not start"
     try:
-        yield "127.0.0.1", port
+        with serving_on_socket(app, request_deadline_protocol(DEADLINE, request.param)) as address:
+            yield address
     finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
         store.dispose()
 
 
@@ -71,20 +56,6 @@ def _response(conn: socket.socket) -> bytes:
     while len(body) < length:
         body += conn.recv(65536)
     return head + b"\r\n\r\n" + body
-
-
-def _answer(conn: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection (bounded by the socket timeout)."""
-    chunks = []
-    while True:
-        try:
-            chunk = conn.recv(65536)
-        except (ConnectionResetError, TimeoutError):
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @pytest.mark.parametrize("part", ["headers", "body"])
@@ -118,7 +89,7 @@ def test_a_client_sending_a_byte_at_a_time_is_cut_off(
                 break
             closed = True
             conn.settimeout(10)
-            answer += _answer(conn)
+            answer += read_until_closed(conn)
             assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
             break
         elapsed = time.monotonic() - started
@@ -131,7 +102,7 @@ def test_a_client_sending_a_byte_at_a_time_is_cut_off(
 
 def test_a_connection_that_sends_nothing_is_closed(server: tuple[str, int]) -> None:
     with socket.create_connection(server, timeout=10) as conn:
-        assert _answer(conn).startswith(b"HTTP/1.1 408")  # within the deadline, long before the 10 s timeout
+        assert read_until_closed(conn).startswith(b"HTTP/1.1 408")  # within the deadline, long before the 10 s timeout
 
 
 def test_whole_requests_are_served_and_the_body_limit_stays(server: tuple[str, int]) -> None:

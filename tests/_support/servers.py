@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -42,6 +43,42 @@ def serving(app: Any, wait: float = 20) -> Iterator[str]:
         server.should_exit = True
         thread.join(30)
         assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@contextlib.contextmanager
+def serving_on_socket(app: Any, http: Any) -> Iterator[tuple[str, int]]:
+    """Serve ``app`` with uvicorn in a thread, with the HTTP protocol ``http`` (a name or a protocol class), on a
+    loopback socket bound before it starts, its lifespan on and uvicorn's logging left to the test (``caplog``);
+    yields the address. Asserts that uvicorn started within 20 seconds."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="on", http=http))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)  # uvicorn offers no event for "started": poll its flag, bounded
+    assert server.started, "uvicorn did not start"
+    try:
+        yield "127.0.0.1", int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def read_until_closed(conn: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (bounded by the socket's timeout)."""
+    chunks = []
+    while True:
+        try:
+            chunk = conn.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @contextlib.asynccontextmanager

@@ -44,6 +44,8 @@ class Node:
         extra = {f"openroute.messaging.incoming.crm-in.{k.replace('_', '-')}": v for k, v in attributes.items()}
         self.channels = ChannelInbound(self.engine, application.channels, {**config(broker, queue, dlq), **extra},
                                        environ={})
+        self._down = False
+        self._accept = self.engine.accept
 
     async def start(self) -> None:
         await self.engine.start()
@@ -53,6 +55,20 @@ class Node:
         await self.channels.stop()
         await self.engine.stop()
         self.store.dispose()
+
+    def store_down(self) -> None:
+        """From now on the store refuses every delivery as a database that is down would, until :meth:`store_up`."""
+        self._down = True
+        self.engine.accept = self._flaky_accept  # type: ignore[method-assign]
+
+    async def _flaky_accept(self, inbound: Any) -> Any:
+        if self._down:
+            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("the database is down"))
+        return await self._accept(inbound)
+
+    def store_up(self) -> None:
+        """The store takes deliveries again."""
+        self._down = False
 
     def count(self) -> int:
         with self.store.engine.connect() as connection:
@@ -124,21 +140,13 @@ async def test_a_store_that_is_down_leaves_the_deliveries_in_the_queue_and_the_c
     queue, dlq = queues
     await publish(rabbitmq_url, queue, [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(20)])
     node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
-    accept = node.engine.accept
-    down = True
-
-    async def flaky(inbound: Any) -> Any:
-        if down:
-            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("the database is down"))
-        return await accept(inbound)
-
-    node.engine.accept = flaky  # type: ignore[method-assign]
+    node.store_down()
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
         await until(lambda: stats.requeued >= 30)  # deliveries refused and given back, again and again
         assert node.count() == 0 and stats.accepted == 0
-        down = False
+        node.store_up()
         await until(lambda: stats.accepted == 20)  # resumed by itself after the back-off
         assert node.count() == 20
     finally:
@@ -227,22 +235,14 @@ async def test_metrics_and_the_dashboard_count_each_channels_deliveries_by_outco
     good = [({"customer": {"id": f"C{i}"}}, f"m-{i}") for i in range(5)]
     await publish(rabbitmq_url, queue, [*good, *good, ("{broken", "bad-1"), ({"customer": {}}, "bad-2")])
     node = Node(with_schema(sqlite_url), {}, rabbitmq_url, queue, dlq, backoff=0.05, max_backoff=0.1)
-    accept = node.engine.accept
-    down = True
-
-    async def flaky(inbound: Any) -> Any:
-        if down:
-            raise sa.exc.OperationalError("INSERT", {}, ConnectionRefusedError("the database is down"))
-        return await accept(inbound)
-
-    node.engine.accept = flaky  # type: ignore[method-assign]
+    node.store_down()
     app = create_app(node.engine, channels=node.channels, manage_engine=False,
                      admin_auth=AdminAuth([AdminUser("ops", "ops-secret")]))
     await node.start()
     try:
         stats = node.channels.stats("crm-in")
         await until(lambda: stats.requeued >= 3 and stats.dead_lettered == 2)
-        down = False
+        node.store_up()
         await until(lambda: stats.accepted + stats.duplicates == 10)
         assert (stats.accepted, stats.duplicates, stats.dead_lettered, stats.rejected) == (5, 5, 2, 0)
         async with served(app) as url, httpx.AsyncClient(base_url=url, auth=("ops", "ops-secret")) as client:
