@@ -9,6 +9,7 @@ import logging
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,10 +71,24 @@ def test_cli_and_server_start_up_errors_never_print_the_database_password(tmp_pa
             assert process.returncode in (2, 4), (name, output)
 
 
-def test_the_log_masks_credentials_in_messages_and_tracebacks() -> None:
-    stream = io.StringIO()
+def _root_logging_kept() -> Callable[[], None]:
+    """The root logger's handlers and level now; the function returned puts them back (after configure_logging)."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+
+    def restore() -> None:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+
+    return restore
+
+
+def test_the_log_masks_credentials_in_messages_and_tracebacks() -> None:
+    stream = io.StringIO()
+    restore_logging = _root_logging_kept()
     try:
         for fmt in ("text", "json"):
             configure_logging("INFO", fmt, stream)
@@ -82,11 +97,7 @@ def test_the_log_masks_credentials_in_messages_and_tracebacks() -> None:
             except RuntimeError:
                 logging.getLogger("openroute.test").exception("store %s down", UNREACHABLE)
     finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
+        restore_logging()
     text = stream.getvalue()
     assert "store postgresql+psycopg://ops:***@127.0.0.1:1/openroute down" in text
     assert PLANTED not in text
@@ -259,8 +270,7 @@ async def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
     store.create_schema()
     remote = _Remote()
     log_stream = io.StringIO()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    restore_logging = _root_logging_kept()
     configure_logging("DEBUG", "text", log_stream)
     try:
         async with served(remote.app()) as base:
@@ -336,11 +346,7 @@ async def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
                 "SELECT request, response, error FROM call_record UNION ALL "
                 "SELECT last_error, status, confirmation_id FROM confirmation")) for value in row)
     finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
+        restore_logging()
         store.dispose()
     config = tmp_path / "openroute.toml"
     config.write_text(f'database_url = "{url}"\n\n[external_systems.BILLING]\nbase_url = "http://billing/"\n'

@@ -31,6 +31,16 @@ def ids(store: MessageStore) -> dict[str, int]:
     return asyncio.run(populate(store))
 
 
+def _populated(url: str) -> dict[str, int]:
+    """A new store at ``url`` with the messages of ``populate``, closed again (for a command run in a subprocess)."""
+    store = MessageStore(url)
+    store.create_schema()
+    try:
+        return asyncio.run(populate(store))
+    finally:
+        store.dispose()
+
+
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -162,12 +172,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(sqlite_url: str, argv: lis
     import subprocess
     import sys
 
-    store = MessageStore(sqlite_url)
-    store.create_schema()
-    try:
-        ids = asyncio.run(populate(store))
-    finally:
-        store.dispose()
+    ids = _populated(sqlite_url)
     argv = [str(ids[arg]) if arg in ids else arg for arg in argv]
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the command writes a line
@@ -271,12 +276,7 @@ def test_messages_and_spark_read_the_database_url_of_the_config_file(
     ``openroute messages`` (as of ``run`` and ``db``); OPENROUTE_DATABASE_URL and the flag are above the file."""
     from openroute.cli import build_parser, resolve_settings
 
-    store = MessageStore(sqlite_url)
-    store.create_schema()
-    try:
-        ids = asyncio.run(populate(store))
-    finally:
-        store.dispose()
+    ids = _populated(sqlite_url)
     (tmp_path / "etc").mkdir()
     config = tmp_path / "etc" / "openroute.toml"
     config.write_text(f'database_url = "{sqlite_url}"\n', encoding="utf-8")
