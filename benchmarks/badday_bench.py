@@ -216,6 +216,8 @@ async def day(args: argparse.Namespace, variant: str, folder: Path) -> dict[str,
         if isinstance(closed_at, datetime):
             # exact, from the transitions: the last final state of a message received before the breaker closed
             figures["breaker closed -> every message final (s)"] = round(backlog_final(store, closed_at), 1)
+            if variant == "funnel":
+                figures.update(funnel_turns(store, closed_at))
         store.dispose()
     if isinstance(closed_at, datetime):
         after = (closed_at - wall_start).total_seconds()
@@ -273,6 +275,32 @@ def backlog_final(store: sa.Engine, closed_at: datetime) -> float:
             "WHERE m.receive_ts <= :closed AND t.to_state IN ('OK', 'FAILED', 'SKIPPED', 'CANCEL')"),
             {"closed": closed_at}).scalar_one()
     return max((last - closed_at).total_seconds(), 0.0) if last is not None else float("nan")
+
+
+def funnel_turns(store: sa.Engine, closed_at: datetime) -> dict[str, Any]:
+    """Where a funnel's drain after the close spends its time, per value: a run (PROCESSING -> final) and the turn
+    (one message final -> the next message of the value PROCESSING), p50 / p99 in ms."""
+    with store.connect() as connection:
+        rows = connection.execute(sa.text(
+            "SELECT m.funnel_value, t.message_id, t.to_state, t.at FROM message_transition t "
+            "JOIN message m ON m.id = t.message_id WHERE t.at >= :closed AND m.funnel_value IS NOT NULL "
+            "ORDER BY m.funnel_value, t.at, t.id"), {"closed": closed_at}).all()
+    runs: list[float] = []
+    turns: list[float] = []
+    started: dict[int, datetime] = {}
+    last_final: dict[str, datetime] = {}
+    for row in rows:
+        if row.to_state == "PROCESSING":
+            started[row.message_id] = row.at
+            if row.funnel_value in last_final:
+                turns.append((row.at - last_final.pop(row.funnel_value)).total_seconds())
+        elif row.to_state in ("OK", "FAILED", "SKIPPED", "CANCEL") and row.message_id in started:
+            runs.append((row.at - started.pop(row.message_id)).total_seconds())
+            last_final[row.funnel_value] = row.at
+    return {"after the close, per funnel value: run p50 / p99 (ms)":
+            (round(percentile(runs, 0.5) * 1000, 1), round(percentile(runs, 0.99) * 1000, 1)),
+            "after the close, per funnel value: turn p50 / p99 (ms)":
+            (round(percentile(turns, 0.5) * 1000, 1), round(percentile(turns, 0.99) * 1000, 1))}
 
 
 def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, wall_start: datetime, started: float,
