@@ -30,6 +30,7 @@ from starlette.routing import Route as HttpRoute
 
 from openroute import tracing
 from openroute.binding import ChannelBinding, InboundBinding
+from openroute.inbound.channel_options import ChannelOptions
 from openroute.inbound.openapi import package_version
 from openroute.messaging.config import ChannelConfig
 from openroute.route import RouteRegistry
@@ -49,16 +50,12 @@ class DescribedChannel:
     """One incoming channel feeding a route, as the node serves it: what the AsyncAPI document is made of.
 
     ``incoming`` and ``dead_letter`` are the resolved configurations (channel attributes over the connector's) of
-    the channel and of its dead-letter channel; the header names are the channel's (``ChannelOptions``).
+    the channel and of its dead-letter channel; ``options`` its route-binding attributes (the header names).
     """
 
     binding: ChannelBinding
     incoming: ChannelConfig
-    source_system: str | None = None
-    source_system_header: str = "x-source-system"
-    correlation_header: str | None = None
-    process_header: str = "x-process-id"
-    timestamp_header: str = "x-message-timestamp"
+    options: ChannelOptions
     dead_letter: ChannelConfig | None = None
 
 
@@ -270,22 +267,23 @@ def _outgoing_address(config: ChannelConfig) -> tuple[str | None, dict[str, Any]
 
 def _headers(described: DescribedChannel) -> dict[str, Any]:
     """The JSON schema of the headers the channel reads (AMQP strings or UTF-8 bytes: text)."""
+    options = described.options
     source = {"type": "string", "maxLength": 100, "description": "the sending system"
-              + (f" (default {described.source_system}: the channel's source-system)" if described.source_system
+              + (f" (default {options.source_system}: the channel's source-system)" if options.source_system
                  else "")}
-    properties: dict[str, Any] = {described.source_system_header: source}
-    required = [] if described.source_system else [described.source_system_header]
-    if described.correlation_header is not None:
-        properties[described.correlation_header] = {
+    properties: dict[str, Any] = {options.source_system_header: source}
+    required = [] if options.source_system else [options.source_system_header]
+    if options.correlation_header is not None:
+        properties[options.correlation_header] = {
             "type": "string", "maxLength": 255,
             "description": "the sender's id of the message: a repeated one from the same source system is stored "
                            "once (acked as a duplicate)"}
-        required.append(described.correlation_header)
-    properties[described.process_header] = {"type": "string", "maxLength": 255,
-                                             "description": "the sender's business process"}
-    properties[described.timestamp_header] = {"type": "string", "format": "date-time",
-                                              "description": "when the sender created the message (ISO 8601 with a "
-                                                             "time zone)"}
+        required.append(options.correlation_header)
+    properties[options.process_header] = {"type": "string", "maxLength": 255,
+                                          "description": "the sender's business process"}
+    properties[options.timestamp_header] = {"type": "string", "format": "date-time",
+                                            "description": "when the sender created the message (ISO 8601 with a "
+                                                           "time zone)"}
     properties[tracing.TRACEPARENT] = {"type": "string", "description": "W3C trace context (read when tracing is "
                                                                          "on)"}
     schema: dict[str, Any] = {"type": "object", "properties": properties}
@@ -300,7 +298,8 @@ def _message(described: DescribedChannel, inbound: InboundBinding | None, model:
     binding = described.binding
     route = f"{binding.service}/{binding.operation}"
     checks = f" Required: {', '.join(inbound.required)}." if inbound is not None and inbound.required else ""
-    correlation = (f"The correlation id is the header {described.correlation_header}." if described.correlation_header
+    header = described.options.correlation_header
+    correlation = (f"The correlation id is the header {header}." if header
                    else "The correlation id is the AMQP message_id property (required).")
     refused = (f"goes to the dead-letter channel {described.dead_letter.channel} with the reason"
                if described.dead_letter is not None else
@@ -313,8 +312,8 @@ def _message(described: DescribedChannel, inbound: InboundBinding | None, model:
                        f"checks {refused}, never into the store. {correlation}{checks}",
         "headers": _headers(described),
     }
-    if described.correlation_header is not None:
-        message["correlationId"] = {"location": f"$message.header#/{described.correlation_header}"}
+    if header is not None:
+        message["correlationId"] = {"location": f"$message.header#/{header}"}
     if kind == "xml":
         element = inbound.request_element if inbound is not None else None
         name = etree.QName(element).text if element is not None else "the route's request element"

@@ -26,7 +26,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from lxml import etree
 
@@ -36,6 +36,7 @@ from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
 from openroute.inbound.asyncapi import DescribedChannel
+from openroute.inbound.channel_options import ChannelOptions
 from openroute.inbound.deliveries import ChannelReport, ChannelStats, DeliveryOutcome
 from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
 from openroute.inbound.parsing import checked_message, parse_json, parse_timestamp, parse_xml
@@ -74,60 +75,6 @@ class ChannelDelivery:
     message_id: str | None = None
     content_type: str | None = None
     correlation_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ChannelOptions:
-    """The route-binding attributes of one incoming channel (beside its connector's own attributes)."""
-
-    #: the source system of every delivery without a ``source_system_header`` (None: the header is required)
-    source_system: str | None = None
-    source_system_header: str = "x-source-system"
-    #: a header holding the correlation id; None: the broker message id (AMQP ``message_id``)
-    correlation_header: str | None = None
-    process_header: str = "x-process-id"
-    timestamp_header: str = "x-message-timestamp"
-    #: an outgoing channel that receives deliveries that do not validate (with the reason header)
-    dead_letter_channel: str | None = None
-    #: how a body without a telling content type is read
-    format: Literal["auto", "json", "xml"] = "auto"
-    #: first and longest pause of the channels after a store failure (seconds; doubled per failure)
-    backoff: float = 0.5
-    max_backoff: float = 30.0
-    #: accepts in flight at once (the prefetch follows it); None: the engine's queue_size + concurrency
-    concurrency: int | None = None
-
-    @classmethod
-    def of(cls, config: ChannelConfig) -> ChannelOptions:
-        """The options in ``config``'s attributes; raises :class:`DeploymentError` naming the channel."""
-        try:
-            chosen = (config.get_str("format", "auto") or "auto").lower()
-            if chosen not in ("auto", "json", "xml"):
-                raise ConfigurationError(f"attribute 'format' must be auto, json or xml, got {chosen!r}")
-            backoff = config.get_float("backoff", 0.5) or 0.5
-            max_backoff = config.get_float("max-backoff", 30.0) or 30.0
-            if backoff <= 0 or max_backoff < backoff:
-                raise ConfigurationError("attributes 'backoff' / 'max-backoff' must be positive, max >= backoff")
-            concurrency = config.get_int("concurrency")
-            if concurrency is not None and concurrency < 1:
-                raise ConfigurationError(f"attribute 'concurrency' must be positive, got {concurrency}")
-            if (config.get_str("failure-strategy", "dead-letter") or "").lower() == "requeue":
-                raise ConfigurationError("failure-strategy 'requeue' would requeue an invalid delivery forever: "
-                                         "use a dead-letter-channel (the store's failures are requeued anyway)")
-            return cls(
-                source_system=config.get_str("source-system"),
-                source_system_header=(config.get_str("source-system-header") or cls.source_system_header).lower(),
-                correlation_header=(config.get_str("correlation-header") or "").lower() or None,
-                process_header=(config.get_str("process-header") or cls.process_header).lower(),
-                timestamp_header=(config.get_str("timestamp-header") or cls.timestamp_header).lower(),
-                dead_letter_channel=config.get_str("dead-letter-channel"),
-                format=chosen,  # type: ignore[arg-type]
-                backoff=backoff,
-                max_backoff=max_backoff,
-                concurrency=concurrency,
-            )
-        except (ConfigurationError, DeploymentError) as error:
-            raise DeploymentError(f"incoming channel '{config.channel}': {error}") from None
 
 
 @dataclass
@@ -241,12 +188,9 @@ class ChannelInbound:
         (:mod:`openroute.inbound.asyncapi`, ``GET /api/asyncapi.json``) is made of."""
         known = ("memory", "amqp", IN_MEMORY)
         return [
-            DescribedChannel(
-                c.binding, c.config, source_system=c.options.source_system,
-                source_system_header=c.options.source_system_header, correlation_header=c.options.correlation_header,
-                process_header=c.options.process_header, timestamp_header=c.options.timestamp_header,
-                dead_letter=None if c.options.dead_letter_channel is None
-                else self.app.config.channel("outgoing", c.options.dead_letter_channel, known))
+            DescribedChannel(c.binding, c.config, c.options,
+                             dead_letter=None if c.options.dead_letter_channel is None
+                             else self.app.config.channel("outgoing", c.options.dead_letter_channel, known))
             for c in self._channels.values()
         ]
 
