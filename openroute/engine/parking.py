@@ -93,7 +93,11 @@ class Parking:
     # -- events -----------------------------------------------------------------------------------------------------
     def parked(self, system: str, retry_at: datetime | None) -> None:
         """A message of this node parked on ``system``, or failed on a call of it: look at the breaker at
-        ``retry_at``."""
+        ``retry_at``.
+
+        A park is a refusal: the breaker is not waiting for a trial released earlier (that one reached it and parked
+        again, or another message's trial holds the places), so the next look may release another."""
+        self._trial_released.pop(system, None)
         self._schedule(system, retry_at)
 
     def changed(self, system: str) -> None:
@@ -171,13 +175,15 @@ class Parking:
             return
         # the oldest waiting message: parked, or failed on the system (when every message failed before the breaker
         # opened, none parked: one of them makes the trial rather than its hour's retry)
+        # marked before the release: a breaker change heard while it runs (``changed``) must clear the mark, or the
+        # next look would wait TRIAL_PATIENCE for a trial that met a breaker opened again by another message's trial
+        self._trial_released[system] = now
         released = await self._release(system, now, 1, failed_before=now)
         if released:
-            self._trial_released[system] = now
             log.debug("breaker %s %s: one parked message released for a trial call", system, outlook.state.value)
             self._schedule(system, now + TRIAL_PATIENCE)
-        else:
-            self._trial_released.pop(system, None)
+        elif self._trial_released.get(system) == now:
+            del self._trial_released[system]
 
     async def _release(self, system: str, now: datetime, limit: int | None,
                        failed_before: datetime | None = None) -> int:

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 from openroute.persistence import MessageState, MessageStore
-from openroute.persistence.breaker import BreakerStore
+from openroute.persistence.breaker import BreakerOutlook, BreakerStore, Verdict
 
 from openroute import TechnicalError
+from openroute.clock import ManualClock
 from openroute.engine import Engine, EngineSettings
+from openroute.engine.parking import Parking
 from openroute.logs import TransitionLog
 from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, BreakerState, ExternalCalls, ExternalSystem
@@ -115,8 +117,9 @@ async def test_parked_messages_wait_for_the_breaker_and_are_released_when_it_clo
         await engine.stop()
     # a waiting message is not claimed to find out it must still wait: one run before its park and one after its
     # release; a real failure (a trial, or a call made before the breaker opened) adds its retry, which may park,
-    # and a message released for a trial whose place a due retry took parks again (at most once per open period)
-    periods = 4
+    # and a message released for a trial whose place a due retry took parks again (at most once per open period: the
+    # periods are counted, a slow machine has more of them before the remote comes back)
+    periods = sum(1 for r in caplog.records if r.getMessage().startswith("circuit breaker REMOTE OPEN"))
     total_runs = total_failures = 0
     for message_id, history in _moves(store, ids).items():
         runs = sum(1 for move in history if move[1] == "PROCESSING")
@@ -264,3 +267,98 @@ async def test_a_failure_while_the_breaker_is_closed_keeps_its_retry_time(store:
         assert row is not None and row.state is S.PARTLY_FAILED and row.failed_count == 1, "not retried early"
     finally:
         await engine.stop()
+
+
+class _Guard:
+    """A breaker whose outlook the test sets; no store behind it."""
+
+    def __init__(self, outlook: Any) -> None:
+        self.outlook_now = outlook
+
+    def watch(self, listener: Callable[[str], None]) -> None:
+        self.listener = listener
+
+    async def outlook(self, system: str) -> Any:
+        return self.outlook_now
+
+
+class _Parked:
+    """The store's parking as far as Parking uses it: counts the releases (each releases one message)."""
+
+    def __init__(self) -> None:
+        self.releases = 0
+
+    def release(self, system: str, now: Any, limit: int | None, failed_before: Any = None) -> int:
+        self.releases += 1
+        return 1
+
+
+async def test_a_breaker_reopened_while_a_trial_is_being_released_does_not_hold_the_next_trial_back() -> None:
+    """Another message's trial fails while this node releases a parked one for a trial: the breaker opens again, the
+    released message meets it and parks again. At the next open_until the node releases the next trial at once, not
+    after TRIAL_PATIENCE (the released trial never reached a trial place)."""
+    clock = ManualClock()
+    trial = BreakerOutlook("REMOTE", Verdict.TRIAL, BreakerState.OPEN, since=clock.now())
+    guard = _Guard(trial)
+    parked = _Parked()
+    releasing, go_on = asyncio.Event(), asyncio.Event()
+
+    async def run_db(work: Callable[[], Any]) -> Any:
+        releasing.set()
+        await go_on.wait()  # the release's transaction is in flight
+        return work()
+
+    store: Any = type("Store", (), {"parking": parked})()
+    parking = Parking(store, clock, guard, run_db, ready=lambda: None, signal=lambda: None)  # type: ignore[arg-type]
+    parking.start()
+    try:
+        parking.check_soon("REMOTE")
+        async with asyncio.timeout(5):
+            await releasing.wait()
+        # meanwhile another message's trial fails: the breaker opens again (this node's change)
+        reopened_until = clock.now() + OPEN_WAIT
+        guard.outlook_now = BreakerOutlook("REMOTE", Verdict.REFUSE, BreakerState.OPEN, since=clock.now(),
+                                           retry_at=reopened_until)
+        guard.listener("REMOTE")
+        go_on.set()
+        async with asyncio.timeout(5):
+            while parking.in_progress():
+                await asyncio.gather(*parking.in_progress())
+        assert parked.releases == 1
+        # the released message meets the open breaker and parks again; at open_until the next trial is released
+        parking.parked("REMOTE", reopened_until)
+        clock.advance(OPEN_WAIT)
+        guard.outlook_now = trial
+        async with asyncio.timeout(5):
+            while parked.releases < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        await parking.stop()
+
+
+async def test_a_trial_released_lately_holds_back_the_next_one_until_it_reaches_the_breaker() -> None:
+    """TRIAL_PATIENCE: while the released trial message has not reached the breaker (no change heard, no park), a
+    timer that finds the breaker still taking trials releases no second message."""
+    clock = ManualClock()
+    guard = _Guard(BreakerOutlook("REMOTE", Verdict.TRIAL, BreakerState.OPEN, since=clock.now()))
+    parked = _Parked()
+
+    async def run_db(work: Callable[[], Any]) -> Any:
+        return work()
+
+    store: Any = type("Store", (), {"parking": parked})()
+    parking = Parking(store, clock, guard, run_db, ready=lambda: None, signal=lambda: None)  # type: ignore[arg-type]
+    parking.start()
+    try:
+        for _ in range(3):
+            parking.check_soon("REMOTE")
+            async with asyncio.timeout(5):
+                while parking.in_progress():
+                    await asyncio.gather(*parking.in_progress())
+        assert parked.releases == 1, "one trial at a time"
+        parking.parked("REMOTE", clock.now())  # it met the breaker and parked again: the next look may release
+        async with asyncio.timeout(5):
+            while parked.releases < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        await parking.stop()
