@@ -279,19 +279,21 @@ def backlog_final(store: sa.Engine, closed_at: datetime) -> float:
 
 def funnel_turns(store: sa.Engine, closed_at: datetime) -> dict[str, Any]:
     """Where a funnel's drain after the close spends its time, per value: a run (PROCESSING -> final) and the turn
-    (one message final -> the next message of the value PROCESSING), p50 / p99 in ms."""
+    (one message final -> the next message of the value PROCESSING), p50 / p99 in ms; and the runs each node made."""
     with store.connect() as connection:
         rows = connection.execute(sa.text(
-            "SELECT m.funnel_value, t.message_id, t.to_state, t.at FROM message_transition t "
+            "SELECT m.funnel_value, t.message_id, t.to_state, t.at, t.node_id FROM message_transition t "
             "JOIN message m ON m.id = t.message_id WHERE t.at >= :closed AND m.funnel_value IS NOT NULL "
             "ORDER BY m.funnel_value, t.at, t.id"), {"closed": closed_at}).all()
     runs: list[float] = []
     turns: list[float] = []
     started: dict[int, datetime] = {}
     last_final: dict[str, datetime] = {}
+    per_node: dict[str, int] = {}
     for row in rows:
         if row.to_state == "PROCESSING":
             started[row.message_id] = row.at
+            per_node[row.node_id] = per_node.get(row.node_id, 0) + 1
             if row.funnel_value in last_final:
                 turns.append((row.at - last_final.pop(row.funnel_value)).total_seconds())
         elif row.to_state in ("OK", "FAILED", "SKIPPED", "CANCEL") and row.message_id in started:
@@ -300,7 +302,8 @@ def funnel_turns(store: sa.Engine, closed_at: datetime) -> dict[str, Any]:
     return {"after the close, per funnel value: run p50 / p99 (ms)":
             (round(percentile(runs, 0.5) * 1000, 1), round(percentile(runs, 0.99) * 1000, 1)),
             "after the close, per funnel value: turn p50 / p99 (ms)":
-            (round(percentile(turns, 0.5) * 1000, 1), round(percentile(turns, 0.99) * 1000, 1))}
+            (round(percentile(turns, 0.5) * 1000, 1), round(percentile(turns, 0.99) * 1000, 1)),
+            "after the close, runs per node": tuple(count for _node, count in sorted(per_node.items()))}
 
 
 def read_figures(store: sa.Engine, folder: Path, down: datetime, up: datetime, wall_start: datetime, started: float,

@@ -20,7 +20,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -83,6 +83,17 @@ class FunnelQueue:
             blocker = self.store.funnels.older_unfinished(message, connection)
         return blocker
 
+    def turns(self, heads: list[StoredMessage], now: datetime, connection: sa.Connection) -> dict[str, int | None]:
+        """:meth:`turn` for the oldest claimed message of several funnel values at once (one message per value): by
+        value, None when that message may run now, else the id of the message it waits behind."""
+        blockers = self.store.funnels.acquire_many(
+            [(cast(str, message.funnel_value), message.id) for message in heads], now, connection)
+        for message in heads:
+            value = cast(str, message.funnel_value)
+            if blockers[value] is None and self._ordered(message):
+                blockers[value] = self.store.funnels.older_unfinished(message, connection)
+        return blockers
+
     def _ordered(self, message: StoredMessage) -> bool:
         route = self._route(message)
         return route is not None and route.guaranteed_order
@@ -109,6 +120,33 @@ class FunnelQueue:
         if claimed is not None:
             self._handed[released.id] = claimed
         return claimed
+
+    def hand_off_many(self, released: list[StoredMessage], connection: sa.Connection) -> None:
+        """:meth:`hand_off` for the releases of one group commit, in a few statements for the group: the funnels
+        left free (read under their rows' locks, in value order), their queues' heads, one claim of the heads and
+        one statement that hands them the funnels. A head another writer changed meanwhile is tried again the
+        one-message way (:meth:`_hand_on`)."""
+        releasing: dict[str, StoredMessage] = {}
+        for message in released:
+            releasing.setdefault(message.funnel_value or "", message)
+        funnels = self.store.funnels
+        free = funnels.free_of(list(releasing), connection)
+        if not free:
+            return
+        now = self.clock.now()
+        heads = funnels.queue_heads(free, connection)
+        ready = [head for value, head in sorted(heads.items())
+                 if not (self._ordered(head) and funnels.older_unfinished(head, connection) is not None)]
+        won = {message.funnel_value: message for message in states.claim(self.store, ready, self.node_id, now,
+                                                                             connection)}
+        funnels.hand_to_many([(cast(str, value), message.id) for value, message in won.items()], now, connection)
+        for head in ready:
+            value = cast(str, head.funnel_value)
+            claimed = won.get(value)
+            if claimed is None:  # changed meanwhile (an operator's cancel, say): the next head, one at a time
+                claimed = self._hand_on(value, connection)
+            if claimed is not None:
+                self._handed[releasing[value].id] = claimed
 
     def _hand_on(self, funnel: str, connection: sa.Connection) -> StoredMessage | None:
         funnels = self.store.funnels

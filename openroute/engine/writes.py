@@ -69,24 +69,52 @@ class EngineWrites:
 
     def _take_turns(self, funnelled: list[StoredMessage], now: datetime,
                     connection: sa.Connection) -> dict[int, StoredMessage]:
-        """The funnel messages of a claim, in funnel order (two nodes' claims lock funnel rows in the same order), each
-        claimed right after its turn so that the next message of the same funnel sees it PROCESSING."""
-        taken: dict[int, StoredMessage] = {}
-        for message in sorted(funnelled, key=lambda m: (m.funnel_value or "", m.id)):
-            if message.id in taken:
-                continue
-            blocker = self.funnel.turn(message, now, connection)
+        """The funnel messages of a claim: the oldest claimed of each value takes its turn (all values at once,
+        :meth:`FunnelQueue.turns`, which locks the funnel rows in value order, as two nodes' claims must), the
+        winners are claimed together, and every other message goes to its funnel's queue behind the holder; a value
+        whose winner another writer changed first takes its turns one message at a time, as before the group."""
+        by_value: dict[str, list[StoredMessage]] = {}
+        for message in {m.id: m for m in sorted(funnelled, key=lambda m: (m.funnel_value or "", m.id))}.values():
+            by_value.setdefault(message.funnel_value or "", []).append(message)
+        blockers = self.funnel.turns([group[0] for group in by_value.values()], now, connection)
+        winners = [group[0] for value, group in by_value.items() if blockers[value] is None]
+        won = {m.id: m for m in states.claim(self.store, winners, self.node_id, now, connection)} if winners else {}
+        taken: dict[int, StoredMessage] = dict(won)
+        queued: list[states.TransitionRequest] = []
+        one_by_one: list[StoredMessage] = []
+        for value, group in by_value.items():
+            blocker = blockers[value]
             if blocker is None:
-                won = states.claim(self.store, [message], self.node_id, now, connection)
-                if won:
-                    taken[message.id] = won[0]
-                continue
-            decision = self.funnel.queued_behind(message, blocker)
-            waiting = states.transition_many(
-                self.store, [(message, decision.target, now, decision.changes)], connection, node_id=self.node_id)[0]
-            if isinstance(waiting, StoredMessage):
-                taken[message.id] = waiting
+                if group[0].id not in won:
+                    one_by_one.extend(group[1:])
+                    continue
+                blocker = group[0].id
+                group = group[1:]
+            for message in group:
+                decision = self.funnel.queued_behind(message, blocker)
+                queued.append((message, decision.target, now, decision.changes))
+        if queued:
+            for request, result in zip(queued, states.transition_many(self.store, queued, connection,
+                                                                      node_id=self.node_id), strict=True):
+                if isinstance(result, StoredMessage):
+                    taken[request[0].id] = result
+        for message in one_by_one:
+            turned = self._take_turn(message, now, connection)
+            if turned is not None:
+                taken[message.id] = turned
         return taken
+
+    def _take_turn(self, message: StoredMessage, now: datetime, connection: sa.Connection) -> StoredMessage | None:
+        """One funnel message's turn: claimed (PROCESSING) when it takes the funnel, else put in the funnel's queue
+        (POSTPONED); None when another writer changed it first."""
+        blocker = self.funnel.turn(message, now, connection)
+        if blocker is None:
+            claimed = states.claim(self.store, [message], self.node_id, now, connection)
+            return claimed[0] if claimed else None
+        decision = self.funnel.queued_behind(message, blocker)
+        waiting = states.transition_many(
+            self.store, [(message, decision.target, now, decision.changes)], connection, node_id=self.node_id)[0]
+        return waiting if isinstance(waiting, StoredMessage) else None
 
     def claim_ready(self, connection: sa.Connection, now: datetime, new_cutoff: datetime | None,
                     limit: int) -> list[tuple[MessageState, StoredMessage]]:
@@ -103,13 +131,14 @@ class EngineWrites:
     def finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
+        releases: list[StoredMessage] = []
         for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
                                    strict=True):
             if isinstance(result, Exception):
                 results.append(Failure(result))
                 continue
             if result.funnel_value is not None and FunnelQueue.releases(request[0].state, result):
-                self.funnel.hand_off(result, connection)
+                releases.append(result)
             if states.is_final(result.state):
                 self.run_tx_hooks(result, connection)
                 if result.parent_id is not None:
@@ -117,6 +146,8 @@ class EngineWrites:
                     if parent is not None:
                         self.completed_parents[result.id] = parent
             results.append(result)
+        if releases:
+            self.funnel.hand_off_many(releases, connection)
         return results
 
     def complete_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:

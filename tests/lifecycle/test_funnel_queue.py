@@ -13,7 +13,8 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from openroute.persistence import MessageState, MessageStore, message_table
+from openroute.persistence import MessageState, MessageStore, StoredMessage, message_table
+from openroute.persistence.models import funnel_lock_table
 
 from openroute import states
 from openroute.clock import ManualClock
@@ -234,6 +235,75 @@ def test_a_queue_behind_a_message_about_to_run_is_not_stalled(store: MessageStor
     # c-new stays NEW; d has nothing but its queue
     assert sorted(store.funnels.stalled(10, START)) == ["b", "d"]
     assert sorted(store.funnels.stalled(10, START + HOUR)) == ["d"], "b's message is due by then"
+
+
+def _holders(store: MessageStore) -> dict[str, int]:
+    with store.engine.connect() as connection:
+        return {row.funnel_value: row.message_id for row in connection.execute(sa.select(funnel_lock_table))}
+
+
+def test_a_group_of_turns_takes_free_and_stale_funnels_and_names_the_running_holders(store: MessageStore) -> None:
+    """``acquire_many``: a funnel with no row yet is taken, one whose holder left PROCESSING is taken over, one whose
+    holder runs is not (its holder is named), one the message holds already stays its own."""
+    ids = {name: store.insert_message(inbound(name, funnel_value=name[0]).to_new_message(START)).message.id
+           for name in ("a-new", "b-holder", "b-new", "c-holder", "c-new", "d-own")}
+    running = states.claim(store, [store.get(ids["b-holder"])], "n1", START)  # type: ignore[list-item]
+    assert running
+    for value, holder in (("b", "b-holder"), ("c", "c-holder"), ("d", "d-own")):
+        assert store.funnels.acquire(value, ids[holder], START) is None
+    _set(store, ids["c-holder"], state=S.OK)  # c's holder ended without handing on (a repair, say)
+    taken = store.funnels.acquire_many([("d", ids["d-own"]), ("c", ids["c-new"]), ("b", ids["b-new"]),
+                                        ("a", ids["a-new"])], START)
+    assert taken == {"a": None, "b": ids["b-holder"], "c": None, "d": None}
+    assert _holders(store) == {"a": ids["a-new"], "b": ids["b-holder"], "c": ids["c-new"], "d": ids["d-own"]}
+    assert store.funnels.acquire_many([], START) == {}
+
+
+def test_a_group_of_releases_finds_the_free_funnels_their_queue_heads_and_hands_them_on(store: MessageStore) -> None:
+    """``free_of``, ``queue_heads`` and ``hand_to_many``: the funnels no PROCESSING message holds (a value with no row
+    is free), the oldest waiting message of each queue in receive order (ties by id), and the hand-off of each to
+    its head in one statement (creating the row of a queue its holder never took)."""
+    later = START + timedelta(seconds=1)
+    ids = {}
+    for name, received in (("a-holder", START), ("a-second", later), ("a-first", START), ("b-holder", START),
+                           ("b-queued", START), ("c-queued", START), ("e-done", START)):
+        ids[name] = store.insert_message(inbound(name, funnel_value=name[0]).to_new_message(received)).message.id
+    queued = {"state": S.POSTPONED, "last_error_code": "FUNNEL", "next_attempt_at": None}
+    for name in ("a-second", "a-first", "b-queued", "c-queued"):
+        _set(store, ids[name], **queued)
+    _set(store, ids["a-holder"], state=S.OK)
+    states.claim(store, [store.get(ids["b-holder"])], "n1", START)  # type: ignore[list-item]
+    store.funnels.acquire("a", ids["a-holder"], START)
+    store.funnels.acquire("b", ids["b-holder"], START)
+    assert store.funnels.free_of(["c", "b", "a", "a", "e"]) == ["a", "c", "e"]
+    heads = store.funnels.queue_heads(["a", "c", "e"])
+    assert {value: head.correlation_id for value, head in heads.items()} == {"a": "a-first", "c": "c-queued"}
+    store.funnels.hand_to_many([(value, head.id) for value, head in heads.items()], later)
+    assert _holders(store) == {"a": ids["a-first"], "b": ids["b-holder"], "c": ids["c-queued"]}
+    assert store.funnels.free_of([]) == [] and store.funnels.queue_heads([]) == {}
+
+
+def test_a_claim_group_runs_the_oldest_of_each_value_and_queues_the_rest_behind_it(store: MessageStore) -> None:
+    """One group commit's claim of several messages of the same funnel values: the oldest of each value runs, the
+    others of that value wait in its queue behind it, and a value whose oldest another writer changed first takes
+    its turns one message at a time (the next one runs rather than waiting behind a message that does not)."""
+    gate = Gate()
+    engine = Engine(store, RouteRegistry([gate.route()]), _settings("n1"))
+    batch = [store.insert_message(inbound(name, funnel_value=name[0]).to_new_message(START)).message
+             for name in ("x-1", "x-2", "x-3", "y-1", "y-2", "z-1")]
+    stale = batch[3]
+    _set(store, stale.id, state=S.POSTPONED, next_attempt_at=START + HOUR,  # changed by another writer
+         version=message_table.c.version + 1)
+    with store.engine.begin() as connection:
+        results = engine._writes.claim_many(connection, batch)
+    got = {message.correlation_id: result.state if isinstance(result, StoredMessage) else result
+           for message, result in zip(batch, results, strict=True)}
+    assert got == {"x-1": S.PROCESSING, "x-2": S.POSTPONED, "x-3": S.POSTPONED, "y-1": None, "y-2": S.PROCESSING,
+                   "z-1": S.PROCESSING}
+    waiting = store.get(batch[1].id)
+    assert waiting is not None and waiting.last_error_code == "FUNNEL" and waiting.next_attempt_at is None
+    assert f"held by message {batch[0].id}" in (waiting.last_error_text or "")
+    assert _holders(store) == {"x": batch[0].id, "y": batch[4].id, "z": batch[5].id}
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)

@@ -180,15 +180,17 @@ def test_on_sqlite_every_hot_path_update_searches_the_primary_key(aged_sqlite: M
 @pytest.mark.postgres
 def test_the_feed_the_release_and_the_funnel_queue_read_their_partial_indexes(aged_store: MessageStore) -> None:
     """Waiting on events reads only what waits: the feeder's due messages from ``ix_message_due`` (in due order, no
-    sort over the backlog), a release from ``ix_message_parked``, a funnel's next message and the repoll's stalled
-    queues from ``ix_message_funnel_queue``; never a scan of the table, under custom and generic plans. A parked
-    backlog of 5,000, 2,000 due and a funnel queue are made in a transaction (analyzed there) and rolled back."""
+    sort over the backlog), a release from ``ix_message_parked``, a funnel's next message (one funnel's, or a group
+    commit's funnels' at once) and the repoll's stalled queues from ``ix_message_funnel_queue``; never a scan of the
+    table, under custom and generic plans. A parked backlog of 5,000, 2,000 due and a funnel queue are made in a
+    transaction (analyzed there) and rolled back."""
     c = message_table.c
     first = FINAL_ROWS + 1
     captured: list[tuple[str, Any]] = []
 
     def listener(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool) -> None:
-        if statement.lstrip().upper().startswith(("SELECT MESSAGE", "UPDATE MESSAGE", "SELECT DISTINCT")):
+        read = ("SELECT MESSAGE", "UPDATE MESSAGE", "SELECT DISTINCT", "SELECT HEAD")
+        if statement.lstrip().upper().startswith(read):
             captured.append((statement, parameters))
 
     with aged_store.engine.connect() as connection:
@@ -204,6 +206,7 @@ def test_the_feed_the_release_and_the_funnel_queue_read_their_partial_indexes(ag
         try:
             assert len(aged_store.ready(NOW, None, 64, connection)) == 64
             assert aged_store.funnels.queue_head("f-1", connection) is not None
+            assert list(aged_store.funnels.queue_heads(["f-1", "f-2"], connection)) == ["f-1"]
             assert aged_store.funnels.stalled(100, NOW, connection) == ["f-1"]
             assert aged_store.parking.release("REMOTE", NOW, 1, failed_before=NOW, connection=connection) == 1
             assert aged_store.parking.release("REMOTE", NOW, connection=connection) == 4999
