@@ -306,6 +306,41 @@ def test_a_claim_group_runs_the_oldest_of_each_value_and_queues_the_rest_behind_
     assert _holders(store) == {"x": batch[0].id, "y": batch[4].id, "z": batch[5].id}
 
 
+def test_the_releases_of_one_group_commit_hand_each_freed_funnel_to_its_queue_head(store: MessageStore) -> None:
+    """``hand_off_many``: three holders end in one group commit (two of them of the same value, as an operator's
+    cancel and the holder's end can be); each funnel no PROCESSING message holds goes to the oldest of its queue,
+    claimed for this node in that transaction and run once the commit is known; a funnel still held is left alone."""
+    from openroute.engine.funnel import FunnelQueue
+
+    ran: list[str] = []
+    funnel = FunnelQueue(store, RouteRegistry([Gate().route()]), ManualClock(START), "n1",
+                         lambda _previous, message: ran.append(message.correlation_id) is None, _never_given_back)
+    names = ("a-holder", "a-cancelled", "a-next", "b-holder", "b-next", "b-later", "c-holder", "c-next")
+    ids = {name: store.insert_message(inbound(name, funnel_value=name[0]).to_new_message(START)).message.id
+           for name in names}
+    for name in ("a-next", "b-next", "b-later", "c-next"):
+        _set(store, ids[name], state=S.POSTPONED, last_error_code="FUNNEL", next_attempt_at=None)
+    holders = {value: states.claim(store, [store.get(ids[f"{value}-holder"])], "n1", START)[0]  # type: ignore[list-item]
+               for value in "abc"}
+    for value, holder in holders.items():
+        assert store.funnels.acquire(value, holder.id, START) is None
+    ended = [states.transition(store, holders["a"], S.OK, START),
+             states.transition(store, store.get(ids["a-cancelled"]), S.CANCEL, START),  # type: ignore[arg-type]
+             states.transition(store, holders["b"], S.OK, START)]
+    with store.engine.begin() as connection:  # c's holder still runs
+        funnel.hand_off_many(ended, connection)
+    for message in ended:
+        funnel.committed(message)
+    assert sorted(ran) == ["a-next", "b-next"] and funnel.handed == 2
+    assert {n: store.get(ids[n]).state for n in ("a-next", "b-next", "b-later", "c-next")} == {  # type: ignore[union-attr]
+        "a-next": S.PROCESSING, "b-next": S.PROCESSING, "b-later": S.POSTPONED, "c-next": S.POSTPONED}
+    assert _holders(store) == {"a": ids["a-next"], "b": ids["b-next"], "c": ids["c-holder"]}
+
+
+async def _never_given_back(message: StoredMessage) -> None:
+    raise AssertionError(f"message {message.id} given back")
+
+
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 async def test_funnel_drain_rate_behind_a_slow_remote(store: MessageStore) -> None:
     """Prints the drain rate of 20 messages of one funnel value behind a 50 ms remote (benchmarks/funnel_bench.py
