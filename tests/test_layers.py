@@ -25,6 +25,16 @@ def test_the_tree_keeps_every_layer_contract() -> None:
     assert "0 broken" in done.stdout
 
 
+def test_a_relative_python_is_found_after_the_check_leaves_for_its_temporary_tree() -> None:
+    """``PYTHON=.venv/bin/python .ci/layers`` (or ``.ci/typecheck``), run from the project: the scripts work in a
+    temporary tree of symlinks, where a relative interpreter path would name nothing."""
+    relative = Path(sys.executable).absolute()
+    relative_text = str(relative.relative_to(ROOT)) if relative.is_relative_to(ROOT) else str(relative)
+    done = subprocess.run(["bash", ".ci/layers"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+                          env={"PYTHON": relative_text, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and "0 broken" in done.stdout, done.stdout + done.stderr
+
+
 PLANTS = [
     # (file, line added, the contract that breaks)
     ("persistence/store.py", "import openroute.confirmation\n", "Layers"),
