@@ -8,9 +8,10 @@ funnel reads :meth:`FunnelStore.holder` (under the funnel row's lock, like :meth
 concurrent wait, so no waiting message is missed and none is woken twice.
 
 The ``_many`` forms do the same for a group commit's messages in a few statements whatever the group's size (a
-drain's writer spent two thirds of its time in one-message funnel statements); they lock the funnel rows in
-``funnel_value`` order, as the one-message forms are called in, so two nodes' transactions never wait for each
-other in a circle.
+drain's writer spent two thirds of its time in one-message funnel statements). Each locks its funnel rows in
+``funnel_value`` order, as the one-message forms are called in; a transaction that holds both a claim group and a
+finish group can still meet another node's in a circle, which PostgreSQL breaks by aborting one (the writer then
+runs its operations one at a time).
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class FunnelStore(StorePart):
         """:meth:`acquire` for several funnels at once, each (``funnel_value``, ``message_id``) with its own value: by
         value, None when the message holds the funnel now, else the id of the PROCESSING message that holds it.
 
-        Three statements for any number: the rows of new funnels inserted, the others' rows read under their locks
+        Four statements for any number: the rows of new funnels inserted, the others' rows read under their locks
         (in value order), the holders' states read after the locks are granted (a fresh statement, so a holder
-        whose release committed meanwhile is seen as it is now), then one statement takes over the funnels whose
-        holder left PROCESSING."""
+        whose release committed meanwhile is seen as it is now), and one that takes over the funnels whose holder
+        left PROCESSING."""
         if not claims:
             return {}
         f, m = funnel_lock_table.c, message_table.c

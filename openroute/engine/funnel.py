@@ -135,7 +135,7 @@ class FunnelQueue:
             return
         now = self.clock.now()
         heads = funnels.queue_heads(free, connection)
-        ready = [head for value, head in sorted(heads.items())
+        ready = [head for _value, head in sorted(heads.items())
                  if not (self._ordered(head) and funnels.older_unfinished(head, connection) is not None)]
         won = {message.funnel_value: message for message in states.claim(self.store, ready, self.node_id, now,
                                                                              connection)}
