@@ -174,6 +174,29 @@ async def test_soap_faults_failures_and_operations_without_an_answer(route_test_
     assert [r.idempotency_key is not None for r in fake.requests] == [True] * 4
 
 
+async def test_a_slow_soap_fake_meets_the_call_timeout_or_the_services_own_timeout(route_test_kit: Any) -> None:
+    slow = FakeSoapService(WSDL, latency=30).answer("charge", {"invoiceId": "INV-1"})
+    kit = await route_test_kit(CHARGE, external_systems={"BILLING": slow},
+                               config='[external_systems.BILLING]\ncall_timeout = "50ms"\n')
+    sent = await kit.send("shop", "charge", {"id": "C-1"})
+    await kit.settle()
+    assert kit.assert_state(sent.message_id, S.PARTLY_FAILED).last_error_code == "TIMEOUT"
+    # the SoapService's own read timeout reaches the fake, as it would reach the network
+    impatient = SoapService(WSDL, address="http://billing.example/ws", timeout=0.05)
+
+    async def charge_quickly(exchange: Exchange) -> Any:
+        return await impatient.call("charge", customerId=json.loads(exchange.payload)["id"], amount="10.00")
+
+    app = Application(route("shop", "charge").json().ext_call("charge", charge_quickly, system="BILLING"))
+    reading = FakeSoapService(WSDL, latency=3).answer("charge", {"invoiceId": "INV-2"})  # within httpx's default 5 s
+    kit = await route_test_kit(app, external_systems={"BILLING": reading})
+    sent = await kit.send("shop", "charge", {"id": "C-2"})
+    await kit.settle()
+    failed = kit.assert_state(sent.message_id, S.PARTLY_FAILED)
+    assert failed.last_error_code == "TIMEOUT" and "ReadTimeout" in (failed.last_error_text or "")
+    assert reading.calls == 1 and reading.requests[0].operation == "charge"
+
+
 # -- bad input ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("options", "reason"), [
     ({"config": "[external_systems.X"}, "config is not valid TOML"),
