@@ -23,9 +23,10 @@ What is masked:
 
 The secret names are :data:`SECRET_NAMES`, those added for the process by :func:`add_secret_names` (the
 configuration's ``secret_names``, every external system's ``records.secret_fields``) and those given to a call.
-A name matches in any case, with ``-`` and ``_`` alike, and also as the last part of a longer name after ``-``,
-``_`` or ``.`` (``password`` masks ``db_password``, ``api_key`` masks ``X-Api-Key``, ``token`` masks
-``refresh_token``).
+A name matches in any case, with ``-`` and ``_`` alike or left out (``api_key`` masks ``apiKey``), and also as the
+last part of a longer name after ``-``, ``_``, ``.`` or a camelCase capital (``password`` masks ``db_password``,
+``api_key`` masks ``X-Api-Key``, ``token`` masks ``refresh_token`` and ``accessToken``, ``secret`` masks
+``clientSecret``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ _names: frozenset[str] = frozenset(SECRET_NAMES)
 _URL_PASSWORD = re.compile(
     r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#\s'\"<>]*):(?P<secret>[^/?#\s'\"<>]*)@")
 _BARE_PASSWORD = re.compile(r":[^:@/\s]+@")
+# what may come before a secret name in a longer one: anything ending in "-", "_", "." or before a camelCase capital
+# (accessToken; the case checked even in an IGNORECASE pattern)
+_NAME_PREFIX = r"(?:[\w.-]*(?:[_.-]|(?-i:(?<=[a-z0-9])(?=[A-Z]))))?"
 # an Authorization header's scheme, kept before the masked credentials
 _AUTH_SCHEME = r"(?:(?:Basic|Bearer|Digest|Negotiate|NTLM|Token|HOBA|Mutual|AWS4-HMAC-SHA256)\s+)?"
 
@@ -94,8 +98,8 @@ def mask_secrets(text: str, names: Iterable[str] = ()) -> str:
         text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:{MASK}@", text)
     extra = frozenset(name.lower() for name in names if isinstance(name, str) and name)
     wanted = _names | extra if extra else _names
-    lowered = text.lower().replace("-", "_")
-    present = frozenset(name for name in wanted if name.replace("-", "_") in lowered)
+    compact = _compact(text)
+    present = frozenset(name for name, spelled in _compacted(wanted) if spelled in compact)
     if not present:
         return text
     patterns = _patterns(present)
@@ -126,7 +130,7 @@ class _Patterns:
     def __init__(self, names: frozenset[str]) -> None:
         alternatives = "|".join(sorted((_spelled(name) for name in names), key=len, reverse=True))
         # the name alone or as the last part of a longer one; never inside a word
-        name = rf"(?<![\w.-])(?:[\w.-]*[_.-])?(?:{alternatives})(?![\w-])"
+        name = rf"(?<![\w.-]){_NAME_PREFIX}(?:{alternatives})(?![\w-])"
         self.pair = re.compile(
             rf"(?P<key>(?P<kq>\\*[\"']?){name}(?P=kq))(?P<sep>[ \t]*[:=][ \t]*)(?P<value>"
             r"(?P<dq>\"(?:[^\"\\\n]|\\.)*\")"          # "value" (JSON, XML attribute, quoted)
@@ -144,8 +148,18 @@ class _Patterns:
 
 
 def _spelled(name: str) -> str:
-    """A regular expression of ``name`` where ``-`` and ``_`` stand for each other."""
-    return "[_-]".join(re.escape(part) for part in re.split(r"[_-]", name))
+    """A regular expression of ``name`` where ``-`` and ``_`` stand for each other or are left out."""
+    return "[_-]?".join(re.escape(part) for part in re.split(r"[_-]", name))
+
+
+def _compact(text: str) -> str:
+    """``text`` in lower case without ``-`` and ``_``: a name is present only if its compact form is in it."""
+    return text.lower().replace("-", "").replace("_", "")
+
+
+@functools.lru_cache(maxsize=64)
+def _compacted(names: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, _compact(name)) for name in names)
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,7 +170,7 @@ def _patterns(names: frozenset[str]) -> _Patterns:
 @functools.lru_cache(maxsize=64)
 def _name_matcher_of(names: frozenset[str]) -> re.Pattern[str]:
     alternatives = "|".join(_spelled(name) for name in names)
-    return re.compile(rf"(?:[\w.-]*[_.-])?(?:{alternatives})", re.IGNORECASE)
+    return re.compile(rf"{_NAME_PREFIX}(?:{alternatives})", re.IGNORECASE)
 
 
 def _name_matcher(names: Iterable[str]) -> Any:

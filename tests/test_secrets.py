@@ -177,6 +177,9 @@ async def test_error_texts_shown_to_operators_mask_credentials(sqlite_url: str, 
     ("<s:Body><h:password><![CDATA[A12]]></h:password><next>1</next></s:Body>",
      "<s:Body><h:password>***</h:password><next>1</next></s:Body>"),
     ('<login user="a" password="A13"/><next>ok</next>', '<login user="a" password="***"/><next>ok</next>'),
+    # camelCase: a name after a capital, or written without its separator; a name inside a word is none
+    ('{"accessToken": "A16", "clientSecret": "A17"} ?refreshToken=A18&apiKey=A19&tokenType=bearer&design=1',
+     '{"accessToken": "***", "clientSecret": "***"} ?refreshToken=***&apiKey=***&tokenType=bearer&design=1'),
 ])
 def test_mask_secrets_masks_every_form_of_a_secret(text: str, shown: str) -> None:
     assert mask_secrets(text) == shown
@@ -194,6 +197,8 @@ def test_names_given_or_added_are_masked_and_json_values_are_masked_member_by_me
     assert masked_value(value, ["pin"]) == {"a": {"Password": "***", "urls": ["http://u:***@h/"],
                                                   "note": "apikey=***"}, "pin": "***", "n": [1]}
     assert masked_url(f"postgresql://ops:{PLANTED}@x@db/openroute") == "postgresql://ops:***@db/openroute"
+    assert masked_value({"accessToken": "A20", "Sigma": 1}) == {"accessToken": "***", "Sigma": 1}
+    assert mask_secrets("cardNumber=A21 card-number: A22", ["card_number"]) == "cardNumber=*** card-number: ***"
 
 
 #: the secrets a remote system, a configuration and a route plant, each once, each a distinct word
