@@ -97,7 +97,15 @@ class ExternalCallStore(StorePart):
         c = external_call_table.c
         where = sa.and_(c.message_id == message_id, c.call_key == call_key)
 
+        first = self.database.upsert(external_call_table).values(
+            message_id=message_id, call_key=call_key, status=ExternalCallStatus.STARTED, attempts=1,
+            idempotency_key=idempotency_key, node_id=node_id, started_at=now, created_at=now, updated_at=now,
+        ).on_conflict_do_nothing(index_elements=[c.message_id, c.call_key]).returning(c.id)
+
         def work(conn: sa.Connection) -> tuple[ExternalCall | None, bool]:
+            # the first attempt's call (the common case) in one statement; a row already there is read and decided on
+            if conn.execute(first).first() is not None:
+                return None, True
             row = conn.execute(sa.select(*_CALL_COLUMNS).where(where)).first()
             previous = None if row is None else ExternalCall(**row._mapping)
             if previous is not None and (
@@ -105,7 +113,7 @@ class ExternalCallStore(StorePart):
                 or (hold_in_doubt and previous.status is ExternalCallStatus.STARTED)
             ):
                 return previous, False
-            if previous is None:
+            if previous is None:  # deleted since the insert met it (retention): the call starts afresh
                 conn.execute(sa.insert(external_call_table).values(
                     message_id=message_id, call_key=call_key, status=ExternalCallStatus.STARTED, attempts=1,
                     idempotency_key=idempotency_key, node_id=node_id, started_at=now, created_at=now, updated_at=now,

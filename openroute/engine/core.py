@@ -115,7 +115,8 @@ class Engine:
         self.external_calls = external_calls
         # what every exchange may ask of this engine: the same for all of them, so built once
         self._runtime = AttemptRuntime(
-            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self.node_id, external_calls
+            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self._writer.submit,
+            self.node_id, external_calls,
         )
         # the processing queue and its feeder; how messages wait: funnel queues, parking on open breakers
         self._queue = ProcessingQueue(settings.concurrency, settings.queue_size,

@@ -71,7 +71,9 @@ class CallGuard(Protocol):
 class AttemptRuntime:
     """What an exchange needs from the engine that runs it, and nothing more.
 
-    ``run_db(work)`` runs blocking store work off the event loop and returns its result.
+    ``run_db(work)`` runs blocking store work off the event loop and returns its result; ``write(operation)`` runs a
+    short ``operation(connection)`` in the node's group commit (a transaction shared with other messages' writes)
+    and returns its result after the commit: the record of a call's start and outcome costs no commit of its own.
     """
 
     store: MessageStore
@@ -80,6 +82,7 @@ class AttemptRuntime:
     #: a claim older than this is considered abandoned (entity calls in progress are taken over after it)
     processing_lease: timedelta
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
+    write: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]]
     #: the node the exchange runs on (recorded with the transition rows of the messages it stores)
     node_id: str
     #: breaker and records of calls to declared external systems (None: such calls are made unguarded)
@@ -220,8 +223,9 @@ class Exchange:
         message_id = self.message.id
         idempotency_key = message_idempotency_key(message_id, self.message.source_system,
                                                   self.message.correlation_id, key)
-        previous, started = await runtime.run_db(lambda: store.calls.begin(
-            message_id, key, idempotency_key, runtime.node_id, runtime.clock.now(), hold_in_doubt=hold))
+        now = runtime.clock.now()
+        previous, started = await runtime.write(lambda connection: store.calls.begin(
+            message_id, key, idempotency_key, runtime.node_id, now, hold_in_doubt=hold, connection=connection))
         if not started:
             assert previous is not None  # noqa: S101  narrows an Optional for mypy: checked above
             if previous.status is ExternalCallStatus.OK:
@@ -237,16 +241,19 @@ class Exchange:
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):  # cancelled: the STARTED record stays (in doubt)
                 text = mask_secrets(f"{type(error).__name__}: {error}")  # shown to operators
+                ended = runtime.clock.now()
                 if isinstance(error, CircuitOpenError):  # refused by the breaker: not made, not an attempt
-                    await asyncio.shield(runtime.run_db(
-                        lambda: store.calls.refused(message_id, key, runtime.clock.now(), text)))
+                    await asyncio.shield(runtime.write(
+                        lambda connection: store.calls.refused(message_id, key, ended, text, connection)))
                 else:
-                    await asyncio.shield(runtime.run_db(
-                        lambda: store.calls.finish(message_id, key, False, runtime.clock.now(), error=text)))
+                    await asyncio.shield(runtime.write(
+                        lambda connection: store.calls.finish(message_id, key, False, ended, error=text,
+                                                              connection=connection)))
             raise
         stored = _json_or_none(result)
-        await runtime.run_db(
-            lambda: store.calls.finish(message_id, key, True, runtime.clock.now(), result=stored)
+        ended = runtime.clock.now()
+        await runtime.write(
+            lambda connection: store.calls.finish(message_id, key, True, ended, result=stored, connection=connection)
         )
         return result
 
