@@ -4,14 +4,15 @@ messages are not told yet (held for an operator)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.confirmation.model import BusinessErrorInfo, ConfirmationRequest
+from openroute.confirmation.model import BusinessErrorInfo, ConfirmationRequest, InvalidConfirmationError
 from openroute.persistence.models import MessageState
 from openroute.persistence.secrets import mask_secrets
 
-__all__ = ["HELD_ERROR_CODE", "confirmation_id_of", "is_held", "request_from_message"]
+__all__ = ["HELD_ERROR_CODE", "confirmation_id_of", "is_held", "request_from_message", "requests_for"]
 
 #: the error code of a message held for an operator (openroute.engine.idempotency.CALL_IN_DOUBT): not confirmed yet
 HELD_ERROR_CODE = "CALL_IN_DOUBT"
@@ -61,3 +62,20 @@ def request_from_message(
         finished_at=row.last_update_ts,
         traceparent=getattr(row, "traceparent", None),
     )
+
+
+def requests_for(rows: Iterable[Any], messages: Mapping[int, Any]) -> dict[int, ConfirmationRequest | str]:
+    """What to send for each claimed ``confirmation`` row, by message id: the request built from its message row in
+    ``messages``, or why there is none (a text: the attempt fails with it)."""
+    result: dict[int, ConfirmationRequest | str] = {}
+    for row in rows:
+        message = messages.get(row.message_id)
+        if message is None:
+            result[row.message_id] = f"message {row.message_id} is no longer in the store"
+            continue
+        try:
+            result[row.message_id] = request_from_message(message, MessageState(row.outcome_state).value,
+                                                          confirmation_id_of(row))
+        except InvalidConfirmationError as error:
+            result[row.message_id] = f"message {row.message_id} cannot be confirmed: {error}"
+    return result

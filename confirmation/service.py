@@ -34,6 +34,7 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
+from openroute.confirmation.immediate import ImmediateSends
 from openroute.confirmation.model import (
     CONFIRMED_STATES,
     ConfirmationInfo,
@@ -43,7 +44,7 @@ from openroute.confirmation.model import (
     ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
-from openroute.confirmation.requests import HELD_ERROR_CODE, confirmation_id_of, is_held, request_from_message
+from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
@@ -140,13 +141,15 @@ class ConfirmationService:
         self.callback = callback
         self.policy = policy or ConfirmationPolicy()
         self._now = _now_function(clock)
-        self._batch_size = batch_size
+        #: confirmations claimed per query (:meth:`process_due`), and per group of immediate sends
+        self.batch_size = batch_size
         self._concurrency = concurrency
         self._created_at = self.now()
         #: the ``updated_since`` of the next :meth:`sweep_recent` (None: every final message)
         self._sweep_from: datetime | None = None
         #: whether the confirmation loop finds the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("confirmation loop")
+        self._immediate = ImmediateSends(self)
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -199,14 +202,19 @@ class ConfirmationService:
         state = MessageState(message.state).value
         if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
             return
-        request = request_from_message(message, state)
-        if not self.enqueue_in(request, connection) and self.callback.confirms(request.source_system):
+        if not self.callback.confirms(message.source_system):
+            return
+        # no savepoint (two round trips in the engine's group commit): the message row is in this transaction, so
+        # the insert cannot fail on its foreign key, and a row already there is no error
+        if not table.add_pending(connection, [table.pending_row(message.id, message.source_system, state, self.now())]):
             # a row made before this transaction belongs to an earlier final state: the message was restarted
             # since, and the source system is told the new outcome (the row starts over, PENDING)
             table.reset_pending(connection, message.id, state, self.now())
 
     async def on_final_state(self, message: Any) -> None:
-        """Engine hook awaited after the final commit: makes sure the row exists (idempotent) and sends it at once.
+        """Engine hook awaited after the final commit: sends the confirmation at once, with those of the other
+        messages made final meanwhile (:class:`~openroute.confirmation.immediate.ImmediateSends`: one transaction
+        claims the group's rows); a message without a row gets one first (idempotent).
 
         Never raises: a failure here leaves a PENDING row (or a final message the sweep finds) that
         :meth:`process_due` / :meth:`run` picks up.
@@ -214,9 +222,10 @@ class ConfirmationService:
         state = MessageState(message.state).value
         if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
             return
+        if not self.callback.confirms(message.source_system):
+            return
         try:
-            await self.enqueue(request_from_message(message, state))
-            await self.send_now(message.id)
+            await self._immediate.send(message)
         except Exception as error:
             if not self.outage.failed(error, f"confirming message {message.id}"):  # the loop sends it once it is back
                 repeated_errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
@@ -283,7 +292,7 @@ class ConfirmationService:
         # read first, then claim in a write-only transaction: on SQLite a read transaction upgraded to a write
         # deadlocks with a concurrent claimer instead of waiting for it
         with self.engine.connect() as connection:
-            rows = table.due(connection, now, after_id, self._batch_size, message_id)
+            rows = table.due(connection, now, after_id, self.batch_size, message_id)
         with self.engine.begin() as connection:
             for row in rows:
                 last_id = row.id
@@ -294,21 +303,9 @@ class ConfirmationService:
         return claimed, last_id, lost
 
     def _load_requests(self, claimed: list[tuple[sa.Row[Any], int]]) -> dict[int, ConfirmationRequest | str]:
-        ids = [row.message_id for row, _ in claimed]
         with self.engine.connect() as connection:
-            messages = table.messages(connection, ids)
-        result: dict[int, ConfirmationRequest | str] = {}
-        for row, _ in claimed:
-            message = messages.get(row.message_id)
-            if message is None:
-                result[row.message_id] = f"message {row.message_id} is no longer in the store"
-                continue
-            try:
-                result[row.message_id] = request_from_message(message, MessageState(row.outcome_state).value,
-                                                              confirmation_id_of(row))
-            except InvalidConfirmationError as error:
-                result[row.message_id] = f"message {row.message_id} cannot be confirmed: {error}"
-        return result
+            messages = table.messages(connection, [row.message_id for row, _ in claimed])
+        return requests_for((row for row, _ in claimed), messages)
 
     def _record(self, row_id: int, attempt: int, error: str | None) -> AttemptOutcome:
         """Write the outcome of a claimed attempt and return it."""
@@ -347,7 +344,9 @@ class ConfirmationService:
                 log.warning("confirmation of message %s: claim not renewed: %s", message_id,
                             str(error).splitlines()[0][:200])
 
-    async def _send(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> AttemptOutcome:
+    async def send_claimed(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> AttemptOutcome:
+        """Send the confirmation of ``row``, claimed by this node for ``attempt``, and record the outcome (a text
+        ``request``: why there is nothing to send, a failed attempt)."""
         error: str | None
         if isinstance(request, str):
             error = request
@@ -397,7 +396,7 @@ class ConfirmationService:
 
         async def one(row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> None:
             async with limiter:
-                counts[await self._send(row, attempt, request)] += 1
+                counts[await self.send_claimed(row, attempt, request)] += 1
 
         while True:
             claimed, after_id, lost = await asyncio.to_thread(self._claim_batch, now, after_id, message_id)
@@ -416,7 +415,7 @@ class ConfirmationService:
                         errors += 1
                         log.error("recording a confirmation attempt failed: %s", describe_error(result),
                                   exc_info=None if is_store_unreachable(result) else result)
-            if len(claimed) + lost < self._batch_size:
+            if len(claimed) + lost < self.batch_size:
                 break
         return ProcessReport(
             sent=counts[AttemptOutcome.SENT],

@@ -151,7 +151,7 @@ def test_the_confirmation_settings_come_from_the_configuration(store: MessageSto
                                                  "concurrency": 3})
     service = config.service(store, node_id="n-1")
     assert service.policy.claim_timeout == timedelta(seconds=20)
-    assert (service._batch_size, service._concurrency, service._send_timeout, service.node_id) == (7, 3, 60.0, "n-1")
+    assert (service.batch_size, service._concurrency, service._send_timeout, service.node_id) == (7, 3, 60.0, "n-1")
     with pytest.raises(ValueError, match="batch_size"):
         ConfirmationsConfig.model_validate({"batch_size": 0})
     with pytest.raises(ValueError, match="claim_timeout must be positive"):
