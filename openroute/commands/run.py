@@ -198,6 +198,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     from openroute.header_limits import limit_headers
     from openroute.logs import AttemptFailureLog, log_transition
     from openroute.outbound import ExternalCalls
+    from openroute.proxy_headers import ProxyHeaders
     from openroute.request_deadline import request_deadline_protocol
     from openroute.server import channel_inbound, create_app, inbound_throttling
 
@@ -251,13 +252,15 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     # access_log off: uvicorn then does not even build the line (a quarter of a /health request's CPU)
     # and a limit on the headers of each request (431 before the app sees it);
     # proxy headers: the client's address is the socket's unless [server] forwarded_allow_ips names the proxy
+    # (ours read Forwarded as well as X-Forwarded-For; uvicorn's are off)
     http = limit_headers(request_deadline_protocol(config.inbound.request_deadline.total_seconds()),
                          config.inbound.header_limits())
     access_log = config.log.access or config.log.level == "DEBUG"
     proxies = list(config.server.forwarded_allow_ips)
-    return uvicorn.Server(uvicorn.Config(StartFailureInOneLine(app), log_config=None,
+    served: Any = ProxyHeaders(app, proxies) if proxies else app
+    return uvicorn.Server(uvicorn.Config(StartFailureInOneLine(served), log_config=None,
                                          log_level=config.log.level.lower(), http=http, access_log=access_log,
-                                         proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None))
+                                         proxy_headers=False))
 
 
 class StartFailureInOneLine:

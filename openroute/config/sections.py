@@ -119,9 +119,9 @@ class InboundConfig(Section):
 class ServerHttpConfig(Section):
     """How the node's HTTP server learns a client's address (``[server]``)."""
 
-    #: the proxies (addresses or networks such as ``10.0.0.0/8``; ``"*"``: any peer) whose ``X-Forwarded-For`` and
-    #: ``X-Forwarded-Proto`` give the client's address and scheme; none (the default): the socket's peer is the
-    #: client, whatever a header says
+    #: the proxies (addresses or networks such as ``10.0.0.0/8``; ``"*"``: any peer) whose ``Forwarded`` (RFC 7239;
+    #: else ``X-Forwarded-For`` and ``X-Forwarded-Proto``) gives the client's address and scheme
+    #: (:mod:`openroute.proxy_headers`); none (the default): the socket's peer is the client, whatever a header says
     forwarded_allow_ips: list[str] = []
 
     @model_validator(mode="after")

@@ -1,6 +1,6 @@
-"""``openroute run`` against hostile clients, in a real process: a forged ``X-Forwarded-For`` changes no address
-unless ``[server] forwarded_allow_ips`` names the peer, and oversized headers are refused with 431 while the
-node's memory stays flat."""
+"""``openroute run`` against hostile clients, in a real process: a forged ``X-Forwarded-For`` or ``Forwarded``
+changes no address unless ``[server] forwarded_allow_ips`` names the peer, and oversized headers are refused with
+431 while the node's memory stays flat."""
 
 from __future__ import annotations
 
@@ -32,21 +32,32 @@ def _configure(folder: Path, extra: str = "") -> None:
     ''') + textwrap.dedent(extra), encoding="utf-8")
 
 
-def _failed_message(server: Server) -> int:
+def _failed_message(server: Server, correlation: str = "c-pay") -> int:
     """A message that ended FAILED (the route ``shop/pay`` always fails), by id."""
-    headers = {"X-Source-System": "SHOP", "X-Correlation-Id": "c-pay"}
+    headers = {"X-Source-System": "SHOP", "X-Correlation-Id": correlation}
     accepted = httpx.post(f"{server.base}/api/shop/pay", json={"n": 1}, headers=headers, timeout=10)
     assert accepted.status_code == 202, accepted.text
-    server.wait_for("PROCESSING -> FAILED")
-    return int(accepted.json()["messageId"])
+    message_id = int(accepted.json()["messageId"])
+    server.wait_for(f"message {message_id} shop/pay PROCESSING -> FAILED")
+    return message_id
 
 
-def _guesses(server: Server, count: int, forged: bool) -> list[int]:
-    """The statuses of ``count`` wrong passwords of ``ops``, each claiming another address when ``forged``."""
+def _restarted_from(server: Server, message_id: int, headers: dict[str, str]) -> str:
+    """The audit line of a restart of ``message_id`` by ``ops`` sent with ``headers``."""
+    restarted = httpx.post(f"{server.base}/admin/messages/{message_id}/restart", json={}, auth=("ops", "ops-secret"),
+                           headers=headers, timeout=10)
+    assert restarted.status_code == 200, restarted.text
+    return server.wait_for(f"message {message_id} restarted by ops from")
+
+
+def _guesses(server: Server, count: int, forged: bool, header: str = "X-Forwarded-For",
+             value: str = "198.51.100.{n}") -> list[int]:
+    """The statuses of ``count`` wrong passwords of ``ops``, each claiming another address in ``header`` (``value``
+    with the guess's number) when ``forged``."""
     statuses = []
     with httpx.Client(base_url=server.base, timeout=10) as client:
         for n in range(count):
-            headers = {"X-Forwarded-For": f"198.51.100.{n + 1}"} if forged else {}
+            headers = {header: value.format(n=n + 1)} if forged else {}
             statuses.append(client.get("/admin/counts", auth=("ops", f"guess-{n}"), headers=headers).status_code)
     return statuses
 
@@ -86,6 +97,59 @@ def test_a_proxy_named_in_forwarded_allow_ips_gives_the_client_address(tmp_path:
     assert f"from {FORGED} " in server.wait_for(f"message {message_id} restarted by ops from")
     assert _guesses(server, 8, forged=True) == [401] * 8  # each client its own count, as the proxy says
     assert server.stop() == 0
+
+
+def test_a_forged_forwarded_from_an_untrusted_peer_changes_no_address(tmp_path: Path, serve) -> None:
+    """RFC 7239's ``Forwarded`` is no way around the socket's address either: rotating ``for=`` values (IPv4, IPv6
+    in brackets with a port, obfuscated) from a peer not named in ``forwarded_allow_ips`` still get 429 after 5."""
+    _configure(tmp_path)
+    server = serve(["--config", "openroute.toml"], cwd=tmp_path)
+    server.wait_for("serving")
+    message_id = _failed_message(server)
+    line = _restarted_from(server, message_id, {"Forwarded": f'for="[2001:db8::66]:4711";proto=https, for={FORGED}'})
+    assert "from 127.0.0.1 " in line
+    statuses = _guesses(server, 4, forged=True, header="Forwarded", value="for=198.51.100.{n};proto=https")
+    statuses += _guesses(server, 4, forged=True, header="Forwarded", value='for="[2001:db8::{n}]:80", for=_p{n}')
+    assert statuses[:5] == [401] * 5 and statuses[5:] == [429] * 3, statuses
+    server.wait_for("login refused for user 'ops' from 127.0.0.1")
+    assert "198.51.100." not in server.output and "2001:db8" not in server.output and FORGED not in server.output
+    assert server.stop() == 0
+
+
+def test_a_named_proxy_s_forwarded_gives_the_client_address_and_wins_over_x_forwarded_for(
+        tmp_path: Path, serve) -> None:
+    """From a proxy named in ``forwarded_allow_ips``, ``Forwarded`` gives the client's address (the nearest hop
+    that is not a named proxy, an IPv6 address in brackets with a port included) and wins over an
+    ``X-Forwarded-For`` sent beside it; ``for=unknown`` is that client. A malformed ``Forwarded`` is ignored: the
+    socket's address is kept (``X-Forwarded-For`` not read instead), never a 500."""
+    _configure(tmp_path, '''
+        [server]
+        forwarded_allow_ips = ["127.0.0.1", "10.0.4.0/24"]
+    ''')
+    server = serve(["--config", "openroute.toml"], cwd=tmp_path)
+    server.wait_for("serving")
+    first, second, third = (_failed_message(server, f"c-pay-{n}") for n in range(3))
+    through_two = {"Forwarded": f'for={FORGED}, for="[2001:db8::17]:4711";proto=https, for=10.0.4.7',
+                   "X-Forwarded-For": "198.51.100.99"}
+    assert "from 2001:db8::17 " in _restarted_from(server, first, through_two)
+    assert "from unknown " in _restarted_from(server, second, {"Forwarded": "For=UNKNOWN"})
+    assert "from 127.0.0.1 " in _restarted_from(server, third, {"Forwarded": "for=192.0.2.43:8080",  # unquoted
+                                                               "X-Forwarded-For": "198.51.100.98"})
+    assert "198.51.100.9" not in server.output and FORGED not in server.output
+    # each client its own count, as the proxy says
+    assert _guesses(server, 8, forged=True, header="Forwarded", value="for=192.0.2.{n}") == [401] * 8
+    # malformed: every guess from the proxy's own address, whatever X-Forwarded-For says beside it
+    with httpx.Client(base_url=server.base, timeout=10) as client:
+        statuses = [client.get("/admin/counts", auth=("ops", f"bad-{n}"), headers=headers).status_code
+                    for n, headers in enumerate([
+                        {"Forwarded": 'for="[2001:db8::1"', "X-Forwarded-For": "198.51.100.1"},
+                        {"Forwarded": "for=a;for=b"}, {"Forwarded": "for=[::1]"}, {"Forwarded": ","},
+                        {"Forwarded": "for=192.0.2.1 x"}, {"Forwarded": 'for="\\"'}, {"Forwarded": "for=host.example"},
+                    ])]
+    assert statuses == [401] * 5 + [429] * 2, statuses
+    server.wait_for("login refused for user 'ops' from 127.0.0.1")
+    assert server.stop() == 0
+    assert "Traceback" not in server.output
 
 
 def _peak_kib(pid: int) -> int:
