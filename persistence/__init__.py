@@ -12,7 +12,7 @@ from openroute.persistence.database import (
     sqlite_file,
 )
 from openroute.persistence.external_calls import EntityCallStatus, ExternalCall, ExternalCallStore
-from openroute.persistence.funnels import FunnelStore
+from openroute.persistence.funnels import FunnelShare, FunnelStore
 from openroute.persistence.messages import InsertOutcome, MessageFields, NewMessage, StoredMessage
 from openroute.persistence.models import (
     FINAL_STATES,
@@ -57,6 +57,7 @@ __all__ = [
     "ExternalCallStatus",
     "ExternalCallStore",
     "FunnelLockRecord",
+    "FunnelShare",
     "FunnelStore",
     "GroupConflict",
     "InsertOutcome",

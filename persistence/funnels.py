@@ -17,7 +17,8 @@ runs its operations one at a time).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import cast
 
 import sqlalchemy as sa
@@ -32,7 +33,32 @@ from openroute.persistence.models import (
     message_table,
 )
 
-__all__ = ["FunnelStore"]
+__all__ = ["FunnelShare", "FunnelStore"]
+
+
+@dataclass(frozen=True)
+class FunnelShare:
+    """One node's share of the funnel values among the ``count`` nodes that pick up work: the values whose hash
+    modulo ``count`` is ``index``. A node's feed takes the due funnel messages of its share, and those of the other
+    shares once they are ``grace`` overdue (their node did not take them in time: busy, stopping, dead).
+
+    After a breaker closes, the oldest message of every funnel value is due at once, and each funnel's queue then runs
+    on the node that took its oldest: without shares the node whose feed came first took them all, and ran every
+    queue while the other nodes idled. PostgreSQL only (``hashtext``); on SQLite every node takes every value."""
+
+    index: int
+    count: int
+    grace: timedelta
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"a share's index must be in [0, {self.count}), got {self.index}")
+
+    def condition(self, now: datetime) -> sa.ColumnElement[bool]:
+        """Which due messages a feed of this share may take at ``now``."""
+        c = message_table.c
+        bucket = sa.func.hashtext(c.funnel_value).op("&")(0x7FFFFFFF) % self.count  # hashtext may be negative
+        return sa.or_(c.funnel_value.is_(None), bucket == self.index, c.next_attempt_at <= now - self.grace)
 
 
 class FunnelStore(StorePart):

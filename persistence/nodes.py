@@ -51,6 +51,14 @@ class NodeStore(StorePart):
         query = sa.select(node_table).order_by(node_table.c.id)
         return self.database.run(lambda conn: [dict(row._mapping) for row in conn.execute(query)], connection)
 
+    def working(self, since: datetime, connection: sa.Connection | None = None) -> list[str]:
+        """The ids of the nodes that pick up work (not STOPPED, not stopped) and beat since ``since``, in order."""
+        n = node_table.c
+        query = (sa.select(n.id)
+                 .where(n.heartbeat_at >= since, n.stopped_at.is_(None), n.state != NodeState.STOPPED)
+                 .order_by(n.id))
+        return self.database.run(lambda conn: list(conn.execute(query).scalars()), connection)
+
     def stopped(self, node_id: str, now: datetime, connection: sa.Connection | None = None) -> None:
         """Record an orderly stop of ``node_id``."""
         statement = sa.update(node_table).where(node_table.c.id == node_id).values(heartbeat_at=now, stopped_at=now)

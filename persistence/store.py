@@ -29,7 +29,7 @@ from openroute.persistence._hot_path import HotPath
 from openroute.persistence.counts import StoredCounts
 from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
-from openroute.persistence.funnels import FunnelStore
+from openroute.persistence.funnels import FunnelShare, FunnelStore
 from openroute.persistence.messages import InsertOutcome, NewMessage, StoredMessage, insert_values, row_to_message
 from openroute.persistence.models import DUE_PREDICATE, MessageState, message_table
 from openroute.persistence.nodes import NodeStore
@@ -141,12 +141,14 @@ class MessageStore(Database):
         return [row_to_message(r) for r in self.run(lambda conn: conn.execute(query).all(), connection)]
 
     def ready(
-        self, now: datetime, new_cutoff: datetime | None, limit: int, connection: sa.Connection | None = None
+        self, now: datetime, new_cutoff: datetime | None, limit: int, connection: sa.Connection | None = None,
+        share: FunnelShare | None = None,
     ) -> list[StoredMessage]:
         """Messages to queue for processing, at most ``limit``: the due PARTLY_FAILED / POSTPONED ones (due order),
         then NEW ones received at or before ``new_cutoff`` (receive order; None: no NEW ones), each half of ``limit``
         at least when both have that many. PostgreSQL locks the rows for the caller's transaction and skips rows
-        another one holds (``FOR UPDATE SKIP LOCKED``): nodes feeding at once take different messages.
+        another one holds (``FOR UPDATE SKIP LOCKED``): nodes feeding at once take different messages; with a
+        ``share`` it takes the due funnel messages of the node's share of the funnel values (:class:`FunnelShare`).
 
         The due ones come from the partial index ``ix_message_due`` in its order (no sort, whatever the backlog)."""
         c = message_table.c
@@ -157,6 +159,8 @@ class MessageStore(Database):
             return selected.with_for_update(skip_locked=True) if postgres else selected
 
         due_condition = sa.and_(sa.text(DUE_PREDICATE), c.next_attempt_at <= now)
+        if share is not None and share.count > 1 and postgres:
+            due_condition = sa.and_(due_condition, share.condition(now))
         new_condition = sa.and_(c.state == sa.literal_column(f"'{MessageState.NEW.value}'"),
                                 c.receive_ts <= new_cutoff) if new_cutoff is not None else None
 

@@ -171,6 +171,7 @@ class Engine:
         self._parking.start()
         # this node just started, so nothing it marked PROCESSING can still be running: repair it now
         await self._repoll.repair_stuck(now, node_id=self.node_id, cutoff=None)
+        await self._repoll.share_funnels()
         await self.repoll_once(new_cutoff=now)
         self._repoll.start_jobs()
 

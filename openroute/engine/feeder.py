@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from openroute.clock import Clock
 from openroute.engine._writer import GroupCommitWriter
@@ -27,11 +27,14 @@ from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites
 from openroute.logs import repeated_errors
-from openroute.persistence import MessageState, StoredMessage
+from openroute.persistence import FunnelShare, MessageState, StoredMessage
 
-__all__ = ["Feeder"]
+__all__ = ["FUNNEL_SHARE_GRACE", "Feeder"]
 
 log = logging.getLogger("openroute.engine")
+
+#: how overdue a funnel message of another node's share must be before this node's feed takes it (``FunnelShare``)
+FUNNEL_SHARE_GRACE = timedelta(seconds=1)
 
 class Feeder:
     """Feeds one node's processing queue from the store (see the module docstring).
@@ -64,6 +67,8 @@ class Feeder:
         self._batch = max(1, min(settings.concurrency, settings.repoll_batch))
         self._stopped = False
         self._timer: tuple[datetime, asyncio.TimerHandle] | None = None
+        #: this node's share of the funnel values (``FunnelShare``; set by the heartbeat; None: every value)
+        self.share: FunnelShare | None = None
 
     # -- what asks for a feed ---------------------------------------------------------------------------------------
     def accepted_unqueued(self) -> None:
@@ -163,8 +168,9 @@ class Feeder:
     async def feed_once(self, now: datetime, new_cutoff: datetime | None, limit: int) -> int:
         """Claim up to ``limit`` ready messages for this node in one writer transaction and queue them; how many were
         taken (queued, or put in their funnel's queue)."""
+        share = self.share
         taken = await self._writer.submit(
-            lambda connection: self._writes.claim_ready(connection, now, new_cutoff, limit))
+            lambda connection: self._writes.claim_ready(connection, now, new_cutoff, limit, share))
         for previous, message in taken:
             if message.state is not MessageState.PROCESSING:
                 self._waited(previous, message)

@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
-from openroute.engine.feeder import Feeder
+from openroute.engine.feeder import FUNNEL_SHARE_GRACE, Feeder
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.parking import Parking
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.errors import UnknownRouteError
 from openroute.logs import repeated_errors
-from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
+from openroute.persistence import FunnelShare, MessageState, MessageStore, NodeState, StoredMessage
 from openroute.route import Route, RouteRegistry
 
 __all__ = ["Repoll"]
@@ -169,6 +169,15 @@ class Repoll:
         else:
             self.store.outage.succeeded()
 
+    async def share_funnels(self) -> None:
+        """Give the feeder this node's share of the funnel values (``FunnelShare``) among the nodes that pick up work
+        and beat within two heartbeat intervals; none when this node is not among them."""
+        node_id = self.settings.node_id
+        since = self.clock.now() - 2 * self.settings.heartbeat_interval - FUNNEL_SHARE_GRACE
+        working: list[str] = await self.run_db(lambda: self.store.nodes.working(since))
+        self.feeder.share = (FunnelShare(working.index(node_id), len(working), FUNNEL_SHARE_GRACE)
+                             if node_id in working else None)
+
     async def _recover_after_outage(self) -> None:
         """After an outage: repair this node's PROCESSING messages that are no longer in its pipeline (their outcome
         could not be written), instead of leaving them to the processing lease.
@@ -184,13 +193,15 @@ class Repoll:
         self._outages_recovered = outages
 
     async def heartbeat(self) -> None:
-        """The heartbeat job: refresh this node's row and obey the state an operator gave it meanwhile."""
+        """The heartbeat job: refresh this node's row, obey the state an operator gave it meanwhile, and take this
+        node's share of the funnel values among the nodes that beat lately (:meth:`share_funnels`)."""
         node_id = self.settings.node_id
         try:
             state = await self.run_db(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
             if state is not None and state is not self.node_state():
                 log.info("node %s is now %s (set by an operator)", node_id, state.value)
                 self.obey(state)
+            await self.share_funnels()
         except Exception as error:
             if not self.store.outage.failed(error, "heartbeat"):
                 repeated_errors.log(log, "heartbeat failed", error=error)

@@ -23,7 +23,7 @@ from openroute.engine import outcome as outcomes
 from openroute.engine._writer import Failure
 from openroute.engine.funnel import FunnelQueue
 from openroute.errors import IllegalTransitionError
-from openroute.persistence import MessageState, MessageStore, StoredMessage
+from openroute.persistence import FunnelShare, MessageState, MessageStore, StoredMessage
 
 __all__ = ["EngineWrites", "FinalStateTxHook"]
 
@@ -117,11 +117,12 @@ class EngineWrites:
         return waiting if isinstance(waiting, StoredMessage) else None
 
     def claim_ready(self, connection: sa.Connection, now: datetime, new_cutoff: datetime | None,
-                    limit: int) -> list[tuple[MessageState, StoredMessage]]:
+                    limit: int, share: FunnelShare | None = None) -> list[tuple[MessageState, StoredMessage]]:
         """The feeder's claim: the ready messages (due, then NEW received by ``new_cutoff``; ``MessageStore.ready``)
         claimed for this node in this transaction, as (state before, new snapshot): PROCESSING ones to queue, and
-        funnel messages that went to their funnel's queue instead (POSTPONED)."""
-        ready = self.store.ready(now, new_cutoff, limit, connection)
+        funnel messages that went to their funnel's queue instead (POSTPONED); with a ``share``, the due funnel
+        messages of this node's share of the funnel values first (``FunnelShare``)."""
+        ready = self.store.ready(now, new_cutoff, limit, connection, share=share)
         if not ready:
             return []
         results = self.claim_many(connection, ready)
