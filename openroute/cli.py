@@ -3,6 +3,7 @@
 ``openroute demo``        show messages going through every state on a temporary SQLite file
 ``openroute run``         serve an application's routes (HTTP/SOAP, admin API, /metrics, /health)
 ``openroute db upgrade``  bring the database schema to the newest migration
+``openroute db mask-secrets``  mask the secrets in the stored texts again (after adding a secret name)
 ``openroute messages``    list, show, restart and cancel messages (store or a server's admin API)
 ``openroute spark``       bulk reprocessing, audits and archiving of the store on Spark
 

@@ -3,7 +3,8 @@
 Every face goes through :func:`mask_secrets` (or :func:`masked_value` for a JSON value, :func:`masked_url` for a URL):
 the admin API, the console, the CLI, the log, the call records of external systems, confirmations, outcome events,
 alerts and the Spark commands' outputs. The engine stores error texts already masked, so a search by error text
-finds only what is shown::
+finds only what is shown (texts stored before, or before a name was added, are masked in place by
+:mod:`openroute.persistence.stored_texts`: migration 0021, ``openroute db mask-secrets``)::
 
     from openroute.persistence import masked_url, mask_secrets
 
