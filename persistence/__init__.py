@@ -11,7 +11,7 @@ from openroute.persistence.database import (
     create_store_engine,
     sqlite_file,
 )
-from openroute.persistence.external_calls import EntityCallStatus, ExternalCall, ExternalCallStore
+from openroute.persistence.external_calls import CallEnd, CallStart, EntityCallStatus, ExternalCall, ExternalCallStore
 from openroute.persistence.funnels import FunnelShare, FunnelStore
 from openroute.persistence.messages import InsertOutcome, MessageFields, NewMessage, StoredMessage
 from openroute.persistence.models import (
@@ -47,6 +47,8 @@ __all__ = [
     "DEFAULT_DATABASE_URL",
     "FINAL_STATES",
     "Base",
+    "CallEnd",
+    "CallStart",
     "ConfirmationRecord",
     "ConfirmationStatus",
     "Database",

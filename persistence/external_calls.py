@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence.database import StorePart
+from openroute.persistence.database import Database, StorePart
 from openroute.persistence.models import ExternalCallStatus, entity_call_table, external_call_table
 
-__all__ = ["EntityCallStatus", "ExternalCall", "ExternalCallStore"]
+__all__ = ["CallEnd", "CallStart", "EntityCallStatus", "ExternalCall", "ExternalCallStore"]
 
 #: the ``entity_call.status`` while a message's attempt holds the call; it ends ``ExternalCallStatus.OK`` or ``FAILED``
 _IN_PROGRESS = "IN_PROGRESS"
@@ -63,8 +63,72 @@ _CALL_COLUMNS = tuple(
 )
 
 
+@dataclass(frozen=True)
+class CallStart:
+    """A call of a message about to be made (:meth:`ExternalCallStore.begin_many`; the arguments of ``begin``)."""
+
+    message_id: int
+    call_key: str
+    idempotency_key: str
+    node_id: str
+    at: datetime
+    hold_in_doubt: bool = False
+
+
+@dataclass(frozen=True)
+class CallEnd:
+    """The outcome of a call started with ``begin`` (:meth:`ExternalCallStore.finish_many`; those of ``finish``)."""
+
+    message_id: int
+    call_key: str
+    ok: bool
+    at: datetime
+    result: Any = None
+    error: str | None = None
+
+
 class ExternalCallStore(StorePart):
-    """The ``external_call`` and ``entity_call`` tables of ``database``."""
+    """The ``external_call`` and ``entity_call`` tables of ``database``.
+
+    A node's group commit records the calls of many messages at once (:meth:`begin_many`, :meth:`finish_many`): a
+    group's first starts are one INSERT and its ends one UPDATE run for every row, with statements built once per
+    store, where a call recorded alone costs SQLAlchemy the building and compiling of its statements each time.
+    """
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        c = external_call_table.c
+        self._first_starts = (
+            database.upsert(external_call_table).on_conflict_do_nothing(index_elements=[c.message_id, c.call_key])
+            .returning(c.message_id, c.call_key))
+        self._ends = sa.update(external_call_table).where(
+            c.message_id == sa.bindparam("b_message_id"), c.call_key == sa.bindparam("b_call_key"),
+            c.status == ExternalCallStatus.STARTED,
+        ).values(status=sa.bindparam("b_status", type_=c.status.type),
+                 result=sa.bindparam("b_result", type_=c.result.type), last_error=sa.bindparam("b_error"),
+                 updated_at=sa.bindparam("b_at", type_=c.updated_at.type))
+
+    def begin_many(self, connection: sa.Connection,
+                   starts: Sequence[CallStart]) -> list[tuple[ExternalCall | None, bool]]:
+        """:meth:`begin` for each of ``starts`` in ``connection``'s transaction: the calls recorded for the first time
+        in one INSERT, each call recorded before (a retry, a call in doubt, one done) decided by :meth:`begin`."""
+        rows = [{"message_id": s.message_id, "call_key": s.call_key, "status": ExternalCallStatus.STARTED,
+                 "attempts": 1, "idempotency_key": s.idempotency_key, "node_id": s.node_id, "started_at": s.at,
+                 "created_at": s.at, "updated_at": s.at} for s in starts]
+        inserted = {(row.message_id, row.call_key) for row in connection.execute(self._first_starts, rows)}
+        return [(None, True) if (s.message_id, s.call_key) in inserted else
+                self.begin(s.message_id, s.call_key, s.idempotency_key, s.node_id, s.at,
+                           hold_in_doubt=s.hold_in_doubt, connection=connection)
+                for s in starts]
+
+    def finish_many(self, connection: sa.Connection, ends: Sequence[CallEnd]) -> list[None]:
+        """:meth:`finish` for each of ``ends`` in ``connection``'s transaction, one UPDATE run for every row (a call no
+        longer STARTED is left as it is)."""
+        connection.execute(self._ends, [
+            {"b_message_id": e.message_id, "b_call_key": e.call_key, "b_error": e.error, "b_at": e.at,
+             "b_status": ExternalCallStatus.OK if e.ok else ExternalCallStatus.FAILED, "b_result": e.result}
+            for e in ends])
+        return [None] * len(ends)
 
     def get(
         self, message_id: int, call_key: str, connection: sa.Connection | None = None

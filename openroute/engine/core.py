@@ -116,6 +116,12 @@ class Engine:
         # what every exchange may ask of this engine: the same for all of them, so built once
         self._runtime = AttemptRuntime(
             self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self._writer.submit,
+            functools.partial(self._writer.submit_grouped,
+                              Grouped(lambda connection, starts: self.store.calls.begin_many(connection, starts),
+                                      "call start")),
+            functools.partial(self._writer.submit_grouped,
+                              Grouped(lambda connection, ends: self.store.calls.finish_many(connection, ends),
+                                      "call end")),
             self.node_id, external_calls,
         )
         # the processing queue and its feeder; how messages wait: funnel queues, parking on open breakers

@@ -33,7 +33,10 @@ from openroute.engine.outcome import ErrorCode
 from openroute.errors import BusinessError, CircuitOpenError, ConfigurationError, TechnicalError, ValidationError
 from openroute.message import InboundMessage
 from openroute.persistence import (
+    CallEnd,
+    CallStart,
     EntityCallStatus,
+    ExternalCall,
     ExternalCallStatus,
     MessageStore,
     NewMessage,
@@ -73,7 +76,9 @@ class AttemptRuntime:
 
     ``run_db(work)`` runs blocking store work off the event loop and returns its result; ``write(operation)`` runs a
     short ``operation(connection)`` in the node's group commit (a transaction shared with other messages' writes)
-    and returns its result after the commit: the record of a call's start and outcome costs no commit of its own.
+    and returns its result after the commit. ``start_call`` and ``end_call`` record a call's start and outcome in the
+    group commit too, a group's in a few statements (``ExternalCallStore.begin_many``, ``finish_many``): the records
+    of a call cost no commit of their own.
     """
 
     store: MessageStore
@@ -83,6 +88,8 @@ class AttemptRuntime:
     processing_lease: timedelta
     run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
     write: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]]
+    start_call: Callable[[CallStart], Awaitable[tuple[ExternalCall | None, bool]]]
+    end_call: Callable[[CallEnd], Awaitable[None]]
     #: the node the exchange runs on (recorded with the transition rows of the messages it stores)
     node_id: str
     #: breaker and records of calls to declared external systems (None: such calls are made unguarded)
@@ -223,9 +230,8 @@ class Exchange:
         message_id = self.message.id
         idempotency_key = message_idempotency_key(message_id, self.message.source_system,
                                                   self.message.correlation_id, key)
-        now = runtime.clock.now()
-        previous, started = await runtime.write(lambda connection: store.calls.begin(
-            message_id, key, idempotency_key, runtime.node_id, now, hold_in_doubt=hold, connection=connection))
+        previous, started = await runtime.start_call(
+            CallStart(message_id, key, idempotency_key, runtime.node_id, runtime.clock.now(), hold))
         if not started:
             assert previous is not None  # noqa: S101  narrows an Optional for mypy: checked above
             if previous.status is ExternalCallStatus.OK:
@@ -246,15 +252,9 @@ class Exchange:
                     await asyncio.shield(runtime.write(
                         lambda connection: store.calls.refused(message_id, key, ended, text, connection)))
                 else:
-                    await asyncio.shield(runtime.write(
-                        lambda connection: store.calls.finish(message_id, key, False, ended, error=text,
-                                                              connection=connection)))
+                    await asyncio.shield(runtime.end_call(CallEnd(message_id, key, False, ended, error=text)))
             raise
-        stored = _json_or_none(result)
-        ended = runtime.clock.now()
-        await runtime.write(
-            lambda connection: store.calls.finish(message_id, key, True, ended, result=stored, connection=connection)
-        )
+        await runtime.end_call(CallEnd(message_id, key, True, runtime.clock.now(), result=_json_or_none(result)))
         return result
 
     async def call_once_in_store(self, key: str, effect: Callable[[sa.Connection], Any]) -> Any:

@@ -61,16 +61,16 @@ def lose_next_outcome(kit: RouteTestKit, monkeypatch: pytest.MonkeyPatch) -> Non
     """The next call outcome cannot be written (the database went away right after the remote answered): the
     call stays STARTED, in doubt, and the attempt fails technically."""
     store = kit.store
-    original = store.calls.finish
+    original = store.calls.finish_many
     lost = []
 
-    def finish(*args: Any, **kwargs: Any) -> bool:
+    def finish_many(*args: Any, **kwargs: Any) -> list[None]:
         if not lost:
             lost.append(args)
             raise sa.exc.OperationalError("UPDATE external_call", {}, Exception("connection lost"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(store.calls, "finish", finish)
+    monkeypatch.setattr(store.calls, "finish_many", finish_many)
 
 
 def call_row(store: MessageStore, message_id: int, key: str) -> Any:
