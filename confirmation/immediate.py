@@ -15,24 +15,40 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any, Protocol
 
+import sqlalchemy as sa
+from openroute.confirmation.model import ConfirmationRequest
+from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.confirmation.requests import request_from_message, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.models import MessageState
 
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-    from openroute.confirmation.model import ConfirmationRequest
-    from openroute.confirmation.service import ConfirmationService
-
 __all__ = ["ImmediateSends"]
+
+
+class Sender(Protocol):
+    """What the immediate sends use of their :class:`~openroute.confirmation.ConfirmationService`."""
+
+    engine: sa.Engine
+    node_id: str
+    policy: ConfirmationPolicy
+    batch_size: int
+
+    def now(self) -> datetime: ...
+
+    async def enqueue(self, request: ConfirmationRequest) -> bool: ...
+
+    async def send_now(self, message_id: int) -> Any: ...
+
+    async def send_claimed(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> Any: ...
 
 
 class ImmediateSends:
     """The immediate sends of one :class:`~openroute.confirmation.ConfirmationService` (see the module docstring)."""
 
-    def __init__(self, service: ConfirmationService) -> None:
+    def __init__(self, service: Sender) -> None:
         self._service = service
         #: message id -> (the final message, the callers waiting for its confirmation's send)
         self._waiting: dict[int, tuple[Any, list[asyncio.Future[None]]]] = {}

@@ -31,6 +31,7 @@ import httpx
 
 from openroute import tracing
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError
+from openroute.outbound._connections import network_transport
 from openroute.outbound._substitute import substitute_client
 from openroute.outbound.calls import current_call
 from openroute.outbound.systems import ExternalSystem
@@ -62,7 +63,7 @@ class ExternalHttpClient:
             self.name = system
         else:
             raise ConfigurationError(f"ExternalHttpClient needs a system name or an ExternalSystem, got {system!r}")
-        self._client = tracing.propagate_from(httpx.AsyncClient(transport=transport))
+        self._client = tracing.propagate_from(httpx.AsyncClient(transport=transport or network_transport()))
 
     def settings(self) -> ExternalSystem:
         """The system's settings: given to the constructor, else those of the ``ext_call`` in progress.

@@ -31,6 +31,7 @@ from zeep.transports import AsyncTransport
 from openroute import tracing
 from openroute.engine.idempotency import current_idempotency_key
 from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
+from openroute.outbound._connections import network_transport
 from openroute.outbound._substitute import substitute_client
 from openroute.outbound.calls import current_call
 
@@ -126,7 +127,8 @@ class SoapService:
         limits = httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
         self._owns_client = http_client is None
         # while tracing is on every request carries the current span as its traceparent header (a request hook)
-        self._client = tracing.propagate_from(http_client or httpx.AsyncClient(timeout=limits))
+        self._client = tracing.propagate_from(http_client or httpx.AsyncClient(timeout=limits,
+                                                                               transport=network_transport()))
         # answers must not carry DTDs or entities either (no XXE from a compromised peer)
         settings = zeep.Settings(forbid_dtd=True, forbid_entities=True, forbid_external=True, xml_huge_tree=False)
         try:
