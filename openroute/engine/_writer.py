@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -49,7 +49,7 @@ class Grouped(Generic[ItemT, T]):
     ahead of the operations queued before them (claims, outcomes, feeds): accepting never waits behind processing
     for more than the transaction under way."""
 
-    def __init__(self, run: Callable[[sa.Connection, list[ItemT]], list[T | Failure]], name: str, *,
+    def __init__(self, run: Callable[[sa.Connection, list[ItemT]], Sequence[T | Failure]], name: str, *,
                  urgent: bool = False) -> None:
         self.run = run
         self.name = name
