@@ -117,8 +117,7 @@ class SearchFilters:
         """The ids of the messages whose payload holds ``payload_text`` (PostgreSQL, migration 0018): those whose
         copy in ``message_payload_text`` holds it (its trigram index asked for the text, or for the
         :attr:`index_words` only, the whole text then compared as ``payload || ''`` on the copies found, so that the
-        index is not asked for it), and those still pending whose payload holds it (read in ``message``: the
-        messages stored since the last move of :mod:`openroute.persistence.payload_index`)."""
+        index is not asked for it), and those still pending whose payload holds it (:meth:`pending_matches`)."""
         pattern = like_pattern(self.payload_text or "")
         copy = message_payload_text_table.c
         if self.index_words:
@@ -126,13 +125,25 @@ class SearchFilters:
             looked_up.append(copy.payload.op("||")(sa.literal("")).ilike(pattern, escape="\\"))
         else:
             looked_up = [copy.payload.ilike(pattern, escape="\\")]
+        return sa.union_all(sa.select(copy.message_id).where(*looked_up), self.pending_matches(pattern))
+
+    @staticmethod
+    def pending_matches(pattern: str) -> sa.Select[tuple[int]]:
+        """The ids of the messages still pending (stored since the last move of
+        :mod:`openroute.persistence.payload_index`) whose payload matches the LIKE ``pattern``, read from the pending
+        table whatever its statistics say.
+
+        Each pending id's payload is read by primary key (a subquery per pending row), and the ids found are handed
+        on as one array (computed once), which the planner counts as a few rows. Joined as a table instead, the
+        pending table is planned from its statistics: after a bulk load whose payloads were all moved it holds
+        only dead rows, never analyzed, planned as a million live ones, and the search read all of ``message``
+        (31,000 buffers at 1M, 690-850 ms) to test them (docs/performance.md)."""
         pending = message_payload_pending_table.c
         stored = message_table.alias("pending_message")
-        return sa.union_all(
-            sa.select(copy.message_id).where(*looked_up),
-            sa.select(pending.message_id).join(stored, stored.c.id == pending.message_id)
-            .where(stored.c.payload.ilike(pattern, escape="\\")),
-        )
+        payload = sa.select(stored.c.payload).where(stored.c.id == pending.message_id).scalar_subquery()
+        waiting = sa.select(pending.message_id).where(payload.ilike(pattern, escape="\\"))
+        found = sa.func.unnest(sa.func.array(waiting.scalar_subquery())).table_valued("message_id")
+        return sa.select(found.render_derived(name="pending_match").c.message_id)
 
     def without_text(self) -> SearchFilters:
         """These filters without ``error_text`` and ``payload_text``."""

@@ -404,6 +404,7 @@ def _search(
         raise InvalidQueryError(f"limit must be in 1..{MAX_LIMIT}, got {limit}")
     rows: Sequence[sa.Row[Any]] = []
     page_filters: SearchFilters | None = filters
+    compiling = False  # whether JIT was turned off for the trigram page (:func:`_without_jit`)
     probed: tuple[int, int] | None = None
     if cursor is None and filters.payload_text is None and _errors_only(filters):
         rows, probed = _probe_page_count(connection, filters, limit, columns)
@@ -418,6 +419,7 @@ def _search(
             page_filters = narrowed(connection, filters, cursor, limit)
         if page_filters is not None:  # else the first try checked every candidate: its rows are the answer
             lateral = connection.dialect.name == "postgresql"
+            compiling = page_filters.payload_index and _without_jit(connection)
             statement, values = prepared(
                 "page", lambda s: page_statement(s.filters, s.cursor, limit, columns, lateral=lateral),
                 Search(page_filters, cursor), (limit, _names(columns), lateral),
@@ -425,9 +427,26 @@ def _search(
             rows = connection.execute(statement, values).all()
     next_cursor = _next_cursor(rows, limit)
     if cursor is None and next_cursor is None:  # the first page holds every match: that is the count
-        return rows, None, len(rows), False
-    total, estimated = _count(connection, page_filters or filters, keep_settings, probed)
+        total, estimated = len(rows), False
+    else:
+        total, estimated = _count(connection, page_filters or filters, keep_settings, probed)
+    if compiling and not keep_settings:
+        _without_jit(connection, on=False)
     return rows[:limit], next_cursor, total, estimated
+
+
+def _without_jit(connection: sa.Connection, on: bool = True) -> bool:
+    """On PostgreSQL, stop compiling statements to machine code (JIT) for the rest of the transaction (``on``) or
+    compile them again as configured (``on=False``); True when it did.
+
+    A payload search reads the payloads still pending one by one (:meth:`SearchFilters.pending_matches`), which the
+    planner costs by the pending table's statistics: a million dead rows never analyzed cost it past
+    ``jit_above_cost``, and compiling the statement took 230-300 ms where running it took 8 ms (at 1M). A search
+    reads too few rows for compiled code to pay off."""
+    if connection.dialect.name != "postgresql":
+        return False
+    connection.exec_driver_sql("SET LOCAL jit TO off" if on else "SET LOCAL jit TO DEFAULT")
+    return True
 
 
 #: the states whose messages all carry an error (:func:`_errors_only`)
