@@ -36,6 +36,7 @@ log = logging.getLogger("openroute.engine")
 #: how overdue a funnel message of another node's share must be before this node's feed takes it (``FunnelShare``)
 FUNNEL_SHARE_GRACE = timedelta(seconds=1)
 
+
 class Feeder:
     """Feeds one node's processing queue from the store (see the module docstring).
 
