@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 __all__ = ["DEFAULT_DATABASE_URL", "MIGRATIONS_DIR", "Database", "StorePart", "alembic_config", "create_store_engine"]
 
+#: the store when none is named (the one default: the server's settings and every operator command use it)
 DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 

@@ -26,8 +26,9 @@ from openroute.config.sections import (
     ServerHttpConfig,
 )
 from openroute.config.tracing import TracingConfig
-from openroute.config.values import DEFAULT_DATABASE_URL, ENV_PREFIX
+from openroute.config.values import ENV_PREFIX
 from openroute.errors import ConfigurationError
+from openroute.persistence import DEFAULT_DATABASE_URL
 
 
 class DatabaseConfig(BaseSettings):

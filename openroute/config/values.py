@@ -11,7 +11,6 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 ENV_PREFIX = "OPENROUTE_"
-DEFAULT_DATABASE_URL = "sqlite:///openroute.db"
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
