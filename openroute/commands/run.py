@@ -193,22 +193,19 @@ def _open_store(url: str, *, migrate: bool) -> Any:
 def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     import uvicorn
 
-    from openroute.confirmation import ConfirmationService
     from openroute.engine import Engine
     from openroute.header_limits import limit_headers
     from openroute.logs import AttemptFailureLog, log_transition
-    from openroute.outbound import ExternalCalls
     from openroute.proxy_headers import ProxyHeaders
     from openroute.request_deadline import request_deadline_protocol
     from openroute.server import channel_inbound, create_app, inbound_throttling
 
-    external_calls = ExternalCalls(store, config.external_system_list())
+    external_calls = config.external_calls(store)
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
                     external_calls=external_calls)
     engine.transition_listeners.append(log_transition)
     inbound_auth, admin_auth = config.auth.build()
-    confirmation: ConfirmationService = config.confirmations.service(store, node_id=engine.node_id,
-                                                                     messaging=config.messaging_config())
+    confirmation = config.confirmations.service(store, node_id=engine.node_id, messaging=config.messaging_config())
     channels = channel_inbound(engine, getattr(loaded, "channels", None) or (), config.messaging_config(),
                                config.inbound.settings())
     from openroute.engine.outbox import OutboxPublisher, outcome_rules

@@ -6,12 +6,15 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, Section
 from openroute.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from openroute.confirmation import ConfirmationService
 
 
 class RetryConfig(Section):
@@ -199,7 +202,8 @@ class ConfirmationsConfig(Section):
                 raise ValueError(f"{name} must be positive")
         return self
 
-    def service(self, store: Any, node_id: str | None = None, messaging: Mapping[str, Any] | None = None) -> Any:
+    def service(self, store: Any, node_id: str | None = None,
+                messaging: Mapping[str, Any] | None = None) -> ConfirmationService:
         """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store`` (``messaging``:
         the ``openroute.messaging.*`` keys the channel targets are configured by)."""
         from openroute.confirmation import ConfirmationPolicy, ConfirmationService

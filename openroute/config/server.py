@@ -8,7 +8,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -29,6 +29,10 @@ from openroute.config.tracing import TracingConfig
 from openroute.config.values import ENV_PREFIX
 from openroute.errors import ConfigurationError
 from openroute.persistence import DEFAULT_DATABASE_URL
+
+if TYPE_CHECKING:
+    from openroute.outbound import ExternalCalls
+    from openroute.persistence import MessageStore
 
 
 class DatabaseConfig(BaseSettings):
@@ -147,6 +151,13 @@ class ServerConfig(DatabaseConfig):
         if problems:
             raise ConfigurationError("; ".join(problems))
         return systems
+
+    def external_calls(self, store: MessageStore) -> ExternalCalls:
+        """The guard of the node's calls to the declared external systems over ``store`` (breakers, bulkheads, call
+        records: :class:`~openroute.outbound.ExternalCalls`); ConfigurationError as :meth:`external_system_list`."""
+        from openroute.outbound import ExternalCalls
+
+        return ExternalCalls(store, self.external_system_list())
 
     def throttling_rules(self) -> list[Any]:
         """The :class:`~openroute.inbound.throttling.ThrottleRule` list of ``throttling`` (ConfigurationError if
