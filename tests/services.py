@@ -6,12 +6,16 @@ On a laptop without a service the tests that need it are skipped with the reason
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
+import sqlalchemy as sa
+from openroute.persistence import MessageStore
 
 POSTGRES_ADMIN_URL = os.environ.get(
     "OPENROUTE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -76,3 +80,23 @@ def spark_problem() -> str | None:
     if not (os.environ.get("JAVA_HOME") or shutil.which("java")):
         return "no Java runtime (JAVA_HOME unset and no java on PATH)"
     return None
+
+
+@contextlib.contextmanager
+def scratch_postgres_store(prefix: str) -> Iterator[MessageStore]:
+    """A store with its schema on a PostgreSQL database of its own (``<prefix>_<random>``), dropped afterwards: for
+    tests that shape a whole table (plans, statistics) without meeting other tests' rows."""
+    require("PostgreSQL", postgres_problem)
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    store = MessageStore(POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
+    try:
+        store.create_schema()
+        yield store
+    finally:
+        store.dispose()
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -26,7 +25,7 @@ from openroute.persistence import MessageStore, message_table
 from benchmarks.store_fill import START, analyze, fill
 from openroute.admin import parse_filters
 from openroute.admin.search import search_summaries
-from tests.services import POSTGRES_ADMIN_URL, postgres_problem, require
+from tests.services import scratch_postgres_store
 
 #: messages of the store, every payload moved into the index: the pending table holds as many dead rows
 ROWS = 80_000
@@ -42,25 +41,13 @@ def bulk_loaded() -> Iterator[MessageStore]:
     ``benchmarks/store_fill.py`` and an indexer catching up leave them): ``message`` and the copies analyzed, the
     pending table's :data:`ROWS` dead rows never vacuumed nor analyzed (autovacuum off for it). One database for the
     module."""
-    require("PostgreSQL", postgres_problem)
-    name = f"openroute_search_plans_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    store = MessageStore(POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        store.create_schema()
+    with scratch_postgres_store("openroute_search_plans") as store:
         with store.engine.begin() as connection:
             connection.exec_driver_sql("ALTER TABLE message_payload_pending SET (autovacuum_enabled = false)")
             fill(connection, ROWS, "mixed", "plans")
         with store.engine.begin() as connection:
             analyze(connection)
         yield store
-    finally:
-        store.dispose()
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _day(at: int) -> dict[str, str]:

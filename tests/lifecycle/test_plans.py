@@ -10,7 +10,6 @@ with their real parameters, under custom and generic plans.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +21,7 @@ from openroute.persistence._hot_path import _statement_sizes
 
 from benchmarks.store_fill import age
 from openroute import states
-from tests.services import POSTGRES_ADMIN_URL, postgres_problem, require
+from tests.services import scratch_postgres_store
 
 FINAL_ROWS = 100_000
 BACKLOG = 10_000
@@ -42,21 +41,9 @@ def aged_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MessageSto
 @pytest.fixture(scope="module")
 def aged_store() -> Iterator[MessageStore]:
     """100,000 OK rows and a backlog of 10,000 NEW rows, analyzed (one database for the module)."""
-    require("PostgreSQL", postgres_problem)
-    name = f"openroute_plans_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    store = MessageStore(POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        store.create_schema()
+    with scratch_postgres_store("openroute_plans") as store:
         age(store.engine, final=FINAL_ROWS, backlog=BACKLOG)
         yield store
-    finally:
-        store.dispose()
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _capture_updates(store: MessageStore, work: Any) -> list[tuple[str, Any]]:
