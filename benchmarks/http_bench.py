@@ -171,12 +171,12 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     return status
 
 
-async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, float]:
-    """``count`` requests over ``concurrency`` keep-alive connections of a raw asyncio HTTP/1.1 client."""
-    requests = requests_for(kind, count)
+async def closed_loop(port: int, requests: list[bytes], senders: int) -> tuple[list[float], int]:
+    """``requests`` over ``senders`` keep-alive connections of a raw asyncio HTTP/1.1 client, each sending its next
+    request once the last one was answered; the latencies of the accepted requests (200, 202) and how many were not."""
     latencies: list[float] = []
     errors = 0
-    position = iter(range(count))
+    position = iter(range(len(requests)))
 
     async def connection() -> None:
         nonlocal errors
@@ -185,14 +185,21 @@ async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, 
             for n in position:
                 started = time.perf_counter()
                 status = await _exchange(reader, writer, requests[n])
-                latencies.append(time.perf_counter() - started)
-                if status not in (200, 202):
+                if status in (200, 202):
+                    latencies.append(time.perf_counter() - started)
+                else:
                     errors += 1
         finally:
             writer.close()
 
+    await asyncio.gather(*(connection() for _ in range(senders)))
+    return latencies, errors
+
+
+async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, float]:
+    """``count`` requests over ``concurrency`` keep-alive connections of a raw asyncio HTTP/1.1 client."""
     started = time.perf_counter()
-    await asyncio.gather(*(connection() for _ in range(concurrency)))
+    latencies, errors = await closed_loop(port, requests_for(kind, count), concurrency)
     elapsed = time.perf_counter() - started
     latencies.sort()
     return {

@@ -64,7 +64,7 @@ import sqlalchemy as sa  # noqa: E402
 from benchmarks._common import arguments, free_port, fresh_database, spread  # noqa: E402
 from benchmarks.badday_bench import Process, wait_http  # noqa: E402
 from benchmarks.http_bench import (  # noqa: E402
-    _exchange,
+    closed_loop,
     local_postgres_cpu_seconds,
     main_thread_cpu_seconds,
     process_cpu_seconds,
@@ -487,31 +487,6 @@ def requests_for(run_id: str, count: int) -> list[bytes]:
     return built
 
 
-async def load(port: int, requests: list[bytes], senders: int) -> tuple[list[float], int]:
-    """Closed loop: ``senders`` keep-alive connections, each sending its next request once the last one was
-    answered; the latencies of the accepted requests and the number refused."""
-    latencies: list[float] = []
-    errors = 0
-    position = iter(range(len(requests)))
-
-    async def connection() -> None:
-        nonlocal errors
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            for n in position:
-                started = time.perf_counter()
-                status = await _exchange(reader, writer, requests[n])
-                if status in (200, 202):
-                    latencies.append(time.perf_counter() - started)
-                else:
-                    errors += 1
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(connection() for _ in range(senders)))
-    return latencies, errors
-
-
 async def confirmed(port: int) -> int:
     import httpx
 
@@ -629,7 +604,7 @@ def run(kind: str, database: str, records: bool, args: Any, folder: Path,
                     raise PortTaken(f"{process.log.name}: exited with {process.process.returncode} at start")
             run_id = uuid.uuid4().hex[:8]
             if args.warm_up:
-                asyncio.run(load(port, requests_for(f"warm-{run_id}", args.warm_up), args.senders))
+                asyncio.run(closed_loop(port, requests_for(f"warm-{run_id}", args.warm_up), args.senders))
                 wait_confirmed(receiver_port, args.warm_up, args.timeout, processes)
             requests = requests_for(run_id, args.count)
             pids = {"server": server.process.pid, "remote": remote.process.pid, "receiver": receiver.process.pid}
@@ -642,7 +617,7 @@ def run(kind: str, database: str, records: bool, args: Any, folder: Path,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             client_before, started_at, started = time.process_time(), datetime.now(UTC), time.perf_counter()
-            latencies, errors = asyncio.run(load(port, requests, args.senders))
+            latencies, errors = asyncio.run(closed_loop(port, requests, args.senders))
             accepted = time.perf_counter() - started
             client_cpu = time.process_time() - client_before
             wait_confirmed(receiver_port, args.warm_up + args.count, args.timeout, processes)
