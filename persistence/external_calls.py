@@ -87,6 +87,13 @@ class CallEnd:
     error: str | None = None
 
 
+def _first_row(start: CallStart) -> dict[str, Any]:
+    """The ``external_call`` row of a call started for the first time."""
+    return {"message_id": start.message_id, "call_key": start.call_key, "status": ExternalCallStatus.STARTED,
+            "attempts": 1, "idempotency_key": start.idempotency_key, "node_id": start.node_id,
+            "started_at": start.at, "created_at": start.at, "updated_at": start.at}
+
+
 class ExternalCallStore(StorePart):
     """The ``external_call`` and ``entity_call`` tables of ``database``.
 
@@ -111,15 +118,33 @@ class ExternalCallStore(StorePart):
     def begin_many(self, connection: sa.Connection,
                    starts: Sequence[CallStart]) -> list[tuple[ExternalCall | None, bool]]:
         """:meth:`begin` for each of ``starts`` in ``connection``'s transaction: the calls recorded for the first time
-        in one INSERT, each call recorded before (a retry, a call in doubt, one done) decided by :meth:`begin`."""
-        rows = [{"message_id": s.message_id, "call_key": s.call_key, "status": ExternalCallStatus.STARTED,
-                 "attempts": 1, "idempotency_key": s.idempotency_key, "node_id": s.node_id, "started_at": s.at,
-                 "created_at": s.at, "updated_at": s.at} for s in starts]
-        inserted = {(row.message_id, row.call_key) for row in connection.execute(self._first_starts, rows)}
-        return [(None, True) if (s.message_id, s.call_key) in inserted else
-                self.begin(s.message_id, s.call_key, s.idempotency_key, s.node_id, s.at,
-                           hold_in_doubt=s.hold_in_doubt, connection=connection)
+        in one INSERT, each call recorded before (a retry, a call in doubt, one done) read and decided on alone."""
+        inserted = {(row.message_id, row.call_key)
+                    for row in connection.execute(self._first_starts, [_first_row(s) for s in starts])}
+        return [(None, True) if (s.message_id, s.call_key) in inserted else self._start_again(connection, s)
                 for s in starts]
+
+    @staticmethod
+    def _start_again(connection: sa.Connection, start: CallStart) -> tuple[ExternalCall | None, bool]:
+        """:meth:`begin` of a call whose row the first INSERT met: done (OK) or held in doubt, it is not started;
+        else STARTED again, attempts + 1."""
+        c = external_call_table.c
+        where = sa.and_(c.message_id == start.message_id, c.call_key == start.call_key)
+        row = connection.execute(sa.select(*_CALL_COLUMNS).where(where)).first()
+        previous = None if row is None else ExternalCall(**row._mapping)
+        if previous is not None and (
+            previous.status is ExternalCallStatus.OK
+            or (start.hold_in_doubt and previous.status is ExternalCallStatus.STARTED)
+        ):
+            return previous, False
+        if previous is None:  # deleted since the insert met it (retention): the call starts afresh
+            connection.execute(sa.insert(external_call_table).values(**_first_row(start)))
+        else:
+            connection.execute(sa.update(external_call_table).where(where).values(
+                status=ExternalCallStatus.STARTED, attempts=c.attempts + 1, idempotency_key=start.idempotency_key,
+                node_id=start.node_id, started_at=start.at, updated_at=start.at,
+            ))
+        return previous, True
 
     def finish_many(self, connection: sa.Connection, ends: Sequence[CallEnd]) -> list[None]:
         """:meth:`finish` for each of ``ends`` in ``connection``'s transaction, one UPDATE run for every row (a call no
@@ -158,38 +183,8 @@ class ExternalCallStore(StorePart):
         with this node and time (attempts + 1 when it existed) and the caller makes the call, then reports it with
         :meth:`finish`.
         """
-        c = external_call_table.c
-        where = sa.and_(c.message_id == message_id, c.call_key == call_key)
-
-        first = self.database.upsert(external_call_table).values(
-            message_id=message_id, call_key=call_key, status=ExternalCallStatus.STARTED, attempts=1,
-            idempotency_key=idempotency_key, node_id=node_id, started_at=now, created_at=now, updated_at=now,
-        ).on_conflict_do_nothing(index_elements=[c.message_id, c.call_key]).returning(c.id)
-
-        def work(conn: sa.Connection) -> tuple[ExternalCall | None, bool]:
-            # the first attempt's call (the common case) in one statement; a row already there is read and decided on
-            if conn.execute(first).first() is not None:
-                return None, True
-            row = conn.execute(sa.select(*_CALL_COLUMNS).where(where)).first()
-            previous = None if row is None else ExternalCall(**row._mapping)
-            if previous is not None and (
-                previous.status is ExternalCallStatus.OK
-                or (hold_in_doubt and previous.status is ExternalCallStatus.STARTED)
-            ):
-                return previous, False
-            if previous is None:  # deleted since the insert met it (retention): the call starts afresh
-                conn.execute(sa.insert(external_call_table).values(
-                    message_id=message_id, call_key=call_key, status=ExternalCallStatus.STARTED, attempts=1,
-                    idempotency_key=idempotency_key, node_id=node_id, started_at=now, created_at=now, updated_at=now,
-                ))
-            else:
-                conn.execute(sa.update(external_call_table).where(where).values(
-                    status=ExternalCallStatus.STARTED, attempts=c.attempts + 1, idempotency_key=idempotency_key,
-                    node_id=node_id, started_at=now, updated_at=now,
-                ))
-            return previous, True
-
-        return self.database.run(work, connection)
+        start = CallStart(message_id, call_key, idempotency_key, node_id, now, hold_in_doubt)
+        return self.database.run(lambda conn: self.begin_many(conn, [start])[0], connection)
 
     def finish(
         self,
