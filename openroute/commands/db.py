@@ -61,54 +61,56 @@ def run(args: argparse.Namespace) -> int:
     return _upgrade(args)
 
 
-def _upgrade(args: argparse.Namespace) -> int:
-    from openroute.errors import ConfigurationError
-    from openroute.persistence import MessageStore
-
-    try:
-        url = resolve_database_url(args)
-    except ConfigurationError as error:
-        print(f"openroute db upgrade: {_first_line(error)}", file=sys.stderr)
-        return EXIT_CONFIGURATION
-    shown = _safe(url)
-    try:
-        store = MessageStore(url)
-    except Exception as error:  # a malformed URL, an unsupported database or a missing driver
-        print(f"openroute db upgrade: {shown}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_CONFIGURATION
-    try:
-        store.upgrade()
-        revision = store.current_revision()
-        store.dispose()
-    except Exception as error:  # an unreachable database or a failed migration ends the command with its reason
-        store.dispose()
-        print(f"openroute db upgrade: {shown}: {_first_line(error)}", file=sys.stderr)
-        return EXIT_DATABASE
-    print(f"openroute db upgrade: {shown} is at revision {revision}")
-    return EXIT_OK
-
-
-def _mask_secrets(args: argparse.Namespace) -> int:
+def _open_store(what: str, args: argparse.Namespace, *, existing: bool = False) -> tuple[Any, str] | int:
+    """The store of ``args`` (``--database-url``, ``--config``) and its URL as shown, or the exit code after one line
+    on stderr saying why it cannot be opened; ``existing``: a SQLite file that is not there is not created."""
     from openroute.errors import ConfigurationError
     from openroute.persistence import MessageStore, sqlite_file
-    from openroute.persistence.stored_texts import mask_stored_texts
 
-    what = "openroute db mask-secrets"
     try:
         url = resolve_database_url(args)  # the --config file's secret names are masked from here on
     except ConfigurationError as error:
         print(f"{what}: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIGURATION
     shown = _safe(url)
-    file = sqlite_file(url)
+    file = sqlite_file(url) if existing else None
     if file is not None and not file.is_file():  # opening it would create an empty store: say so instead
         print(f"{what}: {shown}: there is no store file {file.resolve()} (nothing created)", file=sys.stderr)
         return EXIT_CONFIGURATION
     try:
-        store = MessageStore(url)
+        return MessageStore(url), shown
     except Exception as error:  # a malformed URL, an unsupported database or a missing driver
         print(f"{what}: {shown}: {_first_line(error)}", file=sys.stderr)
         return EXIT_CONFIGURATION
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    what = "openroute db upgrade"
+    opened = _open_store(what, args)
+    if isinstance(opened, int):
+        return opened
+    store, shown = opened
+    try:
+        store.upgrade()
+        revision = store.current_revision()
+        store.dispose()
+    except Exception as error:  # an unreachable database or a failed migration ends the command with its reason
+        store.dispose()
+        print(f"{what}: {shown}: {_first_line(error)}", file=sys.stderr)
+        return EXIT_DATABASE
+    print(f"{what}: {shown} is at revision {revision}")
+    return EXIT_OK
+
+
+def _mask_secrets(args: argparse.Namespace) -> int:
+    from openroute.persistence import MessageStore
+    from openroute.persistence.stored_texts import mask_stored_texts
+
+    what = "openroute db mask-secrets"
+    opened = _open_store(what, args, existing=True)
+    if isinstance(opened, int):
+        return opened
+    store, shown = opened
     try:
         revision, head = store.current_revision(), MessageStore.head_revision()
         if revision != head:
