@@ -199,10 +199,8 @@ class ConfirmationService:
         reset to PENDING with the new outcome and a new confirmation id, so the source system is confirmed again.
         A message held for an operator (error code CALL_IN_DOUBT) gets no row until it reaches its real outcome.
         """
-        state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
-            return
-        if not self.callback.confirms(message.source_system):
+        state = self._owed(message)
+        if state is None:
             return
         # no savepoint (two round trips in the engine's group commit): the message row is in this transaction, so
         # the insert cannot fail on its foreign key, and a row already there is no error
@@ -210,6 +208,12 @@ class ConfirmationService:
             # a row made before this transaction belongs to an earlier final state: the message was restarted
             # since, and the source system is told the new outcome (the row starts over, PENDING)
             table.reset_pending(connection, message.id, state, self.now())
+
+    def _owed(self, message: Any) -> str | None:
+        """The state ``message`` owes its source a confirmation of (None: SKIPPED, a child, held, unconfirmed)."""
+        state = MessageState(message.state).value
+        owed = state in CONFIRMED_STATES and getattr(message, "parent_id", None) is None and not is_held(message)
+        return state if owed and self.callback.confirms(message.source_system) else None
 
     async def on_final_state(self, message: Any) -> None:
         """Engine hook awaited after the final commit: sends the confirmation at once, with those of the other
@@ -219,10 +223,7 @@ class ConfirmationService:
         Never raises: a failure here leaves a PENDING row (or a final message the sweep finds) that
         :meth:`process_due` / :meth:`run` picks up.
         """
-        state = MessageState(message.state).value
-        if state not in CONFIRMED_STATES or getattr(message, "parent_id", None) is not None or is_held(message):
-            return
-        if not self.callback.confirms(message.source_system):
+        if self._owed(message) is None:
             return
         try:
             await self._immediate.send(message)
