@@ -1,15 +1,19 @@
 """Throughput of openroute.streams against reactivex (RxPY) and plain async generators.
 
 Pushes N ints (default 1,000,000) through ``map -> filter -> collect`` in each, and through an openroute
-subscriber that requests in batches of 1 and of 256. Prints items/s (best of ``--repeat`` runs) and ratios.
+subscriber that requests in batches of 1 and of 256. The cases run interleaved, ``--repeat`` times (each
+repetition runs every case once, in a rotated order); prints items/s (min / median / max) and each ratio's
+min / median / max over the repetitions.
 
-    python benchmarks/streams_bench.py [--n 1000000] [--repeat 3]
+    python benchmarks/streams_bench.py [--n 1000000] [--repeat 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
+import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -101,27 +105,25 @@ async def async_generators(n: int) -> int:
     return len([x async for x in filtered(mapped(source()))])
 
 
-async def measure(name: str, run: Callable[[int], Any], n: int, repeat: int) -> float:
-    best = float("inf")
-    want = expected(n)
-    for _ in range(repeat):
-        start = time.perf_counter()
-        got = await run(n)
-        elapsed = time.perf_counter() - start
-        if got != want:
-            raise SystemExit(f"{name}: wrong result, {got} items instead of {want}")
-        best = min(best, elapsed)
-    rate = n / best
-    print(f"{name:<42} {rate:>14,.0f} items/s   ({best:.3f} s)")
-    return rate
+async def timed(name: str, run: Callable[[int], Any], n: int, want: int) -> float:
+    """Items per second of one run of ``run`` (a wrong result ends the benchmark)."""
+    start = time.perf_counter()
+    got = await run(n)
+    elapsed = time.perf_counter() - start
+    if got != want:
+        raise SystemExit(f"{name}: wrong result, {got} items instead of {want}")
+    return n / elapsed
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):6.2f} / {statistics.median(values):6.2f} / {max(values):6.2f}"
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"{args.n:,} ints through map -> filter -> collect, best of {args.repeat}\n")
     cases: list[tuple[str, Callable[[int], Any]]] = [
         ("openroute to_list (unbounded demand)", openroute_to_list),
         ("openroute subscriber request(256)", openroute_batched(256)),
@@ -129,13 +131,32 @@ async def main() -> None:
         ("reactivex (RxPY)", reactivex_chain),
         ("async generators", async_generators),
     ]
-    rates = [await measure(name, run, args.n, args.repeat) for name, run in cases]
-    to_list, batched, one, rx, agen = rates
-    print()
-    print(f"openroute to_list / reactivex          {to_list / rx:6.2f}x")
-    print(f"openroute request(256) / reactivex     {batched / rx:6.2f}x   (goal >= 1)")
-    print(f"openroute request(256) / async gens    {batched / agen:6.2f}x")
-    print(f"request(256) / request(1) slowdown     {batched / one:6.2f}x   (goal <= 5)")
+    want = expected(args.n)
+    print(f"{args.n:,} ints through map -> filter -> collect; {args.repeat} repetitions, the cases interleaved "
+          "(each repetition runs every case once, in a rotated order)\n")
+    for name, run in cases:  # warm-up: imports (reactivex's inside its case) and first-call costs out of the figures
+        await timed(name, run, 1_000, expected(1_000))
+    rates: dict[str, list[float]] = {name: [] for name, _ in cases}
+    for repetition in range(args.repeat):
+        shift = repetition % len(cases)
+        for name, run in cases[shift:] + cases[:shift]:
+            rates[name].append(await timed(name, run, args.n, want))
+    print(f"{'chain':<42} {'items/s min / median / max':>40}")
+    for name, values in rates.items():
+        print(f"{name:<42} {min(values):>12,.0f} {statistics.median(values):>12,.0f} {max(values):>12,.0f}")
+    to_list, batched, one, rx, agen = rates.values()
+
+    def ratios(numerator: list[float], denominator: list[float]) -> list[float]:
+        return [a / b for a, b in zip(numerator, denominator, strict=True)]
+
+    print("\nratios per repetition, min / median / max")
+    print(f"openroute to_list / reactivex          {spread(ratios(to_list, rx))}")
+    print(f"openroute request(256) / reactivex     {spread(ratios(batched, rx))}   (goal: min >= 1.2)")
+    print(f"openroute request(256) / async gens    {spread(ratios(batched, agen))}")
+    print(f"request(256) / request(1) slowdown     {spread(ratios(batched, one))}   (goal <= 5)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak memory (max RSS of the process): {peak:,.0f} MiB")
+
 
 if __name__ == "__main__":
     asyncio.run(main())

@@ -115,20 +115,3 @@ def plan_stage(stage: st.Stage) -> tuple[int, Callable[[Any], Any]]:
 def plan(stages: Sequence[st.Stage]) -> tuple[tuple[int, Callable[[Any], Any]], ...]:
     """A fresh fused plan (fresh state for stateful stages) for a run of fusable stages."""
     return tuple(plan_stage(stage) for stage in stages)
-
-
-def apply_plan(fused_plan: tuple[tuple[int, Any], ...], item: Any) -> Any:
-    """``item`` through the fused stages: the result, DROP when filtered out; raises Stop to complete."""
-    for kind, fn in fused_plan:
-        if kind == MAP:
-            item = fn(item)
-            if item is None:
-                raise none_element_error("map returned None")
-        elif kind == FILTER:
-            if not fn(item):
-                return DROP
-        else:
-            item = fn(item)
-            if item is DROP:
-                return DROP
-    return item

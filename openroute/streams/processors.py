@@ -203,7 +203,7 @@ class FusedProcessor(BaseProcessor):
         if downstream is None:
             return
         try:
-            # fusion.apply_plan written inline: one call less per item on the processor's hot path (benchmarks)
+            # the plan applied inline (as in the iterable source's drain loop): no call per item on the hot path
             for kind, fn in self._plan:
                 if kind == MAP:
                     item = fn(item)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator
 from typing import Any
 
 from . import stages as st
-from .fusion import DROP, Stop, apply_plan, none_element_error, plan
+from .fusion import DROP, FILTER, MAP, Stop, none_element_error, plan
 from .protocol import (
     NOOP_SUBSCRIPTION,
     UNBOUNDED,
@@ -105,6 +105,7 @@ class _IteratorSubscription(Subscription):
         on_next = subscriber.on_next
         fused_plan = self._plan
         end = _END
+        map_kind, filter_kind, drop = MAP, FILTER, DROP  # locals: read once per item in the loop below
         while True:
             demand = self._demand
             if demand == 0:
@@ -117,8 +118,20 @@ class _IteratorSubscription(Subscription):
                         raise Stop  # a fresh one: re-raising one instance would grow its traceback each time
                     if item is None:
                         raise none_element_error("source iterable")
-                    if fused_plan:
-                        item = apply_plan(fused_plan, item)
+                    # the fused plan applied inline: a call per item less than a helper (benchmarks)
+                    for kind, fn in fused_plan:
+                        if kind == map_kind:
+                            item = fn(item)
+                            if item is None:
+                                raise none_element_error("map returned None")
+                        elif kind == filter_kind:
+                            if not fn(item):
+                                item = drop
+                                break
+                        else:
+                            item = fn(item)
+                            if item is drop:
+                                break
                 except Stop:
                     self._stop()
                     subscriber.on_complete()
@@ -127,7 +140,7 @@ class _IteratorSubscription(Subscription):
                     self._stop()
                     subscriber.on_error(error)
                     return
-                if item is DROP:
+                if item is drop:
                     continue
                 on_next(item)
                 if self._subscriber is None:
