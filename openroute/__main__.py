@@ -1,3 +1,5 @@
+"""``python -m openroute``: the ``openroute`` command line (:func:`openroute.cli.main`)."""
+
 import sys
 
 from openroute.cli import main

@@ -20,6 +20,7 @@ class SystemClock:
     """The real wall clock."""
 
     def now(self) -> datetime:
+        """The wall-clock time now, in UTC."""
         return datetime.now(UTC)
 
 
@@ -34,6 +35,7 @@ class ManualClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
+        """The clock's time: the start plus every :meth:`advance` so far."""
         with self._lock:
             return self._now
 

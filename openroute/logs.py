@@ -63,6 +63,7 @@ class JsonFormatter(logging.Formatter):
     for an exception, ``error`` and ``traceback``."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one line of JSON (an ``extra`` value that is not a JSON scalar as its ``str``)."""
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
@@ -89,6 +90,7 @@ class MaskingFormatter(logging.Formatter):
         self.inner = inner
 
     def format(self, record: logging.LogRecord) -> str:
+        """``inner``'s line for ``record``, every credential in it masked."""
         from openroute.persistence import mask_secrets
 
         return mask_secrets(self.inner.format(record))
@@ -138,6 +140,7 @@ class TransitionLog:
         self._attempts: dict[int, int] = {}
 
     def __call__(self, previous: MessageState | None, message: StoredMessage) -> None:
+        """Log the change of ``message`` from ``previous`` (None: just stored) to its current state, in one line."""
         target = message.state.value
         if target == "PROCESSING":
             if len(self._attempts) >= self._REMEMBERED:  # outcomes lost to another writer: forget the oldest
@@ -216,6 +219,8 @@ class AttemptFailureLog(MessageInterceptor):
         self._seen: dict[tuple[int, str], None] = {}
 
     async def around_delivery(self, context: InterceptionContext, call_next: CallNext) -> None:
+        """Run the delivery; an unexpected error is logged with its traceback (once per message and error), then raised
+        again unchanged."""
         try:
             await call_next()
         except MessageDroppedByInterceptor:

@@ -14,7 +14,8 @@ class Named(Protocol):
     """Anything declared under a name."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The unique name it is declared under."""
 
 
 N = TypeVar("N", bound=Named)

@@ -131,6 +131,8 @@ class ProxyHeaders:
         self.trusted = TrustedProxies(trusted)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """ASGI entry: for a connection from a named proxy, set ``scope["client"]`` and ``scope["scheme"]`` from its
+        headers, then call the application."""
         if scope["type"] in ("http", "websocket"):
             peer = scope.get("client")
             if peer and peer[0] in self.trusted:

@@ -95,20 +95,26 @@ class DeadlineH11Protocol(_Deadline, H11Protocol):
     """uvicorn's pure-Python (h11) protocol with the request deadline."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn's own signature
+        """Arm the deadline as soon as the connection opens."""
         super().connection_made(transport)
         self._arm()  # a connection that sends nothing is cut too
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Cancel the timer of the closed connection."""
         self._disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        """Feed ``data`` to h11; the first byte of a request arms the deadline, and the timer stops once the request is
+        whole."""
         if self.conn.their_state is h11.IDLE:
             self._arm()
         super().data_received(data)
         self._check_complete()
 
     def on_response_complete(self) -> None:
+        """After an answer, arm the deadline for a pipelined request already partly received, else stop the timer once
+        the client is done."""
         super().on_response_complete()
         # a pipelined request only partly received is arriving now: its time runs
         if self.conn.their_state is h11.SEND_BODY or (self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]):

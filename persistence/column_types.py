@@ -22,11 +22,13 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        """``timestamp with time zone`` on PostgreSQL, a naive ``DATETIME`` elsewhere."""
         if dialect.name == "postgresql":
             return dialect.type_descriptor(sa.DateTime(timezone=True))
         return dialect.type_descriptor(sa.DateTime())
 
     def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        """The value to store: converted to UTC, naive except on PostgreSQL; raises ValueError for a naive datetime."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -35,6 +37,7 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
     def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
+        """The stored value read back timezone-aware, in UTC."""
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

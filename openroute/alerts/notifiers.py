@@ -65,6 +65,7 @@ class LogNotifier(Notifier):
         self.name = name
 
     async def notify(self, notification: Notification) -> None:
+        """Log the notification's summary line, with its description when it has one."""
         level = logging.INFO if notification.kind is NotificationKind.RESOLVED else logging.WARNING
         log.log(level, "%s%s", notification.summary(),
                 f" ({notification.description})" if notification.description else "")
@@ -82,6 +83,8 @@ class WebhookNotifier(Notifier):
         self._transport = transport
 
     async def notify(self, notification: Notification) -> None:
+        """POST :meth:`Notification.to_json` to ``url``; raises RuntimeError for an answer other than 2xx, httpx's
+        errors when the server cannot be reached."""
         async with httpx.AsyncClient(transport=self._transport, timeout=self.timeout) as client:
             response = await client.post(self.url, json=notification.to_json(), headers=self.headers)
         if response.status_code // 100 != 2:
@@ -101,6 +104,11 @@ class SmtpNotifier(Notifier):
         self.starttls, self.timeout = starttls, timeout
 
     async def notify(self, notification: Notification) -> None:
+        """Mail the summary (as the subject) and the fields of the notification to ``recipients``; raises smtplib's
+        errors or OSError on failure.
+
+        The SMTP exchange runs in a worker thread, so the event loop is not blocked meanwhile.
+        """
         email = EmailMessage()
         email["Subject"] = f"[openroute] {notification.summary()}"
         email["From"] = self.sender

@@ -179,6 +179,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         return bool(ready.is_set()) if isinstance(ready, asyncio.Event) else True
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
+        """Accept the one subscriber (``None`` raises TypeError, rule 1.9); a second one, or any after a cancel, gets
+        ``on_subscribe`` then ``on_error``."""
         if subscriber is None:
             raise TypeError("subscriber must not be None")
         if self._subscriber is not None or self._cancelled:
@@ -191,6 +193,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         subscriber.on_subscribe(self)
 
     def request(self, n: int) -> None:
+        """Add ``n`` to the demand; the first request starts consuming, and the broker prefetch grows to cover the
+        demand (unless fixed). ``n <= 0`` cancels and signals ``on_error(ValueError)`` (rule 3.9)."""
         if self._cancelled:
             return
         if n <= 0:
@@ -210,6 +214,8 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._adjust()
 
     def cancel(self) -> None:
+        """Stop emitting and drop the subscriber (a second call does nothing); buffered messages never emitted go back
+        to the queue."""
         if self._cancelled:
             return
         self._cancelled = True
@@ -380,6 +386,7 @@ class AmqpSink(Subscriber[Message[Any]]):
         self.completion: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Keep the first subscription (rules 2.5, 2.13) and request ``max-inflight`` messages."""
         if first_subscription(self._subscription, subscription):
             self._subscription = subscription
             subscription.request(self._max_inflight)
@@ -398,6 +405,8 @@ class AmqpSink(Subscriber[Message[Any]]):
         return amqp_message, meta.routing_key or self._routing_key
 
     def on_next(self, item: Message[Any]) -> None:
+        """Publish ``item``: acked once the broker confirms, nacked when it refuses; a payload that cannot be encoded is
+        nacked at once and its slot requested again."""
         refuse_none(item, "on_next")
         try:
             amqp_message, routing_key = self._amqp_message(item)
@@ -429,11 +438,14 @@ class AmqpSink(Subscriber[Message[Any]]):
             self.completion.set_result(None)
 
     def on_error(self, error: BaseException) -> None:
+        """Log the upstream's failure, then end as :meth:`on_complete` does: the publishes in flight are still
+        confirmed."""
         refuse_none(error, "on_error")
         log.error("outgoing amqp channel '%s' upstream failed: %r", self.name, error)
         self.on_complete()  # the messages in flight are still confirmed
 
     def on_complete(self) -> None:
+        """No more messages: :attr:`completion` resolves once every publish in flight is settled."""
         self._done = True
         self._check_done()
 
@@ -478,6 +490,8 @@ class AmqpConnector(IncomingConnectorFactory, OutgoingConnectorFactory):
             arguments=arguments or None)
 
     async def create_publisher(self, config: ChannelConfig) -> AmqpSource:
+        """An :class:`AmqpSource` on ``queue`` (declared unless ``declare`` is false), bound to ``exchange`` by
+        ``routing-keys`` when an exchange is set; raises DeploymentError when the broker cannot be reached."""
         connection = await self.connection(config.get_str("url", DEFAULT_URL) or DEFAULT_URL)
         channel = await connection.channel()
         queue = await self._declare_queue(channel, config, str(config.require("queue")))
@@ -493,6 +507,8 @@ class AmqpConnector(IncomingConnectorFactory, OutgoingConnectorFactory):
         return source
 
     async def create_subscriber(self, config: ChannelConfig) -> AmqpSink:
+        """An :class:`AmqpSink` publishing with confirms to ``exchange`` (default: the default exchange) under
+        ``routing-key`` (default: ``queue`` or the channel name); ``queue`` is declared when set."""
         connection = await self.connection(config.get_str("url", DEFAULT_URL) or DEFAULT_URL)
         channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
         exchange_name = config.get_str("exchange") or ""

@@ -80,6 +80,8 @@ class ChannelPublisher(Publisher[Any]):
         self._tap: ChannelTap | None = None
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Subscribe to the running channel: its messages with ``messages=True``, else their payloads (each message
+        acked as it is delivered). Before ``app.start()`` the subscriber gets ``on_error(RuntimeError)``."""
         if subscriber is None:
             raise TypeError("subscriber must not be None")
         if self._tap is None:

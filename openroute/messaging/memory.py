@@ -75,11 +75,13 @@ class InMemorySink(Subscriber[Message[Any]]):
         return [m.payload for m in self.received]
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Keep the first subscription (rules 2.5, 2.13) and request unbounded demand."""
         if first_subscription(self._subscription, subscription):
             self._subscription = subscription
             subscription.request(UNBOUNDED)
 
     def on_next(self, item: Message[Any]) -> None:
+        """Record ``item`` in :attr:`received`, acking it at once unless ``auto_ack`` is off."""
         refuse_none(item, "on_next")
         self.received.append(item)
         if self.auto_ack:
@@ -87,11 +89,13 @@ class InMemorySink(Subscriber[Message[Any]]):
         self._changed.set()
 
     def on_error(self, error: BaseException) -> None:
+        """Record the stream's failure in :attr:`failure`."""
         refuse_none(error, "on_error")
         self.failure = error
         self._changed.set()
 
     def on_complete(self) -> None:
+        """Mark the stream :attr:`completed`."""
         self.completed = True
         self._changed.set()
 
@@ -133,9 +137,11 @@ class InMemoryConnector(IncomingConnectorFactory, OutgoingConnectorFactory):
         return self._sinks[channel]
 
     async def create_publisher(self, config: ChannelConfig) -> Publisher[Message[Any]]:
+        """The publisher of the channel's :class:`InMemorySource` (one subscriber)."""
         return self.source(config.channel).publisher
 
     async def create_subscriber(self, config: ChannelConfig) -> Subscriber[Message[Any]]:
+        """The channel's :class:`InMemorySink`, acking each message on receipt unless ``auto-ack`` is false."""
         sink = self.sink(config.channel)
         sink.auto_ack = config.get_bool("auto-ack", True)
         return sink

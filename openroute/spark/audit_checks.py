@@ -104,6 +104,7 @@ class Step:
 
 
 def state_counts(frames: AuditFrames) -> DataFrame:
+    """Statistic: messages per route, day of receipt and state (``count``)."""
     from pyspark.sql import functions as F
 
     return frames.messages.groupBy("service", "operation", "day", "state").agg(F.count("*").alias("count"))
@@ -126,6 +127,7 @@ def _finished(frames: AuditFrames) -> DataFrame:
 
 
 def throughput_hourly(frames: AuditFrames) -> DataFrame:
+    """Statistic: final messages per route and hour in which they ended (``finished``)."""
     from pyspark.sql import functions as F
 
     hour = F.date_format("final_at", "yyyy-MM-dd HH:00").alias("hour")
@@ -133,6 +135,7 @@ def throughput_hourly(frames: AuditFrames) -> DataFrame:
 
 
 def latency(frames: AuditFrames) -> DataFrame:
+    """Statistic: time from receipt to final state per route and day of receipt (count; p50, p95, p99, max seconds)."""
     from pyspark.sql import functions as F
 
     return _finished(frames).groupBy("service", "operation", "day").agg(
@@ -145,6 +148,8 @@ def latency(frames: AuditFrames) -> DataFrame:
 
 
 def time_in_state(frames: AuditFrames) -> DataFrame:
+    """Statistic: per route and state, the visits and the seconds spent there (total, mean, p95); a state not left yet
+    is not counted."""
     from pyspark.sql import functions as F
 
     spent = frames.steps().where(F.col("next_at").isNotNull()).withColumn(
@@ -205,6 +210,7 @@ def top_errors(frames: AuditFrames) -> DataFrame:
 
 
 def business_errors(frames: AuditFrames) -> DataFrame:
+    """Statistic: the ``top`` most frequent business error codes per route (from the messages' ``business_errors``)."""
     from pyspark.sql import functions as F
 
     errors = frames.messages.select(
@@ -216,6 +222,8 @@ def business_errors(frames: AuditFrames) -> DataFrame:
 
 
 def confirmations(frames: AuditFrames) -> DataFrame:
+    """Statistic: confirmations per source system and day of creation: counts by status, mean attempts, and the lag from
+    creation to sending (p50, p95, max seconds)."""
     from pyspark.sql import functions as F
 
     def having(status: ConfirmationStatus) -> Column:
@@ -235,6 +243,8 @@ def confirmations(frames: AuditFrames) -> DataFrame:
 
 
 def funnel_postpones(frames: AuditFrames) -> DataFrame:
+    """Statistic: changes to POSTPONED per route and day of receipt (``postpones``) and the messages they concern
+    (``messages``)."""
     from pyspark.sql import functions as F
 
     return (
@@ -263,6 +273,7 @@ STATISTICS: tuple[Step, ...] = (
 
 
 def stuck(frames: AuditFrames) -> DataFrame:
+    """Check: messages not final whose last update, and next attempt if any, are older than ``stuck_after``."""
     from pyspark.sql import functions as F
 
     horizon = frames.ago(frames.settings.stuck_after)
@@ -273,6 +284,8 @@ def stuck(frames: AuditFrames) -> DataFrame:
 
 
 def dead_node_processing(frames: AuditFrames) -> DataFrame:
+    """Check: PROCESSING messages whose node stopped, has been silent longer than ``heartbeat_timeout``, or is
+    unknown."""
     from pyspark.sql import functions as F
 
     alive = frames.nodes.where(
@@ -285,6 +298,11 @@ def dead_node_processing(frames: AuditFrames) -> DataFrame:
 
 
 def confirmation_missing(frames: AuditFrames) -> DataFrame:
+    """Check: top-level messages final (CANCEL, FAILED, OK) for longer than ``grace`` in a confirmed source system,
+    without any confirmation row.
+
+    The confirmed systems are ``confirmed_systems``, or, when it is None, those that have confirmation rows.
+    """
     from pyspark.sql import functions as F
 
     given = frames.settings.confirmed_systems
@@ -304,6 +322,8 @@ def confirmation_missing(frames: AuditFrames) -> DataFrame:
 
 
 def confirmation_overdue(frames: AuditFrames) -> DataFrame:
+    """Check: PENDING confirmations that used ``confirmation_max_attempts`` or were due longer than ``stuck_after``
+    ago."""
     from pyspark.sql import functions as F
 
     settings = frames.settings
@@ -325,6 +345,7 @@ def _children(frames: AuditFrames) -> DataFrame:
 
 
 def parent_final_child_open(frames: AuditFrames) -> DataFrame:
+    """Check: children not final under a final parent (the id is the child's)."""
     from pyspark.sql import functions as F
 
     return _children(frames).where(F.col("parent_final") & ~F.col("is_final")).select(
@@ -332,6 +353,8 @@ def parent_final_child_open(frames: AuditFrames) -> DataFrame:
 
 
 def children_final_parent_waiting(frames: AuditFrames) -> DataFrame:
+    """Check: parents WAITING_FOR_CHILDREN whose children are all final, the last one for longer than ``grace`` (the id
+    is the parent's)."""
     from pyspark.sql import functions as F
 
     return (
@@ -344,6 +367,8 @@ def children_final_parent_waiting(frames: AuditFrames) -> DataFrame:
 
 
 def duplicate_ok_call(frames: AuditFrames) -> DataFrame:
+    """Check: messages owning an external call recorded OK more than once: per (entity type, object id, call key) in
+    ``entity_call``, per (message, call key) in ``external_call``."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -361,6 +386,12 @@ def duplicate_ok_call(frames: AuditFrames) -> DataFrame:
 
 
 def history_mismatch(frames: AuditFrames) -> DataFrame:
+    """Check: messages whose transitions do not chain (a row's from-state is not the previous row's to-state) or do not
+    end in the message's state.
+
+    A message without transitions counts only when it was received after the first transition of the store: older
+    messages had no history kept.
+    """
     from pyspark.sql import functions as F
 
     steps = frames.steps()

@@ -64,6 +64,8 @@ class FuturePublisher(Publisher[Any]):
         self._what = what
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Give ``subscriber`` the future's outcome as the class describes (another awaitable through
+        :class:`AwaitedValue`); ``None`` raises TypeError (rule 1.9)."""
         check_subscriber(subscriber)
         future = self._awaitable
         if not isinstance(future, asyncio.Future):

@@ -244,23 +244,49 @@ class PublisherBuilder(_TerminalMethods[T]):
 
     if TYPE_CHECKING:  # precise types for the element-changing stages and the terminals (same implementation)
 
-        def map(self, fn: Callable[[T], U]) -> PublisherBuilder[U]: ...
-        def flat_map(self, fn: Callable[[T], PublisherBuilder[U] | Publisher[U]]) -> PublisherBuilder[U]: ...
-        def flat_map_async(self, fn: Callable[[T], Awaitable[U]]) -> PublisherBuilder[U]: ...
-        def flat_map_iterable(self, fn: Callable[[T], Iterable[U]]) -> PublisherBuilder[U]: ...
-        def via(self, processor: ProcessorBuilder[T, U] | Processor[T, U]) -> PublisherBuilder[U]: ...
-        def to(self, subscriber: SubscriberBuilder[T, U] | Subscriber[T]) -> CompletionRunner[Any]: ...
+        def map(self, fn: Callable[[T], U]) -> PublisherBuilder[U]:
+            """Emit ``fn(item)``; a ``None`` result fails the stream with TypeError."""
+
+        def flat_map(self, fn: Callable[[T], PublisherBuilder[U] | Publisher[U]]) -> PublisherBuilder[U]:
+            """Emit the items of the publisher or builder ``fn(item)``; inner streams run one at a time, in order."""
+
+        def flat_map_async(self, fn: Callable[[T], Awaitable[U]]) -> PublisherBuilder[U]:
+            """Emit the result of awaiting ``fn(item)``, one item at a time, in order."""
+
+        def flat_map_iterable(self, fn: Callable[[T], Iterable[U]]) -> PublisherBuilder[U]:
+            """Emit the elements of the iterable ``fn(item)``."""
+
+        def via(self, processor: ProcessorBuilder[T, U] | Processor[T, U]) -> PublisherBuilder[U]:
+            """Pass the items through a processor builder (its stages are inlined) or a processor."""
+
+        def to(self, subscriber: SubscriberBuilder[T, U] | Subscriber[T]) -> CompletionRunner[Any]:
+            """A runner of this graph ending in ``subscriber`` (a subscriber builder's stages are inlined)."""
+
         def collect(
             self,
             initial_factory: Callable[[], A] | Collector[T, Any, A],
             accumulator: Callable[[A, T], Any] | None = ...,
-        ) -> CompletionRunner[A]: ...
-        def to_list(self) -> CompletionRunner[list[T]]: ...
-        def reduce(self, fn: Callable[[T, T], T], identity: T = ...) -> CompletionRunner[T | None]: ...
-        def find_first(self) -> CompletionRunner[T | None]: ...
-        def for_each(self, fn: Callable[[T], Any]) -> CompletionRunner[None]: ...
-        def ignore(self) -> CompletionRunner[None]: ...
-        def cancel(self) -> CompletionRunner[None]: ...
+        ) -> CompletionRunner[A]:
+            """A runner whose result is the container filled by ``accumulator`` (or by the Collector, through its
+            finisher)."""
+
+        def to_list(self) -> CompletionRunner[list[T]]:
+            """A runner whose result is the list of all items."""
+
+        def reduce(self, fn: Callable[[T, T], T], identity: T = ...) -> CompletionRunner[T | None]:
+            """A runner whose result is the items folded with ``fn`` (from ``identity`` if given; None when empty)."""
+
+        def find_first(self) -> CompletionRunner[T | None]:
+            """A runner whose result is the first item, or None for an empty stream."""
+
+        def for_each(self, fn: Callable[[T], Any]) -> CompletionRunner[None]:
+            """A runner that calls ``fn(item)`` for every item; result None."""
+
+        def ignore(self) -> CompletionRunner[None]:
+            """A runner that consumes every item; result None."""
+
+        def cancel(self) -> CompletionRunner[None]:
+            """A runner that cancels the stream as soon as it starts; result None."""
 
     def _terminal(self, stage: st.Stage) -> CompletionRunner[Any]:
         return CompletionRunner(self._stages, (stage,))
@@ -284,23 +310,50 @@ class ProcessorBuilder(_TerminalMethods[R], Generic[T, R]):
 
     if TYPE_CHECKING:  # precise types for the element-changing stages and the terminals (same implementation)
 
-        def map(self, fn: Callable[[R], U]) -> ProcessorBuilder[T, U]: ...
-        def flat_map(self, fn: Callable[[R], PublisherBuilder[U] | Publisher[U]]) -> ProcessorBuilder[T, U]: ...
-        def flat_map_async(self, fn: Callable[[R], Awaitable[U]]) -> ProcessorBuilder[T, U]: ...
-        def flat_map_iterable(self, fn: Callable[[R], Iterable[U]]) -> ProcessorBuilder[T, U]: ...
-        def via(self, processor: ProcessorBuilder[R, U] | Processor[R, U]) -> ProcessorBuilder[T, U]: ...
-        def to(self, subscriber: SubscriberBuilder[R, U] | Subscriber[R]) -> SubscriberBuilder[T, Any]: ...
+        def map(self, fn: Callable[[R], U]) -> ProcessorBuilder[T, U]:
+            """Emit ``fn(item)``; a ``None`` result fails the stream with TypeError."""
+
+        def flat_map(self, fn: Callable[[R], PublisherBuilder[U] | Publisher[U]]) -> ProcessorBuilder[T, U]:
+            """Emit the items of the publisher or builder ``fn(item)``; inner streams run one at a time, in order."""
+
+        def flat_map_async(self, fn: Callable[[R], Awaitable[U]]) -> ProcessorBuilder[T, U]:
+            """Emit the result of awaiting ``fn(item)``, one item at a time, in order."""
+
+        def flat_map_iterable(self, fn: Callable[[R], Iterable[U]]) -> ProcessorBuilder[T, U]:
+            """Emit the elements of the iterable ``fn(item)``."""
+
+        def via(self, processor: ProcessorBuilder[R, U] | Processor[R, U]) -> ProcessorBuilder[T, U]:
+            """Pass the items through a processor builder (its stages are inlined) or a processor."""
+
+        def to(self, subscriber: SubscriberBuilder[R, U] | Subscriber[R]) -> SubscriberBuilder[T, Any]:
+            """A subscriber builder ending in ``subscriber`` (a subscriber builder's stages are inlined)."""
+
         def collect(
             self,
             initial_factory: Callable[[], A] | Collector[R, Any, A],
             accumulator: Callable[[A, R], Any] | None = ...,
-        ) -> SubscriberBuilder[T, A]: ...
-        def to_list(self) -> SubscriberBuilder[T, list[R]]: ...
-        def reduce(self, fn: Callable[[R, R], R], identity: R = ...) -> SubscriberBuilder[T, R | None]: ...
-        def find_first(self) -> SubscriberBuilder[T, R | None]: ...
-        def for_each(self, fn: Callable[[R], Any]) -> SubscriberBuilder[T, None]: ...
-        def ignore(self) -> SubscriberBuilder[T, None]: ...
-        def cancel(self) -> SubscriberBuilder[T, None]: ...
+        ) -> SubscriberBuilder[T, A]:
+            """A subscriber builder whose result is the container filled by ``accumulator`` (or by the Collector,
+            through its finisher)."""
+
+        def to_list(self) -> SubscriberBuilder[T, list[R]]:
+            """A subscriber builder whose result is the list of all items."""
+
+        def reduce(self, fn: Callable[[R, R], R], identity: R = ...) -> SubscriberBuilder[T, R | None]:
+            """A subscriber builder whose result is the items folded with ``fn`` (from ``identity`` if given; None when
+            empty)."""
+
+        def find_first(self) -> SubscriberBuilder[T, R | None]:
+            """A subscriber builder whose result is the first item, or None for an empty stream."""
+
+        def for_each(self, fn: Callable[[R], Any]) -> SubscriberBuilder[T, None]:
+            """A subscriber builder that calls ``fn(item)`` for every item; result None."""
+
+        def ignore(self) -> SubscriberBuilder[T, None]:
+            """A subscriber builder that consumes every item; result None."""
+
+        def cancel(self) -> SubscriberBuilder[T, None]:
+            """A subscriber builder that cancels the stream as soon as it starts; result None."""
 
     def _terminal(self, stage: st.Stage) -> SubscriberBuilder[T, Any]:
         return SubscriberBuilder((*self._stages, stage))

@@ -17,18 +17,22 @@ class InnerSubscriber(Subscriber[Any]):
         self._owner = owner
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Hand the inner publisher's subscription to the owner, which cancels it when this inner is stale."""
         self._owner._inner_subscribe(self, subscription)
 
     def on_next(self, item: Any) -> None:
+        """Pass ``item`` to the owner; ``None`` raises TypeError (rule 2.13)."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._owner._inner_next(self, item)
 
     def on_error(self, error: BaseException) -> None:
+        """Pass the inner publisher's failure to the owner."""
         refuse_none(error, "on_error")
         self._owner._inner_error(self, error)
 
     def on_complete(self) -> None:
+        """Tell the owner that the inner publisher completed."""
         self._owner._inner_complete(self)
 
 
@@ -42,6 +46,12 @@ class ConcatPublisher(Publisher[Any]):
         self._second = second
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Emit everything of ``first``, then everything of ``second``, to ``subscriber`` (``None`` raises TypeError,
+        rule 1.9).
+
+        ``second`` is subscribed to only once ``first`` completes; when the stream fails or is cancelled before that, it
+        is subscribed to and cancelled at once, so it releases its resources.
+        """
         check_subscriber(subscriber)
         _ConcatSubscription(self._first, self._second, subscriber).start()
 

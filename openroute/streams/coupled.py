@@ -44,6 +44,8 @@ class CoupledProcessor(Processor[Any, Any]):
 
     # -- the upstream side (this processor as a Subscriber) --------------------------------------------------
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Take the upstream (a second one is cancelled, rule 2.5) and hand it to the coupled subscriber: its cancel
+        also cancels the publisher and completes the downstream."""
         refuse_none(subscription, "on_subscribe")
         if self._upstream is not None or self._upstream_done:
             subscription.cancel()
@@ -53,15 +55,19 @@ class CoupledProcessor(Processor[Any, Any]):
         self._subscriber.on_subscribe(_UpstreamLink(self, subscription))
 
     def on_next(self, item: Any) -> None:
+        """Pass ``item`` to the coupled subscriber while it runs."""
         refuse_none(item, "on_next")
         if not self._subscriber_done:
             self._subscriber.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
+        """The upstream failed: the subscriber gets ``error``, the publisher is cancelled, the downstream gets
+        ``error``."""
         refuse_none(error, "on_error")
         self._upstream_ended(error)
 
     def on_complete(self) -> None:
+        """The upstream completed: the subscriber completes, the publisher is cancelled, the downstream completes."""
         self._upstream_ended(None)
 
     def _upstream_ended(self, error: BaseException | None) -> None:
@@ -75,6 +81,8 @@ class CoupledProcessor(Processor[Any, Any]):
 
     # -- the downstream side (this processor as a Publisher) -------------------------------------------------
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Subscribe the one downstream to the coupled publisher (a second one gets ``on_error``; ``None`` raises
+        TypeError, rule 1.9); an end reached before it came is signalled right after its ``on_subscribe``."""
         check_subscriber(subscriber)
         if self._downstream is not None or self._downstream_done:
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)

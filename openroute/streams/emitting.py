@@ -110,6 +110,8 @@ class OnErrorResumeProcessor(_Emitter):
             self._upstream.request(n)  # type: ignore[union-attr]
 
     def on_error(self, error: BaseException) -> None:
+        """Emit ``fn(error)`` once there is demand, then complete; a failing ``fn`` fails the stream with its own error
+        instead (TypeError for a ``None`` result)."""
         if not self._upstream_failed(error):
             return
         try:
@@ -190,6 +192,8 @@ class OnErrorResumeWithProcessor(_InnerPublisherProcessor):
             self._upstream.request(n)  # type: ignore[union-attr]
 
     def on_error(self, error: BaseException) -> None:
+        """Continue with the publisher or builder ``fn(error)``: its items go downstream within the remaining demand and
+        its end ends the stream; a failing ``fn`` fails the stream with its own error."""
         if not self._upstream_failed(error) or self._inner is not None:
             return
         try:
@@ -230,6 +234,8 @@ class FlatMapProcessor(_InnerPublisherProcessor):
         self._upstream.request(1)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
+        """Subscribe to the publisher ``fn(item)`` and emit its items; the next upstream item is requested once it
+        completes. A failing ``fn``, or a ``None`` result, cancels upstream and fails the stream."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._downstream is None:
@@ -244,12 +250,14 @@ class FlatMapProcessor(_InnerPublisherProcessor):
             self._fail(error)
 
     def on_error(self, error: BaseException) -> None:
+        """Cancel the current inner publisher and fail the stream with ``error``."""
         refuse_none(error, "on_error")
         self._upstream = CANCELLED_UPSTREAM
         self._cancel_inner()
         self._emit_error(error)
 
     def on_complete(self) -> None:
+        """Upstream is done: complete once the current inner publisher, if any, has completed."""
         self._upstream = CANCELLED_UPSTREAM
         self._upstream_done = True
         if self._inner is None:
@@ -286,6 +294,8 @@ class FlatMapIterableProcessor(_Emitter):
         self._upstream_done = False
 
     def on_next(self, item: Any) -> None:
+        """Emit the elements of ``fn(item)`` within the demand; the next upstream item is requested once they are all
+        out. A failing ``fn`` cancels upstream and fails the stream."""
         # the arrival checks of FlatMapProcessor.on_next written out again on purpose: a shared _arrived() (tried
         # twice) adds a call per item, +380 instructions (+3%) per flat_map_iterable item under callgrind
         if item is None:  # inline, not refuse_none: once per item
@@ -301,6 +311,7 @@ class FlatMapIterableProcessor(_Emitter):
         self._drain()
 
     def on_complete(self) -> None:
+        """Upstream is done: complete once the elements of the current iterable are all emitted."""
         self._upstream = CANCELLED_UPSTREAM
         self._upstream_done = True
         self._drain()

@@ -54,6 +54,8 @@ class BaseProcessor(Processor[Any, Any], Subscription):
 
     # --- publisher side -----------------------------------------------------------------------------------
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Accept the one downstream (a second one gets ``on_error``, rule 1.11; ``None`` raises TypeError, rule 1.9); a
+        terminal signal held before it came follows its ``on_subscribe``."""
         check_subscriber(subscriber)
         if self._subscribed:
             subscriber.on_subscribe(NOOP_SUBSCRIPTION)
@@ -69,6 +71,8 @@ class BaseProcessor(Processor[Any, Any], Subscription):
             signal_end(subscriber, held[0])
 
     def request(self, n: int) -> None:
+        """Pass positive demand upstream, held until the upstream arrives; ``n <= 0`` goes upstream too, which answers
+        with ``on_error(ValueError)`` (rule 3.9). After a cancel or the end it does nothing (rule 3.6)."""
         if self._cancelled or self._terminated:
             return
         upstream = self._upstream
@@ -85,6 +89,7 @@ class BaseProcessor(Processor[Any, Any], Subscription):
         self._on_request(n)
 
     def cancel(self) -> None:
+        """Cancel the upstream and drop the downstream (rule 3.13); a second call does nothing (rule 3.7)."""
         if self._cancelled:
             return
         self._cancelled = True
@@ -94,6 +99,8 @@ class BaseProcessor(Processor[Any, Any], Subscription):
 
     # --- subscriber side ----------------------------------------------------------------------------------
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Take the upstream (a second one is cancelled, rule 2.5) and replay the demand, or the bad request, held
+        meanwhile."""
         if not self._take_upstream(subscription):
             return
         if self._bad_request is not None:
@@ -118,17 +125,20 @@ class BaseProcessor(Processor[Any, Any], Subscription):
         return True
 
     def on_next(self, item: Any) -> None:
+        """Pass ``item`` downstream unchanged; ``None`` raises TypeError (rule 2.13)."""
         refuse_none(item, "on_next")
         downstream = self._downstream
         if downstream is not None:
             downstream.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
+        """Pass ``error`` downstream, once, held until there is a downstream."""
         refuse_none(error, "on_error")
         self._upstream = CANCELLED_UPSTREAM
         self._emit_error(error)
 
     def on_complete(self) -> None:
+        """Complete the downstream, once, held until there is a downstream."""
         self._upstream = CANCELLED_UPSTREAM
         self._emit_complete()
 
@@ -197,6 +207,9 @@ class FusedProcessor(BaseProcessor):
         self._upstream.request(n)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
+        """Run ``item`` through the fused stages and emit the result. A dropped item is requested again upstream (unless
+        the demand is unbounded), a stage that stops (take_while) completes the stream, a failing callback cancels
+        upstream and fails it."""
         if item is None:
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         downstream = self._downstream
@@ -250,6 +263,7 @@ class LimitProcessor(BaseProcessor):
             self._upstream.request(ask)  # type: ignore[union-attr]
 
     def on_next(self, item: Any) -> None:
+        """Emit ``item`` while the limit lasts; the ``n``-th item completes the stream and cancels upstream."""
         refuse_none(item, "on_next")
         downstream = self._downstream
         if downstream is None or self._remaining <= 0:
@@ -268,6 +282,8 @@ class HookProcessor(BaseProcessor):
         self._stage = stage
 
     def on_error(self, error: BaseException) -> None:
+        """Call the ``on_error`` or ``on_terminate`` function, then pass ``error`` on (or the function's own error, when
+        it raises)."""
         refuse_none(error, "on_error")
         self._upstream = CANCELLED_UPSTREAM
         if self._terminated or self._cancelled:
@@ -283,6 +299,8 @@ class HookProcessor(BaseProcessor):
         self._emit_error(error)
 
     def on_complete(self) -> None:
+        """Call the ``on_complete`` or ``on_terminate`` function, then complete (or fail with the function's error, when
+        it raises)."""
         self._upstream = CANCELLED_UPSTREAM
         if self._terminated or self._cancelled:
             return

@@ -119,6 +119,8 @@ class AssembledPublisher(Publisher[Any]):
         self._factories = factories
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Assemble fresh processors for ``subscriber`` and subscribe them, wired from the end, to the source (``None``
+        raises TypeError, rule 1.9); a processor that cannot be made fails ``subscriber`` instead."""
         so.check_subscriber(subscriber)
         try:
             chain = [factory() for factory in self._factories]
@@ -171,19 +173,24 @@ class CompositeProcessor(Processor[Any, Any]):
                 upstream.subscribe(downstream)
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Link the inner processors, then hand ``subscription`` to the first one."""
         self._wire()
         self._chain[0].on_subscribe(subscription)
 
     def on_next(self, item: Any) -> None:  # replaced per instance in __init__
+        """Pass ``item`` to the first processor."""
         self._chain[0].on_next(item)
 
     def on_error(self, error: BaseException) -> None:  # replaced per instance in __init__
+        """Pass ``error`` to the first processor."""
         self._chain[0].on_error(error)
 
     def on_complete(self) -> None:  # replaced per instance in __init__
+        """Pass the completion to the first processor."""
         self._chain[0].on_complete()
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:  # replaced per instance in __init__
+        """Subscribe ``subscriber`` to the last processor."""
         self._chain[-1].subscribe(subscriber)
 
 

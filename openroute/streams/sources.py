@@ -47,6 +47,8 @@ class IterablePublisher(Publisher[Any]):
         self._fused = fused
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Give ``subscriber`` a fresh iterator, drained under its demand (``None`` raises TypeError, rule 1.9); a
+        failing ``iterator_factory`` gives ``on_subscribe`` then ``on_error``."""
         check_subscriber(subscriber)
         try:
             iterator = self._factory()
@@ -180,6 +182,9 @@ class AsyncIterablePublisher(Publisher[Any]):
         self._iterable = iterable
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Give ``subscriber`` a fresh async iterator, pulled by a task on the running loop from the first request on
+        (``None`` raises TypeError, rule 1.9); an iterable that cannot be iterated gives ``on_subscribe`` then
+        ``on_error``."""
         check_subscriber(subscriber)
         try:
             iterator = aiter(self._iterable)

@@ -111,18 +111,22 @@ class CompletionSubscriber(Subscriber[Any], Generic[R]):
 
     # Terminal subscribers that need nothing special inherit these.
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Accept the first subscription (rules 2.5, 2.13) and request everything (unbounded demand, rule 3.17)."""
         if self._accept(subscription):
             subscription.request(UNBOUNDED)
 
     def on_next(self, item: Any) -> None:
+        """Consume ``item`` and drop it; ``None`` raises TypeError (rule 2.13)."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
 
     def on_error(self, error: BaseException) -> None:
+        """Fail :attr:`completion` with ``error``."""
         refuse_none(error, "on_error")
         self._reject(error)
 
     def on_complete(self) -> None:
+        """Resolve :attr:`completion` with None."""
         self._resolve(None)
 
 
@@ -145,11 +149,13 @@ class ToListSubscriber(CompletionSubscriber[list[Any]]):
         self._items: list[Any] = []
 
     def on_next(self, item: Any) -> None:
+        """Add ``item`` to the list; ``None`` raises TypeError (rule 2.13)."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._items.append(item)
 
     def on_complete(self) -> None:
+        """Resolve :attr:`completion` with the list of all items."""
         items = self._items
         self._items = []
         self._resolve(items)
@@ -186,6 +192,8 @@ class CollectSubscriber(_EachItemSubscriber[Any]):
         self._factory: Callable[[], Any] | None = initial_factory
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Accept the first subscription (rules 2.5, 2.13), make the container and request everything; a failing
+        ``initial_factory`` cancels the stream and fails the completion."""
         if not self._accept(subscription):
             return
         try:
@@ -199,6 +207,8 @@ class CollectSubscriber(_EachItemSubscriber[Any]):
         subscription.request(UNBOUNDED)
 
     def on_complete(self) -> None:
+        """Resolve with the container, or with ``finisher(container)`` when given (a failing finisher fails the
+        completion)."""
         if self._finished:
             return
         container, self._container = self._container, None
@@ -222,6 +232,8 @@ class ReduceSubscriber(CompletionSubscriber[Any]):
         self._value = identity if has_identity else _UNSET
 
     def on_next(self, item: Any) -> None:
+        """Fold ``item`` into the value (without an identity the first item is the value); a failing ``fn`` cancels the
+        stream and fails the completion."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
@@ -236,6 +248,7 @@ class ReduceSubscriber(CompletionSubscriber[Any]):
             self._reject(error)
 
     def on_complete(self) -> None:
+        """Resolve with the folded value (None when there was no item and no identity)."""
         self._resolve(None if self._value is _UNSET else self._value)
 
 
@@ -243,10 +256,12 @@ class FindFirstSubscriber(CompletionSubscriber[Any]):
     """Resolves with the first item (then cancels), or None when the stream is empty."""
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Accept the first subscription (rules 2.5, 2.13) and request one item."""
         if self._accept(subscription):
             subscription.request(1)
 
     def on_next(self, item: Any) -> None:
+        """Resolve with ``item`` and cancel the stream: only the first item counts."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         if self._finished:
@@ -267,6 +282,7 @@ class CancelSubscriber(CompletionSubscriber[None]):
     """Cancels as soon as it is subscribed; resolves with None."""
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Cancel ``subscription`` at once and resolve with None."""
         refuse_none(subscription, "on_subscribe")
         subscription.cancel()
         self._resolve(None)
@@ -282,16 +298,20 @@ class WrappingSubscriber(CompletionSubscriber[None]):
         self._user = subscriber
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Accept the first subscription (rules 2.5, 2.13) and hand it on to the user subscriber, watched: its cancel
+        fails the completion with :class:`StreamCancelledError`."""
         if not self._accept(subscription):
             return
         self._user.on_subscribe(_WatchedSubscription(self, subscription))
 
     def on_next(self, item: Any) -> None:
+        """Pass ``item`` to the user subscriber; ``None`` raises TypeError (rule 2.13)."""
         if item is None:  # inline, not refuse_none: once per item
             raise TypeError("on_next(None) (Reactive Streams rule 2.13)")
         self._user.on_next(item)
 
     def on_error(self, error: BaseException) -> None:
+        """Fail the completion with ``error``, then pass it to the user subscriber (once)."""
         refuse_none(error, "on_error")
         if self._finished:
             return
@@ -299,6 +319,7 @@ class WrappingSubscriber(CompletionSubscriber[None]):
         self._user.on_error(error)
 
     def on_complete(self) -> None:
+        """Resolve the completion with None, then complete the user subscriber (once)."""
         if self._finished:
             return
         self._resolve(None)
@@ -340,16 +361,21 @@ class ChainedCompletionSubscriber(CompletionSubscriber[Any]):
 
     @property
     def completion(self) -> asyncio.Future[Any]:
+        """The terminal subscriber's completion: the result of the whole subscriber graph."""
         return self._terminal.completion
 
     def on_subscribe(self, subscription: Subscription) -> None:  # replaced per instance in __init__
+        """Hand ``subscription`` to the first stage."""
         self.head.on_subscribe(subscription)
 
     def on_next(self, item: Any) -> None:  # replaced per instance in __init__
+        """Pass ``item`` to the first stage."""
         self.head.on_next(item)
 
     def on_error(self, error: BaseException) -> None:  # replaced per instance in __init__
+        """Pass ``error`` to the first stage."""
         self.head.on_error(error)
 
     def on_complete(self) -> None:  # replaced per instance in __init__
+        """Pass the completion to the first stage."""
         self.head.on_complete()

@@ -11,6 +11,7 @@ target_metadata = Base.metadata
 
 
 def run_migrations_offline() -> None:
+    """Emit the migrations' SQL for ``sqlalchemy.url`` without connecting (``alembic upgrade --sql``)."""
     context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
                       literal_binds=True, render_as_batch=True)
     with context.begin_transaction():
@@ -18,6 +19,8 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
+    """Run the migrations on the connection the store hands over (``attributes["connection"]``), else on a connection
+    opened for ``sqlalchemy.url`` and closed after."""
     connection = config.attributes.get("connection")
     if connection is not None:
         # the store hands over its own connection so SQLite pragmas and the transaction are shared

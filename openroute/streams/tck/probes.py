@@ -85,6 +85,8 @@ class ProbeSubscriber(Subscriber[Any]):
         self._event.set()
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Record the subscription and request ``request_on_subscribe``; a second one is a 1.9/2.5 violation and is
+        cancelled."""
         self._enter("on_subscribe")
         self.depth -= 1
         try:
@@ -102,6 +104,8 @@ class ProbeSubscriber(Subscriber[Any]):
             pass
 
     def on_next(self, item: Any) -> None:
+        """Record the element, then cancel after ``cancel_after`` elements or request ``request_in_on_next``; a ``None``
+        element is a 2.13 violation, a signal out of order a 1.3, 1.7 or 1.9 one."""
         self._enter("on_next")
         try:
             if item is None:
@@ -116,6 +120,7 @@ class ProbeSubscriber(Subscriber[Any]):
             self.depth -= 1
 
     def on_error(self, error: BaseException) -> None:
+        """Record the error; a ``None`` error is a 2.13 violation, a signal out of order a 1.3, 1.7 or 1.9 one."""
         self._enter("on_error")
         try:
             if error is None:
@@ -125,6 +130,7 @@ class ProbeSubscriber(Subscriber[Any]):
             self.depth -= 1
 
     def on_complete(self) -> None:
+        """Record the completion; a signal out of order is a 1.3, 1.7 or 1.9 violation."""
         self._enter("on_complete")
         try:
             self.completed = True
@@ -187,12 +193,14 @@ class ProbeSubscription(Subscription):
         self.event = asyncio.Event()
 
     def request(self, n: int) -> None:
+        """Record ``n`` in :attr:`requests`; a positive ``n`` adds to :attr:`requested` (capped at UNBOUNDED)."""
         self.requests.append(n)
         if n > 0:
             self.requested = min(self.requested + n, UNBOUNDED)
         self.event.set()
 
     def cancel(self) -> None:
+        """Record the cancel in :attr:`cancelled`."""
         self.cancelled = True
         self.event.set()
 

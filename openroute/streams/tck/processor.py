@@ -95,12 +95,16 @@ class RangePublisher(Publisher[Any]):
         self._fail_with = fail_with
 
     def subscribe(self, subscriber: Subscriber[Any]) -> None:
+        """Give ``subscriber`` its own run of 1..n (``None`` raises TypeError, rule 1.9)."""
         if subscriber is None:
             raise TypeError("subscriber must not be None")
         subscriber.on_subscribe(RangeSubscription(subscriber, self._n, self._fail_with))
 
 
 class RangeSubscription(Subscription):
+    """The subscription of :class:`RangePublisher`: emits 1..n within the demand, then completes (or fails with
+    ``fail_with``)."""
+
     def __init__(self, subscriber: Subscriber[Any], n: int, fail_with: BaseException | None) -> None:
         self._subscriber: Subscriber[Any] | None = subscriber
         self._next = 1
@@ -111,6 +115,8 @@ class RangeSubscription(Subscription):
         self._bad: int | None = None
 
     def request(self, n: int) -> None:
+        """Add ``n`` to the demand and emit what it allows, from the outermost call only (rule 3.3); ``n <= 0`` signals
+        ``on_error(ValueError)`` (rule 3.9)."""
         if self._subscriber is None:
             return
         if n <= 0:
@@ -140,5 +146,6 @@ class RangeSubscription(Subscription):
             self._emitting = False
 
     def cancel(self) -> None:
+        """Stop emitting and drop the subscriber."""
         self._subscriber = None
 
