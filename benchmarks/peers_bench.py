@@ -2,34 +2,41 @@
 
     python benchmarks/peers_bench.py [--count 5000] [--repeat 5] [--senders 64] [--pool 10]
                                      [--pgqueuer-batch-size 10] [--procrastinate-concurrency 64]
-                                     [--loop uvloop|asyncio] [--systems openroute,pgqueuer,procrastinate]
+                                     [--loop uvloop|asyncio] [--log-level LEVEL]
+                                     [--systems openroute,pgqueuer,procrastinate]
 
 The peers are an optional extra (``pip install -e '.[bench]'``: ``pgqueuer[asyncpg]`` and ``procrastinate``); without
 them the script says so and exits 2.
 
 **The work**, the same for the three: ``--senders`` concurrent producers (one coroutine each, the same code for all
-three: ``benchmarks/_common.py`` ``concurrently``) hand over ``--count`` messages, each call returning once the message
-is committed (durable accept); one consumer in the same process claims each message, runs a step that returns at once
-and records its outcome. Completed msgs/s = messages in a final state / time from the first hand-over until the last
-message is final; the hand-over latency p50 / p99 is the producer's call; peak RSS is the process's (producers and
-consumer). Each run is a process of its own (``--child``) on a fresh database made for it and dropped after it; a
-repetition runs every system once, the order rotated from one repetition to the next. Every process runs the same
-event loop (``--loop``, default uvloop: ``pgq run`` and ``openroute run``, through uvicorn, both pick it when it is
-installed, and pgqueuer depends on it) and leaves Python's logging as ``openroute run`` sets it for openroute (INFO to
-stderr, here a file) and unconfigured (WARNING) for the peers, whose own commands log no line per job by default.
+three: ``benchmarks/_common.py`` ``concurrently``) hand over ``--count`` messages, each call returning once the
+message is committed (durable accept); one consumer in the same process claims each message, runs a step that returns
+at once and records its outcome. Completed msgs/s = messages in a final state / time from the first hand-over until
+the last message is final; the hand-over latency p50 / p99 is the producer's call; peak RSS is the process's
+(producers and consumer). The load generator's own ceiling is printed first (the same producers with a call that
+returns at once): it is far above what any of the three completes. Each run is a process of its own (``--child``) on a
+fresh database made for it and dropped after it; a repetition runs every system once, the order rotated from one
+repetition to the next. Every process runs the same event loop (``--loop``, default uvloop: ``pgq run`` and
+``openroute run``, through uvicorn, both pick it when it is installed, and pgqueuer depends on it) and sets Python's
+logging as each system's own command does by default, to a file: INFO, which is three lines per message for
+openroute (NEW, OK, the confirmation sent), two for procrastinate (``Starting job``, ``ended with status``) and none
+for PgQueuer (its per-job lines are DEBUG); ``--log-level`` sets one level for the three.
 
 What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` on, every table logged):
 
 * **openroute** runs as ``openroute run`` does (``openroute/commands/run.py``), minus the HTTP server: the default
   configuration (``load_config``), the engine at its default settings (concurrency 64, repoll every 10 s, heartbeat),
-  the attempt-failure log and the transition log (two INFO lines per message: NEW and OK), the app of
-  ``create_app`` with its lifespan running: the metrics' final-state hook, the message counts folded every 2 s, the
-  payload search's index filled every 0.5 s; tracing off; ``gc.freeze()`` once started. The producers call
-  ``Engine.accept`` of a trivial route (an XML payload, a correlation id): the ``message`` INSERT (``ON CONFLICT
-  (source_system, correlation_id) DO NOTHING``: accept is idempotent) and its NEW ``message_transition`` row, the
-  claim UPDATE (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row, the outcome UPDATE (-> OK) and
-  its row: six statements, every one through the engine's group-commit writer (one connection; the writes queued
-  meanwhile share a commit, ~60 messages' writes per commit at this load), and behind them the payload index's rows.
+  the attempt-failure log and the transition log, the app of ``create_app`` with its lifespan running: the metrics'
+  final-state hook, the confirmations (without ``[confirmations.systems]`` an outcome is confirmed by a log line, but
+  through the same rows), the message counts folded every 2 s, the payload search's index filled every 0.5 s; tracing
+  off; ``gc.freeze()`` once started. The producers call ``Engine.accept`` of a trivial route (an XML payload, a
+  correlation id): the ``message`` INSERT (``ON CONFLICT (source_system, correlation_id) DO NOTHING``: accept is
+  idempotent; a trigger adds the id to ``message_payload_pending``) and its NEW ``message_transition`` row; the claim
+  UPDATE (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row; the outcome UPDATE (-> OK), its row and
+  the ``confirmation`` row: seven statements, every one through the engine's group-commit writer (one connection; the
+  writes queued meanwhile share a commit). Behind the OK's commit: the confirmation claimed and marked SENT (grouped
+  transactions), the payload copied into the index, three INFO lines (NEW, OK, the confirmation sent).
+  The clock stops at the commit of the last OK (the benchmark's final-state hook runs first).
 * **PgQueuer** (asyncpg) as its documentation recommends for throughput (docs/guides/performance-tuning.md): the
   producers call ``Queries.enqueue`` on an ``AsyncpgPoolDriver`` (a pool of ``--pool`` connections), the consumer
   is ``PgQueuer.run`` (its ``QueueManager`` and scheduler, as ``pgq run`` starts them) on a dedicated asyncpg
@@ -48,9 +55,9 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
   (``procrastinate_fetch_job_v2``: one job -> ``doing``, ``SKIP LOCKED``, an event row) and the finish
   (``procrastinate_finish_job_v1``: -> ``succeeded``, an event row).
 
-So openroute writes the most rows per message (three transition rows and the payload index besides the message, and
-the idempotency check of the correlation id) and the fewest commits; PgQueuer one commit per message plus its
-batches; procrastinate three commits per message.
+So openroute writes the most rows per message (three transition rows, the confirmation and the payload index besides
+the message, and the idempotency check of the correlation id) and the fewest commits; PgQueuer one commit per
+message plus its batches; procrastinate three commits per message.
 
 When a run is final: openroute's final-state hook runs after the commit of the OK; for the peers, once the step ran
 for every message, the benchmark polls the database every 2 ms (one query on a connection of its own) until every
@@ -80,9 +87,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -100,6 +107,7 @@ INSTALL = "pip install -e '.[bench]'  (or: pip install 'pgqueuer[asyncpg]' procr
 GOAL = 1.5  # issue #45: openroute / PgQueuer at the minimum
 POLL = 0.002  # seconds between the peers' completion checks once every step ran
 PAYLOAD = "<order/>"
+T = TypeVar("T")
 
 
 def admin_url() -> str:
@@ -188,7 +196,7 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from openroute.server import create_app, inbound_throttling
 
     config = load_config(None, {"database_url": url})
-    configure_logging(config.log.level, config.log.format)
+    configure_logging(args.log_level or config.log.level, config.log.format)  # as `openroute run`: INFO
     store = MessageStore(config.resolved_database_url())
     routes = RouteRegistry([Route("bench", "noop", [lambda exchange: None])])
     engine = Engine(store, routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
@@ -212,7 +220,7 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
         if finals == args.count:
             final.set()
 
-    engine.final_state_hooks.append(on_final)
+    engine.final_state_hooks.insert(0, on_final)  # the OK's commit, not the confirmation's send
 
     async def send(i: int) -> None:
         await engine.accept(InboundMessage("bench", "noop", PAYLOAD, "text/xml", f"b-{i}", "bench"))
@@ -234,8 +242,10 @@ async def run_pgqueuer(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """PgQueuer with asyncpg: producers on a pool, ``PgQueuer.run`` on a connection of its own."""
     import asyncpg
     from pgqueuer import PgQueuer, Queries
+    from pgqueuer.core.logconfig import LogLevel, setup_fancy_logger
     from pgqueuer.models import Job
 
+    setup_fancy_logger(LogLevel[args.log_level or "INFO"])  # as `pgq run`: INFO
     address = dsn(url)
     setup = await asyncpg.connect(address)
     installer = Queries.from_asyncpg_connection(setup)
@@ -287,7 +297,9 @@ async def run_procrastinate(url: str, args: argparse.Namespace) -> dict[str, Any
     """procrastinate with psycopg 3: producers on one App, the worker on another (as a worker process has its own)."""
     import procrastinate
     import psycopg
+    from procrastinate.cli import configure_logging
 
+    configure_logging(log_level=args.log_level)  # as `procrastinate worker`: INFO
     address = dsn(url)
 
     def app() -> procrastinate.App:
@@ -346,15 +358,32 @@ RUNNERS = {"openroute": run_openroute, "pgqueuer": run_pgqueuer, "procrastinate"
 
 
 def child(args: argparse.Namespace) -> None:
-    """One run of ``args.child`` on the database ``args.url``; prints its figures as one JSON line."""
-    coroutine = RUNNERS[args.child](args.url, args)
-    if args.loop == "uvloop":
+    """One run of ``args.child`` on the database ``args.url``; writes its figures as JSON to ``args.result``."""
+    figures = run_on(args.loop, RUNNERS[args.child](args.url, args))
+    Path(args.result).write_text(json.dumps(figures), encoding="utf-8")
+
+
+def run_on(loop: str, coroutine: Coroutine[Any, Any, T]) -> T:
+    """``coroutine``'s result, run on a new event loop of the kind ``loop`` (``uvloop`` or ``asyncio``)."""
+    if loop == "uvloop":
         import uvloop
 
-        figures = uvloop.run(coroutine)
-    else:
-        figures = asyncio.run(coroutine)
-    print(json.dumps(figures), flush=True)
+        return uvloop.run(coroutine)
+    return asyncio.run(coroutine)
+
+
+def generator_ceiling(args: argparse.Namespace) -> float:
+    """Hand-overs per second of :class:`Load` itself, with a call that only yields to the loop once."""
+    load = Load(args.count, args.senders)
+
+    async def measure() -> None:
+        async def done() -> None:
+            return None
+
+        await load.run(lambda i: asyncio.sleep(0), done)
+
+    run_on(args.loop, measure())
+    return float(load.figures()["accepted"])
 
 
 # -- the interleaved repetitions ------------------------------------------------------------------------------------
@@ -362,18 +391,20 @@ def one_run(system: str, args: argparse.Namespace, folder: Path) -> dict[str, An
     """A fresh database for ``system`` and a process running it there; its figures."""
     database = (fresh_database("postgres", "peers_openroute", admin_url=args.admin_url) if system == "openroute"
                 else blank_database(f"peers_{system}", args.admin_url))
-    log = folder / f"{system}.log"
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", system, "--count", str(args.count),
-               "--senders", str(args.senders), "--pool", str(args.pool), "--loop", args.loop,
-               "--pgqueuer-batch-size", str(args.pgqueuer_batch_size),
-               "--procrastinate-concurrency", str(args.procrastinate_concurrency)]
-    with database as url, log.open("wb") as stderr:
-        done = subprocess.run([*command, "--url", url], stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT,
+    log, result = folder / f"{system}.log", folder / f"{system}.json"
+    result.unlink(missing_ok=True)
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", system, "--result", str(result),
+               "--count", str(args.count), "--senders", str(args.senders), "--pool", str(args.pool),
+               "--loop", args.loop, "--pgqueuer-batch-size", str(args.pgqueuer_batch_size),
+               "--procrastinate-concurrency", str(args.procrastinate_concurrency),
+               *(["--log-level", args.log_level] if args.log_level else [])]
+    with database as url, log.open("wb") as output:  # the process's log lines (stdout and stderr) go to a file
+        done = subprocess.run([*command, "--url", url], stdout=output, stderr=subprocess.STDOUT, cwd=ROOT,
                               timeout=900, check=False)
-    if done.returncode != 0:
+    if done.returncode != 0 or not result.exists():
         tail = log.read_text(errors="replace").splitlines()[-30:]
         raise SystemExit(f"{NAMES[system]} run failed (exit {done.returncode}):\n" + "\n".join(tail))
-    return dict(json.loads(done.stdout.decode().strip().splitlines()[-1]))
+    return dict(json.loads(result.read_text(encoding="utf-8")))
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -386,7 +417,10 @@ def arguments() -> argparse.ArgumentParser:
                         default="uvloop" if importlib.util.find_spec("uvloop") else "asyncio")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help="which of openroute, pgqueuer, procrastinate to run (default: all three)")
+    parser.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                        help="one log level for the three (default: each as its own command sets it, INFO)")
     parser.add_argument("--admin-url", default=admin_url(), help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     return parser
@@ -404,8 +438,10 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr)
         raise SystemExit(2)
     print(f"peers benchmark: {args.count} messages per run, {args.senders} concurrent senders, {args.repeat} "
-          f"interleaved repetitions, {args.loop} loop; the peers' pools {args.pool} connections, PgQueuer "
-          f"batch_size {args.pgqueuer_batch_size}, procrastinate concurrency {args.procrastinate_concurrency}",
+          f"interleaved repetitions, {args.loop} loop, log level {args.log_level or 'INFO (each as its command)'}; "
+          f"the peers' pools {args.pool} connections, PgQueuer batch_size {args.pgqueuer_batch_size}, "
+          f"procrastinate concurrency {args.procrastinate_concurrency}", flush=True)
+    print(f"the load generator alone (a hand-over that returns at once): {generator_ceiling(args):,.0f} msgs/s",
           flush=True)
     results: dict[str, list[dict[str, Any]]] = {system: [] for system in systems}
     with tempfile.TemporaryDirectory(prefix="openroute-peers-") as folder:
