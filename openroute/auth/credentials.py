@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from openroute.auth.errors import AuthenticationError, ForbiddenError
+from openroute.auth.login_limit import LoginLimiter
 from openroute.errors import ConfigurationError
-from openroute.inbound.errors import AuthenticationError, ForbiddenError
-from openroute.inbound.login_limit import LoginLimiter
 
 API_KEY_HEADER = "x-api-key"
 
@@ -157,6 +157,11 @@ class SourceSystemAuth:
             raise AuthenticationError("credentials required (HTTP Basic or API key)")
         user, password = basic
         return _password_login(self.limiter, user, password, self._basic.get(user), client)
+
+
+#: the role that may read the admin API and the console (search, detail, counts, nodes); the authenticator's role
+#: (``admin``) may read and act
+WEB_ROLE = "web"
 
 
 @dataclass(frozen=True)
