@@ -63,7 +63,8 @@ PLANTS = [
     ("openroute/engine/outcome.py", "import openroute  # noqa: F401\n",
      "Only the application imports the package root"),
     # the shared floor sits below the edges, its two packages independent; a command imports no edge itself
-    ("openroute/auth/headers.py", "def _late() -> None:\n    import openroute.confirmation.service  # noqa: F401\n", "Layers"),
+    ("openroute/auth/headers.py", "def _late() -> None:\n    import openroute.confirmation.service  # noqa: F401\n",
+     "Layers"),
     ("openroute/queries/messages.py", "import openroute.auth.errors  # noqa: F401\n",
      "The shared parts are independent"),
     ("openroute/commands/db.py", "def _late() -> None:\n    import openroute.admin.api  # noqa: F401\n",
