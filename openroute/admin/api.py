@@ -22,7 +22,7 @@ from starlette.routing import Route
 from openroute.admin.action_body import action_body
 from openroute.admin.breakers import BreakerAdmin
 from openroute.admin.openapi import admin_openapi
-from openroute.auth.credentials import WEB_ROLE, AdminAuth
+from openroute.auth.credentials import AdminAuth
 from openroute.auth.cross_site import check_origin, normalize_origins, require_json
 from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.engine import Engine
@@ -34,13 +34,12 @@ from openroute.persistence import MessageState, StoredMessage
 from openroute.queries.filters import (
     check_no_nul,
     check_params,
-    decode_cursor,
     parse_filters,
     parse_limit,
     parse_message_id,
 )
 from openroute.queries.messages import MessageNotFoundError, load_message_detail, summaries
-from openroute.queries.search import SummaryPage, search_summaries
+from openroute.queries.search import summary_page
 from openroute.queries.status import NodeNotFoundError, node_summary, parse_node_state
 
 log = logging.getLogger("openroute.admin")
@@ -114,8 +113,7 @@ class AdminApi:
             try:
                 if self.auth is None:
                     raise AuthenticationError("the admin API has no users configured")
-                roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles, request.client.host if request.client else None)
+                user = self.auth.operator(request.headers, request.client.host if request.client else None, act=act)
                 if act:  # a page of another site must not act with the operator's cached credentials
                     check_origin(request.headers, self.allowed_origins)
                     require_json(request.headers)
@@ -169,14 +167,7 @@ class AdminApi:
         size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
         limit = parse_limit(params.get(size_name), size_name)
         cursor = params.get("cursor")
-        if cursor is not None:
-            decode_cursor(cursor)  # a bad cursor is a 400 before any database work
-
-        def work() -> SummaryPage:
-            with self.store.engine.connect() as connection:  # rolled back at its end: the count's settings too
-                return search_summaries(connection, filters, cursor, limit, keep_settings=True)
-
-        page = await self._db(work)
+        page = await self._db(lambda: summary_page(self.store, filters, cursor, limit))
         body: dict[str, Any] = {
             "total": page.total,
             "countEstimated": page.total_estimated,

@@ -208,6 +208,11 @@ class AdminAuth:
             raise ForbiddenError(f"user {name!r} does not have the {needed} role")
         return name
 
+    def operator(self, headers: Mapping[str, str], client: str | None, *, act: bool = False) -> str:
+        """The name of an operator of the admin API or the console who may read (the :data:`WEB_ROLE` or this
+        authenticator's role) or, with ``act``, act (this authenticator's role only); errors as :meth:`authorize`."""
+        return self.authorize(headers, [self.role] if act else [WEB_ROLE, self.role], client)
+
 
 # C901 over 12: reads each section of the legacy auth file in turn (one error per bad entry)
 def load_auth_config(config: Mapping[str, Any]) -> tuple[SourceSystemAuth | None, AdminAuth | None]:  # noqa: C901

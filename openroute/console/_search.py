@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from openroute.persistence import MessageState, MessageStore, message_table
 from openroute.persistence.models import FUNNEL_WAIT_CODE
-from openroute.queries.filters import InvalidQueryError, decode_cursor, parse_limit, search_conditions, search_filters
-from openroute.queries.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
+from openroute.queries.filters import InvalidQueryError, parse_limit, search_conditions, search_filters
+from openroute.queries.search import SUMMARY_COLUMNS, SummaryPage, summary_page
 
 #: the states a restart takes a message from
 RESTARTABLE = (MessageState.FAILED.value, MessageState.CANCEL.value)
@@ -148,16 +148,12 @@ def _flatten(params: Any) -> tuple[dict[str, Any], list[str], str | None, str | 
 def search_page(store: MessageStore, params: Any) -> SummaryPage:
     """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
     strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``, searched as the admin API
-    does (:func:`~openroute.queries.search.search_summaries`: newest first, keyset pages, capped count, rows of the
+    does (:func:`~openroute.queries.search.summary_page`: newest first, keyset pages, capped count, rows of the
     columns a list shows, which :func:`openroute.queries.messages.summaries` turns into the API's items). Empty
     values are ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
     flat, states, cursor, raw_limit = _flatten(params)
     limit = parse_limit(raw_limit)
-    filters = search_filters(flat, states)
-    if cursor is not None:
-        decode_cursor(cursor)  # a bad cursor is an error before any database work
-    with store.engine.connect() as connection:  # rolled back at its end: the count's planner settings too
-        return search_summaries(connection, filters, cursor, limit, keep_settings=True)
+    return summary_page(store, search_filters(flat, states), cursor, limit)
 
 
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -35,7 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from openroute.auth.credentials import WEB_ROLE, AdminAuth
+from openroute.auth.credentials import AdminAuth
 from openroute.auth.cross_site import check_origin, normalize_origins
 from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.console._search import (
@@ -137,8 +137,7 @@ class Console:
             try:
                 if self.auth is None:
                     raise AuthenticationError("the console has no users configured (see docs/console.md)")
-                roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles, _client(request))
+                user = self.auth.operator(request.headers, _client(request), act=act)
                 check_no_nul(request)
                 if act:
                     form = await self._form(request)

@@ -39,7 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from openroute.persistence import MessageState, message_table
+from openroute.persistence import MessageState, MessageStore, message_table
 from openroute.persistence.messages import row_to_message
 from openroute.queries._explain import Explain
 from openroute.queries._prepared import Search, prepared
@@ -510,3 +510,13 @@ def search_summaries(
     transaction, one round trip fewer: pass it when the transaction ends with the search."""
     rows, next_cursor, total, estimated = _search(connection, filters, cursor, limit, SUMMARY_COLUMNS, keep_settings)
     return SummaryPage(rows, next_cursor, total, estimated)
+
+
+def summary_page(store: MessageStore, filters: SearchFilters, cursor: str | None, limit: int) -> SummaryPage:
+    """:func:`search_summaries` on a connection of ``store``'s own, rolled back at its end (the count's planner
+    settings with it): what the admin API, the console and ``openroute messages`` read a page of their lists with.
+    A cursor this search did not issue is an :class:`InvalidQueryError` before any database work."""
+    if cursor is not None:
+        decode_cursor(cursor)
+    with store.engine.connect() as connection:
+        return search_summaries(connection, filters, cursor, limit, keep_settings=True)
