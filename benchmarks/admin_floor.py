@@ -4,8 +4,8 @@
 
 ``GET /admin/messages`` reads its filters, cursor and limit as the admin API does, runs the same
 :func:`~openroute.queries.search.search_summaries` in a worker thread on a pooled connection, and answers the same
-JSON (orjson of :func:`~openroute.admin.api.summaries`), served by uvicorn with httptools as ``openroute run`` is.
-What it leaves out is openroute's HTTP stack: middleware (security headers, the inbound dispatch, error pages),
+JSON (orjson of :func:`~openroute.queries.messages.summaries`), served by uvicorn with httptools as ``openroute run``
+is. What it leaves out is openroute's HTTP stack: middleware (security headers, the inbound dispatch, error pages),
 HTTP Basic authentication and its login limiter, the request deadline's protocol, the node's engine and its
 threads. ``admin_bench.py --http`` starts it beside the server and alternates their requests, so the two
 latencies of a search come from the same moments of the machine: the floor is what this machine, uvicorn,

@@ -56,8 +56,8 @@ from openroute.queries.filters import (
 )
 
 #: the columns of a search result row (:func:`search_summaries`), in the order of the admin API's item
-#: (:func:`openroute.admin.api.message_summary`): no payload, headers, custom data or error text, so a page reads,
-#: sends and converts only these
+#: (:func:`openroute.queries.messages.message_summary`): no payload, headers, custom data or error text, so a page
+#: reads, sends and converts only these
 SUMMARY_COLUMNS = ("id", "state", "service", "operation", "source_system", "correlation_id", "process_id",
                    "object_id", "entity_type", "funnel_value", "failed_count", "receive_ts", "last_update_ts",
                    "next_attempt_at", "last_error_code", "parent_id", "parked_on")
