@@ -9,7 +9,7 @@ aged as production ages a table (``store_fill.wear``: rows written again, VACUUM
 error codes, dead rows left between autovacuum runs, ANALYZE), and reused by later runs while its row count
 matches ``--rows`` and it is marked worn. Every search the admin API and the console offer (filters alone and
 combined, lists, texts, windows, searches that match nothing), runs through
-:func:`openroute.admin.search.search_messages` (the function behind ``GET /admin/messages`` and the console: a
+:func:`openroute.queries.search.search_messages` (the function behind ``GET /admin/messages`` and the console: a
 page of 50 and, when the page is full, a capped count).
 
 * default: ``--repeat`` interleaved rounds of direct calls, p50 / p95 / max in ms;
@@ -58,10 +58,10 @@ from openroute.persistence.counts import (
 
 from benchmarks._common import free_port, wait_for_port
 from benchmarks.store_fill import MIXED, START, bring_up_to_date, fill, wear, worn
-from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
-from openroute.admin.filters import SearchFilters, parse_filters
-from openroute.admin.search import search_messages
-from openroute.console._queries import THROUGHPUT_WINDOW, dashboard, latest_failures_statement
+from openroute.jobs.counts import OPEN_STATES, MessageCounts, counts_statement
+from openroute.queries.dashboard import THROUGHPUT_WINDOW, dashboard, latest_failures_statement
+from openroute.queries.filters import SearchFilters, parse_filters
+from openroute.queries.search import search_messages
 from openroute.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -3,9 +3,9 @@
     python benchmarks/admin_floor.py DATABASE_URL PORT
 
 ``GET /admin/messages`` reads its filters, cursor and limit as the admin API does, runs the same
-:func:`~openroute.admin.search.search_summaries` in a worker thread on a pooled connection, and answers the same
-JSON (orjson of :func:`~openroute.admin.api.summaries`), served by uvicorn with httptools as ``openroute run`` is.
-What it leaves out is openroute's HTTP stack: middleware (security headers, the inbound dispatch, error pages),
+:func:`~openroute.queries.search.search_summaries` in a worker thread on a pooled connection, and answers the same
+JSON (orjson of :func:`~openroute.queries.messages.summaries`), served by uvicorn with httptools as ``openroute run``
+is. What it leaves out is openroute's HTTP stack: middleware (security headers, the inbound dispatch, error pages),
 HTTP Basic authentication and its login limiter, the request deadline's protocol, the node's engine and its
 threads. ``admin_bench.py --http`` starts it beside the server and alternates their requests, so the two
 latencies of a search come from the same moments of the machine: the floor is what this machine, uvicorn,
@@ -28,9 +28,9 @@ def floor_app(url: str) -> Any:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from openroute.admin.api import summaries
-    from openroute.admin.filters import parse_filters, parse_limit
-    from openroute.admin.search import search_summaries
+    from openroute.queries.filters import parse_filters, parse_limit
+    from openroute.queries.messages import summaries
+    from openroute.queries.search import search_summaries
 
     store = MessageStore(url)
 

@@ -70,8 +70,8 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from openroute.admin.payload_indexer import PayloadIndexer
     from openroute.engine._writer import GroupCommitWriter, Grouped
+    from openroute.jobs.payload_indexer import PayloadIndexer
 
     store = MessageStore(url)
     writer = GroupCommitWriter(store.engine)

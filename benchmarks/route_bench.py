@@ -445,7 +445,7 @@ def floor_app(url: str, remote_port: int, receiver_port: int, records: bool) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
-        from openroute.admin.payload_indexer import PayloadIndexer
+        from openroute.jobs.payload_indexer import PayloadIndexer
 
         await asyncio.to_thread(floor.read_breaker)
         workers = [asyncio.ensure_future(floor.work()) for _ in range(CONCURRENCY)]

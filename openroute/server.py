@@ -17,9 +17,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from openroute.admin import AdminApi, MessageCounts, Metrics, health_route
-from openroute.admin.headers import RAW_SECURITY_HEADERS, SecurityHeaders
-from openroute.admin.payload_indexer import PayloadIndexer
+from openroute.admin import AdminApi, Metrics, health_route
+from openroute.auth.headers import RAW_SECURITY_HEADERS, SecurityHeaders
 from openroute.console import Console
 from openroute.engine import Engine
 from openroute.errors import ConfigurationError
@@ -33,6 +32,7 @@ from openroute.inbound import (
 )
 from openroute.inbound.app import InboundDispatch
 from openroute.inbound.asyncapi import AsyncApiContract
+from openroute.jobs import MessageCounts, PayloadIndexer
 from openroute.loading import checked_mounts
 from openroute.retention import RetentionJob, RetentionPolicy
 
@@ -80,10 +80,10 @@ def create_app(
     engine and stops it on shutdown, then checkpoints a SQLite store's write-ahead log into the database file.
     ``mounts`` are ``(path, ASGI app)`` pairs served next to them (the reference application's fakes).
     ``app.state`` holds ``engine``, ``inbound``, ``admin``, ``metrics`` and ``confirmation``. The lifespan folds the
-    store's message counts every 2 s (``counts``, default a :class:`~openroute.admin.counts.MessageCounts`, shared by
+    store's message counts every 2 s (``counts``, default a :class:`~openroute.jobs.counts.MessageCounts`, shared by
     the admin API and ``/metrics``; ``app.state.counts``) and, on PostgreSQL, copies the stored payloads into the
     payload search's index every 0.5 s (``payload_indexer``, default a
-    :class:`~openroute.admin.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
+    :class:`~openroute.jobs.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
     With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
     with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
@@ -93,7 +93,7 @@ def create_app(
     own transaction and the lifespan publishes them (``app.state.outbox``).
     ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
     console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
-    ``admin``). Every response carries the :mod:`openroute.admin.headers` security headers.
+    ``admin``). Every response carries the :mod:`openroute.auth.headers` security headers.
     With ``throttling`` inbound requests pass its rules first (:mod:`openroute.inbound.throttling`).
     """
     chosen = list(bindings) if bindings is not None else bindings_for(engine.routes)

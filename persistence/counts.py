@@ -8,7 +8,7 @@ cost of the transitions since the mark (a primary-key range), not of the table. 
 transition row in the same transaction (``persistence/transitions.py``), so the transitions are the change log.
 
 :meth:`StoredCounts.fold` moves the mark forward (each node's loop does it every few seconds, see
-``openroute.admin.counts``). Transition ids come from a sequence and commit out of order: a transaction may commit
+``openroute.jobs.counts``). Transition ids come from a sequence and commit out of order: a transaction may commit
 a transition below the highest id already visible. On PostgreSQL a fold therefore only folds up to a *pending*
 mark recorded by an earlier fold: the highest visible id then, and the snapshot's ``xmax`` read after it; once
 the oldest running transaction is past that ``xmax``, every transaction that could still commit an id below the

@@ -6,10 +6,10 @@ second without it). So the index covers a copy of each payload, ``message_payloa
 transaction only adds the message's id to ``message_payload_pending`` (a trigger on ``message``, so every way of
 storing a message does). :meth:`PayloadIndex.move` copies pending messages into the indexed table a batch at a
 time, in a session of its own; every node runs it (``openroute run``,
-:class:`openroute.admin.payload_indexer.PayloadIndexer`) and several may at once: each takes the pending rows it
+:class:`openroute.jobs.payload_indexer.PayloadIndexer`) and several may at once: each takes the pending rows it
 deletes with ``FOR UPDATE SKIP LOCKED``, and the copy and the delete commit together, so a node killed mid-move
 leaves the batch pending. A payload search asks the copy's index
-and checks the payloads of the messages still pending (``openroute.admin.search``): it finds a message from the
+and checks the payloads of the messages still pending (``openroute.queries.search``): it finds a message from the
 moment it is stored.
 
 SQLite has no trigram index: nothing is pending there and both tables stay empty::

@@ -16,8 +16,8 @@ from typing import Any
 
 from starlette.requests import Request
 
-from openroute.admin.filters import InvalidQueryError
-from openroute.inbound.errors import BodyTooLargeError, NestingTooDeepError
+from openroute.auth.errors import BodyTooLargeError, NestingTooDeepError
+from openroute.queries.filters import InvalidQueryError
 
 __all__ = ["MAX_BODY_BYTES", "MAX_DEPTH", "action_body"]
 

@@ -10,130 +10,40 @@ transition listeners and final-state hooks hear of it like of any other change.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 import orjson
-import sqlalchemy as sa
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute.admin.action_body import action_body
 from openroute.admin.breakers import BreakerAdmin
-from openroute.admin.counts import MessageCounts
-from openroute.admin.cross_site import check_origin, normalize_origins, require_json
-from openroute.admin.filters import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    SEARCH_PARAMS,
-    TEXT_FILTERS,
-    InvalidQueryError,
-    SearchFilters,
-    decode_cursor,
+from openroute.admin.openapi import admin_openapi
+from openroute.auth.credentials import AdminAuth
+from openroute.auth.cross_site import check_origin, normalize_origins, require_json
+from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.engine import Engine
+from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
+from openroute.errors import IllegalTransitionError, StaleMessageError
+from openroute.jobs.counts import MessageCounts
+from openroute.logs import repeated_errors
+from openroute.persistence import MessageState, StoredMessage
+from openroute.queries.filters import (
+    check_no_nul,
+    check_params,
     parse_filters,
     parse_limit,
     parse_message_id,
 )
-from openroute.admin.openapi import admin_openapi
-from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
-from openroute.engine import Engine
-from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
-from openroute.engine.outcome import ends_attempt
-from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
-from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
-from openroute.logs import repeated_errors
-from openroute.persistence import (
-    ConfirmationStatus,
-    MessageState,
-    MessageStore,
-    NodeState,
-    StoredMessage,
-    confirmation_table,
-    external_call_table,
-    mask_secrets,
-    masked_value,
-    message_table,
-)
-from openroute.persistence.call_records import CallRecordStore
+from openroute.queries.messages import MessageNotFoundError, load_message_detail, summaries
+from openroute.queries.search import summary_page
+from openroute.queries.status import NodeNotFoundError, node_summary, parse_node_state
 
 log = logging.getLogger("openroute.admin")
 T = TypeVar("T")
-
-#: the role that may read (search, detail, counts, nodes); the authenticator's role (``admin``) may read and act
-WEB_ROLE = "web"
-MAX_PAGE_SIZE = MAX_LIMIT
-DEFAULT_PAGE_SIZE = DEFAULT_LIMIT
-_TEXT_FILTERS = TEXT_FILTERS
-# page_size is the old name of limit, still accepted
-_KNOWN_PARAMS = frozenset({*SEARCH_PARAMS, "cursor", "limit", "page_size"})
-
-
-class MessageNotFoundError(OpenrouteError, LookupError):
-    """No message with that id (HTTP 404)."""
-
-    code = "NOT_FOUND"
-
-
-class NodeNotFoundError(OpenrouteError, LookupError):
-    """No node with that id (HTTP 404)."""
-
-    code = "NOT_FOUND"
-
-
-def node_summary(node: Mapping[str, Any], now: datetime, heartbeat_interval: timedelta) -> dict[str, Any]:
-    """The JSON form of a node row; ``alive`` when not stopped and heard from within three heartbeats."""
-    heartbeat = node["heartbeat_at"]
-    alive = node["stopped_at"] is None and heartbeat is not None and now - heartbeat <= 3 * heartbeat_interval
-    return {
-        "id": node["id"],
-        "host": node["host"],
-        "pid": node["pid"],
-        "state": str(node["state"]),
-        "alive": alive,
-        "startedAt": _iso(node["started_at"]),
-        "heartbeatAt": _iso(heartbeat),
-        "stoppedAt": _iso(node["stopped_at"]),
-    }
-
-
-def _masked(text: str | None) -> str | None:
-    """A stored text as shown to operators, its secrets masked (:func:`~openroute.persistence.mask_secrets`): texts
-    are stored masked, but a row written before that, or by another writer, is masked here too."""
-    return None if text is None else mask_secrets(text)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-#: the JSON names of :data:`~openroute.admin.search.SUMMARY_COLUMNS`, in their order
-SUMMARY_KEYS = ("id", "state", "service", "operation", "sourceSystem", "correlationId", "processId", "objectId",
-                "entityType", "funnelValue", "failedCount", "receivedAt", "lastUpdateAt", "nextAttemptAt",
-                "lastErrorCode", "parentId", "parkedOn")
-_STATE, _RECEIVED, _UPDATED, _NEXT = (SUMMARY_COLUMNS.index(name) for name in
-                                      ("state", "receive_ts", "last_update_ts", "next_attempt_at"))
-
-
-def summaries(rows: Iterable[Sequence[Any]], *, iso_times: bool = True) -> list[dict[str, Any]]:
-    """The JSON form of search results from rows of :data:`~openroute.admin.search.SUMMARY_COLUMNS`, in one pass
-    (what :func:`message_summary` gives for each message).
-
-    ``iso_times=False`` leaves the times as ``datetime`` for :class:`JsonAnswer`, which writes them as the same ISO
-    8601 text: ``isoformat()`` of the 150 times of a page of 50 took most of this function's time."""
-    items = []
-    for row in rows:
-        item = dict(zip(SUMMARY_KEYS, row, strict=True))
-        item["state"] = row[_STATE].value
-        if iso_times:
-            item["receivedAt"] = _iso(row[_RECEIVED])
-            item["lastUpdateAt"] = _iso(row[_UPDATED])
-            item["nextAttemptAt"] = _iso(row[_NEXT])
-        items.append(item)
-    return items
 
 
 class JsonAnswer(JSONResponse):
@@ -147,135 +57,12 @@ class JsonAnswer(JSONResponse):
         return orjson.dumps(content)
 
 
-def message_summary(message: StoredMessage) -> dict[str, Any]:
-    """The JSON form of a message in search results (no payload, headers or custom data)."""
-    return summaries([[getattr(message, name) for name in SUMMARY_COLUMNS]])[0]
-
-
-def message_detail(message: StoredMessage) -> dict[str, Any]:
-    """The JSON form of one message with everything stored about it."""
-    return {
-        **message_summary(message),
-        "payload": message.payload,
-        "contentType": message.content_type,
-        "headers": message.headers,
-        "messageTimestamp": _iso(message.msg_ts),
-        "startedAt": _iso(message.start_process_ts),
-        "nodeId": message.node_id,
-        "customData": masked_value(message.custom_data),
-        "businessErrors": masked_value(message.business_errors),
-        "lastErrorText": _masked(message.last_error_text),
-        "lastErrorTrace": _masked(message.last_error_trace),
-        "version": message.version,
-    }
-
-
-def _check_params(names: Iterable[str]) -> None:
-    unknown = set(names) - _KNOWN_PARAMS
-    if "page" in unknown:
-        raise InvalidQueryError("page is not supported any more: follow nextCursor with cursor= (keyset pages)")
-    if unknown:
-        raise InvalidQueryError(f"unknown search parameters {sorted(unknown)}; known: {sorted(_KNOWN_PARAMS)}")
-
-
-def search_filters(params: Mapping[str, Any], states_: list[str]) -> SearchFilters:
-    """The filters of the admin search parameters ``params`` (paging ones allowed) and the states ``states_``;
-    InvalidQueryError for an unknown or malformed parameter."""
-    _check_params(params)
-    return parse_filters({**params, "state": states_})
-
-
-def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
-    """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad).
-
-    Prefer :func:`openroute.admin.search.search_messages`, which also pages and counts.
-    """
-    return search_filters(params, states_).conditions()
-
-
-def load_message_detail(store: MessageStore, message_id: int) -> dict[str, Any] | None:
-    """The JSON form of one message with its external calls (calls made and refused by a breaker), children,
-    confirmation, state transitions (oldest first) and ``attempts``, its attempts over its whole history (restarts
-    included, :func:`~openroute.engine.outcome.ends_attempt`); None when there is no such message. The admin API,
-    the console and the CLI show this."""
-    with store.engine.connect() as connection:
-        message = store.get(message_id, connection)
-        if message is None:
-            return None
-        e = external_call_table.c
-        calls = connection.execute(
-            sa.select(external_call_table).where(e.message_id == message_id).order_by(e.id)
-        ).all()
-        children = store.find(message_table.c.parent_id == message_id, connection=connection)
-        k = confirmation_table.c
-        confirmation = connection.execute(
-            sa.select(confirmation_table).where(k.message_id == message_id)
-        ).first()
-        transitions = store.transitions.of(message_id, connection)
-        records = CallRecordStore(store).of_message(message_id, connection)
-    body = message_detail(message)
-    body["externalCalls"] = [
-        {
-            "callKey": r.call_key,
-            "status": str(r.status),
-            # calls made, and calls the circuit breaker refused (not made)
-            "attempts": r.attempts,
-            "refused": r.refused,
-            "result": masked_value(r.result),  # the remote's answer: the route reads it unmasked, operators not
-            "lastError": _masked(r.last_error),
-            "createdAt": _iso(r.created_at),
-            "updatedAt": _iso(r.updated_at),
-            "idempotencyKey": r.idempotency_key,
-            "nodeId": r.node_id,
-            "startedAt": _iso(r.started_at),
-            # started, no outcome recorded: the remote may or may not have acted (mark-done / call-again)
-            "inDoubt": str(r.status) == "STARTED",
-        }
-        for r in calls
-    ]
-    body["callsInDoubt"] = [c["callKey"] for c in body["externalCalls"] if c["inDoubt"]]
-    body["callRecords"] = [{**record.to_json(), "request": _masked(record.request),
-                            "response": _masked(record.response), "error": _masked(record.error)}
-                           for record in records]
-    body["children"] = [message_summary(child) for child in children]
-    body["confirmation"] = None if confirmation is None else {
-        "status": str(confirmation.status),
-        "outcomeState": str(confirmation.outcome_state),
-        "attempts": confirmation.attempts,
-        # only a PENDING confirmation is tried again (a row written before SENT and FAILED cleared it keeps its time)
-        "nextAttemptAt": _iso(confirmation.next_attempt_at) if confirmation.status == ConfirmationStatus.PENDING
-        else None,
-        "lastError": _masked(confirmation.last_error),
-        "createdAt": _iso(confirmation.created_at),
-        "sentAt": _iso(confirmation.sent_at),
-        "confirmationId": confirmation.confirmation_id,
-    }
-    # over the whole history: failedCount starts again at each restart, the transition rows stay
-    body["attempts"] = sum(1 for t in transitions if ends_attempt(t["from_state"], t["error_code"]))
-    body["transitions"] = [
-        {
-            "fromState": None if t["from_state"] is None else str(t["from_state"]),
-            "toState": str(t["to_state"]),
-            "at": _iso(t["at"]),
-            "nodeId": t["node_id"],
-            "attempt": t["attempt"],
-            "errorCode": t["error_code"],
-            "errorText": _masked(t["error_text"]),
-            "errorTrace": _masked(t["error_trace"]),
-            "cause": t["cause"],
-        }
-        for t in transitions
-    ]
-    return body
-
-
-
 class AdminApi:
     """JSON admin endpoints over ``engine.store``; every request needs ``auth`` (HTTP Basic, admin role).
 
     Without ``auth`` every admin request is refused with 401: the API is never open by accident. An action (POST)
     must send ``Content-Type: application/json`` and, when it names an ``Origin``, come from this node's own or one
-    of ``allowed_origins`` (see :mod:`openroute.admin.cross_site`).
+    of ``allowed_origins`` (see :mod:`openroute.auth.cross_site`).
     """
 
     def __init__(
@@ -326,8 +113,7 @@ class AdminApi:
             try:
                 if self.auth is None:
                     raise AuthenticationError("the admin API has no users configured")
-                roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles, request.client.host if request.client else None)
+                user = self.auth.operator(request.headers, request.client.host if request.client else None, act=act)
                 if act:  # a page of another site must not act with the operator's cached credentials
                     check_origin(request.headers, self.allowed_origins)
                     require_json(request.headers)
@@ -375,20 +161,13 @@ class AdminApi:
         (the total is exact up to 1,000 matches, else the database's estimate).
         """
         params = dict(request.query_params)
-        _check_params(params)
+        check_params(params)
         filters = parse_filters({**params, "state": request.query_params.getlist("state"),
                                  "error_code": request.query_params.getlist("error_code")})
         size_name = "limit" if "limit" in params or "page_size" not in params else "page_size"
         limit = parse_limit(params.get(size_name), size_name)
         cursor = params.get("cursor")
-        if cursor is not None:
-            decode_cursor(cursor)  # a bad cursor is a 400 before any database work
-
-        def work() -> SummaryPage:
-            with self.store.engine.connect() as connection:  # rolled back at its end: the count's settings too
-                return search_summaries(connection, filters, cursor, limit, keep_settings=True)
-
-        page = await self._db(work)
+        page = await self._db(lambda: summary_page(self.store, filters, cursor, limit))
         body: dict[str, Any] = {
             "total": page.total,
             "countEstimated": page.total_estimated,
@@ -454,7 +233,7 @@ class AdminApi:
         """How many messages are in each state (every state listed, zeros included) and the total.
 
         Every count is exact as of ``finalStatesAsOf`` (when they were read: the stored counts plus the transitions
-        since their mark, see :mod:`openroute.admin.counts`).
+        since their mark, see :mod:`openroute.jobs.counts`).
         """
         counted = await self._db(self.message_counts.by_state)
         body = {state.value: counted.counts.get(state, 0) for state in MessageState}
@@ -483,27 +262,6 @@ class AdminApi:
         return JSONResponse({"id": node_id, "state": state.value})
 
 
-def check_no_nul(request: Request) -> None:
-    """Raises InvalidQueryError (HTTP 400) when a query parameter or path part holds a NUL character, which no
-    database column stores (PostgreSQL refuses it with an error, SQLite cuts the text there)."""
-    for name, value in request.query_params.multi_items():
-        if "\x00" in name or "\x00" in value:
-            raise InvalidQueryError(f"query parameter {name[:40]!r} holds a NUL character (%00)")
-    for name, value in request.path_params.items():
-        if isinstance(value, str) and "\x00" in value:
-            raise InvalidQueryError(f"{name} holds a NUL character (%00)")
-
-
 def _address(request: Request) -> str:
     """The caller's address for the log (``?`` when the server does not know it)."""
     return request.client.host if request.client is not None else "?"
-
-
-def parse_node_state(value: Any) -> NodeState:
-    """The :class:`NodeState` named by ``value``; InvalidQueryError for anything else."""
-    try:
-        return NodeState(str(value).upper()) if isinstance(value, str) else NodeState(value)
-    except ValueError:
-        raise InvalidQueryError(
-            f"state must be one of {[s.value for s in NodeState]}, got {str(value)[:60]!r}"
-        ) from None

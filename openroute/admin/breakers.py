@@ -8,38 +8,22 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime
-from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from openroute.admin.action_body import action_body
-from openroute.admin.filters import InvalidQueryError
+from openroute.auth.errors import UnsupportedMediaTypeError
 from openroute.engine import Engine
-from openroute.inbound.errors import UnsupportedMediaTypeError
 from openroute.outbound import BreakerState, ExternalCalls
 from openroute.persistence.breaker import BreakerRow, BreakerStore
+from openroute.queries.filters import InvalidQueryError
+from openroute.queries.status import breaker_summary
 
-__all__ = ["BreakerAdmin", "breaker_summary"]
+__all__ = ["BreakerAdmin"]
 
 log = logging.getLogger("openroute.admin")
-
-
-def breaker_summary(row: BreakerRow, now: datetime, declared: bool = True) -> dict[str, Any]:
-    """The JSON form of one breaker."""
-    return {
-        "system": row.system,
-        "state": row.state.value,
-        "since": row.changed_at.isoformat(),
-        "openUntil": None if row.open_until is None else row.open_until.isoformat(),
-        "forced": row.forced,
-        "reason": row.reason,
-        "trialsInFlight": len(row.trials),
-        "trialSuccesses": row.trial_successes,
-        "declared": declared,
-    }
 
 
 class BreakerAdmin:

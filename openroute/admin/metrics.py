@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute.admin.counts import MessageCounts
+from openroute.auth.credentials import AdminAuth
+from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.engine import Engine
-from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.jobs.counts import MessageCounts
 from openroute.logs import repeated_errors
 from openroute.outbound import ExternalCalls
 from openroute.persistence import MessageState, StoredMessage

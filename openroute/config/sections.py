@@ -150,7 +150,7 @@ class AdminHttpConfig(Section):
 
     @model_validator(mode="after")
     def _check(self) -> AdminHttpConfig:
-        from openroute.admin.cross_site import normalize_origins
+        from openroute.auth.cross_site import normalize_origins
 
         try:
             normalize_origins(self.allowed_origins)

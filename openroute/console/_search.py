@@ -8,11 +8,10 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from openroute.admin.api import search_conditions, search_filters
-from openroute.admin.filters import InvalidQueryError, decode_cursor, parse_limit
-from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
 from openroute.persistence import MessageState, MessageStore, message_table
 from openroute.persistence.models import FUNNEL_WAIT_CODE
+from openroute.queries.filters import InvalidQueryError, parse_limit, search_conditions, search_filters
+from openroute.queries.search import SUMMARY_COLUMNS, SummaryPage, summary_page
 
 #: the states a restart takes a message from
 RESTARTABLE = (MessageState.FAILED.value, MessageState.CANCEL.value)
@@ -96,7 +95,7 @@ _ID, _STATE, _SERVICE, _OPERATION, _SOURCE, _CORRELATION, _OBJECT, _FAILED, _COD
 
 
 def listed_messages(rows: Iterable[Sequence[Any]]) -> list[ListedMessage]:
-    """The list's rows from search results (rows of :data:`~openroute.admin.search.SUMMARY_COLUMNS`)."""
+    """The list's rows from search results (rows of :data:`~openroute.queries.search.SUMMARY_COLUMNS`)."""
     return [ListedMessage(row[_ID], row[_STATE].value, f"{row[_SERVICE]}/{row[_OPERATION]}", row[_SOURCE],
                           row[_CORRELATION], row[_OBJECT] or "", row[_FAILED], row[_CODE] or "",
                           short_time(row[_RECEIVED]), short_time(row[_UPDATED]),
@@ -149,16 +148,12 @@ def _flatten(params: Any) -> tuple[dict[str, Any], list[str], str | None, str | 
 def search_page(store: MessageStore, params: Any) -> SummaryPage:
     """One page of messages for the query parameters ``params`` (a Starlette ``QueryParams`` or a mapping of
     strings / lists of strings): the admin API's filters, ``cursor`` and ``limit``, searched as the admin API
-    does (:func:`~openroute.admin.search.search_summaries`: newest first, keyset pages, capped count, rows of the
-    columns a list shows, which :func:`openroute.admin.api.summaries` turns into the API's items). Empty values are
-    ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
+    does (:func:`~openroute.queries.search.summary_page`: newest first, keyset pages, capped count, rows of the
+    columns a list shows, which :func:`openroute.queries.messages.summaries` turns into the API's items). Empty
+    values are ignored (a blank form field). Raises :class:`InvalidQueryError` for an unknown or malformed parameter."""
     flat, states, cursor, raw_limit = _flatten(params)
     limit = parse_limit(raw_limit)
-    filters = search_filters(flat, states)
-    if cursor is not None:
-        decode_cursor(cursor)  # a bad cursor is an error before any database work
-    with store.engine.connect() as connection:  # rolled back at its end: the count's planner settings too
-        return search_summaries(connection, filters, cursor, limit, keep_settings=True)
+    return summary_page(store, search_filters(flat, states), cursor, limit)
 
 
 def _pairs(params: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -20,9 +20,10 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import parse_qs, urlencode
 
 import anyio.to_thread
@@ -34,19 +35,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from openroute.admin.api import (
-    WEB_ROLE,
-    MessageNotFoundError,
-    NodeNotFoundError,
-    check_no_nul,
-    load_message_detail,
-    node_summary,
-    parse_node_state,
-)
-from openroute.admin.breakers import breaker_summary
-from openroute.admin.cross_site import check_origin, normalize_origins
-from openroute.admin.filters import InvalidQueryError, parse_message_id
-from openroute.console import _queries
+from openroute.auth.credentials import AdminAuth
+from openroute.auth.cross_site import check_origin, normalize_origins
+from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.console._search import (
     SEARCH_FIELDS,
     listed_messages,
@@ -55,17 +46,17 @@ from openroute.console._search import (
     search_page,
     short_time,
 )
+from openroute.console.catalogue import error_catalogue
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.errors import IllegalTransitionError, StaleMessageError
-from openroute.inbound.auth import AdminAuth
-from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
 from openroute.logs import repeated_errors
 from openroute.persistence import FINAL_STATES, MessageState, NodeState, mask_secrets
 from openroute.persistence.breaker import BreakerStore
-
-if TYPE_CHECKING:
-    from openroute.inbound.channel import ChannelInbound
+from openroute.queries.dashboard import THROUGHPUT_BUCKETS, THROUGHPUT_WINDOW, dashboard
+from openroute.queries.filters import InvalidQueryError, check_no_nul, parse_message_id
+from openroute.queries.messages import MessageNotFoundError, load_message_detail
+from openroute.queries.status import NodeNotFoundError, breaker_summary, node_summary, parse_node_state
 
 log = logging.getLogger("openroute.console")
 T = TypeVar("T")
@@ -75,6 +66,19 @@ _MAX_FORM = 64 * 1024
 _NOTICES = {"restarted": "Restarted.", "cancelled": "Cancelled.", "state": "Node state changed.",
             "mark-done": "Calls in doubt marked done; restarted.",
             "call-again": "Restarted; the calls in doubt are made again."}
+
+
+class ChannelDeliveries(Protocol):
+    """What the dashboard reads of the broker channels this node consumes (the inbound's ``ChannelInbound``): a
+    report per channel and when they started. A protocol, so the console imports no other edge."""
+
+    @property
+    def started_at(self) -> datetime | None:
+        """When the channels started consuming (None before)."""
+
+    def reports(self) -> Sequence[Any]:
+        """One report per channel: its route, connector, state and deliveries by outcome."""
+
 
 
 class CsrfError(ForbiddenError):
@@ -88,12 +92,12 @@ class Console:
 
     ``csrf_secret`` signs the forms' tokens; give every node the same one when a load balancer spreads an
     operator's requests over several nodes (default: random per process). An action whose ``Origin`` is neither
-    this node's nor one of ``allowed_origins`` is refused (see :mod:`openroute.admin.cross_site`).
+    this node's nor one of ``allowed_origins`` is refused (see :mod:`openroute.auth.cross_site`).
     """
 
     def __init__(
         self, engine: Engine, auth: AdminAuth | None, *, csrf_secret: bytes | None = None,
-        allowed_origins: Iterable[str] = (), channels: ChannelInbound | None = None,
+        allowed_origins: Iterable[str] = (), channels: ChannelDeliveries | None = None,
     ) -> None:
         self.engine = engine
         #: the broker channels this node consumes (routes fed by a channel): the dashboard shows their counters
@@ -133,8 +137,7 @@ class Console:
             try:
                 if self.auth is None:
                     raise AuthenticationError("the console has no users configured (see docs/console.md)")
-                roles = [self.auth.role] if act else [WEB_ROLE, self.auth.role]
-                user = self.auth.authorize(request.headers, roles, _client(request))
+                user = self.auth.operator(request.headers, _client(request), act=act)
                 check_no_nul(request)
                 if act:
                     form = await self._form(request)
@@ -214,11 +217,11 @@ class Console:
         """Counts per state and route, throughput of the last hour, the oldest open message, failing routes, the
         external systems holding messages back, and this node's channels with their deliveries by outcome."""
         now = self.engine.clock.now()
-        board = await self._db(lambda: _queries.dashboard(self.store, now))
+        board = await self._db(lambda: dashboard(self.store, now))
         channels = None if self.channels is None else self.channels.reports()
         return self._render(request, user, "dashboard.html", board=board,
-                            bucket_minutes=int(_queries.THROUGHPUT_WINDOW.total_seconds() / 60
-                                               / _queries.THROUGHPUT_BUCKETS),
+                            bucket_minutes=int(THROUGHPUT_WINDOW.total_seconds() / 60
+                                               / THROUGHPUT_BUCKETS),
                             channels=channels, channels_since=None if self.channels is None
                             else self.channels.started_at, this_node=self.engine.node_id)
 
@@ -340,7 +343,7 @@ class Console:
 
     async def errors(self, request: Request, user: str) -> Response:
         """The error code catalogue with how many messages carry each code."""
-        catalogue = await self._db(lambda: _queries.error_catalogue(self.store))
+        catalogue = await self._db(lambda: error_catalogue(self.store))
         return self._render(request, user, "errors.html", catalogue=catalogue)
 
 

@@ -66,7 +66,7 @@ def _too_many() -> CliError:
 
 def _message_id(raw: str) -> int:
     """A message id argument: a usage error (exit 2) unless in 1..2**63-1, as the admin API checks it."""
-    from openroute.admin.filters import InvalidQueryError, parse_message_id
+    from openroute.queries.filters import InvalidQueryError, parse_message_id
 
     try:
         return parse_message_id(raw)
@@ -340,7 +340,7 @@ class StoreBackend:
 
     def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
                                                                                       str | None, int, bool]:
-        from openroute.admin.api import summaries
+        from openroute.queries.messages import summaries
 
         page = self._page(params, cursor, limit)
         return summaries(page.rows), page.next_cursor, page.total, page.total_estimated
@@ -359,7 +359,7 @@ class StoreBackend:
                 return
 
     def detail(self, message_id: int) -> dict[str, Any]:
-        from openroute.admin.api import load_message_detail
+        from openroute.queries.messages import load_message_detail
 
         detail = load_message_detail(self.store, message_id)
         if detail is None:

@@ -1,16 +1,6 @@
 """Inbound SOAP 1.1/1.2 and JSON HTTP endpoints in front of the engine (accept, then acknowledge)."""
 
-from openroute.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
-from openroute.inbound.app import (
-    CORRELATION_HEADER,
-    PROCESS_HEADER,
-    SOURCE_SYSTEM_HEADER,
-    TIMESTAMP_HEADER,
-    InboundEndpoints,
-    InboundSettings,
-    bindings_for,
-)
-from openroute.inbound.auth import (
+from openroute.auth.credentials import (
     AdminAuth,
     AdminUser,
     ApiKey,
@@ -18,7 +8,7 @@ from openroute.inbound.auth import (
     SourceSystemAuth,
     load_auth_config,
 )
-from openroute.inbound.errors import (
+from openroute.auth.errors import (
     AuthenticationError,
     BodyTooLargeError,
     ForbiddenError,
@@ -32,7 +22,17 @@ from openroute.inbound.errors import (
     UnknownOperationError,
     UnsupportedMediaTypeError,
 )
-from openroute.inbound.login_limit import LoginLimiter
+from openroute.auth.login_limit import LoginLimiter
+from openroute.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
+from openroute.inbound.app import (
+    CORRELATION_HEADER,
+    PROCESS_HEADER,
+    SOURCE_SYSTEM_HEADER,
+    TIMESTAMP_HEADER,
+    InboundEndpoints,
+    InboundSettings,
+    bindings_for,
+)
 from openroute.inbound.soap import INBOUND_NS, SOAP11_NS, SOAP12_NS, TRACE_NS
 
 __all__ = [

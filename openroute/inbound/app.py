@@ -24,18 +24,18 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from openroute import tracing
-from openroute.binding import InboundBinding, ParsedPayload
-from openroute.body import InvalidBodyError
-from openroute.engine import AcceptResult, Engine
-from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
-from openroute.inbound.auth import SourceSystemAuth, require_system
-from openroute.inbound.errors import (
+from openroute.auth.credentials import SourceSystemAuth, require_system
+from openroute.auth.errors import (
     CLIENT_DISCONNECTED,
     AuthenticationError,
     UnknownOperationError,
     UnsupportedMediaTypeError,
     status_and_code,
 )
+from openroute.binding import InboundBinding, ParsedPayload
+from openroute.body import InvalidBodyError
+from openroute.engine import AcceptResult, Engine
+from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
 from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import (
     check_content_length,

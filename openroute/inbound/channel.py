@@ -31,6 +31,7 @@ from typing import Any
 from lxml import etree
 
 from openroute import tracing
+from openroute.auth.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
 from openroute.binding import ChannelBinding, ParsedPayload
 from openroute.engine import AcceptResult, Engine
 from openroute.errors import ConfigurationError, DeploymentError, ValidationError
@@ -38,7 +39,6 @@ from openroute.inbound.app import InboundSettings
 from openroute.inbound.asyncapi import DescribedChannel
 from openroute.inbound.channel_options import ChannelOptions
 from openroute.inbound.deliveries import ChannelReport, ChannelStats, DeliveryOutcome
-from openroute.inbound.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
 from openroute.inbound.parsing import checked_message, parse_json, parse_timestamp, parse_xml
 from openroute.message import InboundMessage
 from openroute.messaging import Acknowledgment, Emitter, Message, MessagingApp, MessagingConfig, OnOverflow

@@ -8,7 +8,7 @@ Served beside the WSDL of the SOAP endpoint, without authentication::
 A route with a body model (``.body(Model)``, :mod:`openroute.body`) is described with the model's JSON schema
 (pydantic's ``model_json_schema``); an untyped route takes any JSON object. The answers are the ones
 :class:`~openroute.inbound.InboundEndpoints` gives: 202 accepted, 200 a duplicate of a stored message, and the
-error codes of :func:`~openroute.inbound.errors.status_and_code`.
+error codes of :func:`~openroute.auth.errors.status_and_code`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _ASSETS = {
     "favicon-16x16.png": "image/png",
 }
 
-#: the error codes of each status (openroute.inbound.errors.status_and_code and the endpoints; THROTTLED,
+#: the error codes of each status (openroute.auth.errors.status_and_code and the endpoints; THROTTLED,
 #: TOO_MANY_FAILED_LOGINS and STORE_UNAVAILABLE are the codes of the throttling, login lockout and store outage
 #: answers)
 ERROR_CODES: dict[str, tuple[str, tuple[str, ...]]] = {

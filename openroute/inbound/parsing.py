@@ -13,11 +13,7 @@ from typing import Any
 from lxml import etree
 from starlette.requests import ClientDisconnect
 
-from openroute.binding import InboundBinding, ParsedPayload
-from openroute.body import Body
-from openroute.clock import aware_datetime
-from openroute.errors import ValidationError
-from openroute.inbound.errors import (
+from openroute.auth.errors import (
     BodyTooLargeError,
     ForbiddenXmlError,
     InvalidCharacterError,
@@ -25,6 +21,10 @@ from openroute.inbound.errors import (
     NestingTooDeepError,
     NumberTooLongError,
 )
+from openroute.binding import InboundBinding, ParsedPayload
+from openroute.body import Body
+from openroute.clock import aware_datetime
+from openroute.errors import ValidationError
 from openroute.message import InboundMessage
 from openroute.route import RouteRegistry
 from openroute.schema import secure_parser

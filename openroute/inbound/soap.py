@@ -10,8 +10,8 @@ from xml.sax.saxutils import escape, quoteattr
 
 from lxml import etree
 
+from openroute.auth.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
 from openroute.binding import InboundBinding, ParsedPayload
-from openroute.inbound.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
 from openroute.schema import RequestSchema
 
 SOAP11_NS = "http://schemas.xmlsoap.org/soap/envelope/"

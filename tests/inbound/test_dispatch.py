@@ -80,7 +80,7 @@ async def test_other_methods_and_paths_still_take_the_router(client: httpx.Async
 async def test_dispatched_answers_carry_the_security_headers_after_their_own(
     client: httpx.AsyncClient, routed: httpx.AsyncClient
 ) -> None:
-    from openroute.admin.headers import SECURITY_HEADERS
+    from openroute.auth.headers import SECURITY_HEADERS
 
     trace = {"correlationId": "c-headers", "sourceSystem": "CRM"}
     accepted = await client.post("/soap/orders", content=envelope(create_order("O-9"), trace=trace),

@@ -104,9 +104,7 @@ def test_the_reference_applications_contract_describes_its_typed_bodies() -> Non
 
 
 def test_the_described_error_codes_are_the_ones_the_endpoints_answer() -> None:
-    from openroute.body import InvalidBodyError
-    from openroute.errors import NodeNotAcceptingError
-    from openroute.inbound.errors import (
+    from openroute.auth.errors import (
         AuthenticationError,
         BodyTooLargeError,
         ForbiddenError,
@@ -116,6 +114,8 @@ def test_the_described_error_codes_are_the_ones_the_endpoints_answer() -> None:
         UnsupportedMediaTypeError,
         status_and_code,
     )
+    from openroute.body import InvalidBodyError
+    from openroute.errors import NodeNotAcceptingError
 
     for error in (InvalidBodyError("Order", []), MalformedPayloadError("x"), NestingTooDeepError(3),
                   BodyTooLargeError(10), UnsupportedMediaTypeError("x"), UnknownOperationError("s", "o"),

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from lxml import etree
 
-from openroute.inbound.errors import ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
+from openroute.auth.errors import ForbiddenXmlError, MalformedPayloadError, NestingTooDeepError
 from openroute.inbound.parsing import parse_xml
 
 

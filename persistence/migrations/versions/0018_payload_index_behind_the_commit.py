@@ -13,7 +13,7 @@ SOAP request: 1,300 against 2,500 accepted per second without it; 12 kB: 420 aga
 a trigger on ``message`` adds each stored message's id to ``message_payload_pending`` in the storing transaction
 (a primary-key entry, no text), and the nodes move the pending messages into ``message_payload_text`` a batch at a
 time in their own sessions (``openroute.persistence.payload_index``). A payload search asks the index of
-``message_payload_text`` and checks the payloads of the messages still pending (``openroute.admin.search``), so it
+``message_payload_text`` and checks the payloads of the messages still pending (``openroute.queries.search``), so it
 finds a message from the moment it is stored, as before.
 
 The upgrade creates the trigger first (its lock holds the writers off until the upgrade commits, so no message is

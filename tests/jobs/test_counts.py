@@ -1,4 +1,4 @@
-"""The stored message counts (``persistence/counts.py``, ``openroute/admin/counts.py``) equal a real GROUP BY of the
+"""The stored message counts (``persistence/counts.py``, ``openroute/jobs/counts.py``) equal a real GROUP BY of the
 message table, and the finished minutes a real GROUP BY of ``message_transition``, after random transitions, folds,
 deletions, truncations, two writers and commits out of order."""
 
@@ -23,8 +23,8 @@ from openroute.persistence.models import (
     message_transition_table,
 )
 
-from openroute.admin import MessageCounts
 from openroute.errors import ConfigurationError
+from openroute.jobs import MessageCounts
 
 S = MessageState
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)

@@ -1,8 +1,9 @@
-"""Message search of the admin API and the console: filters, newest first, keyset pages, a count that stays cheap.
+"""The message search of the admin API, the console and ``openroute messages``: filters, newest first, keyset pages,
+a count that stays cheap.
 
 Both the JSON API (``GET /admin/messages``) and the web console call :func:`search_messages`::
 
-    from openroute.admin import parse_filters, search_messages
+    from openroute.queries import parse_filters, search_messages
 
     filters = parse_filters({"state": ["FAILED"], "service": "crm", "received_from": "2024-03-01T00:00:00+00:00"})
     with store.engine.connect() as connection:
@@ -24,7 +25,7 @@ estimate in one statement, :func:`counted_with_estimate`). The admin API reads o
 hold (:func:`narrowed`); an error text among messages that all carry an error reads its first page and its count
 from one read of the candidates (:func:`probe_page_count_statement`); a text whose words are shorter than 3
 characters gives the trigram index nothing to look up. Each statement is built once per shape of the search and
-executed with the search's values (:mod:`openroute.admin._prepared`): building them cost more CPU than running them.
+executed with the search's values (:mod:`openroute.queries._prepared`): building them cost more CPU than running them.
 docs/performance.md has the plans at 1M rows (``benchmarks/admin_bench.py --plans``).
 """
 
@@ -38,9 +39,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from openroute.admin._explain import Explain
-from openroute.admin._prepared import Search, prepared
-from openroute.admin.filters import (
+from openroute.persistence import MessageState, MessageStore, message_table
+from openroute.persistence.messages import row_to_message
+from openroute.queries._explain import Explain
+from openroute.queries._prepared import Search, prepared
+from openroute.queries.filters import (
     COUNT_CAP,
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -51,12 +54,10 @@ from openroute.admin.filters import (
     decode_cursor,
     like_pattern,
 )
-from openroute.persistence import MessageState, message_table
-from openroute.persistence.messages import row_to_message
 
 #: the columns of a search result row (:func:`search_summaries`), in the order of the admin API's item
-#: (:func:`openroute.admin.api.message_summary`): no payload, headers, custom data or error text, so a page reads,
-#: sends and converts only these
+#: (:func:`openroute.queries.messages.message_summary`): no payload, headers, custom data or error text, so a page
+#: reads, sends and converts only these
 SUMMARY_COLUMNS = ("id", "state", "service", "operation", "source_system", "correlation_id", "process_id",
                    "object_id", "entity_type", "funnel_value", "failed_count", "receive_ts", "last_update_ts",
                    "next_attempt_at", "last_error_code", "parent_id", "parked_on")
@@ -311,7 +312,7 @@ def probe_page_count_statement(
 def _plan(connection: sa.Connection, kind: str, query: Callable[[SearchFilters], sa.Select[Any]], options: str,
           filters: SearchFilters) -> dict[str, Any]:
     """The top node of PostgreSQL's ``EXPLAIN (options, FORMAT JSON)`` of the ``query`` of ``filters`` (built once
-    per shape of the filters, :func:`~openroute.admin._prepared.prepared`)."""
+    per shape of the filters, :func:`~openroute.queries._prepared.prepared`)."""
     statement, values = prepared(kind, lambda s: Explain(query(s.filters), options), Search(filters))
     plan = connection.execute(statement, values).scalar_one()
     document = json.loads(plan) if isinstance(plan, str) else plan
@@ -331,7 +332,8 @@ def _capped(filters: SearchFilters) -> sa.Select[Any]:
 def _execute(
     connection: sa.Connection, kind: str, build: Callable[[SearchFilters], sa.Select[Any]], filters: SearchFilters
 ) -> sa.CursorResult[Any]:
-    """``build(filters)`` executed, built once per shape of the filters (:func:`openroute.admin._prepared.prepared`)."""
+    """``build(filters)`` executed, built once per shape of the filters
+    (:func:`openroute.queries._prepared.prepared`)."""
     statement, values = prepared(kind, lambda s: build(s.filters), Search(filters))
     return connection.execute(statement, values)
 
@@ -508,3 +510,13 @@ def search_summaries(
     transaction, one round trip fewer: pass it when the transaction ends with the search."""
     rows, next_cursor, total, estimated = _search(connection, filters, cursor, limit, SUMMARY_COLUMNS, keep_settings)
     return SummaryPage(rows, next_cursor, total, estimated)
+
+
+def summary_page(store: MessageStore, filters: SearchFilters, cursor: str | None, limit: int) -> SummaryPage:
+    """:func:`search_summaries` on a connection of ``store``'s own, rolled back at its end (the count's planner
+    settings with it): what the admin API, the console and ``openroute messages`` read a page of their lists with.
+    A cursor this search did not issue is an :class:`InvalidQueryError` before any database work."""
+    if cursor is not None:
+        decode_cursor(cursor)
+    with store.engine.connect() as connection:
+        return search_summaries(connection, filters, cursor, limit, keep_settings=True)

@@ -12,7 +12,7 @@ only when the request:
 Refusals change nothing: 403 ``CROSS_SITE`` for a foreign origin, 415 ``UNSUPPORTED_MEDIA_TYPE`` for another body
 type::
 
-    from openroute.admin.cross_site import check_origin, require_json
+    from openroute.auth.cross_site import check_origin, require_json
 
     check_origin(request.headers, allowed=frozenset({"https://ops.example"}))
     require_json(request.headers)
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from openroute.auth.errors import ForbiddenError, UnsupportedMediaTypeError
 from openroute.errors import ConfigurationError
-from openroute.inbound.errors import ForbiddenError, UnsupportedMediaTypeError
 
 __all__ = ["CrossSiteError", "check_origin", "normalize_origins", "require_json"]
 

@@ -1,7 +1,7 @@
 """Search statements built once per shape, executed with each search's values as parameters.
 
 Building a search's statement and its cache key cost more of the server's CPU than executing it: at 1M messages the
-first statement of an error text search (:func:`~openroute.admin.search.probe_page_count_statement`) took 1.4 ms to
+first statement of an error text search (:func:`~openroute.queries.search.probe_page_count_statement`) took 1.4 ms to
 build and 0.7 ms to key, against 1.0 ms to execute and read (docs/performance.md). What decides a statement's SQL is
 its *shape*: which filters are given, how many error codes and words, the states (few, so their values are part of
 the shape), whether a cursor is given, and the builder's own arguments (page size, columns). The first search of a
@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql import visitors
 from sqlalchemy.sql.elements import BindParameter
 
-from openroute.admin.filters import SearchFilters, cursor_after, decode_cursor, like_pattern
+from openroute.queries.filters import SearchFilters, cursor_after, decode_cursor, like_pattern
 
 #: how many shapes are kept (the first built leaves first): the benchmark's 58 searches have 101 statements, which
 #: hold 3.7 MB beside SQLAlchemy's compiled cache (~37 kB each, tracemalloc)
@@ -49,7 +49,7 @@ _TRACES = (_MARK, _TIME_BASE.date().isoformat(), str(_ID_BASE)[:-3])
 @dataclass(frozen=True)
 class Search:
     """The values of one search that its statements are built from: the filters, the cursor of the page, and the
-    words of its payload text that a word sample counts (:func:`~openroute.admin.search.sample_statement`)."""
+    words of its payload text that a word sample counts (:func:`~openroute.queries.search.sample_statement`)."""
 
     filters: SearchFilters
     cursor: str | None = None

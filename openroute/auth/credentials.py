@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from openroute.auth.errors import AuthenticationError, ForbiddenError
+from openroute.auth.login_limit import LoginLimiter
 from openroute.errors import ConfigurationError
-from openroute.inbound.errors import AuthenticationError, ForbiddenError
-from openroute.inbound.login_limit import LoginLimiter
 
 API_KEY_HEADER = "x-api-key"
 
@@ -159,6 +159,11 @@ class SourceSystemAuth:
         return _password_login(self.limiter, user, password, self._basic.get(user), client)
 
 
+#: the role that may read the admin API and the console (search, detail, counts, nodes); the authenticator's role
+#: (``admin``) may read and act
+WEB_ROLE = "web"
+
+
 @dataclass(frozen=True)
 class AdminUser:
     """An operator of the admin API (HTTP Basic) and their roles."""
@@ -202,6 +207,11 @@ class AdminAuth:
             needed = " or ".join(repr(role) for role in wanted)
             raise ForbiddenError(f"user {name!r} does not have the {needed} role")
         return name
+
+    def operator(self, headers: Mapping[str, str], client: str | None, *, act: bool = False) -> str:
+        """The name of an operator of the admin API or the console who may read (the :data:`WEB_ROLE` or this
+        authenticator's role) or, with ``act``, act (this authenticator's role only); errors as :meth:`authorize`."""
+        return self.authorize(headers, [self.role] if act else [WEB_ROLE, self.role], client)
 
 
 # C901 over 12: reads each section of the legacy auth file in turn (one error per bad entry)

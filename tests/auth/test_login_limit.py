@@ -11,9 +11,7 @@ import httpx
 import pytest
 from openroute.persistence import MessageStore
 
-from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
-from openroute.inbound import (
+from openroute.auth import (
     AdminAuth,
     AdminUser,
     BasicCredentials,
@@ -21,6 +19,8 @@ from openroute.inbound import (
     SourceSystemAuth,
     TooManyFailedLoginsError,
 )
+from openroute.engine import Engine, EngineSettings
+from openroute.errors import ConfigurationError
 from openroute.server import create_app
 from tests.inbound.conftest import BINDINGS, routes
 

@@ -9,9 +9,9 @@ import pytest
 from openroute.persistence import MessageState, MessageStore
 
 from benchmarks.store_fill import START, analyze, fill
-from openroute.admin import InvalidQueryError, parse_filters, search_messages
-from openroute.admin.filters import COUNT_CAP, SearchFilters
-from tests.admin.conftest import FILLED_ROWS
+from openroute.queries import InvalidQueryError, parse_filters, search_messages
+from openroute.queries.filters import COUNT_CAP, SearchFilters
+from tests.queries.conftest import FILLED_ROWS
 
 ROWS = FILLED_ROWS  # the ``filled`` store's messages
 
@@ -83,7 +83,7 @@ def test_lists_are_one_statement_that_finds_what_one_in_list_finds(filled: Messa
     import sqlalchemy as sa
     from openroute.persistence import message_table
 
-    from openroute.admin.search import page_statement, search_summaries
+    from openroute.queries.search import page_statement, search_summaries
 
     rare = [f"E{n:02d}" for n in range(1, 13)]
     m = message_table.c
@@ -122,8 +122,8 @@ def test_lists_are_one_statement_that_finds_what_one_in_list_finds(filled: Messa
 
 def test_summary_rows_give_the_api_items_of_the_messages(filled: MessageStore) -> None:
     """The admin API's items, built in one pass from rows of the summary columns, are those of the messages."""
-    from openroute.admin.api import message_summary, summaries
-    from openroute.admin.search import search_summaries
+    from openroute.queries.messages import message_summary, summaries
+    from openroute.queries.search import search_summaries
 
     with filled.engine.connect() as connection:
         for params in ({}, {"state": ["FAILED", "PARTLY_FAILED"]}, {"error_text": "down"}):
@@ -143,7 +143,7 @@ def test_the_capped_count_and_its_estimate_are_one_statement_on_postgresql(fille
     import sqlalchemy as sa
     from openroute.persistence import message_table
 
-    from openroute.admin.search import count_statement, counted_with_estimate
+    from openroute.queries.search import count_statement, counted_with_estimate
 
     with filled.engine.connect() as connection:
         for params in ({}, {"state": ["FAILED"]}, {"error_code": ["HLR_DOWN", "TIMEOUT"], "service": "svc1"}):
@@ -186,7 +186,7 @@ def test_a_text_with_a_common_word_asks_the_index_for_its_rare_words(filled: Mes
     import sqlalchemy as sa
     from openroute.persistence import message_table
 
-    from openroute.admin.search import narrowed, page_statement, search_summaries
+    from openroute.queries.search import narrowed, page_statement, search_summaries
 
     m = message_table.c
     cases: list[dict[str, object]] = [
@@ -238,7 +238,7 @@ def test_a_text_search_counts_exactly_up_to_the_cap_whatever_its_probe_saw(
     import sqlalchemy as sa
     from openroute.persistence import message_table
 
-    from openroute.admin import search
+    from openroute.queries import search
 
     monkeypatch.setattr(search, "COUNT_CAP", 10)
     monkeypatch.setattr(search, "TEXT_PROBE", 22)
@@ -296,7 +296,7 @@ def test_text_search_uses_the_trigram_indexes_on_postgresql(filled_100k: Message
     (benchmarks/admin_bench.py measures 1M rows through HTTP)."""
     from dataclasses import replace
 
-    from openroute.admin.search import page_statement
+    from openroute.queries.search import page_statement
 
     store = filled_100k
     with store.engine.connect() as connection:
@@ -318,7 +318,7 @@ def test_every_filter_reads_a_bounded_part_of_an_index_on_postgresql(filled_100k
     """The plans that keep issue 26's searches bounded at 1M messages (benchmarks/admin_bench.py --plans): an
     operation no message has, an error code with a service, a list of states (one scan per state, merged), a next
     page (its receive time bounds the index range) and a capped count (index entries, not the table)."""
-    from openroute.admin.search import count_statement, page_statement, steer_count
+    from openroute.queries.search import count_statement, page_statement, steer_count
 
     store = filled_100k
     with store.engine.connect() as connection:
@@ -362,7 +362,7 @@ def test_an_error_text_among_errors_finds_its_first_page_and_count_in_one_statem
     import sqlalchemy as sa
     from openroute.persistence import message_table
 
-    from openroute.admin import search
+    from openroute.queries import search
 
     monkeypatch.setattr(search, "COUNT_CAP", 10)
     monkeypatch.setattr(search, "TEXT_PROBE", 22)

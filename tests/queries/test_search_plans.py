@@ -1,7 +1,7 @@
 """The plans PostgreSQL picks for the payload search's statements while the pending table's statistics lie.
 
 A payload text is looked up in the indexed copies and checked on the payloads still pending
-(:meth:`~openroute.admin.filters.SearchFilters.payload_matches`). Right after a bulk load, a restore or an outage's
+(:meth:`~openroute.queries.filters.SearchFilters.payload_matches`). Right after a bulk load, a restore or an outage's
 backlog the pending table has rows (or only dead ones, once every payload was moved) and no statistics until
 autovacuum comes by: planned as a table of that size, the pending branch read all of ``message`` to test membership
 in an empty table (issue 45, item 6: 31,000 buffers, 690-850 ms at 1M). These tests run every statement of every
@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore, message_table
 
 from benchmarks.store_fill import START, analyze, fill
-from openroute.admin import parse_filters
-from openroute.admin.search import search_summaries
+from openroute.queries import parse_filters
+from openroute.queries.search import search_summaries
 from tests.services import scratch_postgres_store
 
 #: messages of the store, every payload moved into the index: the pending table holds as many dead rows

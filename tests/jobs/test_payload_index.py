@@ -19,10 +19,10 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore, NewMessage
 
-from openroute.admin import parse_filters
-from openroute.admin.payload_indexer import PayloadIndexer
-from openroute.admin.search import narrowed, search_summaries
 from openroute.engine import Engine, EngineSettings
+from openroute.jobs.payload_indexer import PayloadIndexer
+from openroute.queries import parse_filters
+from openroute.queries.search import narrowed, search_summaries
 from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 from tests.lifecycle.conftest import START
@@ -210,7 +210,7 @@ async def test_a_failure_that_repeats_every_pass_shows_its_traceback_once(
 ) -> None:
     """A store that lost the pending table (not an outage: the database answers) fails every pass the same way: the
     loop goes on, logs each failure in one line and its traceback once (the log's rule for repeated errors)."""
-    from openroute.admin.payload_indexer import FAILURE
+    from openroute.jobs.payload_indexer import FAILURE
 
     with postgres_store.engine.begin() as connection:
         connection.exec_driver_sql("DROP TABLE message_payload_pending")
@@ -219,7 +219,7 @@ async def test_a_failure_that_repeats_every_pass_shows_its_traceback_once(
     running = asyncio.create_task(indexer.run(stop))
 
     def failures() -> list[logging.LogRecord]:
-        return [r for r in caplog.records if r.name == "openroute.admin.payload_indexer" and FAILURE in r.getMessage()]
+        return [r for r in caplog.records if r.name == "openroute.jobs.payload_indexer" and FAILURE in r.getMessage()]
 
     deadline = time.monotonic() + 10
     while len(failures()) < 5 and time.monotonic() < deadline:

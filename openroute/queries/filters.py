@@ -1,7 +1,7 @@
 """What an admin search asks for: its filters (:class:`SearchFilters`, read from query parameters by
 :func:`parse_filters`), its limits, its page (:class:`Page`) and the opaque cursor of the next page.
 
-:mod:`openroute.admin.search` turns them into statements; the admin API, the console and ``openroute messages``
+:mod:`openroute.queries.search` turns them into statements; the admin API, the console and ``openroute messages``
 parse their parameters here.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -21,6 +21,9 @@ from openroute.clock import aware_datetime
 from openroute.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
 from openroute.persistence.models import message_payload_pending_table, message_payload_text_table
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 #: matches counted exactly; above this the planner's estimate is returned (``total_estimated``)
 COUNT_CAP = 1000
@@ -285,3 +288,42 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
         raise InvalidQueryError(f"cursor {cursor[:60]!r} is not one this search returned") from None
     return at, message_id
+
+
+# page_size is the old name of limit, still accepted
+_KNOWN_PARAMS = frozenset({*SEARCH_PARAMS, "cursor", "limit", "page_size"})
+
+
+def check_params(names: Iterable[str]) -> None:
+    """InvalidQueryError when ``names`` holds a parameter the admin search does not know (``page`` with a hint)."""
+    unknown = set(names) - _KNOWN_PARAMS
+    if "page" in unknown:
+        raise InvalidQueryError("page is not supported any more: follow nextCursor with cursor= (keyset pages)")
+    if unknown:
+        raise InvalidQueryError(f"unknown search parameters {sorted(unknown)}; known: {sorted(_KNOWN_PARAMS)}")
+
+
+def search_filters(params: Mapping[str, Any], states_: list[str]) -> SearchFilters:
+    """The filters of the admin search parameters ``params`` (paging ones allowed) and the states ``states_``;
+    InvalidQueryError for an unknown or malformed parameter."""
+    check_params(params)
+    return parse_filters({**params, "state": states_})
+
+
+def search_conditions(params: Mapping[str, Any], states_: list[str]) -> list[sa.ColumnElement[bool]]:
+    """SQL conditions on the message table for the admin search parameters (InvalidQueryError if bad).
+
+    Prefer :func:`openroute.queries.search.search_messages`, which also pages and counts.
+    """
+    return search_filters(params, states_).conditions()
+
+
+def check_no_nul(request: Request) -> None:
+    """Raises InvalidQueryError (HTTP 400) when a query parameter or path part holds a NUL character, which no
+    database column stores (PostgreSQL refuses it with an error, SQLite cuts the text there)."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            raise InvalidQueryError(f"query parameter {name[:40]!r} holds a NUL character (%00)")
+    for name, value in request.path_params.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidQueryError(f"{name} holds a NUL character (%00)")

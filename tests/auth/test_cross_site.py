@@ -11,8 +11,8 @@ import httpx
 import pytest
 from openroute.persistence import MessageState, MessageStore, NodeState
 
-from openroute.admin.cross_site import check_origin, normalize_origins
-from openroute.admin.headers import CONTENT_SECURITY_POLICY
+from openroute.auth.cross_site import check_origin, normalize_origins
+from openroute.auth.headers import CONTENT_SECURITY_POLICY
 from openroute.engine import Engine, EngineSettings, Exchange
 from openroute.errors import ConfigurationError
 from openroute.inbound import AdminAuth, AdminUser

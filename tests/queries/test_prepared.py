@@ -1,4 +1,4 @@
-"""Search statements built once per shape (``openroute/admin/_prepared.py``), on each real database: a search of a
+"""Search statements built once per shape (``openroute/queries/_prepared.py``), on each real database: a search of a
 kept shape finds what a statement built for it finds, with its own values, and a builder that decides by a value is
 built every time."""
 
@@ -11,10 +11,10 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore, message_table
 
 from benchmarks.store_fill import START
-from openroute.admin import _prepared, parse_filters, search
-from openroute.admin._prepared import Search, prepared
-from openroute.admin.search import search_messages
-from tests.admin.conftest import FILLED_ROWS
+from openroute.queries import _prepared, parse_filters, search
+from openroute.queries._prepared import Search, prepared
+from openroute.queries.search import search_messages
+from tests.queries.conftest import FILLED_ROWS
 
 ROWS = FILLED_ROWS  # the ``filled`` store's messages
 

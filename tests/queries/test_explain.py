@@ -1,4 +1,4 @@
-"""openroute/admin/_explain.py: an EXPLAIN that SQLAlchemy compiles once per query shape."""
+"""openroute/queries/_explain.py: an EXPLAIN that SQLAlchemy compiles once per query shape."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, message_table
 from sqlalchemy.engine.default import CACHE_HIT, CACHE_MISS
 
-from openroute.admin._explain import Explain
+from openroute.queries._explain import Explain
 
 
 def test_an_explain_is_compiled_once_per_query_shape_and_binds_its_parameters(postgres_store: MessageStore) -> None:

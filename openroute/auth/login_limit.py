@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from openroute.auth.errors import TooManyFailedLoginsError
 from openroute.errors import ConfigurationError
-from openroute.inbound.errors import TooManyFailedLoginsError
 
 log = logging.getLogger("openroute.auth")
 

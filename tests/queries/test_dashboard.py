@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, NewMessage, message_table
 
 from benchmarks.store_fill import MIXED, START, fill
-from openroute.admin._explain import Explain
-from openroute.console._queries import (
+from openroute.queries._explain import Explain
+from openroute.queries.dashboard import (
     _LATEST_ONE,
     FAILING_WINDOW,
     THROUGHPUT_BUCKETS,
