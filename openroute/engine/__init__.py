@@ -6,9 +6,9 @@
 """
 
 from openroute.engine.accept import AcceptResult
-from openroute.engine.committed import FinalStateHook
 from openroute.engine.core import Engine
 from openroute.engine.exchange import AttemptRuntime, ChildMessage, Exchange
+from openroute.engine.pipeline import FinalStateHook
 from openroute.engine.settings import EngineSettings, EngineStats, default_node_id
 from openroute.engine.writes import FinalStateTxHook
 
