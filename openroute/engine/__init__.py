@@ -1,8 +1,8 @@
 """The message engine: the runtime of routes (accept, queue, claim, process, outcome, retry, repoll).
 
-``core.py`` is the node (:class:`Engine`, assembled from ``accept.py``, ``delivery.py``, ``writes.py``,
-``repoll.py`` and ``settings.py``), ``exchange.py`` what one attempt of a route does (:class:`Exchange`),
-``outcome.py`` the rules that decide a message's next state; ``_writer.py`` (internal) groups the writes.
+``core.py`` is the node (:class:`Engine`, assembled around the processing queue, ``queue.py``, and the commit
+pipeline, ``pipeline.py``), ``exchange.py`` what one attempt of a route does (:class:`Exchange`), ``outcome.py`` the
+rules that decide a message's next state; ``_writer.py`` (internal) groups the writes.
 """
 
 from openroute.engine.accept import AcceptResult

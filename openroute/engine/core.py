@@ -1,12 +1,10 @@
 """The engine of one node: accept, queue, claim, process, outcome; it assembles the parts of ``openroute.engine``.
 
-The parts: ``accept.py`` (the checks before storing), ``delivery.py`` (the steps and interceptor chains of an
-attempt), ``writes.py`` (what the writer does in a transaction: claims, outcomes, funnels, parents), ``repoll.py``
-(the repoll and heartbeat jobs), ``settings.py`` (``EngineSettings``, ``EngineStats``).
-
-Database work runs off the event loop: writes of the hot path (insert, claim, outcome) through a
-:class:`~openroute.engine._writer.GroupCommitWriter` (one thread, many operations per commit), reads and
-the exchange's external-call bookkeeping on a small thread pool. See docs/lifecycle.md.
+Two seams carry the node's work: the processing queue (``queue.py``, what the node takes: permits, the queued ids,
+the workers) and the commit pipeline (``pipeline.py``, what it writes: the group-commit writer, several operations
+per commit, and what follows each commit). ``Engine.__init__`` hands them to the parts that need them (``feeder.py``,
+``funnel.py``, ``parking.py``, ``obsolete.py``, ``repoll.py``); no part calls back into the engine. The node's other
+store work (reads, register, heartbeat) runs on a small thread pool (``reads.py``). See docs/lifecycle.md.
 """
 
 from __future__ import annotations

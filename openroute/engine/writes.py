@@ -1,4 +1,5 @@
-"""What the engine's group-commit writer does inside one transaction: claims, outcomes and what goes with them.
+"""What the engine's group-commit writer does inside one transaction: inserts, claims, outcomes and what goes with
+them (funnels, parents, call records).
 
 A claim decides the funnel turn of each funnel message in its own transaction (it takes the funnel, or it waits in
 the funnel's queue without running, :class:`~openroute.engine.funnel.FunnelQueue`); the feeder's claim reads the
