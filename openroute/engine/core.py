@@ -108,6 +108,7 @@ class Engine:
         self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id)
         self._pipeline = CommitPipeline(self.store, self.clock, settings, self._queue, self._funnel,
                                         self.final_state_hooks, self.final_state_tx_hooks, self.transition_listeners)
+        #: the counters of this node (the commit pipeline's own)
         self.stats = self._pipeline.stats
         # what every exchange may ask of this engine: the same for all of them, so built once
         self._runtime = AttemptRuntime(
