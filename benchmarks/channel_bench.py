@@ -177,7 +177,7 @@ async def route(url: str, queue: str, count: int, process: bool = True) -> float
         await asyncio.sleep(0.005)
     elapsed = time.perf_counter() - started
     gc.unfreeze()
-    COMMITS["process" if process else "accept"] += engine._writer.transactions  # a benchmark may look inside
+    COMMITS["process" if process else "accept"] += engine._pipeline.writer.transactions  # a benchmark may look inside
     await channels.stop()
     await engine.stop()
     store.dispose()

@@ -117,7 +117,7 @@ def openroute_app(url: str):  # type: ignore[no-untyped-def]
     # the engine only accepts here (no workers started): the benchmark measures the inbound path
     engine = Engine(url, registry, EngineSettings(repoll_interval=None, node_id="bench"))
     app = create_app(engine, bindings, manage_engine=False)
-    app.state.writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
+    app.state.writer = engine._pipeline.writer  # the group-commit writer's counters (internal: a benchmark may look)
     return app
 
 

@@ -274,7 +274,7 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
                 "WHERE m.source_system = 'bench'")).scalar_one()
         except sa.exc.DBAPIError:
             transitions = 0
-    writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
+    writer = engine._pipeline.writer  # the group-commit writer's own counters (internal: a benchmark may look)
     writer_cpu, commits, writes = writer.cpu_seconds, writer.transactions, writer.operations
     await engine.stop()
     gc.unfreeze()

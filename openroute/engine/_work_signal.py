@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from openroute.engine.feeder import Feeder
 from openroute.persistence import MessageStore
 from openroute.persistence.outage import StoreOutage, describe_error
 
@@ -28,12 +29,12 @@ CHANNEL = "openroute_ready"
 
 
 class WorkSignal:
-    """Sends and hears the signal of ready work; ``heard()`` runs on the loop when another node sent one."""
+    """Sends and hears the signal of ready work; the ``feeder`` hears on the loop when another node sent one."""
 
-    def __init__(self, store: MessageStore, node_id: str, heard: Callable[[], None]) -> None:
+    def __init__(self, store: MessageStore, node_id: str, feeder: Feeder) -> None:
         self.store = store
         self.node_id = node_id
-        self._heard = heard
+        self._feeder = feeder
         self._enabled = store.dialect == "postgresql"
         self._listener: _Listener | None = None
         self._sending: set[asyncio.Future[None]] = set()
@@ -41,7 +42,7 @@ class WorkSignal:
     def start(self) -> None:
         """On PostgreSQL, start listening for other nodes' signals (on the running loop)."""
         if self._enabled and self._listener is None:
-            self._listener = _Listener(self.store, self.node_id, asyncio.get_running_loop(), self._heard)
+            self._listener = _Listener(self.store, self.node_id, asyncio.get_running_loop(), self._feeder.wanted)
             self._listener.start()
 
     async def stop(self) -> None:

@@ -1,12 +1,10 @@
 """The engine of one node: accept, queue, claim, process, outcome; it assembles the parts of ``openroute.engine``.
 
-The parts: ``accept.py`` (the checks before storing), ``delivery.py`` (the steps and interceptor chains of an
-attempt), ``writes.py`` (what the writer does in a transaction: claims, outcomes, funnels, parents), ``repoll.py``
-(the repoll and heartbeat jobs), ``settings.py`` (``EngineSettings``, ``EngineStats``).
-
-Database work runs off the event loop: writes of the hot path (insert, claim, outcome) through a
-:class:`~openroute.engine._writer.GroupCommitWriter` (one thread, many operations per commit), reads and
-the exchange's external-call bookkeeping on a small thread pool. See docs/lifecycle.md.
+Two seams carry the node's work: the processing queue (``queue.py``, what the node takes: permits, the queued ids,
+the workers) and the commit pipeline (``pipeline.py``, what it writes: the group-commit writer, several operations
+per commit, and what follows each commit). ``Engine.__init__`` hands them to the parts that need them (``feeder.py``,
+``funnel.py``, ``parking.py``, ``obsolete.py``, ``repoll.py``); no part calls back into the engine. The node's other
+store work (reads, register, heartbeat) runs on a small thread pool (``reads.py``). See docs/lifecycle.md.
 """
 
 from __future__ import annotations
@@ -18,27 +16,26 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from openroute import states, tracing
 from openroute.clock import Clock, SystemClock
 from openroute.engine import outcome as outcomes
 from openroute.engine._work_signal import WorkSignal
-from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.accept import AcceptResult, check_inbound
-from openroute.engine.committed import AfterCommit, FinalStateHook, TransitionListener
 from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.engine.feeder import Feeder
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.obsolete import ObsoleteCheck
 from openroute.engine.parking import Parking
+from openroute.engine.pipeline import CommitPipeline, FinalStateHook, TransitionListener
 from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
+from openroute.engine.reads import StoreReads
 from openroute.engine.repoll import Repoll
-from openroute.engine.settings import EngineSettings, EngineStats
-from openroute.engine.writes import EngineWrites, FinalStateTxHook
+from openroute.engine.settings import EngineSettings
+from openroute.engine.writes import FinalStateTxHook
 from openroute.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -53,14 +50,12 @@ from openroute.errors import (
 from openroute.interceptors import MessageInterceptor, check_interceptors
 from openroute.logs import repeated_errors
 from openroute.message import InboundMessage
-from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
+from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
 from openroute.route import Route, RouteRegistry
 
 __all__ = ["PROCESSING_CHANNEL", "Engine"]
 
 log = logging.getLogger("openroute.engine")
-
-T = TypeVar("T")
 
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
@@ -105,51 +100,30 @@ class Engine:
         self.final_state_tx_hooks: list[FinalStateTxHook] = []
         #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
         self.transition_listeners: list[TransitionListener] = []
-        self.stats = EngineStats()
-        #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
-        self.node_state = NodeState.RUN
-        self._writer = GroupCommitWriter(self.store.engine, settings.write_batch,
-                                         name=f"openroute-writer-{self.node_id}")
-        self._executor = ThreadPoolExecutor(settings.db_threads, thread_name_prefix=f"openroute-db-{self.node_id}")
         #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
         self.external_calls = external_calls
+        self._reads = StoreReads(settings.db_threads, self.node_id)
+        # the two seams: the processing queue (what this node takes) and the commit pipeline (what it writes)
+        self._queue = ProcessingQueue(settings.concurrency, settings.queue_size)
+        self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id)
+        self._pipeline = CommitPipeline(self.store, self.clock, settings, self._queue, self._funnel,
+                                        self.final_state_hooks, self.final_state_tx_hooks, self.transition_listeners)
+        #: the counters of this node (the commit pipeline's own)
+        self.stats = self._pipeline.stats
         # what every exchange may ask of this engine: the same for all of them, so built once
         self._runtime = AttemptRuntime(
-            self.store, self.clock, self.routes, settings.processing_lease, self._run_db, self._writer.submit,
-            functools.partial(self._writer.submit_grouped,
-                              Grouped(lambda connection, starts: self.store.calls.begin_many(connection, starts),
-                                      "call start")),
-            functools.partial(self._writer.submit_grouped,
-                              Grouped(lambda connection, ends: self.store.calls.finish_many(connection, ends),
-                                      "call end")),
-            self.node_id, external_calls,
+            self.store, self.clock, self.routes, settings.processing_lease, self._reads.run, self._pipeline.submit,
+            self._pipeline.start_call, self._pipeline.end_call, self.node_id, external_calls,
         )
-        # the processing queue and its feeder; how messages wait: funnel queues, parking on open breakers
-        self._queue = ProcessingQueue(settings.concurrency, settings.queue_size,
-                                      lambda: self.node_state.picks_up_work, self._room_freed)
-        self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id, self._queue.emit_claimed,
-                                   self._give_back)
-        self._writes = EngineWrites(self.store, self.clock, self.node_id, self.final_state_tx_hooks, self._funnel)
-        self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
-            lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
-            "insert", urgent=True)
-        self._claim_group = Grouped(self._writes.claim_many, "claim")
-        self._finish_group = Grouped(self._writes.finish_many, "finish")
-        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel, self.final_state_hooks,
-                                         self.transition_listeners)
-        self._feeder = Feeder(self._writes, self._writer, self._queue, self.clock, settings, self.stats,
-                              self._waited, self._give_back)
-        self._signal = WorkSignal(self.store, self.node_id, self._feeder.wanted)
-        self._parking = Parking(self.store, self.clock, external_calls, self._run_db, self._feeder.wanted,
-                                self._signal.send)
-        self._obsolete = ObsoleteCheck(self.store, self.clock, self._run_db, self._apply)
+        # how messages wait: the feeder takes the ready ones as room frees, parking holds them on open breakers
+        self._feeder = Feeder(self._pipeline, self._queue, self.clock, settings)
+        self._queue.when_room_frees(self._feeder.room_freed)
+        self._signal = WorkSignal(self.store, self.node_id, self._feeder)
+        self._parking = Parking(self.store, self.clock, external_calls, self._reads, self._feeder, self._signal)
+        self._obsolete = ObsoleteCheck(self.store, self.clock, self._reads, self._pipeline)
         # the scheduled jobs: repoll and heartbeat
-        self._repoll = Repoll(
-            self.store, routes, self.clock, settings, self.stats, run_db=self._run_db, apply=self._apply,
-            submit=self._writer.submit, feeder=self._feeder, funnel=self._funnel, parking=self._parking,
-            is_running=lambda: self._running, queued=self._queue.ids, node_state=lambda: self.node_state,
-            obey=self._obey,
-        )
+        self._repoll = Repoll(self.store, routes, self.clock, settings, reads=self._reads, pipeline=self._pipeline,
+                              queue=self._queue, feeder=self._feeder, funnel=self._funnel, parking=self._parking)
         self._running = False
         self._stopping = False
         self._closed = False
@@ -160,6 +134,11 @@ class Engine:
         """True between :meth:`start` and :meth:`stop`."""
         return self._running
 
+    @property
+    def node_state(self) -> NodeState:
+        """What an operator lets this node do (read at start and with every heartbeat; see :meth:`set_node_state`)."""
+        return self._queue.node_state
+
     async def start(self) -> None:
         """Register the node, recover its own abandoned messages, pick up work, start workers and repoll."""
         if self._running:
@@ -169,9 +148,9 @@ class Engine:
         await self._queue.start(self._consume)
         self._stopping = False
         now = self.clock.now()
-        await self._run_db(lambda: self.store.nodes.register(self.node_id, now))
-        stored: NodeState | None = await self._run_db(lambda: self.store.nodes.state_of(self.node_id))
-        self.node_state = stored or NodeState.RUN
+        await self._reads.run(lambda: self.store.nodes.register(self.node_id, now))
+        stored: NodeState | None = await self._reads.run(lambda: self.store.nodes.state_of(self.node_id))
+        self._queue.node_state = stored or NodeState.RUN
         self._running = True
         self._signal.start()
         self._parking.start()
@@ -200,18 +179,18 @@ class Engine:
         await self._queue.stop(self.settings.stop_timeout)
         with contextlib.suppress(Exception):  # the store is gone: the lease's repair gives them back later
             for _previous, claimed in list(self._queue.claimed.values()):
-                await self._give_back(claimed)
+                await self._pipeline.give_back(claimed)
         self._queue.claimed.clear()
         self._running = False
         await self._signal.stop()
         with contextlib.suppress(Exception):
-            await self._run_db(lambda: self.store.nodes.stopped(self.node_id, self.clock.now()))
+            await self._reads.run(lambda: self.store.nodes.stopped(self.node_id, self.clock.now()))
         await self._close_resources()
 
     async def _close_resources(self) -> None:
         self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._writer.close)
-        self._executor.shutdown(wait=True)
+        await asyncio.get_running_loop().run_in_executor(None, self._pipeline.close)
+        self._reads.close()
         if self._owns_store:
             self.store.dispose()
 
@@ -265,12 +244,13 @@ class Engine:
         return await self._accept(inbound, None)
 
     async def _accept(self, inbound: InboundMessage, traceparent: str | None) -> AcceptResult:
-        if self.node_state is not NodeState.RUN:
-            raise NodeNotAcceptingError(self.node_id, self.node_state.value)
+        node_state = self._queue.node_state
+        if node_state is not NodeState.RUN:
+            raise NodeNotAcceptingError(self.node_id, node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now(), traceparent=traceparent)
         try:
-            outcome = await self._writer.enqueue_grouped(self._insert_group, new)
+            outcome = await self._pipeline.insert(new)
         except Exception as error:
             if self.store.outage.failed(error, "storing an inbound message"):
                 raise StoreUnavailableError(self.settings.store_retry_after) from None
@@ -281,7 +261,7 @@ class Engine:
             self.stats.duplicates += 1
         else:
             self.stats.accepted += 1
-            self._after_commit.notify(None, message)
+            self._pipeline.notify(None, message)
             if not self._queue.emit(message) and self._running and not self._stopping:
                 self._feeder.accepted_unqueued()  # it waits in the store: accepting never waits behind processing
         return AcceptResult(message.id, message.correlation_id, outcome.duplicate, message.state)
@@ -321,12 +301,12 @@ class Engine:
     ) -> StoredMessage:
         """Move ``message_id`` by the operator's ``trigger`` (``restart``, ``cancel``) with the decision
         ``decide(now)``: LookupError, IllegalTransitionError or StaleMessageError when it cannot."""
-        message = await self._run_db(lambda: self.store.get(message_id))
+        message = await self._reads.run(lambda: self.store.get(message_id))
         if message is None:
             raise LookupError(f"no message {message_id}")
         states.check_trigger(trigger, message.state)
         now = self.clock.now()
-        updated = await self._apply(message, decide(now), now, cause)
+        updated = await self._pipeline.apply(message, decide(now), now, cause)
         if updated is None:
             raise StaleMessageError(message.id, message.version)
         return updated
@@ -339,31 +319,13 @@ class Engine:
         node, :class:`ValueError` for an unknown state.
         """
         state = NodeState(state)
-        if not await self._run_db(lambda: self.store.nodes.set_state(node_id, state)):
+        if not await self._reads.run(lambda: self.store.nodes.set_state(node_id, state)):
             raise LookupError(f"no node {node_id!r}")
         if node_id == self.node_id:
-            self.node_state = state
+            self._queue.node_state = state
         log.info("node %s is now %s", node_id, state.value)
 
     # -- the processing channel -----------------------------------------------------------------------------
-    def _obey(self, state: NodeState) -> None:
-        """An operator's node state, heard by the heartbeat."""
-        self.node_state = state
-
-    def _room_freed(self) -> None:
-        if self._running and not self._stopping:
-            self._feeder.room_freed()
-
-    def _waited(self, previous: MessageState, message: StoredMessage) -> None:
-        """A claim put ``message`` in its funnel's queue instead (committed)."""
-        self.stats.outcomes[message.state] += 1
-        self._after_commit.notify(previous, message)
-
-    async def _give_back(self, message: StoredMessage) -> None:
-        """``message`` was claimed for this node but will not run here (the node stops): due at once for any node."""
-        now = self.clock.now()
-        await self._apply(message, outcomes.handed_back(message, now), now, "stop")
-
     async def _consume(self, message: StoredMessage) -> None:
         """The incoming function of the processing channel (never raises: every outcome is in the store).
 
@@ -406,6 +368,7 @@ class Engine:
         to the writer and the future of its completion returned at once (see :meth:`_consume`).
         """
         previous = message.state
+        claimed: StoredMessage | None
         taken = self._queue.claimed.pop(message.id, None)
         if taken is not None:  # claimed for this node by the feeder or a funnel's release
             previous, claimed = taken
@@ -413,7 +376,7 @@ class Engine:
             return None
         else:
             try:
-                claimed = await self._writer.enqueue_grouped(self._claim_group, message)
+                claimed = await self._pipeline.claim(message)
             except IllegalTransitionError:
                 log.debug("message %s in %s is not claimable", message.id, message.state)
                 return None
@@ -430,10 +393,10 @@ class Engine:
                 return None
             previous, claimed = taken  # the feeder claimed it for this node meanwhile
         if claimed.state is not MessageState.PROCESSING:  # its funnel is held: it waits in the funnel's queue
-            self._waited(previous, claimed)
+            self._pipeline.waited(previous, claimed)
             return claimed
         self.stats.claimed += 1
-        self._after_commit.notify(previous, claimed)
+        self._pipeline.notify(previous, claimed)
         attempt = self._attempt(claimed, background)
         return await (tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt)
 
@@ -466,7 +429,7 @@ class Engine:
             try:
                 await deliver(route, exchange, self.interceptors)
             except MessageDroppedByInterceptor as dropped:
-                return await self._apply(
+                return await self._pipeline.apply(
                     claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
                 )
             except Exception as caught:
@@ -482,10 +445,8 @@ class Engine:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         self._wake_later(error, decision, now)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
-            return asyncio.ensure_future(
-                self._after_commit.written(claimed, decision.target, self._write(claimed, decision, now))
-            )
-        finished = await self._apply(claimed, decision, now)
+            return asyncio.ensure_future(self._pipeline.apply(claimed, decision, now))
+        finished = await self._pipeline.apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)
         return finished
@@ -505,29 +466,11 @@ class Engine:
 
     async def _run_children(self, parent: StoredMessage) -> None:
         """First attempt of a split: process the parent's NEW children one after the other, in order."""
-        for child in await self._run_db(lambda: self.store.children_of(parent.id)):
+        for child in await self._reads.run(lambda: self.store.children_of(parent.id)):
             if child.state is MessageState.NEW and not self._stopping:
                 await self._process(child)
         # children already final before the parent waited (a split run again) complete it here
-        now = self.clock.now()
-        completed = await self._writer.submit(lambda c: self._writes.complete_parent(parent.id, now, c))
-        if completed is not None:
-            await self._after_commit.parent_completed(completed)
-
-    async def _apply(
-        self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
-    ) -> StoredMessage | None:
-        """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``; None if
-        another writer changed the message first."""
-        return await self._after_commit.written(message, decision.target, self._write(message, decision, now, cause))
-
-    def _write(
-        self, message: StoredMessage, decision: outcomes.Decision, now: datetime, cause: str = "engine"
-    ) -> asyncio.Future[StoredMessage]:
-        """Hand ``decision`` to the writer; the future of the new snapshot, settled after its commit."""
-        return self._writer.enqueue_grouped(
-            self._finish_group, (message, decision.target, now, dict(decision.changes), cause)
-        )
+        await self._pipeline.complete_parent(parent.id)
 
     # -- repoll ---------------------------------------------------------------------------------
     async def repoll_once(self, new_cutoff: datetime | None = None) -> None:
@@ -537,9 +480,4 @@ class Engine:
         then queues due PARTLY_FAILED / POSTPONED messages and NEW ones received before ``now - new_pickup_age`` (or
         ``new_cutoff``), as far as the queue has room (the rest waits for the next run).
         """
-        await self._repoll.run_once(new_cutoff)
-
-    # -- helpers --------------------------------------------------------------------------------
-    async def _run_db(self, work: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
-
+        await self._repoll.run_once(new_cutoff, feed=self._running)

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from openroute.clock import Clock
-from openroute.engine._writer import GroupCommitWriter
+from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import ProcessingQueue
-from openroute.engine.settings import EngineSettings, EngineStats
-from openroute.engine.writes import EngineWrites
+from openroute.engine.settings import EngineSettings
 from openroute.logs import repeated_errors
-from openroute.persistence import FunnelShare, MessageState, StoredMessage
+from openroute.persistence import FunnelShare, MessageState
 
 __all__ = ["FUNNEL_SHARE_GRACE", "Feeder"]
 
@@ -40,22 +38,17 @@ FUNNEL_SHARE_GRACE = timedelta(seconds=1)
 class Feeder:
     """Feeds one node's processing queue from the store (see the module docstring).
 
-    ``waited(previous, message)`` hears of each funnel message a feed's claim put in its funnel's queue instead;
-    ``give_back(message)`` returns a claimed message the queue could not take (the node stopping).
+    Its claims go through the commit pipeline, which hears of each funnel message a claim put in its funnel's queue
+    instead and gives back a claimed message the queue could not take (the node stopping).
     """
 
-    def __init__(self, writes: EngineWrites, writer: GroupCommitWriter, queue: ProcessingQueue, clock: Clock,
-                 settings: EngineSettings, stats: EngineStats,
-                 waited: Callable[[MessageState, StoredMessage], None],
-                 give_back: Callable[[StoredMessage], Awaitable[object]]) -> None:
-        self._writes = writes
-        self._writer = writer
+    def __init__(self, pipeline: CommitPipeline, queue: ProcessingQueue, clock: Clock,
+                 settings: EngineSettings) -> None:
+        self._pipeline = pipeline
+        self._stats = pipeline.stats
         self._queue = queue
         self._clock = clock
         self._settings = settings
-        self._stats = stats
-        self._waited = waited
-        self._give_back = give_back
         #: the store may hold ready messages this node has not taken yet
         self._backlog = False
         #: this node accepted messages it could not queue: take NEW ones of any age
@@ -118,7 +111,7 @@ class Feeder:
     def _fed(self, done: asyncio.Future[int]) -> None:
         self._feeding = None
         error = None if done.cancelled() else done.exception()
-        if error is not None and not self._writes.store.outage.failed(error, "feeding the processing queue"):
+        if error is not None and not self._pipeline.store.outage.failed(error, "feeding the processing queue"):
             repeated_errors.log(log, "feeding the processing queue failed", error=error)
         if self._again and not self._stopped:
             self._again = False
@@ -169,16 +162,14 @@ class Feeder:
     async def feed_once(self, now: datetime, new_cutoff: datetime | None, limit: int) -> int:
         """Claim up to ``limit`` ready messages for this node in one writer transaction and queue them; how many were
         taken (queued, or put in their funnel's queue)."""
-        share = self.share
-        taken = await self._writer.submit(
-            lambda connection: self._writes.claim_ready(connection, now, new_cutoff, limit, share))
+        taken = await self._pipeline.claim_ready(now, new_cutoff, limit, self.share)
         for previous, message in taken:
             if message.state is not MessageState.PROCESSING:
-                self._waited(previous, message)
+                self._pipeline.waited(previous, message)
             elif self._queue.emit_claimed(previous, message):
                 self._stats.reemitted += 1
             else:
-                await self._give_back(message)
+                await self._pipeline.give_back(message)
         return len(taken)
 
     async def feed(self, new_cutoff: datetime | None) -> int:

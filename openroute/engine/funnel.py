@@ -9,18 +9,15 @@ no older message of the value is unfinished) and takes the funnel for it, on wha
 node runs it right after the commit. The funnel row's lock orders a release and a concurrent wait, so no waiting
 message is missed and none is woken twice: a funnel is a queue, never a herd.
 
-Repoll stays the safety net (:meth:`FunnelQueue.hand_on_stalled`) for queues left without a holder: a holder whose
-node died is repaired after its lease, and the repair's transaction hands the funnel on like any other release.
+Repoll stays the safety net for queues left without a holder (``Repoll`` hands them on, :meth:`FunnelQueue.hand_on`):
+a holder whose node died is repaired after its lease, and the repair's transaction hands the funnel on like any other
+release.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -33,8 +30,6 @@ from openroute.route import Route, RouteRegistry
 
 __all__ = ["FunnelQueue"]
 
-log = logging.getLogger("openroute.engine")
-
 #: queue heads tried per release when the head changed meanwhile (cancelled by an operator, say)
 _HEADS_TRIED = 3
 
@@ -42,20 +37,16 @@ _HEADS_TRIED = 3
 class FunnelQueue:
     """The funnels of one node's messages (see the module docstring).
 
-    The writer-thread methods (:meth:`turn`, :meth:`hand_off`) run in the transaction they are given; the message a
-    release claimed is queued by :meth:`committed` on the loop once that transaction is committed, through
-    ``run(previous, claimed)`` (False when the node could not queue it: ``give_back(claimed)`` then returns it).
+    The writer-thread methods (:meth:`turn`, :meth:`hand_off`, :meth:`hand_on`) run in the transaction they are given;
+    the message a release claimed waits in :meth:`handed_on` until that transaction is committed, when the commit
+    pipeline queues it on this node.
     """
 
-    def __init__(self, store: MessageStore, routes: RouteRegistry, clock: Clock, node_id: str,
-                 run: Callable[[MessageState, StoredMessage], bool],
-                 give_back: Callable[[StoredMessage], Awaitable[Any]]) -> None:
+    def __init__(self, store: MessageStore, routes: RouteRegistry, clock: Clock, node_id: str) -> None:
         self.store = store
         self.routes = routes
         self.clock = clock
         self.node_id = node_id
-        self._run = run
-        self._give_back = give_back
         # the message a release claimed, by the releasing message's id (set by the writer thread)
         self._handed: dict[int, StoredMessage] = {}
         #: releases that handed the funnel to a waiting message
@@ -116,7 +107,7 @@ class FunnelQueue:
     def hand_off(self, released: StoredMessage, connection: sa.Connection) -> StoredMessage | None:
         """In the transaction that frees ``released``'s funnel: claim the message whose turn it is and take the funnel
         for it; it is queued on this node after the commit (:meth:`committed`). Returns it, or None."""
-        claimed = self._hand_on(released.funnel_value or "", connection)
+        claimed = self.hand_on(released.funnel_value or "", connection)
         if claimed is not None:
             self._handed[released.id] = claimed
         return claimed
@@ -125,7 +116,7 @@ class FunnelQueue:
         """:meth:`hand_off` for the releases of one group commit, in a few statements for the group: the funnels
         left free (read under their rows' locks, in value order), their queues' heads, one claim of the heads and
         one statement that hands them the funnels. A head another writer changed meanwhile is tried again the
-        one-message way (:meth:`_hand_on`)."""
+        one-message way (:meth:`hand_on`)."""
         releasing: dict[str, StoredMessage] = {}
         for message in released:
             releasing.setdefault(message.funnel_value or "", message)
@@ -144,11 +135,13 @@ class FunnelQueue:
             value = cast(str, head.funnel_value)
             claimed = won.get(value)
             if claimed is None:  # changed meanwhile (an operator's cancel, say): the next head, one at a time
-                claimed = self._hand_on(value, connection)
+                claimed = self.hand_on(value, connection)
             if claimed is not None:
                 self._handed[releasing[value].id] = claimed
 
-    def _hand_on(self, funnel: str, connection: sa.Connection) -> StoredMessage | None:
+    def hand_on(self, funnel: str, connection: sa.Connection) -> StoredMessage | None:
+        """In a writer transaction: when no message holds ``funnel``, claim the head of its queue for this node and
+        hand it the funnel; returns it (to be queued once the transaction is committed), or None."""
         funnels = self.store.funnels
         if funnels.holder(funnel, connection) is not None:  # read under the funnel row's lock
             return None
@@ -166,45 +159,13 @@ class FunnelQueue:
         return None
 
     # -- event loop -------------------------------------------------------------------------------------------------
-    def committed(self, message: StoredMessage) -> None:
-        """After the commit of a change of ``message``: run the message its release claimed."""
-        claimed = self._handed.pop(message.id, None)
-        if claimed is None:
-            return
-        self.handed += 1
-        if not self._run(MessageState.POSTPONED, claimed):
-            log.debug("funnel %r: message %s handed on while this node takes no work; given back",
-                      claimed.funnel_value, claimed.id)
-            self._spawn_give_back(claimed)
+    def handed_on(self, message_id: int) -> StoredMessage | None:
+        """After the commit of a change of ``message_id``: the message its release claimed (to run here), or None."""
+        claimed = self._handed.pop(message_id, None)
+        if claimed is not None:
+            self.handed += 1
+        return claimed
 
     def discard(self, message_id: int) -> None:
         """The change of ``message_id`` was not committed: forget what its release claimed."""
         self._handed.pop(message_id, None)
-
-    def _spawn_give_back(self, claimed: StoredMessage) -> None:
-        task = asyncio.ensure_future(self._give_back(claimed))
-        task.add_done_callback(functools.partial(_given_back, claimed.id))
-
-    async def hand_on_stalled(self, submit: Callable[[Callable[[sa.Connection], Any]], Awaitable[Any]],
-                              limit: int) -> int:
-        """Repoll's safety net: hand on the funnels whose queue waits while none of their messages is PROCESSING or
-        about to run (:meth:`FunnelStore.stalled`);
-        ``submit(work)`` runs ``work(connection)`` in a writer transaction. Returns how many were handed on."""
-        now = self.clock.now()
-        stalled = await submit(lambda connection: self.store.funnels.stalled(limit, now, connection))
-        count = 0
-        for funnel in stalled:
-            claimed = await submit(functools.partial(self._hand_on, funnel))
-            if claimed is None:
-                continue
-            count += 1
-            if not self._run(MessageState.POSTPONED, claimed):
-                await self._give_back(claimed)
-        return count
-
-
-def _given_back(message_id: int, done: asyncio.Future[Any]) -> None:
-    error = None if done.cancelled() else done.exception()
-    if error is not None:  # it stays PROCESSING: the lease's repair gives it back
-        log.warning("message %s could not be given back after its funnel was handed to it: %s: %s", message_id,
-                    type(error).__name__, error)

@@ -3,30 +3,27 @@ running its steps (the funnel's turn is taken earlier, in the claim: ``engine/fu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
 
 from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
+from openroute.engine.pipeline import CommitPipeline
+from openroute.engine.reads import StoreReads
 from openroute.persistence import MessageStore, StoredMessage
 from openroute.route import Route
 
 __all__ = ["ObsoleteCheck"]
 
-#: ``apply(message, decision, now)``: the engine writes a decision; None when another writer was first
-Apply = Callable[[StoredMessage, outcomes.Decision, datetime], Awaitable[StoredMessage | None]]
-
 
 @dataclass(frozen=True, eq=False)
 class ObsoleteCheck:
-    """The obsolete check of one node; ``run_db`` runs a read on the engine's database threads."""
+    """The obsolete check of one node: its read runs on the node's ``reads`` threads, a skip goes through the commit
+    ``pipeline``."""
 
     store: MessageStore
     clock: Clock
-    run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
-    apply: Apply
+    reads: StoreReads
+    pipeline: CommitPipeline
 
     @staticmethod
     def applies(message: StoredMessage, route: Route) -> bool:
@@ -36,7 +33,7 @@ class ObsoleteCheck:
 
     async def skipped(self, message: StoredMessage) -> StoredMessage | None:
         """The SKIPPED snapshot when a newer message of ``message``'s entity ended OK, else None (it runs)."""
-        if not await self.run_db(lambda: self.store.newer_ok_exists(message)):
+        if not await self.reads.run(lambda: self.store.newer_ok_exists(message)):
             return None
-        skipped = await self.apply(message, outcomes.obsolete(message), self.clock.now())
+        skipped = await self.pipeline.apply(message, outcomes.obsolete(message), self.clock.now())
         return skipped if skipped is not None else message

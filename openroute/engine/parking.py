@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from openroute.clock import Clock
+from openroute.engine._work_signal import WorkSignal
 from openroute.engine.exchange import CallGuard
+from openroute.engine.feeder import Feeder
+from openroute.engine.reads import StoreReads
 from openroute.persistence import MessageStore
 from openroute.persistence.breaker import BreakerOutlook, BreakerState, Verdict
 
@@ -47,18 +48,17 @@ LONGEST_WAIT = timedelta(minutes=1)
 class Parking:
     """The parked messages of the systems this node watches (see the module docstring).
 
-    ``run_db(work)`` runs blocking store work off the loop; ``ready()`` tells the feeder that messages became due on
-    this node; ``signal()`` tells the other nodes (PostgreSQL NOTIFY; nothing on SQLite).
+    Its reads run on the node's ``reads`` threads; a release tells the ``feeder`` that messages became due on this node
+    and, through the work ``signal``, the other nodes (PostgreSQL NOTIFY; nothing on SQLite).
     """
 
-    def __init__(self, store: MessageStore, clock: Clock, guard: CallGuard | None,
-                 run_db: Callable[[Callable[[], Any]], Awaitable[Any]], ready: Callable[[], None],
-                 signal: Callable[[], None]) -> None:
+    def __init__(self, store: MessageStore, clock: Clock, guard: CallGuard | None, reads: StoreReads, feeder: Feeder,
+                 signal: WorkSignal) -> None:
         self.store = store
         self.clock = clock
         self.guard = guard
-        self._run_db = run_db
-        self._ready = ready
+        self._reads = reads
+        self._feeder = feeder
         self._signal = signal
         self._timers: dict[str, tuple[datetime, asyncio.TimerHandle]] = {}
         self._checking: dict[str, asyncio.Task[None]] = {}
@@ -187,22 +187,22 @@ class Parking:
 
     async def _release(self, system: str, now: datetime, limit: int | None,
                        failed_before: datetime | None = None) -> int:
-        released: int = await self._run_db(
+        released: int = await self._reads.run(
             lambda: self.store.parking.release(system, now, limit, failed_before=failed_before))
         if released:
             self.released += released
             if released >= BULK_RELEASE:  # before the drain: its first hand-offs plan on the new statistics
-                await self._run_db(self.store.refresh_statistics)
-            self._ready()
+                await self._reads.run(self.store.refresh_statistics)
+            self._feeder.wanted()
             if limit is None:
-                self._signal()
+                self._signal.send()
         return released
 
     # -- the repoll's look ------------------------------------------------------------------------------------------
     async def survey(self) -> None:
         """Read the parked counts per system; check each system's breaker (the safety net for messages parked by a
         node that is gone) and write its summary line once a minute."""
-        counts: dict[str, int] = await self._run_db(self.store.parking.counts)
+        counts: dict[str, int] = await self._reads.run(self.store.parking.counts)
         self.counts = counts
         now = self.clock.now()
         for system, count in counts.items():

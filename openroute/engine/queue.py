@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
-from openroute.persistence import MessageState, StoredMessage
+from openroute.persistence import MessageState, NodeState, StoredMessage
 
 __all__ = ["PROCESSING_CHANNEL", "LoopPressure", "ProcessingQueue"]
 
@@ -78,17 +78,17 @@ class LoopPressure:
 class ProcessingQueue:
     """The processing channel of one node and its bound (see the module docstring).
 
-    ``picks_up_work()`` says whether an operator lets the node take work; ``room_freed()`` is called each time a
-    message leaves the pipeline (the feeder listens).
+    It holds what the node's parts share about the work it takes: the operator's :attr:`node_state`, the ids in the
+    pipeline (:attr:`ids`) and the messages claimed for the node before they were queued (:attr:`claimed`).
     """
 
-    def __init__(self, concurrency: int, queue_size: int, picks_up_work: Callable[[], bool],
-                 room_freed: Callable[[], None]) -> None:
+    def __init__(self, concurrency: int, queue_size: int) -> None:
         self.concurrency = concurrency
         #: queued + in flight never exceed this, but for messages claimed for this node (see the module docstring)
         self.limit = queue_size + concurrency
-        self._picks_up_work = picks_up_work
-        self._room_freed = room_freed
+        #: what an operator lets this node do (read at start and with every heartbeat; ``Engine.set_node_state``)
+        self.node_state = NodeState.RUN
+        self._room_freed: Callable[[], None] | None = None
         #: the ids in the pipeline (emitted, not yet done)
         self.ids: set[int] = set()
         #: messages claimed for this node before they were queued: id -> (state before the claim, claimed snapshot)
@@ -103,6 +103,11 @@ class ProcessingQueue:
         self.open = False
         #: the loop's lag, which paces the workers and the feeder (see LoopPressure)
         self.pressure = LoopPressure()
+
+    def when_room_frees(self, listener: Callable[[], None]) -> None:
+        """Have ``listener()`` called each time a message leaves the pipeline while the queue is open (the feeder
+        listens: it takes the ready messages the store holds as room frees)."""
+        self._room_freed = listener
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     async def start(self, consume: Callable[[StoredMessage], Awaitable[None]]) -> None:
@@ -180,7 +185,7 @@ class ProcessingQueue:
         """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not
         refuse it. A copy already queued (as it was before the claim) takes the claimed snapshot when it starts.
         False when the node takes no work (the caller gives the claim back)."""
-        if not self.open or self._emitter is None or not self._picks_up_work():
+        if not self.open or self._emitter is None or not self.node_state.picks_up_work:
             return False
         self.claimed[claimed.id] = (previous, claimed)
         if claimed.id in self.ids:
@@ -192,7 +197,7 @@ class ProcessingQueue:
 
     def _send(self, message: StoredMessage) -> bool:
         emitter = self._emitter
-        if not self.open or emitter is None or message.id in self.ids or not self._picks_up_work():
+        if not self.open or emitter is None or message.id in self.ids or not self.node_state.picks_up_work:
             return False
         self.ids.add(message.id)
         self._pending += 1
@@ -233,4 +238,5 @@ class ProcessingQueue:
         self._pending = max(self._pending - 1, 0)
         if self._pending == 0:
             self._idle.set()
-        self._room_freed()
+        if self.open and self._room_freed is not None:  # a closed queue takes nothing: no feed while the node stops
+            self._room_freed()

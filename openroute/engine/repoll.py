@@ -10,58 +10,52 @@ open breakers (``parking.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from openroute.clock import Clock
 from openroute.engine import outcome as outcomes
 from openroute.engine.feeder import FUNNEL_SHARE_GRACE, Feeder
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.parking import Parking
-from openroute.engine.settings import EngineSettings, EngineStats
+from openroute.engine.pipeline import CommitPipeline
+from openroute.engine.queue import ProcessingQueue
+from openroute.engine.reads import StoreReads
+from openroute.engine.settings import EngineSettings
 from openroute.errors import UnknownRouteError
 from openroute.logs import repeated_errors
-from openroute.persistence import FunnelShare, MessageState, MessageStore, NodeState, StoredMessage
+from openroute.persistence import FunnelShare, MessageState, MessageStore
 from openroute.route import Route, RouteRegistry
 
 __all__ = ["Repoll"]
 
 log = logging.getLogger("openroute.engine")
 
-T = TypeVar("T")
-#: ``apply(message, decision, now, cause)``: the engine writes a decision; None when another writer was first
-Apply = Callable[[StoredMessage, outcomes.Decision, datetime, str], Awaitable[StoredMessage | None]]
-
 
 @dataclass(eq=False)
 class Repoll:
     """Repoll and heartbeat of one node (``Engine.repoll_once`` runs one repoll by hand).
 
-    The engine hands over what the jobs need: ``run_db`` (its database threads), ``apply`` (a decision written
-    through its writer), ``submit`` (work in a writer transaction), the ``feeder``, the ``funnel`` queues, the
-    ``parking``, ``is_running``, ``queued`` (the ids in its pipeline: the queue's own set, read only) and
-    ``obey(state)`` (an operator's node state).
+    The engine hands over the parts the jobs work with: the node's ``reads`` threads, the commit ``pipeline`` (repairs
+    and hand-ons are written through it, its counters), the processing ``queue`` (the operator's node state, the ids
+    in the pipeline), the ``feeder``, the ``funnel`` queues and the ``parking``.
     """
 
     store: MessageStore
     routes: RouteRegistry
     clock: Clock
     settings: EngineSettings
-    stats: EngineStats
     _: KW_ONLY
-    run_db: Callable[[Callable[[], Any]], Awaitable[Any]]
-    apply: Apply
-    submit: Callable[[Callable[[Any], Any]], Awaitable[Any]]
+    reads: StoreReads
+    pipeline: CommitPipeline
+    queue: ProcessingQueue
     feeder: Feeder
     funnel: FunnelQueue
     parking: Parking
-    is_running: Callable[[], bool]
-    queued: set[int]
-    node_state: Callable[[], NodeState]
-    obey: Callable[[NodeState], None]
     _scheduler: Any = field(default=None, init=False, repr=False)
     #: the job runs in progress, awaited by ``stop_jobs``
     _runs: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
@@ -118,25 +112,43 @@ class Repoll:
                 raise
             log.debug("%s goes on while the node stops", getattr(job, "__name__", "a job run"))
 
-    async def run_once(self, new_cutoff: datetime | None = None) -> None:
-        """One run of the repoll job (see ``Engine.repoll_once``)."""
-        if not self.node_state().picks_up_work:  # an operator stopped this node: it picks up no work, repairs too
+    async def run_once(self, new_cutoff: datetime | None = None, *, feed: bool = True) -> None:
+        """One run of the repoll job (see ``Engine.repoll_once``); without ``feed`` (the node does not run) it only
+        repairs."""
+        if not self.queue.node_state.picks_up_work:  # an operator stopped this node: it picks up no work, repairs too
             return
         now = self.clock.now()
-        repaired = self.stats.repaired
+        stats = self.pipeline.stats
+        repaired = stats.repaired
         await self.repair_stuck(now, node_id=None, cutoff=now - self.settings.processing_lease)
-        if not self.is_running():
+        if not feed:
             return
         cutoff = new_cutoff if new_cutoff is not None else now - self.settings.new_pickup_age
         taken = await self.feeder.feed(cutoff)
-        handed = await self.funnel.hand_on_stalled(self.submit, self.settings.repoll_batch)
+        handed = await self.hand_on_stalled()
         await self.parking.survey()
-        if await self.run_db(self.store.refresh_stale_statistics):
+        if await self.reads.run(self.store.refresh_stale_statistics):
             log.info("repoll: the message table's statistics refreshed (a tenth of it changed since its last analysis)")
-        if self.stats.repaired > repaired or taken or handed:
+        if stats.repaired > repaired or taken or handed:
             log.info("repoll: %d stuck message(s) repaired, %d due or unclaimed message(s) queued%s",
-                     self.stats.repaired - repaired, taken,
+                     stats.repaired - repaired, taken,
                      f", {handed} funnel(s) without a holder handed on" if handed else "")
+
+    async def hand_on_stalled(self) -> int:
+        """The funnels' safety net: hand on the funnels whose queue waits while none of their messages is PROCESSING or
+        about to run (:meth:`FunnelStore.stalled`), each in a writer transaction, and run here what that claimed.
+        Returns how many were handed on."""
+        limit, now = self.settings.repoll_batch, self.clock.now()
+        stalled = await self.pipeline.submit(lambda connection: self.store.funnels.stalled(limit, now, connection))
+        count = 0
+        for funnel in stalled:
+            claimed = await self.pipeline.submit(functools.partial(self.funnel.hand_on, funnel))
+            if claimed is None:
+                continue
+            count += 1
+            if not self.queue.emit_claimed(MessageState.POSTPONED, claimed):
+                await self.pipeline.give_back(claimed)
+        return count
 
     async def repair_stuck(
         self, now: datetime, node_id: str | None, cutoff: datetime | None, skip: frozenset[int] = frozenset()
@@ -145,7 +157,7 @@ class Repoll:
         in ``skip``, their next state as abandoned attempts."""
         limit = self.settings.repoll_batch
         far = cutoff if cutoff is not None else now + timedelta(days=36500)
-        stuck = await self.run_db(
+        stuck = await self.reads.run(
             lambda: self.store.started_before(MessageState.PROCESSING, far, limit, node_id=node_id)
         )
         for message in stuck:
@@ -156,8 +168,8 @@ class Repoll:
             except UnknownRouteError:
                 route = None
             decision = outcomes.abandoned(message, self.settings.retry_policy_for(route), now)
-            if await self.apply(message, decision, now, "repair") is not None:
-                self.stats.repaired += 1
+            if await self.pipeline.apply(message, decision, now, "repair") is not None:
+                self.pipeline.stats.repaired += 1
 
     async def _repoll_job(self) -> None:
         try:
@@ -174,7 +186,7 @@ class Repoll:
         and beat within two heartbeat intervals; none when this node is not among them."""
         node_id = self.settings.node_id
         since = self.clock.now() - 2 * self.settings.heartbeat_interval - FUNNEL_SHARE_GRACE
-        working: list[str] = await self.run_db(lambda: self.store.nodes.working(since))
+        working: list[str] = await self.reads.run(lambda: self.store.nodes.working(since))
         self.feeder.share = (FunnelShare(working.index(node_id), len(working), FUNNEL_SHARE_GRACE)
                              if node_id in working else None)
 
@@ -189,7 +201,7 @@ class Repoll:
         if outages == self._outages_recovered:
             return
         now = self.clock.now()
-        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=now, skip=frozenset(self.queued))
+        await self.repair_stuck(now, node_id=self.settings.node_id, cutoff=now, skip=frozenset(self.queue.ids))
         self._outages_recovered = outages
 
     async def heartbeat(self) -> None:
@@ -197,10 +209,10 @@ class Repoll:
         node's share of the funnel values among the nodes that beat lately (:meth:`share_funnels`)."""
         node_id = self.settings.node_id
         try:
-            state = await self.run_db(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
-            if state is not None and state is not self.node_state():
+            state = await self.reads.run(lambda: self.store.nodes.heartbeat(node_id, self.clock.now()))
+            if state is not None and state is not self.queue.node_state:
                 log.info("node %s is now %s (set by an operator)", node_id, state.value)
-                self.obey(state)
+                self.queue.node_state = state
             await self.share_funnels()
         except Exception as error:
             if not self.store.outage.failed(error, "heartbeat"):

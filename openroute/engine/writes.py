@@ -1,4 +1,5 @@
-"""What the engine's group-commit writer does inside one transaction: claims, outcomes and what goes with them.
+"""What the engine's group-commit writer does inside one transaction: inserts, claims, outcomes and what goes with
+them (funnels, parents, call records).
 
 A claim decides the funnel turn of each funnel message in its own transaction (it takes the funnel, or it waits in
 the funnel's queue without running, :class:`~openroute.engine.funnel.FunnelQueue`); the feeder's claim reads the
@@ -23,7 +24,17 @@ from openroute.engine import outcome as outcomes
 from openroute.engine._writer import Failure
 from openroute.engine.funnel import FunnelQueue
 from openroute.errors import IllegalTransitionError
-from openroute.persistence import FunnelShare, MessageState, MessageStore, StoredMessage
+from openroute.persistence import (
+    CallEnd,
+    CallStart,
+    ExternalCall,
+    FunnelShare,
+    InsertOutcome,
+    MessageState,
+    MessageStore,
+    NewMessage,
+    StoredMessage,
+)
 
 __all__ = ["EngineWrites", "FinalStateTxHook"]
 
@@ -44,6 +55,19 @@ class EngineWrites:
     funnel: FunnelQueue
     #: parent messages a child's final transition completed, by child id
     completed_parents: dict[int, StoredMessage] = field(default_factory=dict)
+
+    def insert_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[InsertOutcome]:
+        """Store a group of accepted messages as NEW (a duplicate's outcome names the message stored before)."""
+        return self.store.insert_messages(batch, connection, node_id=self.node_id)
+
+    def begin_calls(self, connection: sa.Connection,
+                    starts: list[CallStart]) -> list[tuple[ExternalCall | None, bool]]:
+        """Record the starts of a group of external calls (``ExternalCallStore.begin_many``)."""
+        return self.store.calls.begin_many(connection, starts)
+
+    def finish_calls(self, connection: sa.Connection, ends: list[CallEnd]) -> list[None]:
+        """Record the outcomes of a group of external calls (``ExternalCallStore.finish_many``)."""
+        return self.store.calls.finish_many(connection, ends)
 
     def claim_many(self, connection: sa.Connection, batch: list[StoredMessage]) -> list[Any]:
         """Claim a group of queued messages: one conditional UPDATE for those without a funnel; a funnel message takes

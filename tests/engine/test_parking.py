@@ -282,6 +282,19 @@ class _Guard:
         return self.outlook_now
 
 
+class _Around:
+    """The parts around Parking: the node's reads run ``run_db``; the feeder and the other nodes hear nothing."""
+
+    def __init__(self, run_db: Callable[[Callable[[], Any]], Any]) -> None:
+        self.run = run_db
+
+    def wanted(self) -> None:
+        return None
+
+    def send(self) -> None:
+        return None
+
+
 class _Parked:
     """The store's parking as far as Parking uses it: counts the releases (each releases one message)."""
 
@@ -309,7 +322,8 @@ async def test_a_breaker_reopened_while_a_trial_is_being_released_does_not_hold_
         return work()
 
     store: Any = type("Store", (), {"parking": parked})()
-    parking = Parking(store, clock, guard, run_db, ready=lambda: None, signal=lambda: None)  # type: ignore[arg-type]
+    around: Any = _Around(run_db)
+    parking = Parking(store, clock, guard, around, feeder=around, signal=around)
     parking.start()
     try:
         parking.check_soon("REMOTE")
@@ -347,7 +361,8 @@ async def test_a_trial_released_lately_holds_back_the_next_one_until_it_reaches_
         return work()
 
     store: Any = type("Store", (), {"parking": parked})()
-    parking = Parking(store, clock, guard, run_db, ready=lambda: None, signal=lambda: None)  # type: ignore[arg-type]
+    around: Any = _Around(run_db)
+    parking = Parking(store, clock, guard, around, feeder=around, signal=around)
     parking.start()
     try:
         for _ in range(3):

@@ -119,24 +119,32 @@ async def test_after_an_outage_only_messages_abandoned_before_it_ended_are_repai
             states.claim(store, [in_flight], node, clock.advance(timedelta(seconds=1)))
         return work()
 
-    async def apply(message: StoredMessage, decision: outcomes.Decision, now: object, cause: str) -> StoredMessage:
-        repaired.append((message.id, decision.target))
-        return message
+    class Pipeline:  # the commit pipeline as far as repoll writes through it: the repairs are noted, not written
+        stats = EngineStats()
 
-    class NoRoom:  # the feeder, funnel queues and parking of a node with no room and nothing waiting
+        async def apply(self, message: StoredMessage, decision: outcomes.Decision, now: object,
+                        cause: str) -> StoredMessage:
+            repaired.append((message.id, decision.target))
+            return message
+
+        async def submit(self, _operation: object) -> list[str]:
+            return []  # no funnel waits without a holder
+
+    class Idle:  # the reads, queue, feeder and parking of a node with no room and nothing waiting
+        node_state = NodeState.RUN
+        ids = queued
+        run = staticmethod(run_db)
+
         async def feed(self, _cutoff: object) -> int:
-            return 0
-
-        async def hand_on_stalled(self, _submit: object, _limit: int) -> int:
             return 0
 
         async def survey(self) -> None:
             return None
 
-    idle: Any = NoRoom()
+    idle: Any = Idle()
+    pipeline: Any = Pipeline()
     repoll = Repoll(store, RouteRegistry([Route("orders", "create", [_ok])]), clock, EngineSettings(node_id=node),
-                    EngineStats(), run_db=run_db, apply=apply, submit=run_db, feeder=idle, funnel=idle, parking=idle,
-                    is_running=lambda: True, queued=queued, node_state=lambda: NodeState.RUN, obey=lambda _state: None)
+                    reads=idle, pipeline=pipeline, queue=idle, feeder=idle, funnel=idle, parking=idle)
     store.outage.failed(_unreachable(), "repoll")
     store.outage.succeeded()
     await repoll._repoll_job()

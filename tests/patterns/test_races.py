@@ -75,7 +75,7 @@ def test_two_children_finishing_at_once_end_the_parent_exactly_once(postgres_sto
         snapshot = store.get(child, connection)
         assert snapshot is not None
         states.transition(store, snapshot, MessageState.OK, NOW, {"next_attempt_at": None}, connection)
-        return engine._writes.complete_parent(parent, NOW, connection)
+        return engine._pipeline.writes.complete_parent(parent, NOW, connection)
 
     def finish_second() -> object:
         with store.begin() as connection:
@@ -94,4 +94,4 @@ def test_two_children_finishing_at_once_end_the_parent_exactly_once(postgres_sto
         assert final is not None and final.state is MessageState.OK
         assert tx_hook_calls == [(parent, MessageState.OK)]
     finally:
-        engine._executor.shutdown()
+        engine._reads.close()

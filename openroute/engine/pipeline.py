@@ -1,0 +1,207 @@
+"""The commit pipeline of one node: every state change it writes goes through the group commit, and what follows each
+commit runs on the event loop.
+
+The writer thread (``_writer.py``, :class:`~openroute.engine._writer.GroupCommitWriter`) joins the operations of many
+coroutines in one transaction; what they do there is ``writes.py`` (:class:`~openroute.engine.writes.EngineWrites`:
+inserts, claims, outcomes, funnels, parents, call records). Once the commit is known, :class:`CommitPipeline` counts
+the change (:attr:`CommitPipeline.stats`), tells the transition listeners, awaits the final-state hooks, completes
+the parent a child's final change ended, and queues on this node the message a funnel's release handed the funnel to.
+The pipeline owns the node's counters; the engine, the feeder, the repoll and the obsolete check write through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from typing import Any, TypeVar
+
+from openroute import states
+from openroute.clock import Clock
+from openroute.engine import outcome as outcomes
+from openroute.engine._writer import GroupCommitWriter, Grouped
+from openroute.engine.funnel import FunnelQueue
+from openroute.engine.queue import ProcessingQueue
+from openroute.engine.settings import EngineSettings, EngineStats
+from openroute.engine.writes import EngineWrites, FinalStateTxHook
+from openroute.errors import StaleMessageError
+from openroute.logs import repeated_errors
+from openroute.persistence import (
+    CallEnd,
+    CallStart,
+    ExternalCall,
+    FunnelShare,
+    InsertOutcome,
+    MessageState,
+    MessageStore,
+    NewMessage,
+    StoredMessage,
+)
+
+__all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
+
+log = logging.getLogger("openroute.engine")
+
+T = TypeVar("T")
+
+FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
+#: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
+TransitionListener = Callable[["MessageState | None", StoredMessage], None]
+
+
+class CommitPipeline:
+    """The writes of one node and what follows their commits (see the module docstring).
+
+    ``queue`` takes the messages a funnel's release claimed for this node; ``final_state_hooks``,
+    ``final_state_tx_hooks`` and ``transition_listeners`` are the engine's own lists (read at each change, so hooks
+    added later are heard).
+    """
+
+    def __init__(self, store: MessageStore, clock: Clock, settings: EngineSettings, queue: ProcessingQueue,
+                 funnel: FunnelQueue, final_state_hooks: list[FinalStateHook],
+                 final_state_tx_hooks: list[FinalStateTxHook], transition_listeners: list[TransitionListener]) -> None:
+        self.store = store
+        self.clock = clock
+        #: the counters of this node (read as ``Engine.stats``)
+        self.stats = EngineStats()
+        self.queue = queue
+        self.funnel = funnel
+        self.final_state_hooks = final_state_hooks
+        self.transition_listeners = transition_listeners
+        #: the group-commit writer (its thread starts with the first write)
+        self.writer = GroupCommitWriter(store.engine, settings.write_batch, name=f"openroute-writer-{settings.node_id}")
+        #: what the writer does in a transaction
+        self.writes = EngineWrites(store, clock, settings.node_id, final_state_tx_hooks, funnel)
+        self._finish: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self.writes.finish_many, "finish")
+        self._call_starts = Grouped(self.writes.begin_calls, "call start")
+        self._call_ends = Grouped(self.writes.finish_calls, "call end")
+        # the accept's insert and the claim pass here once per message: bound once, not a method call each
+        #: ``insert(new)``: store an accepted message as NEW; the future of its outcome, settled after the commit
+        self.insert: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
+            self.writer.enqueue_grouped, Grouped(self.writes.insert_many, "insert", urgent=True))
+        #: ``claim(message)``: claim a queued message for this node; the future of the claimed snapshot (None when
+        #: another writer had it; the POSTPONED snapshot when it waits in its funnel's queue instead)
+        self.claim: Callable[[StoredMessage], asyncio.Future[StoredMessage | None]] = functools.partial(
+            self.writer.enqueue_grouped, Grouped(self.writes.claim_many, "claim"))
+        #: ``submit(operation)``: run ``operation(connection)`` in a writer transaction; its result after the commit
+        self.submit = self.writer.submit
+
+    def close(self) -> None:
+        """Write what is queued and stop the writer's thread (blocking)."""
+        self.writer.close()
+
+    # -- writes -----------------------------------------------------------------------------------------------------
+    def apply(self, message: StoredMessage, decision: outcomes.Decision, now: datetime,
+              cause: str = "engine") -> Coroutine[Any, Any, StoredMessage | None]:
+        """Write ``decision`` (see :mod:`openroute.engine.outcome`) with its transition row's ``cause``, then what
+        follows the commit (:meth:`written`); awaited: the new snapshot, or None if another writer changed the message
+        first. The write is queued at once, so the caller may await it later (a worker takes its next message)."""
+        return self.written(message, decision.target, self.writer.enqueue_grouped(
+            self._finish, (message, decision.target, now, dict(decision.changes), cause)))
+
+    async def give_back(self, message: StoredMessage) -> StoredMessage | None:
+        """``message`` was claimed for this node but will not run here (the node stops): due at once for any node."""
+        now = self.clock.now()
+        return await self.apply(message, outcomes.handed_back(message, now), now, "stop")
+
+    def claim_ready(self, now: datetime, new_cutoff: datetime | None, limit: int,
+                    share: FunnelShare | None) -> Awaitable[list[tuple[MessageState, StoredMessage]]]:
+        """The feeder's claim in one writer transaction (``EngineWrites.claim_ready``)."""
+        return self.writer.submit(
+            lambda connection: self.writes.claim_ready(connection, now, new_cutoff, limit, share))
+
+    async def complete_parent(self, parent_id: int) -> None:
+        """End the waiting parent ``parent_id`` when its children (all final already) decide it."""
+        now = self.clock.now()
+        completed = await self.writer.submit(
+            lambda connection: self.writes.complete_parent(parent_id, now, connection))
+        if completed is not None:
+            await self.parent_completed(completed)
+
+    def start_call(self, start: CallStart) -> asyncio.Future[tuple[ExternalCall | None, bool]]:
+        """Record the start of an external call in the group commit (``AttemptRuntime.start_call``)."""
+        return self.writer.enqueue_grouped(self._call_starts, start)
+
+    def end_call(self, end: CallEnd) -> asyncio.Future[None]:
+        """Record the outcome of an external call in the group commit (``AttemptRuntime.end_call``)."""
+        return self.writer.enqueue_grouped(self._call_ends, end)
+
+    # -- after the commit -------------------------------------------------------------------------------------------
+    async def written(
+        self, message: StoredMessage, target: MessageState, written: asyncio.Future[StoredMessage]
+    ) -> StoredMessage | None:
+        """The rest of a transition once ``written`` (the writer's future of it) is settled: counters, listeners,
+        final-state hooks, a parent the change completed; None when another writer changed the message first."""
+        final = states.is_final(target)
+        try:
+            updated = await written
+        except StaleMessageError:
+            # a repoll on another node repaired it meanwhile (lease too short for this route?)
+            self.writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
+            self.funnel.discard(message.id)
+            self.stats.stale_writes += 1
+            log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
+            return None
+        except BaseException:
+            self.writes.completed_parents.pop(message.id, None)
+            self.funnel.discard(message.id)
+            raise
+        self.stats.outcomes[target] += 1
+        self.notify(message.state, updated)
+        if updated.funnel_value is not None:
+            self._hand_on(updated)
+        parent = self.writes.completed_parents.pop(updated.id, None)
+        if final:
+            await self.run_final_hooks(updated)
+        if parent is not None:
+            await self.parent_completed(parent)
+        return updated
+
+    def waited(self, previous: MessageState, message: StoredMessage) -> None:
+        """A claim put ``message`` in its funnel's queue instead (committed)."""
+        self.stats.outcomes[message.state] += 1
+        self.notify(previous, message)
+
+    async def parent_completed(self, parent: StoredMessage) -> None:
+        """A parent left WAITING_FOR_CHILDREN for its final state (committed)."""
+        self.stats.outcomes[parent.state] += 1
+        self.notify(MessageState.WAITING_FOR_CHILDREN, parent)
+        if parent.funnel_value is not None:
+            self._hand_on(parent)
+        await self.run_final_hooks(parent)
+
+    def _hand_on(self, message: StoredMessage) -> None:
+        """Queue the message the committed release of ``message``'s funnel claimed, if any (or give it back)."""
+        claimed = self.funnel.handed_on(message.id)
+        if claimed is None or self.queue.emit_claimed(MessageState.POSTPONED, claimed):
+            return
+        log.debug("funnel %r: message %s handed on while this node takes no work; given back", claimed.funnel_value,
+                  claimed.id)
+        task = asyncio.ensure_future(self.give_back(claimed))
+        task.add_done_callback(functools.partial(_given_back, claimed.id))
+
+    def notify(self, previous: MessageState | None, message: StoredMessage) -> None:
+        """Tell the transition listeners (a failing listener is logged, the others still hear it)."""
+        for listener in self.transition_listeners:
+            try:
+                listener(previous, message)
+            except Exception as error:  # a listener's bug would fail every message: its traceback once a minute
+                repeated_errors.log(log, "transition listener %r failed for message %s", listener, message.id,
+                                    error=error)
+
+    async def run_final_hooks(self, message: StoredMessage) -> None:
+        """Await the final-state hooks of ``message`` (a failing hook is logged, the others still run)."""
+        for hook in self.final_state_hooks:
+            try:
+                await hook(message)
+            except Exception as error:
+                repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
+
+
+def _given_back(message_id: int, done: asyncio.Future[Any]) -> None:
+    error = None if done.cancelled() else done.exception()
+    if error is not None:  # it stays PROCESSING: the lease's repair gives it back
+        log.warning("message %s could not be given back after its funnel was handed to it: %s: %s", message_id,
+                    type(error).__name__, error)

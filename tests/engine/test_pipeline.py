@@ -1,0 +1,85 @@
+"""The commit pipeline of one node (openroute/engine/pipeline.py) on a real store, without an engine around it: what
+follows a commit and in which order, and a write another writer beat."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from openroute.persistence import MessageState, MessageStore, StoredMessage
+
+from openroute.clock import ManualClock
+from openroute.engine.funnel import FunnelQueue
+from openroute.engine.outcome import Decision
+from openroute.engine.pipeline import CommitPipeline
+from openroute.engine.queue import ProcessingQueue
+from openroute.engine.settings import EngineSettings
+from openroute.message import InboundMessage
+from openroute.route import RouteRegistry
+
+START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+OK = Decision(MessageState.OK, {"next_attempt_at": None})
+
+
+def _pipeline(store: MessageStore, events: list[tuple[Any, ...]]) -> CommitPipeline:
+    """A pipeline whose transaction hook, listener and final-state hook note what they hear, in order."""
+    clock = ManualClock(START)
+
+    def in_transaction(message: StoredMessage, connection: sa.Connection) -> None:
+        events.append(("in the transaction", message.state))
+
+    def listener(previous: MessageState | None, message: StoredMessage) -> None:
+        events.append(("listener", previous, message.state))
+
+    async def final(message: StoredMessage) -> None:
+        events.append(("final-state hook", message.state))
+
+    return CommitPipeline(store, clock, EngineSettings(node_id="n1"), ProcessingQueue(1, 1),
+                          FunnelQueue(store, RouteRegistry([]), clock, "n1"), [final], [in_transaction], [listener])
+
+
+async def _claimed(pipeline: CommitPipeline, key: str) -> StoredMessage:
+    new = InboundMessage("orders", "create", "{}", "application/json", key, "crm").to_new_message(START)
+    accepted = (await pipeline.insert(new)).message
+    claimed = await pipeline.claim(accepted)
+    assert claimed is not None and claimed.state is MessageState.PROCESSING
+    return claimed
+
+
+async def _closed(pipeline: CommitPipeline) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, pipeline.close)
+
+
+async def test_a_final_change_runs_its_transaction_hook_then_the_listeners_then_the_final_state_hooks(
+    store: MessageStore
+) -> None:
+    events: list[tuple[Any, ...]] = []
+    pipeline = _pipeline(store, events)
+    try:
+        claimed = await _claimed(pipeline, "c-1")
+        assert events == [], "the insert and the claim are the engine's to tell"
+        done = await pipeline.apply(claimed, OK, START)
+    finally:
+        await _closed(pipeline)
+    assert done is not None and done.state is MessageState.OK
+    assert events == [("in the transaction", MessageState.OK), ("listener", MessageState.PROCESSING, MessageState.OK),
+                      ("final-state hook", MessageState.OK)]
+    assert pipeline.stats.outcomes[MessageState.OK] == 1
+
+
+async def test_a_write_another_writer_beat_is_counted_and_nobody_hears_of_it(store: MessageStore) -> None:
+    events: list[tuple[Any, ...]] = []
+    pipeline = _pipeline(store, events)
+    try:
+        claimed = await _claimed(pipeline, "c-1")
+        assert await pipeline.apply(claimed, OK, START) is not None
+        events.clear()
+        lost = await pipeline.apply(claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}), START)
+    finally:
+        await _closed(pipeline)
+    assert lost is None and events == []
+    assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
+    stored = store.get(claimed.id)
+    assert stored is not None and stored.state is MessageState.OK

@@ -1,0 +1,87 @@
+"""The processing queue of one node (openroute/engine/queue.py): its bound, the ids it holds until they are done, the
+room listener, idleness and the operator's node state, without an engine around it."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from openroute.persistence import MessageState, NodeState
+
+from openroute.engine.queue import ProcessingQueue
+
+
+def _message(message_id: int) -> Any:
+    return SimpleNamespace(id=message_id)  # the queue reads nothing of a message but its id
+
+
+async def _started(concurrency: int, queue_size: int) -> tuple[ProcessingQueue, list[int], list[int]]:
+    """A started queue whose workers note each message they take; and what its room listener heard (the room then)."""
+    queue = ProcessingQueue(concurrency, queue_size)
+    consumed: list[int] = []
+    freed: list[int] = []
+
+    async def consume(message: Any) -> None:
+        consumed.append(message.id)
+
+    queue.when_room_frees(lambda: freed.append(queue.room))
+    await queue.start(consume)
+    return queue, consumed, freed
+
+
+async def _until(check: Any) -> None:
+    async with asyncio.timeout(5):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_message_holds_its_permit_until_it_is_done_not_until_its_worker_returns() -> None:
+    queue, consumed, freed = await _started(concurrency=1, queue_size=1)
+    try:
+        assert queue.emit(_message(1)) and queue.emit(_message(2))
+        assert not queue.emit(_message(3)), "queue_size + concurrency messages at most"
+        await _until(lambda: consumed == [1, 2])
+        assert (queue.ids, queue.room) == ({1, 2}, 0), "the outcomes are not committed yet"
+        with pytest.raises(TimeoutError):
+            await queue.wait_idle(0.05)
+        queue.done_with(1)
+        assert (queue.ids, queue.room, freed) == ({2}, 1, [1])
+        queue.done_with(1)  # done twice (a refusal after the outcome, say): the permit is given back once
+        assert (queue.room, freed) == (1, [1])
+        queue.done_with(2)
+        await queue.wait_idle(1)
+    finally:
+        await queue.stop(1)
+
+
+async def test_a_message_claimed_for_the_node_passes_the_bound_and_a_queued_copy_takes_its_snapshot() -> None:
+    queue, consumed, _freed = await _started(concurrency=1, queue_size=0)
+    try:
+        assert queue.emit(_message(1)) and queue.room == 0
+        assert queue.emit_claimed(MessageState.NEW, _message(2)), "its claim counted it: the bound does not refuse it"
+        claimed_again = _message(1)
+        assert queue.emit_claimed(MessageState.POSTPONED, claimed_again), "queued already: not queued twice"
+        await _until(lambda: sorted(consumed) == [1, 2])
+        assert queue.claimed[1] == (MessageState.POSTPONED, claimed_again)
+        assert queue.ids == {1, 2}
+    finally:
+        await queue.stop(1)
+
+
+async def test_a_node_an_operator_stopped_queues_nothing_and_a_closed_queue_frees_room_silently() -> None:
+    queue, _consumed, freed = await _started(concurrency=1, queue_size=1)
+    try:
+        queue.node_state = NodeState.STOPPED
+        assert not queue.emit(_message(1)) and not queue.emit_claimed(MessageState.NEW, _message(2))
+        assert not queue.claimed and not queue.ids
+        queue.node_state = NodeState.HANDLES_EXISTING_MESSAGES  # draining: stored messages are still processed
+        assert queue.emit(_message(3))
+        queue.close()
+        assert not queue.emit(_message(4))
+        queue.done_with(3)
+        assert freed == [], "no feed while the node stops"
+        await queue.wait_idle(1)
+    finally:
+        await queue.stop(1)
