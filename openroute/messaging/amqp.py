@@ -179,8 +179,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         return bool(ready.is_set()) if isinstance(ready, asyncio.Event) else True
 
     def subscribe(self, subscriber: Subscriber[Message[Any]]) -> None:
-        """Accept the one subscriber (``None`` raises TypeError, rule 1.9); a second one, or any after a cancel, gets
-        ``on_subscribe`` then ``on_error``."""
+        """Take the one subscriber (rule 1.9); a second one, or one after a cancel, gets on_subscribe, on_error."""
         if subscriber is None:
             raise TypeError("subscriber must not be None")
         if self._subscriber is not None or self._cancelled:
@@ -193,8 +192,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         subscriber.on_subscribe(self)
 
     def request(self, n: int) -> None:
-        """Add ``n`` to the demand; the first request starts consuming, and the broker prefetch grows to cover the
-        demand (unless fixed). ``n <= 0`` cancels and signals ``on_error(ValueError)`` (rule 3.9)."""
+        """Add ``n`` to the demand (the prefetch follows it unless fixed); ``n <= 0`` fails the stream (rule 3.9)."""
         if self._cancelled:
             return
         if n <= 0:
@@ -214,8 +212,7 @@ class AmqpSource(DrainLoop, Publisher[Message[Any]], Subscription):
         self._adjust()
 
     def cancel(self) -> None:
-        """Stop emitting and drop the subscriber (a second call does nothing); buffered messages never emitted go back
-        to the queue."""
+        """Stop emitting (idempotent); buffered messages never emitted go back to the queue."""
         if self._cancelled:
             return
         self._cancelled = True
@@ -405,8 +402,7 @@ class AmqpSink(Subscriber[Message[Any]]):
         return amqp_message, meta.routing_key or self._routing_key
 
     def on_next(self, item: Message[Any]) -> None:
-        """Publish ``item``: acked once the broker confirms, nacked when it refuses; a payload that cannot be encoded is
-        nacked at once and its slot requested again."""
+        """Publish ``item``: acked once the broker confirms, nacked when it refuses or it cannot be encoded."""
         refuse_none(item, "on_next")
         try:
             amqp_message, routing_key = self._amqp_message(item)
@@ -438,8 +434,7 @@ class AmqpSink(Subscriber[Message[Any]]):
             self.completion.set_result(None)
 
     def on_error(self, error: BaseException) -> None:
-        """Log the upstream's failure, then end as :meth:`on_complete` does: the publishes in flight are still
-        confirmed."""
+        """Log the upstream's failure, then end as :meth:`on_complete` does (publishes in flight still confirmed)."""
         refuse_none(error, "on_error")
         log.error("outgoing amqp channel '%s' upstream failed: %r", self.name, error)
         self.on_complete()  # the messages in flight are still confirmed
@@ -490,8 +485,7 @@ class AmqpConnector(IncomingConnectorFactory, OutgoingConnectorFactory):
             arguments=arguments or None)
 
     async def create_publisher(self, config: ChannelConfig) -> AmqpSource:
-        """An :class:`AmqpSource` on ``queue`` (declared unless ``declare`` is false), bound to ``exchange`` by
-        ``routing-keys`` when an exchange is set; raises DeploymentError when the broker cannot be reached."""
+        """An :class:`AmqpSource` on ``queue``; DeploymentError when the broker cannot be reached."""
         connection = await self.connection(config.get_str("url", DEFAULT_URL) or DEFAULT_URL)
         channel = await connection.channel()
         queue = await self._declare_queue(channel, config, str(config.require("queue")))
