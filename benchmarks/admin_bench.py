@@ -62,7 +62,7 @@ from openroute.admin.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.admin.filters import SearchFilters, parse_filters
 from openroute.admin.search import search_messages
 from openroute.console._queries import THROUGHPUT_WINDOW, dashboard, latest_failures_statement
-from openroute.route import RouteRegistry
+from openroute.definitions.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 DATABASE = os.environ.get("OPENROUTE_BENCH_DATABASE", "openroute_bench")

@@ -21,8 +21,8 @@ from openroute.admin import AdminApi, MessageCounts, Metrics, health_route
 from openroute.admin.headers import RAW_SECURITY_HEADERS, SecurityHeaders
 from openroute.admin.payload_indexer import PayloadIndexer
 from openroute.console import Console
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import Engine
-from openroute.errors import ConfigurationError
 from openroute.inbound import (
     AdminAuth,
     InboundBinding,
@@ -34,7 +34,7 @@ from openroute.inbound import (
 from openroute.inbound.app import InboundDispatch
 from openroute.inbound.asyncapi import AsyncApiContract
 from openroute.loading import checked_mounts
-from openroute.retention import RetentionJob, RetentionPolicy
+from openroute.runtime.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.alerts import AlertEvaluator
@@ -84,7 +84,7 @@ def create_app(
     the admin API and ``/metrics``; ``app.state.counts``) and, on PostgreSQL, copies the stored payloads into the
     payload search's index every 0.5 s (``payload_indexer``, default a
     :class:`~openroute.admin.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
-    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
+    With ``retention`` the lifespan runs the :class:`~openroute.runtime.retention.RetentionJob` (``app.state.retention``),
     with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
     With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
     broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
@@ -254,7 +254,7 @@ def channel_inbound(engine: Engine, channels: Iterable[Any], messaging: Mapping[
     """The :class:`~openroute.inbound.channel.ChannelInbound` serving the routes fed by ``channels``, or None when
     there are none (or only optional channels that the configuration binds to no connector).
 
-    Raises :class:`~openroute.errors.DeploymentError` for channels the configuration cannot serve."""
+    Raises :class:`~openroute.definitions.errors.DeploymentError` for channels the configuration cannot serve."""
     channels = list(channels)
     if not channels:
         return None

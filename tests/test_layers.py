@@ -42,19 +42,19 @@ def test_a_relative_python_is_found_after_the_check_leaves_for_its_temporary_tre
 PLANTS = [
     # (file, line added, the contract that breaks)
     ("persistence/store.py", "import openroute.confirmation\n", "Layers"),
-    ("openroute/route.py", "import openroute_reference\n", "Layers"),
+    ("openroute/definitions/route.py", "import openroute_reference\n", "Layers"),
     ("openroute/dsl.py", "def _late() -> None:\n    from openroute.engine import Engine  # noqa: F401\n",
      "Definitions do not import the runtime"),
-    ("openroute/interceptors.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.states\n",
+    ("openroute/definitions/interceptors.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.engine.states\n",
      "Definitions do not import the runtime"),
     ("openroute/streams/protocol.py", "import sqlalchemy  # noqa: F401\n", "streams imports only the standard library"),
     ("openroute/spark/audit.py", "import openroute.admin  # noqa: F401\n", "Edges are independent"),
-    ("openroute/body.py", "def _late() -> None:\n    import openroute.tracing  # noqa: F401\n",
+    ("openroute/definitions/body.py", "def _late() -> None:\n    import openroute.runtime.tracing  # noqa: F401\n",
      "Definitions do not import the runtime"),
     # the wire (the HTTP server's protocol under the app) sits below the definitions and the runtime
-    ("openroute/request_deadline.py", "import openroute.engine.core  # noqa: F401\n", "Layers"),
-    ("openroute/proxy_headers.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
-    ("openroute/header_limits.py", "import openroute  # noqa: F401\n", "Only the application imports the package root"),
+    ("openroute/wire/request_deadline.py", "import openroute.engine.core  # noqa: F401\n", "Layers"),
+    ("openroute/wire/proxy_headers.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
+    ("openroute/wire/header_limits.py", "import openroute  # noqa: F401\n", "Only the application imports the package root"),
     # outbound and confirmation are edges, independent of the others both ways
     ("openroute/alerts/rules.py", "def _late() -> None:\n    import openroute.outbound.http  # noqa: F401\n",
      "Edges are independent"),
@@ -63,7 +63,7 @@ PLANTS = [
     ("openroute/engine/outcome.py", "import openroute  # noqa: F401\n",
      "Only the application imports the package root"),
     # retry imports errors: errors importing retry closes a circle inside one layer
-    ("openroute/errors.py", "def _late() -> None:\n    import openroute.retry  # noqa: F401\n", "No import cycle"),
+    ("openroute/definitions/errors.py", "def _late() -> None:\n    import openroute.definitions.retry  # noqa: F401\n", "No import cycle"),
 ]
 
 
@@ -150,5 +150,5 @@ def test_the_other_contracts_cover_the_modules_of_their_layers() -> None:
     application = _layer_of("openroute.server")
     below_application = {module for layer in _layers() if layer != application for module in layer}
     assert set(contracts["surface"]["source_modules"]) == below_application
-    assert set(contracts["definitions-no-runtime"]["source_modules"]) == set(_layer_of("openroute.route"))
+    assert set(contracts["definitions-no-runtime"]["source_modules"]) == set(_layer_of("openroute.definitions.route"))
     assert set(_layer_of("openroute.inbound")) <= set(contracts["edges"]["modules"])

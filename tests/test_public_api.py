@@ -34,8 +34,8 @@ def test_public_names_are_the_objects_of_their_home_modules() -> None:
 
 
 def test_route_is_the_dsl_function_even_after_the_definitions_module_is_imported() -> None:
-    # openroute.route is also a module name: the package attribute must stay the DSL's route()
-    import openroute.route as definitions  # noqa: F401
+    # openroute.definitions.route is also a module name: the package attribute must stay the DSL's route()
+    import openroute.definitions.route as definitions  # noqa: F401
     from openroute import route
 
     assert callable(route) and route.__module__ == "openroute.dsl"
@@ -126,8 +126,8 @@ def test_public_names_load_on_first_use() -> None:
         "import sys, openroute\n"
         "print('sqlalchemy' in sys.modules)\n"
         "from openroute import Exchange, route\n"
-        "import openroute.route\n"
-        "print(openroute.route is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
+        "import openroute.definitions.route\n"
+        "print(openroute.definitions.route is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
     )
     assert _first_lines_printed_by(code) == ["False", "True openroute.engine.exchange True"]
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):

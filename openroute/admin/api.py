@@ -39,13 +39,12 @@ from openroute.admin.filters import (
 )
 from openroute.admin.openapi import admin_openapi
 from openroute.admin.search import SUMMARY_COLUMNS, SummaryPage, search_summaries
+from openroute.definitions.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
 from openroute.engine.outcome import ends_attempt
-from openroute.errors import IllegalTransitionError, OpenrouteError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
-from openroute.logs import repeated_errors
 from openroute.persistence import (
     ConfirmationStatus,
     MessageState,
@@ -59,6 +58,7 @@ from openroute.persistence import (
     message_table,
 )
 from openroute.persistence.call_records import CallRecordStore
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.admin")
 T = TypeVar("T")

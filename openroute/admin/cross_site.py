@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.inbound.errors import ForbiddenError, UnsupportedMediaTypeError
 
 __all__ = ["CrossSiteError", "check_origin", "normalize_origins", "require_json"]

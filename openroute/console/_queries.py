@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute import errors as core_errors
+from openroute.definitions import errors as core_errors
 from openroute.engine.outcome import ErrorCode as EngineErrorCode
 from openroute.persistence import FINAL_STATES, MessageState, message_table
 from openroute.persistence.breaker import BreakerStore, HeldBack

@@ -55,14 +55,14 @@ from openroute.console._search import (
     search_page,
     short_time,
 )
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
-from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.inbound.auth import AdminAuth
 from openroute.inbound.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError
-from openroute.logs import repeated_errors
 from openroute.persistence import FINAL_STATES, MessageState, NodeState, mask_secrets
 from openroute.persistence.breaker import BreakerStore
+from openroute.runtime.logs import repeated_errors
 
 if TYPE_CHECKING:
     from openroute.inbound.channel import ChannelInbound

@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO, cast
 
-from openroute.bulk import spark_suggestion
+from openroute.runtime.bulk import spark_suggestion
 
 #: (option, admin search parameter)
 FILTERS = (
@@ -200,7 +200,7 @@ def _act(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin
 
 
 def _matching(action: str, params: dict[str, Any], backend: Any, err: TextIO) -> list[int]:
-    """The ids the filters select; above the measured crossover (openroute/bulk.py) a line on ``err`` says a Spark
+    """The ids the filters select; above the measured crossover (openroute/runtime/bulk.py) a line on ``err`` says a Spark
     job does it quicker."""
     if action in ("restart", "mark-done", "call-again") and not params.get("state"):
         params["state"] = ["FAILED"]  # only FAILED and CANCEL can be restarted; FAILED is what one means
@@ -370,11 +370,11 @@ class StoreBackend:
         return asyncio.run(self._act(action, ids))
 
     async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
+        from openroute.definitions.route import RouteRegistry
         from openroute.engine import Engine, EngineSettings
         from openroute.engine.in_doubt import resolve_in_doubt
-        from openroute.errors import IllegalTransitionError, StaleMessageError
-        from openroute.logs import ensure_action_log, log_action
-        from openroute.route import RouteRegistry
+        from openroute.runtime.logs import ensure_action_log, log_action
 
         ensure_action_log()
 

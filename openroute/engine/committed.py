@@ -8,13 +8,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from openroute import states
+from openroute.definitions.errors import StaleMessageError
+from openroute.engine import states
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.settings import EngineStats
 from openroute.engine.writes import EngineWrites
-from openroute.errors import StaleMessageError
-from openroute.logs import repeated_errors
 from openroute.persistence import MessageState, StoredMessage
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["AfterCommit", "FinalStateHook", "TransitionListener"]
 

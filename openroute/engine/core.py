@@ -22,9 +22,23 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from openroute import states, tracing
-from openroute.clock import Clock, SystemClock
+from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.errors import (
+    CircuitOpenError,
+    ConfigurationError,
+    IllegalTransitionError,
+    MessageDroppedByInterceptor,
+    NodeNotAcceptingError,
+    StaleMessageError,
+    StoreUnavailableError,
+    UnknownRouteError,
+    ValidationError,
+)
+from openroute.definitions.interceptors import MessageInterceptor, check_interceptors
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
+from openroute.engine import states
 from openroute.engine._work_signal import WorkSignal
 from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.accept import AcceptResult, check_inbound
@@ -39,22 +53,9 @@ from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites, FinalStateTxHook
-from openroute.errors import (
-    CircuitOpenError,
-    ConfigurationError,
-    IllegalTransitionError,
-    MessageDroppedByInterceptor,
-    NodeNotAcceptingError,
-    StaleMessageError,
-    StoreUnavailableError,
-    UnknownRouteError,
-    ValidationError,
-)
-from openroute.interceptors import MessageInterceptor, check_interceptors
-from openroute.logs import repeated_errors
-from openroute.message import InboundMessage
 from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
-from openroute.route import Route, RouteRegistry
+from openroute.runtime import tracing
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["PROCESSING_CHANNEL", "Engine"]
 
@@ -242,7 +243,7 @@ class Engine:
     def check_inbound(self, inbound: InboundMessage) -> Route:
         """The checks of :meth:`accept` without storing anything; returns the route.
 
-        Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
+        Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.definitions.body.InvalidBodyError` with
         the field errors for a typed route's body) or :class:`PayloadTooLargeError`.
         """
         return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
@@ -257,7 +258,7 @@ class Engine:
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call does not wait: the message stays NEW in the store and the feeder
         queues it once room frees (a backlog is the store's to hold, not the sender's).
-        While tracing is on (:mod:`openroute.tracing`) the accept is a span, child of ``inbound.traceparent``, and
+        While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``, and
         that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
         if tracing.ENABLED:

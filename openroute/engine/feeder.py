@@ -21,13 +21,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
 from openroute.engine._writer import GroupCommitWriter
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites
-from openroute.logs import repeated_errors
 from openroute.persistence import FunnelShare, MessageState, StoredMessage
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["FUNNEL_SHARE_GRACE", "Feeder"]
 

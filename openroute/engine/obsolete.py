@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.route import Route
 from openroute.engine import outcome as outcomes
 from openroute.persistence import MessageStore, StoredMessage
-from openroute.route import Route
 
 __all__ = ["ObsoleteCheck"]
 

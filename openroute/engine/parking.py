@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
 from openroute.engine.exchange import CallGuard
 from openroute.persistence import MessageStore
 from openroute.persistence.breaker import BreakerOutlook, BreakerState, Verdict

@@ -16,16 +16,16 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import UnknownRouteError
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
 from openroute.engine.feeder import FUNNEL_SHARE_GRACE, Feeder
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.parking import Parking
 from openroute.engine.settings import EngineSettings, EngineStats
-from openroute.errors import UnknownRouteError
-from openroute.logs import repeated_errors
 from openroute.persistence import FunnelShare, MessageState, MessageStore, NodeState, StoredMessage
-from openroute.route import Route, RouteRegistry
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["Repoll"]
 

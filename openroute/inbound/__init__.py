@@ -1,6 +1,6 @@
 """Inbound SOAP 1.1/1.2 and JSON HTTP endpoints in front of the engine (accept, then acknowledge)."""
 
-from openroute.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
+from openroute.definitions.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
 from openroute.inbound.app import (
     CORRELATION_HEADER,
     PROCESS_HEADER,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.inbound.errors import AuthenticationError, ForbiddenError
 from openroute.inbound.login_limit import LoginLimiter
 

@@ -1,12 +1,12 @@
 """Typed errors of the inbound endpoints, each with the HTTP status and error code it is answered with.
 
-Payload problems derive from :class:`openroute.errors.ValidationError` (nothing is stored, HTTP 400 / SOAP
+Payload problems derive from :class:`openroute.definitions.errors.ValidationError` (nothing is stored, HTTP 400 / SOAP
 Fault); authentication problems are rejected before the body is read.
 """
 
 from __future__ import annotations
 
-from openroute.errors import (
+from openroute.definitions.errors import (
     NodeNotAcceptingError,
     OpenrouteError,
     PayloadTooLargeError,

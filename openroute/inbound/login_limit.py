@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.inbound.errors import TooManyFailedLoginsError
 
 log = logging.getLogger("openroute.auth")

@@ -334,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     if args.partitions < 1:
         print(f"{name}: --partitions must be >= 1, got {args.partitions}", file=sys.stderr)
         return 2
-    from openroute.logs import ensure_action_log
+    from openroute.runtime.logs import ensure_action_log
 
     # the job's action lines (each reprocess batch, by whom) go to the log file: stderr is for errors only
     ensure_action_log(open(jvm_log, "a", encoding="utf-8"))  # noqa: SIM115  open for the life of the command

@@ -16,7 +16,7 @@
 
 A kit (:class:`RouteTestKit`) serves the application's real inbound endpoints in-process (an ASGI transport: every
 request goes through the same validation, extraction and error answers as under ``openroute run``), on an engine
-with its in-memory processing channel, a :class:`~openroute.clock.ManualClock` and no repoll scheduler:
+with its in-memory processing channel, a :class:`~openroute.definitions.clock.ManualClock` and no repoll scheduler:
 :meth:`RouteTestKit.advance` moves the clock and runs the repoll itself. The database is a temporary SQLite file
 unless a URL is given (the same code path as PostgreSQL). The ``route_test_kit`` pytest fixture (registered through
 the ``pytest11`` entry point, so every project that installs openroute has it) creates kits and closes them after

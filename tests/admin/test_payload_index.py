@@ -22,8 +22,8 @@ from openroute.persistence import MessageStore, NewMessage
 from openroute.admin import parse_filters
 from openroute.admin.payload_indexer import PayloadIndexer
 from openroute.admin.search import narrowed, search_summaries
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 from tests.lifecycle.conftest import START
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from openroute.persistence import MessageStore
 
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
 from openroute.inbound import (
     AdminAuth,
     AdminUser,

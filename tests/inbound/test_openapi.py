@@ -104,8 +104,8 @@ def test_the_reference_applications_contract_describes_its_typed_bodies() -> Non
 
 
 def test_the_described_error_codes_are_the_ones_the_endpoints_answer() -> None:
-    from openroute.body import InvalidBodyError
-    from openroute.errors import NodeNotAcceptingError
+    from openroute.definitions.body import InvalidBodyError
+    from openroute.definitions.errors import NodeNotAcceptingError
     from openroute.inbound.errors import (
         AuthenticationError,
         BodyTooLargeError,
