@@ -70,7 +70,8 @@ class ConfirmationRequest:
     error_text: str | None = None
     finished_at: datetime | None = None
     confirmation_id: str | None = None
-    #: the W3C traceparent stored with the message (``openroute.runtime.tracing``): the parent of the confirmation's span
+    #: the W3C traceparent stored with the message (``openroute.runtime.tracing``): the parent of the confirmation's
+    #: span
     traceparent: str | None = None
 
     def __post_init__(self) -> None:

@@ -114,8 +114,8 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """``openroute.definitions.route`` is both the definitions module and the DSL's ``route()``: the import system sets a
-    loaded submodule as an attribute of its package, which must not hide the function."""
+    """``openroute.definitions.route`` is both the definitions module and the DSL's ``route()``: the import system sets
+    a loaded submodule as an attribute of its package, which must not hide the function."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "route" and isinstance(value, types.ModuleType):

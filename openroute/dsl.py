@@ -1,4 +1,5 @@
-"""The route DSL: one fluent sentence per route, producing a :class:`~openroute.definitions.route.Route` and its bindings.
+"""The route DSL: one fluent sentence per route, producing a :class:`~openroute.definitions.route.Route` and its
+bindings.
 
 ::
 

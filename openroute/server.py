@@ -84,13 +84,13 @@ def create_app(
     the admin API and ``/metrics``; ``app.state.counts``) and, on PostgreSQL, copies the stored payloads into the
     payload search's index every 0.5 s (``payload_indexer``, default a
     :class:`~openroute.admin.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
-    With ``retention`` the lifespan runs the :class:`~openroute.runtime.retention.RetentionJob` (``app.state.retention``),
-    with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
-    With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
-    broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
-    acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
-    With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write outcome events in their
-    own transaction and the lifespan publishes them (``app.state.outbox``).
+    With ``retention`` the lifespan runs the :class:`~openroute.runtime.retention.RetentionJob`
+    (``app.state.retention``), with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop
+    (``app.state.alerts``). With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts
+    consuming the routes' broker channels once the engine runs and stops them before the engine (deliveries in flight
+    are committed and acked, or left to the broker for redelivery); ``/health`` reports each channel
+    (``app.state.channels``). With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write
+    outcome events in their own transaction and the lifespan publishes them (``app.state.outbox``).
     ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
     console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
     ``admin``). Every response carries the :mod:`openroute.admin.headers` security headers.

@@ -1,4 +1,5 @@
-"""openroute/definitions/body.py: a route's typed body, bound from JSON or a SOAP request element, refused before the store."""
+"""openroute/definitions/body.py: a route's typed body, bound from JSON or a SOAP request element, refused before the
+store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The crossover both command lines read (openroute/runtime/bulk.py): each suggests the other tool on the wrong side of it."""
+"""The crossover both command lines read (openroute/runtime/bulk.py): each suggests the other tool on the wrong side of
+it."""
 
 from __future__ import annotations
 

@@ -124,7 +124,8 @@ class ServerHttpConfig(Section):
 
     #: the proxies (addresses or networks such as ``10.0.0.0/8``; ``"*"``: any peer) whose ``Forwarded`` (RFC 7239;
     #: else ``X-Forwarded-For`` and ``X-Forwarded-Proto``) gives the client's address and scheme
-    #: (:mod:`openroute.wire.proxy_headers`); none (the default): the socket's peer is the client, whatever a header says
+    #: (:mod:`openroute.wire.proxy_headers`); none (the default): the socket's peer is the client, whatever a header
+    #: says
     forwarded_allow_ips: list[str] = []
 
     @model_validator(mode="after")

@@ -200,8 +200,8 @@ def _act(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin
 
 
 def _matching(action: str, params: dict[str, Any], backend: Any, err: TextIO) -> list[int]:
-    """The ids the filters select; above the measured crossover (openroute/runtime/bulk.py) a line on ``err`` says a Spark
-    job does it quicker."""
+    """The ids the filters select; above the measured crossover (openroute/runtime/bulk.py) a line on ``err`` says a
+    Spark job does it quicker."""
     if action in ("restart", "mark-done", "call-again") and not params.get("state"):
         params["state"] = ["FAILED"]  # only FAILED and CANCEL can be restarted; FAILED is what one means
     ids = list(backend.matching_ids(params))

@@ -39,8 +39,8 @@ class Route:
     """What to do with messages of one (service, operation).
 
     ``steps`` run in order for every attempt; ``retry_policy`` overrides the engine's default, and
-    ``error_policies`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that names the error wins) give the errors
-    they name a policy of their own, or none;
+    ``error_policies`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that names the error wins) give the
+    errors they name a policy of their own, or none;
     ``validator`` runs at accept time and raises :class:`~openroute.definitions.errors.ValidationError` to refuse
     a message before it is stored.
 
@@ -58,8 +58,8 @@ class Route:
     - ``child_routes``: the (service, operation) of child messages its split steps create
       (:meth:`RouteRegistry.check` checks they exist).
 
-    ``body`` (a :class:`~openroute.definitions.body.Body`) types the payload: accept refuses a payload that does not match its
-    model (nothing stored) and the steps read it bound as ``exchange.body``.
+    ``body`` (a :class:`~openroute.definitions.body.Body`) types the payload: accept refuses a payload that does not
+    match its model (nothing stored) and the steps read it bound as ``exchange.body``.
     """
 
     service: str

@@ -29,8 +29,8 @@ class AcceptResult:
 def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_bytes: int) -> Route:
     """The route of ``inbound`` once every check of an accept passed (nothing is stored).
 
-    Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.definitions.body.InvalidBodyError` with
-    the field errors for a typed route's body) or :class:`PayloadTooLargeError` (over ``max_payload_bytes``).
+    Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.definitions.body.InvalidBodyError`
+    with the field errors for a typed route's body) or :class:`PayloadTooLargeError` (over ``max_payload_bytes``).
     """
     if not isinstance(inbound, InboundMessage):
         raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")

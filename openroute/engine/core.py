@@ -243,8 +243,9 @@ class Engine:
     def check_inbound(self, inbound: InboundMessage) -> Route:
         """The checks of :meth:`accept` without storing anything; returns the route.
 
-        Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.definitions.body.InvalidBodyError` with
-        the field errors for a typed route's body) or :class:`PayloadTooLargeError`.
+        Raises :class:`UnknownRouteError`, :class:`ValidationError`
+        (:class:`~openroute.definitions.body.InvalidBodyError` with the field errors for a typed route's body) or
+        :class:`PayloadTooLargeError`.
         """
         return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
 
@@ -258,8 +259,8 @@ class Engine:
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call does not wait: the message stays NEW in the store and the feeder
         queues it once room frees (a backlog is the store's to hold, not the sender's).
-        While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``, and
-        that span's traceparent is stored with the message: the parent of its attempts and confirmation.
+        While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``,
+        and that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
         if tracing.ENABLED:
             return await tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))

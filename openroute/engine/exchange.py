@@ -1,7 +1,7 @@
 """The exchange: one processing attempt of one message, as a route's steps see it (the runtime of a route).
 
-A route (:mod:`openroute.definitions.route`) is pure definition; everything an attempt does against the store (idempotent
-external calls, splits into child messages) lives here and reaches the engine only through the narrow
+A route (:mod:`openroute.definitions.route`) is pure definition; everything an attempt does against the store
+(idempotent external calls, splits into child messages) lives here and reaches the engine only through the narrow
 :class:`AttemptRuntime` the engine hands to each exchange.
 """
 
@@ -133,12 +133,12 @@ class Exchange:
 
     @property
     def body(self) -> Any:
-        """The payload bound to the route's model (``.body(Model)``, :mod:`openroute.definitions.body`), parsed at the first
-        read of this attempt and kept for its other steps; ``payload`` keeps the raw text.
+        """The payload bound to the route's model (``.body(Model)``, :mod:`openroute.definitions.body`), parsed at the
+        first read of this attempt and kept for its other steps; ``payload`` keeps the raw text.
 
         Raises :class:`ConfigurationError` when the route declares no model, and
-        :class:`~openroute.definitions.body.InvalidBodyError` (a validation error: the message ends FAILED) when the stored
-        payload does not match it (e.g. stored before the model changed).
+        :class:`~openroute.definitions.body.InvalidBodyError` (a validation error: the message ends FAILED) when the
+        stored payload does not match it (e.g. stored before the model changed).
         """
         if self._body is None:
             model = self.route.body if self.route is not None else None
@@ -310,8 +310,8 @@ class Exchange:
         call in doubt. A message without an object id has no entity: entity scope then falls back to message scope.
 
         ``system`` names the external system called (``[external_systems.NAME]``): its circuit breaker may refuse the
-        call (:class:`~openroute.definitions.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and the call
-        is recorded when its call records are on (docs/outage.md).
+        call (:class:`~openroute.definitions.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and
+        the call is recorded when its call records are on (docs/outage.md).
         """
         if system is not None:
             call = self._guarded(system, key, call)

@@ -8,8 +8,8 @@ This is the one place that answers "when is a message FAILED?". A message ends F
 - a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
   count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
   policy's delay (an attempt that declared no effect retries without counting);
-- an error the route names in ``.on_error(...)`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that names it)
-  follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
+- an error the route names in ``.on_error(...)`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that
+  names it) follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
   after this attempt, failed count + 1), or FAILED at once as a business error;
 - one of its child messages ends FAILED or CANCEL (the parent of a split);
 - a call in doubt of a route that holds such calls (:class:`~openroute.engine.idempotency.CallInDoubtError`):

@@ -1,7 +1,7 @@
 """Routes fed by broker channels: each delivery is checked and stored like an HTTP request, then acknowledged.
 
-A route declares ``.from_channel("crm-in")`` (:class:`~openroute.definitions.binding.ChannelBinding`); the configuration binds
-the channel to a connector of the messaging layer (``openroute.messaging.incoming.crm-in.connector = "amqp"``, or
+A route declares ``.from_channel("crm-in")`` (:class:`~openroute.definitions.binding.ChannelBinding`); the configuration
+binds the channel to a connector of the messaging layer (``openroute.messaging.incoming.crm-in.connector = "amqp"``, or
 ``in-memory`` for tests and the demo). :class:`ChannelInbound` consumes those channels with manual
 acknowledgment, in front of :meth:`Engine.accept <openroute.engine.Engine.accept>`:
 

@@ -5,8 +5,8 @@ Served beside the WSDL of the SOAP endpoint, without authentication::
     GET /api/openapi.json        one operation per JSON route: POST /api/<service>/<operation>
     GET /api/docs                Swagger UI (its assets come from the swagger-ui-bundle-v2 package, no CDN)
 
-A route with a body model (``.body(Model)``, :mod:`openroute.definitions.body`) is described with the model's JSON schema
-(pydantic's ``model_json_schema``); an untyped route takes any JSON object. The answers are the ones
+A route with a body model (``.body(Model)``, :mod:`openroute.definitions.body`) is described with the model's JSON
+schema (pydantic's ``model_json_schema``); an untyped route takes any JSON object. The answers are the ones
 :class:`~openroute.inbound.InboundEndpoints` gives: 202 accepted, 200 a duplicate of a stored message, and the
 error codes of :func:`~openroute.inbound.errors.status_and_code`.
 """

@@ -236,7 +236,8 @@ def parse_timestamp(value: str | None) -> datetime | None:
 
 def bound_body(body: Body | None, payload: ParsedPayload) -> Any:
     """The payload bound to a typed route's model from the document already parsed (None for an untyped route), so
-    that ``Engine.accept`` does not parse the text again; raises :class:`~openroute.definitions.body.InvalidBodyError`."""
+    that ``Engine.accept`` does not parse the text again; raises
+    :class:`~openroute.definitions.body.InvalidBodyError`."""
     if body is None:
         return None
     return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)

@@ -3,8 +3,8 @@
 The plan (written by :func:`openroute.spark.reprocess.write_plan`) streams from its Parquet files partition by
 partition; each batch is one transaction that decides every row's next state with
 :mod:`openroute.engine.outcome` (as ``Engine.restart`` and the admin API do) and writes the whole batch set-based
-through :func:`openroute.engine.states.transition_set`: the rows staged in a temporary table (``COPY`` on PostgreSQL), then
-one UPDATE of the messages still at their planned version and one INSERT of their ``message_transition`` rows.
+through :func:`openroute.engine.states.transition_set`: the rows staged in a temporary table (``COPY`` on PostgreSQL),
+then one UPDATE of the messages still at their planned version and one INSERT of their ``message_transition`` rows.
 A message changed since the plan is not overwritten: it is counted and listed (``ApplyResult.moved``).
 Those rows carry the cause ``reprocess:<job id>``: the job's applied marker, so applying again or resuming after
 a kill changes each planned message exactly once::

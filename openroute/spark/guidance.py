@@ -1,5 +1,5 @@
-"""When Spark pays off, for the Spark commands: the crossover of :mod:`openroute.runtime.bulk`, which ``openroute messages``
-reads too (the line below it points the user to plain SQL)::
+"""When Spark pays off, for the Spark commands: the crossover of :mod:`openroute.runtime.bulk`, which ``openroute
+messages`` reads too (the line below it points the user to plain SQL)::
 
     from openroute.spark.guidance import suggestion
 

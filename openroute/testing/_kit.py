@@ -74,8 +74,8 @@ class RouteTestKit:
     """Routes on a real engine and store, driven by the test (see the module docstring).
 
     ``application`` is what ``openroute run --routes`` takes: an :class:`~openroute.dsl.Application`, a
-    :class:`~openroute.definitions.route.RouteRegistry` (default bindings, or ``bindings=``), or a callable returning one.
-    ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
+    :class:`~openroute.definitions.route.RouteRegistry` (default bindings, or ``bindings=``), or a callable returning
+    one. ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
     time. ``settings``: the engine's (its repoll interval is ignored: the kit repolls in :meth:`advance`).
     ``interceptors``: engine-wide interceptors.
 

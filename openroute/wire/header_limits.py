@@ -53,7 +53,8 @@ class HeaderLimits:
 
 def limit_headers(protocol: type[asyncio.Protocol], limits: HeaderLimits) -> type[asyncio.Protocol]:
     """``protocol`` (uvicorn's ``httptools`` or ``h11`` protocol class, or a subclass such as
-    :func:`~openroute.wire.request_deadline.request_deadline_protocol`'s) answering ``431`` to a request over ``limits``.
+    :func:`~openroute.wire.request_deadline.request_deadline_protocol`'s) answering ``431`` to a request over
+    ``limits``.
 
     Raises ValueError for a class that derives from neither."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

@@ -1,5 +1,5 @@
-"""Fixtures of the tracing tests: the SDK's in-memory exporter behind openroute.runtime.tracing, a real local HTTP system
-(called by a route step, sent the confirmations), and a node (engine, confirmation service, inbound app) on each
+"""Fixtures of the tracing tests: the SDK's in-memory exporter behind openroute.runtime.tracing, a real local HTTP
+system (called by a route step, sent the confirmations), and a node (engine, confirmation service, inbound app) on each
 database."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""openroute/runtime/tracing.py: one trace per message from accept to confirmation, across retries, nodes and restarts, with
-the sender's W3C traceparent as its root and the outbound requests carrying it on (SDK in-memory exporter)."""
+"""openroute/runtime/tracing.py: one trace per message from accept to confirmation, across retries, nodes and restarts,
+with the sender's W3C traceparent as its root and the outbound requests carrying it on (SDK in-memory exporter)."""
 
 from __future__ import annotations
 
