@@ -9,13 +9,16 @@ starts with ``_`` are internal. docs/architecture.md says where each concept liv
 
 The names are loaded on first use (module ``__getattr__``): ``import openroute`` itself imports nothing, so
 ``import openroute.streams`` (the standard-library-only bottom layer) loads no third-party module.
+
+The root of the package holds the application's entry points (``cli``, ``server``, ``loading``, ``__main__``) and
+the DSL (``dsl``); the rest sits in the package of its layer: ``definitions`` (what a route author declares),
+``engine`` and ``runtime`` (what runs it), ``wire`` (the HTTP server's protocol), the edges (``inbound``,
+``outbound``, ``admin``, ``console``, ``spark``, ``alerts``), ``messaging`` and ``streams``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -99,8 +102,16 @@ __all__ = [
 ]
 
 
+#: modules used on their own that the docs import from the root (``from openroute import tracing``)
+_MODULES = {"tracing": "openroute.runtime.tracing"}
+
+
 def __getattr__(name: str) -> Any:
     """Load a public name from its home module on first use (``AttributeError`` for an unknown name)."""
+    if name in _MODULES:
+        value: Any = importlib.import_module(_MODULES[name])
+        globals()[name] = value
+        return value
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -112,15 +123,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-
-class _Package(types.ModuleType):
-    """``openroute.definitions.route`` is both the definitions module and the DSL's ``route()``: the import system sets
-    a loaded submodule as an attribute of its package, which must not hide the function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "route" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
