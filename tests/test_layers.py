@@ -45,8 +45,11 @@ PLANTS = [
     ("openroute/definitions/route.py", "import openroute_reference\n", "Layers"),
     ("openroute/dsl.py", "def _late() -> None:\n    from openroute.engine import Engine  # noqa: F401\n",
      "Definitions do not import the runtime"),
-    ("openroute/definitions/interceptors.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.engine.states\n",
+    ("openroute/definitions/interceptors.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.engine.states\n",
      "Definitions do not import the runtime"),
+    # the definitions sit under the DSL that builds them
+    ("openroute/definitions/sub_route.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
     ("openroute/streams/protocol.py", "import sqlalchemy  # noqa: F401\n", "streams imports only the standard library"),
     ("openroute/spark/audit.py", "import openroute.admin  # noqa: F401\n", "Edges are independent"),
     ("openroute/definitions/body.py", "def _late() -> None:\n    import openroute.runtime.tracing  # noqa: F401\n",
@@ -54,7 +57,8 @@ PLANTS = [
     # the wire (the HTTP server's protocol under the app) sits below the definitions and the runtime
     ("openroute/wire/request_deadline.py", "import openroute.engine.core  # noqa: F401\n", "Layers"),
     ("openroute/wire/proxy_headers.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
-    ("openroute/wire/header_limits.py", "import openroute  # noqa: F401\n", "Only the application imports the package root"),
+    ("openroute/wire/header_limits.py", "import openroute  # noqa: F401\n",
+     "Only the application imports the package root"),
     # outbound and confirmation are edges, independent of the others both ways
     ("openroute/alerts/rules.py", "def _late() -> None:\n    import openroute.outbound.http  # noqa: F401\n",
      "Edges are independent"),
@@ -62,8 +66,9 @@ PLANTS = [
     ("openroute/alerts/notifiers.py", "import openroute.confirmation  # noqa: F401\n", "Edges are independent"),
     ("openroute/engine/outcome.py", "import openroute  # noqa: F401\n",
      "Only the application imports the package root"),
-    # retry imports errors: errors importing retry closes a circle inside one layer
-    ("openroute/definitions/errors.py", "def _late() -> None:\n    import openroute.definitions.retry  # noqa: F401\n", "No import cycle"),
+    # retry imports errors: errors importing retry closes a circle inside the definitions' package
+    ("openroute/definitions/errors.py", "def _late() -> None:\n    import openroute.definitions.retry  # noqa: F401\n",
+     "No import cycle"),
 ]
 
 
@@ -149,6 +154,17 @@ def test_the_other_contracts_cover_the_modules_of_their_layers() -> None:
     contracts = _contracts()
     application = _layer_of("openroute.server")
     below_application = {module for layer in _layers() if layer != application for module in layer}
-    assert set(contracts["surface"]["source_modules"]) == below_application
-    assert set(contracts["definitions-no-runtime"]["source_modules"]) == set(_layer_of("openroute.definitions.route"))
+    # each package with its modules (`.**`: the contract does not treat its sources as packages)
+    assert {name.removesuffix(".**") for name in contracts["surface"]["source_modules"]} == below_application
+    definitions = set(_layer_of("openroute.dsl")) | set(_layer_of("openroute.definitions"))
+    assert set(contracts["definitions-no-runtime"]["source_modules"]) == definitions
+    assert set(contracts["definitions-no-runtime"]["forbidden_modules"]) == set(_layer_of("openroute.engine"))
     assert set(_layer_of("openroute.inbound")) <= set(contracts["edges"]["modules"])
+
+
+def test_the_root_holds_the_entry_points_and_the_layers_are_packages() -> None:
+    """A module at the root of ``openroute/`` is an entry point of the application or the DSL that route authors
+    write with; every other module lives in the package of its layer (docs/architecture.md, "Layers")."""
+    application = set(_layer_of("openroute.server"))
+    root = {f"openroute.{path.stem}" for path in (ROOT / "openroute").glob("*.py") if path.name != "__init__.py"}
+    assert root - application == {"openroute.dsl"}, sorted(root - application)
