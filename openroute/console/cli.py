@@ -1,6 +1,7 @@
 """``openroute messages list|show|restart|cancel|mark-done|call-again``: the operator's command line.
 
-With ``--database-url`` (default: ``OPENROUTE_DATABASE_URL``, else the SQLite file) it reads the store and acts
+With the store's URL (``--database-url`` over ``OPENROUTE_DATABASE_URL`` over the ``--config`` file over the SQLite
+file ``openroute.db``, resolved by :mod:`openroute.cli` as for every command) it reads the store and acts
 through an :class:`~openroute.engine.Engine` that is not started (a restarted message is picked up by the next
 repoll of a running node); with ``--url`` it talks to a running server's admin API (``--user``, password from
 ``OPENROUTE_ADMIN_PASSWORD`` or a prompt). Output: aligned tables on a terminal, tab-separated lines in a pipe,
@@ -81,7 +82,9 @@ def add_parser(subparsers: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         where = parser.add_mutually_exclusive_group()
-        where.add_argument("--database-url", default=None, help="SQLAlchemy URL of the store")
+        where.add_argument("--database-url", default=None,
+                           help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else the --config "
+                                "file's database_url, else sqlite:///openroute.db)")
         where.add_argument("--url", default=None, help="base URL of a running server (its admin API)")
         parser.add_argument("--config", default=None, metavar="FILE",
                             help="the server's TOML configuration (its database_url), under --database-url and "
@@ -296,9 +299,9 @@ def _backend(args: argparse.Namespace, stdin: TextIO) -> Any:
                 raise CliError("set OPENROUTE_ADMIN_PASSWORD (no terminal to ask for the password)")
             password = getpass.getpass(f"password of {args.user}: ")
         return ServerBackend(args.url, args.user, password)
-    from openroute.persistence import DEFAULT_DATABASE_URL
-
-    return StoreBackend(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+    if args.database_url is None:  # the command line resolves it before the command runs (openroute.cli)
+        raise CliError("the store's URL is not resolved: run openroute messages (openroute.cli.main)")
+    return StoreBackend(args.database_url)
 
 
 class StoreBackend:
