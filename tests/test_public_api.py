@@ -146,3 +146,28 @@ def test_the_tracing_module_is_imported_from_the_root_as_documented() -> None:
     namespace: dict[str, object] = {}
     exec("from openroute import tracing", namespace)
     assert namespace["tracing"] is tracing
+
+
+#: what the reference application may import of openroute: the root and the packages the docs show route authors
+REFERENCE_APP_MAY_IMPORT = ("openroute", "openroute.outbound", "openroute.testing", "openroute.persistence")
+
+
+def test_the_reference_application_is_written_with_the_public_surface() -> None:
+    """routes/ (installed as openroute_reference) imports what a route author can: every import, deferred ones and
+    those under TYPE_CHECKING too, names a public package, never the engine, an edge's module or a `_` module."""
+    import ast
+    from pathlib import Path
+
+    routes = Path(openroute.__file__).resolve().parent.parent / "routes"
+    found: dict[str, set[str]] = {}
+    for path in sorted(routes.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.setdefault(path.name, set()).add(node.module)
+            elif isinstance(node, ast.Import):
+                found.setdefault(path.name, set()).update(alias.name for alias in node.names)
+    bad = {name: sorted(module for module in modules if module.split(".")[0] == "openroute"
+                        and module not in REFERENCE_APP_MAY_IMPORT)
+           for name, modules in found.items()}
+    assert not {name: modules for name, modules in bad.items() if modules}
+    assert "demo.py" in found and "openroute.testing" in found["demo.py"]

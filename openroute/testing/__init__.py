@@ -26,9 +26,13 @@ A route written with the shipped clients is tested as it is: the kit takes fakes
 (``external_systems={"PAYMENTS": FakeHttpService(...)}``, :class:`FakeSoapService` for a WSDL), and the calls of
 ``ext_call(..., system="PAYMENTS")`` reach the fake through the system's breaker, timeout and records instead of
 the network. :class:`CallRecorder` is a fake for a step that takes a plain function.
+
+Routes fed by a broker channel, and the outcome events of final states, run on a kit's engine with
+:class:`KitChannels` (the in-memory connector: put a delivery on a channel, read what was published).
 """
 
 from openroute.testing import _plugin
+from openroute.testing._channels import KitChannels
 from openroute.testing._fake_http import FakeHttpService
 from openroute.testing._fake_soap import FakeSoapService
 from openroute.testing._fakes import FakeRemote, FakeRequest
@@ -42,6 +46,7 @@ __all__ = [
     "FakeRemote",
     "FakeRequest",
     "FakeSoapService",
+    "KitChannels",
     "RecordedCall",
     "RouteTestKit",
     "SendResult",
