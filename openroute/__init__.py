@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from openroute.engine.exchange import Exchange
     from openroute.engine.settings import EngineSettings
     from openroute.persistence import MessageState
+    from openroute.runtime import tracing as tracing  # `from openroute import tracing` (docs/operations.md)
 
 __version__ = "0.1.0"
 
