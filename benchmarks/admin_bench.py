@@ -58,11 +58,11 @@ from openroute.persistence.counts import (
 
 from benchmarks._common import free_port, wait_for_port
 from benchmarks.store_fill import MIXED, START, bring_up_to_date, fill, wear, worn
+from openroute.definitions.route import RouteRegistry
 from openroute.jobs.counts import OPEN_STATES, MessageCounts, counts_statement
 from openroute.queries.dashboard import THROUGHPUT_WINDOW, dashboard, latest_failures_statement
 from openroute.queries.filters import SearchFilters, parse_filters
 from openroute.queries.search import search_messages
-from openroute.route import RouteRegistry
 
 SERVER_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 DATABASE = os.environ.get("OPENROUTE_BENCH_DATABASE", "openroute_bench")

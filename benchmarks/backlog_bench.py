@@ -35,9 +35,9 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore
 
 from benchmarks._common import POSTGRES_ADMIN_URL, fresh_database
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.outbound import BreakerSettings, BreakerState, ExternalCalls, ExternalSystem
-from openroute.route import Route, RouteRegistry
 
 FILL = """
 INSERT INTO message (correlation_id, source_system, service, operation, funnel_value, payload, content_type,

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
 from benchmarks._common import POSTGRES_ADMIN_URL, arguments, concurrently, fresh_database
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
 from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalSystem
-from openroute.route import Route, RouteRegistry
 
 VARIANTS = ("plain", "breaker", "records")
 

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from openroute.persistence import MessageState, MessageStore
 
 from benchmarks._common import arguments, fresh_database
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
-from openroute.route import Route, RouteRegistry
 
 
 async def drain(url: str, count: int, remote: float, nodes: int) -> float:

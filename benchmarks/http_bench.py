@@ -102,9 +102,9 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
 
 
 def openroute_app(url: str):  # type: ignore[no-untyped-def]
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
     from openroute.inbound import InboundBinding, QName
-    from openroute.route import Route, RouteRegistry
     from openroute.server import create_app
 
     registry = RouteRegistry([Route("bench", "submit", [lambda exchange: None])])

@@ -65,9 +65,9 @@ from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM  # th
 
 from benchmarks._common import arguments, concurrently, spread
 from benchmarks.store_fill import age
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
-from openroute.route import Route, RouteRegistry
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODES = {"fresh": (0, 0), "aged": (100_000, 0), "backlog": (100_000, 10_000)}

@@ -189,10 +189,10 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
     from openroute.persistence import MessageState, MessageStore, StoredMessage
 
     from openroute.config import load_config
+    from openroute.definitions.message import InboundMessage
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine
-    from openroute.logs import AttemptFailureLog, configure_logging, log_transition
-    from openroute.message import InboundMessage
-    from openroute.route import Route, RouteRegistry
+    from openroute.runtime.logs import AttemptFailureLog, configure_logging, log_transition
     from openroute.server import create_app, inbound_throttling
 
     config = load_config(None, {"database_url": url})

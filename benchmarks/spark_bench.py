@@ -532,7 +532,8 @@ def report(results: dict[tuple[str, str, int], list[dict[str, Any]]], sizes: lis
                     if line and fits["sql"] else ""
                 print(f"  crossover {job} {kind} vs SQL: {where}{shape}")
     if "plan" in jobs and "apply" in jobs and "sql" in kinds:
-        # a reprocessing job is a plan and an apply: the lines add up (openroute.bulk.SPARK_PAYS_OFF_AT is this one)
+        # a reprocessing job is a plan and an apply: the lines add up (openroute.runtime.bulk.SPARK_PAYS_OFF_AT is this
+        # one)
         def both(kind: str) -> tuple[float, float] | None:
             plan, apply = summary["fit"]["plan"][kind], summary["fit"]["apply"][kind]
             return None if plan is None or apply is None else (plan[0] + apply[0], plan[1] + apply[1])

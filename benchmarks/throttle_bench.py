@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from openroute.persistence import MessageState, MessageStore
 
 from benchmarks._common import arguments, concurrently, fresh_database
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound.throttling import Throttling
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from openroute.errors import ConfigurationError, OpenrouteError
+from openroute.definitions.errors import ConfigurationError, OpenrouteError
 
 #: The outcome states a source system is told about (SKIPPED messages are never confirmed).
 CONFIRMED_STATES: frozenset[str] = frozenset({"OK", "FAILED", "CANCEL"})
@@ -70,7 +70,8 @@ class ConfirmationRequest:
     error_text: str | None = None
     finished_at: datetime | None = None
     confirmation_id: str | None = None
-    #: the W3C traceparent stored with the message (``openroute.tracing``): the parent of the confirmation's span
+    #: the W3C traceparent stored with the message (``openroute.runtime.tracing``): the parent of the confirmation's
+    #: span
     traceparent: str | None = None
 
     def __post_init__(self) -> None:

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from openroute.confirmation.model import InvalidConfirmationError
 
-from openroute.errors import ConfigurationError
-from openroute.retry import RetryPolicy
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.retry import RetryPolicy
 
 
 def _seconds(value: object, name: str) -> timedelta:
@@ -24,7 +24,7 @@ def _seconds(value: object, name: str) -> timedelta:
 
 @dataclass(frozen=True, init=False)
 class ConfirmationPolicy(RetryPolicy):
-    """Retry policy of confirmations: the messages' :class:`~openroute.retry.RetryPolicy` (same fields, same
+    """Retry policy of confirmations: the messages' :class:`~openroute.definitions.retry.RetryPolicy` (same fields, same
     formula), with its own defaults and ``claim_timeout``.
 
     After the n-th failed attempt (n = 1, 2, ...) the next one is due ``min(interval * backoff ** (n - 1),
@@ -33,7 +33,7 @@ class ConfirmationPolicy(RetryPolicy):
     (default 15 s): renewed every third of it while the send runs, so a slow receiver keeps its sender, and if the
     node dies another one (or the restarted node) takes the confirmation over within that time. Durations are
     ``timedelta`` or seconds. Bad values raise
-    :class:`InvalidConfirmationError` (a :class:`~openroute.errors.ConfigurationError`).
+    :class:`InvalidConfirmationError` (a :class:`~openroute.definitions.errors.ConfigurationError`).
     """
 
     claim_timeout: timedelta = timedelta(seconds=15)

@@ -50,9 +50,9 @@ from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
 from openroute.persistence.secrets import mask_secrets
 
-from openroute import tracing
-from openroute.clock import Clock
-from openroute.logs import repeated_errors
+from openroute.definitions.clock import Clock
+from openroute.runtime import tracing
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.confirmation")
 

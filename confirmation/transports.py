@@ -15,7 +15,7 @@ from openroute.confirmation.model import ConfirmationRequest, ConfirmationSendEr
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
-from openroute import tracing
+from openroute.runtime import tracing
 
 #: The WSDL shipped with the package; source systems implement it to receive confirmations.
 DEFAULT_WSDL: Path = Path(str(resources.files("openroute.confirmation") / "wsdl" / "confirmation.wsdl"))

@@ -83,7 +83,7 @@ def resolve_settings(args: argparse.Namespace) -> int | None:
     if args.command not in RESOLVED_HERE or getattr(args, "url", None):  # --url: a server's admin API, no store
         return None
     from openroute.commands import EXIT_CONFIGURATION, resolve_database_url
-    from openroute.errors import ConfigurationError
+    from openroute.definitions.errors import ConfigurationError
 
     try:
         args.database_url = resolve_database_url(args)

@@ -1,4 +1,5 @@
-"""The route DSL: one fluent sentence per route, producing a :class:`~openroute.route.Route` and its bindings.
+"""The route DSL: one fluent sentence per route, producing a :class:`~openroute.definitions.route.Route` and its
+bindings.
 
 ::
 
@@ -20,7 +21,7 @@
 
 Every builder is immutable: each clause returns a new builder, so a half-built route can be shared as a
 template. ``build()`` (and :class:`Application`) check the definition and raise
-:class:`~openroute.errors.DeploymentError` naming the route for anything that cannot work.
+:class:`~openroute.definitions.errors.DeploymentError` naming the route for anything that cannot work.
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from typing import Any, ClassVar, Literal, Self
 from lxml import etree
 from pydantic import BaseModel
 
-from openroute.binding import ChannelBinding, Extractor, InboundBinding, ParsedPayload, QName, Validator
-from openroute.body import Body
-from openroute.errors import ConfigurationError, DeploymentError
-from openroute.interceptors import MessageInterceptor
-from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, check_error_policies
-from openroute.route import ExtCallScope, Route, RouteRegistry
-from openroute.sub_route import Steps
+from openroute.definitions.binding import ChannelBinding, Extractor, InboundBinding, ParsedPayload, QName, Validator
+from openroute.definitions.body import Body
+from openroute.definitions.errors import ConfigurationError, DeploymentError
+from openroute.definitions.interceptors import MessageInterceptor
+from openroute.definitions.retry import ErrorAction, ErrorPolicy, RetryPolicy, check_error_policies
+from openroute.definitions.route import ExtCallScope, Route, RouteRegistry
+from openroute.definitions.sub_route import Steps
 
 __all__ = ["Application", "RouteBuilder", "RouteDefinition", "route"]
 
@@ -141,7 +142,7 @@ class RouteBuilder(Steps):
     def body(self, model: type[BaseModel], *, xml: type[BaseModel] | None = None) -> Self:
         """The body is a ``model`` (a pydantic model): a payload that does not validate is refused at accept with
         its field errors (HTTP 400 / SOAP Fault, nothing stored); steps read it bound as ``exchange.body``
-        (:mod:`openroute.body`). ``xml`` gives the SOAP request element a model of its own."""
+        (:mod:`openroute.definitions.body`). ``xml`` gives the SOAP request element a model of its own."""
         try:
             chosen = Body(json=model, xml=xml if xml is not None else model)
         except ConfigurationError as error:

@@ -13,10 +13,10 @@ import sys
 import traceback
 from typing import Any
 
+from openroute.definitions.errors import ConfigurationError, DeploymentError
+from openroute.definitions.route import RouteRegistry
 from openroute.dsl import Application, checked_mounts
-from openroute.errors import ConfigurationError, DeploymentError
 from openroute.inbound import InboundBinding
-from openroute.route import RouteRegistry
 
 __all__ = ["DEFAULT_ROUTES", "checked_mounts", "load_application", "load_routes", "routes_and_bindings"]
 

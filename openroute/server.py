@@ -20,8 +20,8 @@ from starlette.routing import Mount
 from openroute.admin import AdminApi, Metrics, health_route
 from openroute.auth.headers import RAW_SECURITY_HEADERS, SecurityHeaders
 from openroute.console import Console
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import Engine
-from openroute.errors import ConfigurationError
 from openroute.inbound import (
     AdminAuth,
     InboundBinding,
@@ -34,7 +34,7 @@ from openroute.inbound.app import InboundDispatch
 from openroute.inbound.asyncapi import AsyncApiContract
 from openroute.jobs import MessageCounts, PayloadIndexer
 from openroute.loading import checked_mounts
-from openroute.retention import RetentionJob, RetentionPolicy
+from openroute.runtime.retention import RetentionJob, RetentionPolicy
 
 if TYPE_CHECKING:
     from openroute.alerts import AlertEvaluator
@@ -84,13 +84,13 @@ def create_app(
     the admin API and ``/metrics``; ``app.state.counts``) and, on PostgreSQL, copies the stored payloads into the
     payload search's index every 0.5 s (``payload_indexer``, default a
     :class:`~openroute.jobs.payload_indexer.PayloadIndexer`; ``app.state.payload_indexer``).
-    With ``retention`` the lifespan runs the :class:`~openroute.retention.RetentionJob` (``app.state.retention``),
-    with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop (``app.state.alerts``).
-    With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts consuming the routes'
-    broker channels once the engine runs and stops them before the engine (deliveries in flight are committed and
-    acked, or left to the broker for redelivery); ``/health`` reports each channel (``app.state.channels``).
-    With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write outcome events in their
-    own transaction and the lifespan publishes them (``app.state.outbox``).
+    With ``retention`` the lifespan runs the :class:`~openroute.runtime.retention.RetentionJob`
+    (``app.state.retention``), with ``alerts`` the :class:`~openroute.alerts.AlertEvaluator`'s loop
+    (``app.state.alerts``). With ``channels`` (:class:`~openroute.inbound.channel.ChannelInbound`) the lifespan starts
+    consuming the routes' broker channels once the engine runs and stops them before the engine (deliveries in flight
+    are committed and acked, or left to the broker for redelivery); ``/health`` reports each channel
+    (``app.state.channels``). With ``outbox`` (:class:`~openroute.engine.outbox.OutboxPublisher`) final states write
+    outcome events in their own transaction and the lifespan publishes them (``app.state.outbox``).
     ``allowed_origins`` are the sites besides the node's own whose pages may act through the admin API and the
     console; with ``metrics_auth`` ``/metrics`` needs an ``admin_auth`` user (roles ``metrics``, ``web`` or
     ``admin``). Every response carries the :mod:`openroute.auth.headers` security headers.
@@ -254,7 +254,7 @@ def channel_inbound(engine: Engine, channels: Iterable[Any], messaging: Mapping[
     """The :class:`~openroute.inbound.channel.ChannelInbound` serving the routes fed by ``channels``, or None when
     there are none (or only optional channels that the configuration binds to no connector).
 
-    Raises :class:`~openroute.errors.DeploymentError` for channels the configuration cannot serve."""
+    Raises :class:`~openroute.definitions.errors.DeploymentError` for channels the configuration cannot serve."""
     channels = list(channels)
     if not channels:
         return None

@@ -1,7 +1,7 @@
 """The message store: SQLAlchemy 2 models, the MessageStore and its parts, schema migrations (SQLite, PostgreSQL).
 
 This layer imports only SQLAlchemy, Alembic and the standard library; the state machine that decides
-which transitions are legal lives in ``openroute.states``.
+which transitions are legal lives in ``openroute.engine.states``.
 """
 
 from openroute.persistence.database import (

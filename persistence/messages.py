@@ -45,7 +45,7 @@ class NewMessage(MessageFields):
     entity_type: str | None = None
     funnel_value: str | None = None
     parent_id: int | None = None
-    #: the W3C traceparent its later spans hang under (``openroute.tracing``; None while tracing is off)
+    #: the W3C traceparent its later spans hang under (``openroute.runtime.tracing``; None while tracing is off)
     traceparent: str | None = None
 
     @classmethod

@@ -1,7 +1,7 @@
 """SQLAlchemy 2 models of the message store: messages, external calls, confirmations, nodes.
 
 The column domain (:class:`MessageState`) lives here; which transitions between states are legal is
-decided above this layer (``openroute.states``), so the store only knows how to write a transition
+decided above this layer (``openroute.engine.states``), so the store only knows how to write a transition
 atomically, never whether it is allowed.
 """
 
@@ -129,7 +129,7 @@ class MessageRecord(Base):
     #: the traceback of the unexpected error that ended the current state (migration 0009); None for expected errors
     last_error_trace: Mapped[str | None] = mapped_column(sa.Text)
     #: the W3C traceparent of the span that accepted the message (migration 0012; None while tracing is off): the
-    #: parent of its attempts and confirmation on every node (``openroute.tracing``)
+    #: parent of its attempts and confirmation on every node (``openroute.runtime.tracing``)
     traceparent: Mapped[str | None] = mapped_column(sa.String(55))
     #: the external system this message waits for (migration 0019): POSTPONED, parked on its open circuit breaker
     #: with no due time, or PARTLY_FAILED after a failed call of it; released when the breaker lets calls through

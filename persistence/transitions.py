@@ -2,7 +2,7 @@
 
 The store writes the ``state`` column only in :meth:`MessageStore.insert_message` (always ``NEW``),
 :meth:`Transitions.apply_many` (and :meth:`Transitions.apply`) and :meth:`Transitions.claim`; whether a transition is
-legal is decided by ``openroute.states`` before these are called. Each of them also writes the change's
+legal is decided by ``openroute.engine.states`` before these are called. Each of them also writes the change's
 ``message_transition`` row in the same transaction (one executemany INSERT per batch); :meth:`Transitions.of` reads
 a message's history back.
 
@@ -98,7 +98,7 @@ class Transitions(StorePart):
 
         Returns False (and writes nothing) when another writer got there first. The row is matched by id and
         version only: every write bumps the version, so an unchanged version means an unchanged state. Legality
-        is not checked here: call ``openroute.states.transition``, which checks it and raises the typed errors.
+        is not checked here: call ``openroute.engine.states.transition``, which checks it and raises the typed errors.
         The change's ``message_transition`` row (by ``node_id``, for ``cause``) is written with it.
         """
         return self.apply_many([item], connection, node_id=node_id, cause=cause)[0]
@@ -197,7 +197,7 @@ class Transitions(StorePart):
     ) -> set[int]:
         """Move the (id, version) ``candidates`` to ``to_state`` for ``node_id``.
 
-        The caller read every candidate in one of ``from_states`` (``openroute.states.claim`` checks it); the
+        The caller read every candidate in one of ``from_states`` (``openroute.engine.states.claim`` checks it); the
         rows are matched by id and version only, which pins that state. Returns the ids this call won. On
         PostgreSQL rows locked by a concurrent claim are skipped (``FOR UPDATE SKIP LOCKED``) instead of waited
         for; on SQLite the write lock serialises claims and the conditional UPDATE decides. Each won message

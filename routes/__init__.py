@@ -22,7 +22,7 @@ from openroute_reference.fakes import FakeSoapSystem, fake_billing, fake_mno
 from openroute_reference.mvno import change_tariff_route, customer_route
 from openroute_reference.orders import order_routes
 
-from openroute.dsl import Application, RouteBuilder
+from openroute import Application, RouteBuilder
 from openroute.outbound import SoapService
 
 WSDL = Path(__file__).resolve().parent / "wsdl"

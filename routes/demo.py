@@ -16,9 +16,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from openroute.persistence import MessageState, StoredMessage
+from openroute import MessageState
+
+if TYPE_CHECKING:
+    from openroute.persistence import StoredMessage
 
 S = MessageState
 MVNO = "http://openroute.dev/mvno"
@@ -231,9 +234,7 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
     the outcome event its final state writes to the outbox, published to ``crm-events``."""
     import json
 
-    from openroute.engine.outbox import OutboxPublisher, outcome_rules
-    from openroute.inbound.channel import ChannelDelivery, ChannelInbound
-    from openroute.messaging import Message
+    from openroute.testing import KitChannels
 
     config = {
         "openroute.messaging.incoming.crm-customers.connector": "in-memory",
@@ -242,30 +243,18 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
         "openroute.messaging.outgoing.crm-events.outcome-events": "final",
     }
     say("\n9. setCustomer C-900 from the queue crm-customers: stored, then acked; its outcome event published")
-    channels = ChannelInbound(kit.engine, application.channels, config, environ={})
-    outbox = OutboxPublisher(kit.engine.store, outcome_rules(config), config, node_id=kit.engine.node_id,
-                             clock=kit.clock, environ={})
-    writer = outbox.writer()
-    kit.engine.final_state_tx_hooks.append(writer)
-    await channels.start()
-    await outbox.start()
-    try:
+    async with KitChannels(kit, application, config) as channels:
         sending[:] = ["setCustomer C-900 (queue)"]
         body = json.dumps({"customerId": "C-900", "msisdn": "420777000900"})
-        delivery = ChannelDelivery(message_id="demo-9", content_type="application/json")
-        await channels.app.connector("in-memory").source("crm-customers").send(Message(body, (delivery,)))
+        await channels.send("crm-customers", body, message_id="demo-9")
         sending.clear()
         say("     acked to the queue after the commit")
         await kit.settle()
-        await outbox.publish_once()
-        for payload in outbox.app.connector("in-memory").sink("crm-events").payloads:
+        await channels.publish_outcomes()
+        for payload in channels.published("crm-events"):
             event = json.loads(payload)
             say(f"     event on crm-events: {event['service']}/{event['operation']} {event['correlationId']} "
                 f"{event['state']}")
-    finally:
-        kit.engine.final_state_tx_hooks.remove(writer)
-        await outbox.stop()
-        await channels.stop()
 
 
 def main() -> int:

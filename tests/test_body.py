@@ -1,4 +1,5 @@
-"""openroute/body.py: a route's typed body, bound from JSON or a SOAP request element, refused before the store."""
+"""openroute/definitions/body.py: a route's typed body, bound from JSON or a SOAP request element, refused before the
+store."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from openroute.persistence import MessageStore
 from pydantic import AliasChoices, BaseModel, Field
 
 from openroute import DeploymentError, Engine, EngineSettings, InboundMessage, ValidationError, route
-from openroute.body import Body, InvalidBodyError, element_data
-from openroute.route import Route, RouteRegistry
+from openroute.definitions.body import Body, InvalidBodyError, element_data
+from openroute.definitions.route import Route, RouteRegistry
 
 NS = "urn:example:shop"
 

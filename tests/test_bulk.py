@@ -1,12 +1,13 @@
-"""The crossover both command lines read (openroute/bulk.py): each suggests the other tool on the wrong side of it."""
+"""The crossover both command lines read (openroute/runtime/bulk.py): each suggests the other tool on the wrong side of
+it."""
 
 from __future__ import annotations
 
 import pytest
 
-from openroute import bulk
-from openroute.bulk import SPARK_PAYS_OFF_AT, spark_suggestion, sql_suggestion
 from openroute.cli import main
+from openroute.runtime import bulk
+from openroute.runtime.bulk import SPARK_PAYS_OFF_AT, spark_suggestion, sql_suggestion
 from tests.spark.stores import many_failed
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from openroute.config import ServerConfig, load_config, read_legacy_auth_config
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import EngineSettings
-from openroute.errors import ConfigurationError
 from openroute.inbound import AdminAuth, SourceSystemAuth
 
 

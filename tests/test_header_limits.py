@@ -1,4 +1,4 @@
-"""Header limits (openroute/header_limits.py): real uvicorn (httptools and h11), real sockets."""
+"""Header limits (openroute/wire/header_limits.py): real uvicorn (httptools and h11), real sockets."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from openroute.persistence import MessageStore
 
 from openroute.engine import Engine, EngineSettings
-from openroute.header_limits import HeaderLimits, limit_headers
-from openroute.request_deadline import request_deadline_protocol
+from openroute.wire.header_limits import HeaderLimits, limit_headers
+from openroute.wire.request_deadline import request_deadline_protocol
 from tests._support.servers import read_until_closed, serving_on_socket
 from tests.inbound.conftest import AUTH, BINDINGS, basic, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS

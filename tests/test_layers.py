@@ -42,19 +42,23 @@ def test_a_relative_python_is_found_after_the_check_leaves_for_its_temporary_tre
 PLANTS = [
     # (file, line added, the contract that breaks)
     ("persistence/store.py", "import openroute.confirmation\n", "Layers"),
-    ("openroute/route.py", "import openroute_reference\n", "Layers"),
+    ("openroute/definitions/route.py", "import openroute_reference\n", "Layers"),
     ("openroute/dsl.py", "def _late() -> None:\n    from openroute.engine import Engine  # noqa: F401\n",
      "Definitions do not import the runtime"),
-    ("openroute/interceptors.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.states\n",
+    ("openroute/definitions/interceptors.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import openroute.engine.states\n",
      "Definitions do not import the runtime"),
+    # the definitions sit under the DSL that builds them
+    ("openroute/definitions/sub_route.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
     ("openroute/streams/protocol.py", "import sqlalchemy  # noqa: F401\n", "streams imports only the standard library"),
     ("openroute/spark/audit.py", "import openroute.admin  # noqa: F401\n", "Edges are independent"),
-    ("openroute/body.py", "def _late() -> None:\n    import openroute.tracing  # noqa: F401\n",
+    ("openroute/definitions/body.py", "def _late() -> None:\n    import openroute.runtime.tracing  # noqa: F401\n",
      "Definitions do not import the runtime"),
     # the wire (the HTTP server's protocol under the app) sits below the definitions and the runtime
-    ("openroute/request_deadline.py", "import openroute.engine.core  # noqa: F401\n", "Layers"),
-    ("openroute/proxy_headers.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
-    ("openroute/header_limits.py", "import openroute  # noqa: F401\n", "Only the application imports the package root"),
+    ("openroute/wire/request_deadline.py", "import openroute.engine.core  # noqa: F401\n", "Layers"),
+    ("openroute/wire/proxy_headers.py", "def _late() -> None:\n    import openroute.dsl  # noqa: F401\n", "Layers"),
+    ("openroute/wire/header_limits.py", "import openroute  # noqa: F401\n",
+     "Only the application imports the package root"),
     # outbound and confirmation are edges, independent of the others both ways
     ("openroute/alerts/rules.py", "def _late() -> None:\n    import openroute.outbound.http  # noqa: F401\n",
      "Edges are independent"),
@@ -69,8 +73,9 @@ PLANTS = [
      "The shared parts are independent"),
     ("openroute/commands/db.py", "def _late() -> None:\n    import openroute.admin.api  # noqa: F401\n",
      "The commands import no edge"),
-    # retry imports errors: errors importing retry closes a circle inside one layer
-    ("openroute/errors.py", "def _late() -> None:\n    import openroute.retry  # noqa: F401\n", "No import cycle"),
+    # retry imports errors: errors importing retry closes a circle inside the definitions' package
+    ("openroute/definitions/errors.py", "def _late() -> None:\n    import openroute.definitions.retry  # noqa: F401\n",
+     "No import cycle"),
 ]
 
 
@@ -156,8 +161,11 @@ def test_the_other_contracts_cover_the_modules_of_their_layers() -> None:
     contracts = _contracts()
     application = _layer_of("openroute.server")
     below_application = {module for layer in _layers() if layer != application for module in layer}
-    assert set(contracts["surface"]["source_modules"]) == below_application
-    assert set(contracts["definitions-no-runtime"]["source_modules"]) == set(_layer_of("openroute.route"))
+    # each package with its modules (`.**`: the contract does not treat its sources as packages)
+    assert {name.removesuffix(".**") for name in contracts["surface"]["source_modules"]} == below_application
+    definitions = set(_layer_of("openroute.dsl")) | set(_layer_of("openroute.definitions"))
+    assert set(contracts["definitions-no-runtime"]["source_modules"]) == definitions
+    assert set(contracts["definitions-no-runtime"]["forbidden_modules"]) == set(_layer_of("openroute.engine"))
     assert set(_layer_of("openroute.inbound")) == set(contracts["edges"]["modules"])
     assert set(contracts["commands-no-edges"]["forbidden_modules"]) == set(_layer_of("openroute.inbound"))
     assert set(contracts["shared"]["modules"]) == set(_layer_of("openroute.queries"))
@@ -167,3 +175,11 @@ def test_the_edges_contract_keeps_at_most_three_exceptions() -> None:
     """What several edges share lives one floor below them (docs/architecture.md names and explains each
     exception); a fourth one means a shared part is still inside an edge."""
     assert len(_contracts()["edges"].get("ignore_imports", [])) <= 3
+
+
+def test_the_root_holds_the_entry_points_and_the_layers_are_packages() -> None:
+    """A module at the root of ``openroute/`` is an entry point of the application or the DSL that route authors
+    write with; every other module lives in the package of its layer (docs/architecture.md, "Layers")."""
+    application = set(_layer_of("openroute.server"))
+    root = {f"openroute.{path.stem}" for path in (ROOT / "openroute").glob("*.py") if path.name != "__init__.py"}
+    assert root - application == {"openroute.dsl"}, sorted(root - application)

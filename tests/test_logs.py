@@ -1,4 +1,4 @@
-"""openroute/logs.py: a line per state change (a failed attempt's cause in it), tracebacks for unexpected errors
+"""openroute/runtime/logs.py: a line per state change (a failed attempt's cause in it), tracebacks for unexpected errors
 only, one format for everything."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import httpx
 import pytest
 from openroute.persistence import MessageStore
 
+from openroute.definitions.errors import BusinessError
+from openroute.definitions.message import InboundMessage
 from openroute.dsl import Application, route
-from openroute.errors import BusinessError
-from openroute.logs import AttemptFailureLog, JsonFormatter, RepeatedErrors, TransitionLog, configure_logging
-from openroute.message import InboundMessage
+from openroute.runtime.logs import AttemptFailureLog, JsonFormatter, RepeatedErrors, TransitionLog, configure_logging
 
 
 def _fine(exchange: object) -> None:
@@ -317,9 +317,9 @@ async def test_a_request_failing_unexpectedly_shows_one_traceback(caplog: pytest
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   store: MessageStore) -> None:
     """Every request of a node whose store is broken fails the same way: one traceback, then a line each."""
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
     from openroute.inbound import InboundBinding
-    from openroute.route import Route, RouteRegistry
     from openroute.server import create_app
 
     engine = Engine(store, RouteRegistry([Route("orders", "create", [lambda exchange: None])]),
@@ -349,8 +349,8 @@ async def test_an_engine_loop_failing_unexpectedly_shows_one_traceback(caplog: p
                                                                        store: MessageStore) -> None:
     """A repoll job that fails the same way at every tick (a bug, not an outage) logs its traceback once, then a line
     per tick; so does a transition listener that fails for every message."""
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
-    from openroute.route import Route, RouteRegistry
 
     engine = Engine(store, RouteRegistry([Route("orders", "create", [lambda exchange: None])]),
                     EngineSettings(repoll_interval=timedelta(seconds=0.05), node_id="buggy"))

@@ -1,4 +1,4 @@
-"""The client's address behind trusted proxies (openroute/proxy_headers.py): RFC 7239 ``Forwarded`` and
+"""The client's address behind trusted proxies (openroute/wire/proxy_headers.py): RFC 7239 ``Forwarded`` and
 ``X-Forwarded-For``, which one wins, malformed values, peers that are not named."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from openroute.proxy_headers import Hop, ProxyHeaders, TrustedProxies, client_hop, forwarded_hops, x_forwarded_hops
+from openroute.wire.proxy_headers import Hop, ProxyHeaders, TrustedProxies, client_hop, forwarded_hops, x_forwarded_hops
 
 PROXIES = ["127.0.0.1", "10.0.4.0/24"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -34,12 +35,15 @@ def test_public_names_are_the_objects_of_their_home_modules() -> None:
 
 
 def test_route_is_the_dsl_function_even_after_the_definitions_module_is_imported() -> None:
-    # openroute.route is also a module name: the package attribute must stay the DSL's route()
-    import openroute.route as definitions  # noqa: F401
+    # the module of Route lives in openroute.definitions: importing it sets no attribute `route` on the package root,
+    # so the root needs no module class of its own to keep the DSL's route()
+    import openroute.definitions.route as definitions  # noqa: F401
     from openroute import route
 
     assert callable(route) and route.__module__ == "openroute.dsl"
+    assert vars(openroute)["route"] is route  # the package's attribute (spelt so: the DSL's function, not a module)
     assert route("crm", "setCustomer").service == "crm"
+    assert type(openroute) is types.ModuleType
 
 
 def test_one_import_line_is_enough_to_write_and_run_a_route() -> None:
@@ -63,7 +67,7 @@ def _imports(path: str) -> set[str]:
 
     tree = ast.parse((Path(openroute.__file__).parent / path).read_text(encoding="utf-8"))
     found: set[str] = set()
-    # module-level imports (TYPE_CHECKING blocks included); route.py's lazy __getattr__ for the old names is not
+    # module-level imports (TYPE_CHECKING blocks included); a lazy __getattr__ for old names would not be
     nodes = [node for top in tree.body for node in ([top] if not isinstance(top, ast.If) else ast.walk(top))]
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -74,10 +78,10 @@ def _imports(path: str) -> set[str]:
 
 
 def test_definitions_do_not_import_the_runtime_or_the_endpoints() -> None:
-    # route.py is what a route is; dsl.py builds definitions; neither reaches into inbound/ (the endpoints)
-    for path, forbidden in (("route.py", ("openroute.engine", "openroute.inbound")),
+    # definitions/route.py is what a route is; dsl.py builds definitions; neither reaches into inbound/ (the endpoints)
+    for path, forbidden in (("definitions/route.py", ("openroute.engine", "openroute.inbound")),
                             ("dsl.py", ("openroute.inbound",)),
-                            ("binding.py", ("openroute.engine",))):
+                            ("definitions/binding.py", ("openroute.engine",))):
         bad = {name for name in _imports(path) if name.startswith(forbidden)}
         assert not bad, f"{path} imports {sorted(bad)}"
 
@@ -126,9 +130,44 @@ def test_public_names_load_on_first_use() -> None:
         "import sys, openroute\n"
         "print('sqlalchemy' in sys.modules)\n"
         "from openroute import Exchange, route\n"
-        "import openroute.route\n"
-        "print(openroute.route is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
+        "import openroute.definitions.route\n"
+        "print(vars(openroute)['route'] is route, Exchange.__module__, 'sqlalchemy' in sys.modules)\n"
     )
     assert _first_lines_printed_by(code) == ["False", "True openroute.engine.exchange True"]
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         openroute.Nothing  # noqa: B018
+
+
+def test_the_tracing_module_is_imported_from_the_root_as_documented() -> None:
+    # docs/operations.md: `from openroute import tracing` (its home is openroute/runtime/tracing.py); run as text,
+    # which the import rewrite of the layers' move leaves alone
+    from openroute.runtime import tracing
+
+    namespace: dict[str, object] = {}
+    exec("from openroute import tracing", namespace)
+    assert namespace["tracing"] is tracing
+
+
+#: what the reference application may import of openroute: the root and the packages the docs show route authors
+REFERENCE_APP_MAY_IMPORT = ("openroute", "openroute.outbound", "openroute.testing", "openroute.persistence")
+
+
+def test_the_reference_application_is_written_with_the_public_surface() -> None:
+    """routes/ (installed as openroute_reference) imports what a route author can: every import, deferred ones and
+    those under TYPE_CHECKING too, names a public package, never the engine, an edge's module or a `_` module."""
+    import ast
+    from pathlib import Path
+
+    routes = Path(openroute.__file__).resolve().parent.parent / "routes"
+    found: dict[str, set[str]] = {}
+    for path in sorted(routes.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.setdefault(path.name, set()).add(node.module)
+            elif isinstance(node, ast.Import):
+                found.setdefault(path.name, set()).update(alias.name for alias in node.names)
+    bad = {name: sorted(module for module in modules if module.split(".")[0] == "openroute"
+                        and module not in REFERENCE_APP_MAY_IMPORT)
+           for name, modules in found.items()}
+    assert not {name: modules for name, modules in bad.items() if modules}
+    assert "demo.py" in found and "openroute.testing" in found["demo.py"]

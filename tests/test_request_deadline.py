@@ -12,7 +12,7 @@ import pytest
 from openroute.persistence import MessageStore
 
 from openroute.engine import Engine, EngineSettings
-from openroute.request_deadline import request_deadline_protocol
+from openroute.wire.request_deadline import request_deadline_protocol
 from tests._support.servers import read_until_closed, serving_on_socket
 from tests.inbound.conftest import AUTH, BINDINGS, basic, routes
 from tests.inbound.conftest import SETTINGS as INBOUND_SETTINGS

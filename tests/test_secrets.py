@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import mask_secrets, masked_url
 
-from openroute.logs import configure_logging
+from openroute.runtime.logs import configure_logging
 
 PLANTED = "Pl4ntedS3cret"
 #: a PostgreSQL server that is not there (port 1 refuses), with a password that must never be printed
@@ -122,11 +122,11 @@ async def test_error_texts_shown_to_operators_mask_credentials(sqlite_url: str, 
     import httpx
     from openroute.persistence import MessageStore
 
+    from openroute.definitions.message import InboundMessage
+    from openroute.definitions.retry import RetryPolicy
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
     from openroute.inbound import AdminAuth, AdminUser
-    from openroute.message import InboundMessage
-    from openroute.retry import RetryPolicy
-    from openroute.route import Route, RouteRegistry
     from openroute.server import create_app
 
     store = MessageStore(sqlite_url)
@@ -258,15 +258,15 @@ async def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
     from openroute.persistence import MessageState, MessageStore
 
     from openroute.alerts import AlertEvaluator, AlertRule, WebhookNotifier
+    from openroute.definitions.errors import BusinessError
+    from openroute.definitions.message import InboundMessage
+    from openroute.definitions.retry import RetryPolicy
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
     from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
-    from openroute.errors import BusinessError
     from openroute.inbound import AdminAuth, AdminUser
-    from openroute.logs import AttemptFailureLog, log_transition
-    from openroute.message import InboundMessage
     from openroute.outbound import CallRecordSettings, ExternalCalls, ExternalHttpClient, ExternalSystem
-    from openroute.retry import RetryPolicy
-    from openroute.route import Route, RouteRegistry
+    from openroute.runtime.logs import AttemptFailureLog, log_transition
     from openroute.server import create_app
     from tests._support.servers import served
 

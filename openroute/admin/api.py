@@ -25,11 +25,10 @@ from openroute.admin.openapi import admin_openapi
 from openroute.auth.credentials import AdminAuth
 from openroute.auth.cross_site import check_origin, normalize_origins, require_json
 from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
-from openroute.errors import IllegalTransitionError, StaleMessageError
 from openroute.jobs.counts import MessageCounts
-from openroute.logs import repeated_errors
 from openroute.persistence import MessageState, StoredMessage
 from openroute.queries.filters import (
     check_no_nul,
@@ -41,6 +40,7 @@ from openroute.queries.filters import (
 from openroute.queries.messages import MessageNotFoundError, load_message_detail, summaries
 from openroute.queries.search import summary_page
 from openroute.queries.status import NodeNotFoundError, node_summary, parse_node_state
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.admin")
 T = TypeVar("T")

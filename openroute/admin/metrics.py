@@ -25,11 +25,11 @@ from openroute.auth.credentials import AdminAuth
 from openroute.auth.errors import AuthenticationError, ForbiddenError, TooManyFailedLoginsError, status_and_code
 from openroute.engine import Engine
 from openroute.jobs.counts import MessageCounts
-from openroute.logs import repeated_errors
 from openroute.outbound import ExternalCalls
 from openroute.persistence import MessageState, StoredMessage
 from openroute.persistence.breaker import BreakerState, BreakerStore
 from openroute.persistence.outage import StoreOutage
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.metrics")
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from openroute.alerts.notifiers import Notification, Notifier
 from openroute.alerts.rules import AlertRule, decide, rules_by_name
-from openroute.clock import Clock, SystemClock
-from openroute.errors import ConfigurationError
+from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import MessageStore
 from openroute.persistence.alerts import AlertStateStore
 from openroute.persistence.outage import StoreOutage, is_store_unreachable, run_passes

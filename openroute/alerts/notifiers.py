@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from openroute.alerts.rules import NotificationKind
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence.secrets import mask_secrets
 
 __all__ = ["LogNotifier", "Notification", "Notifier", "SmtpNotifier", "WebhookNotifier"]

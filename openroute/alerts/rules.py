@@ -16,8 +16,8 @@ from enum import StrEnum
 
 import sqlalchemy as sa
 
-from openroute.errors import ConfigurationError
-from openroute.names import by_unique_name
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.names import by_unique_name
 from openroute.persistence import MessageState, message_table
 from openroute.persistence.alerts import AlertState
 

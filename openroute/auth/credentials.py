@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from openroute.auth.errors import AuthenticationError, ForbiddenError
 from openroute.auth.login_limit import LoginLimiter
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 API_KEY_HEADER = "x-api-key"
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from openroute.auth.errors import ForbiddenError, UnsupportedMediaTypeError
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 __all__ = ["CrossSiteError", "check_origin", "normalize_origins", "require_json"]
 

@@ -1,14 +1,14 @@
 """The refusals of the HTTP faces (inbound endpoints, admin API, console), each with the HTTP status and error code
 it is answered with (:func:`status_and_code`).
 
-Payload problems derive from :class:`openroute.errors.ValidationError` (nothing is stored, HTTP 400 / SOAP
+Payload problems derive from :class:`openroute.definitions.errors.ValidationError` (nothing is stored, HTTP 400 / SOAP
 Fault); authentication problems are rejected before the body is read. One catalogue for every face: the admin
 API reads an action's JSON body within the same limits as the inbound, and the console lists these codes.
 """
 
 from __future__ import annotations
 
-from openroute.errors import (
+from openroute.definitions.errors import (
     NodeNotAcceptingError,
     OpenrouteError,
     PayloadTooLargeError,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from openroute.auth.errors import TooManyFailedLoginsError
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 log = logging.getLogger("openroute.auth")
 

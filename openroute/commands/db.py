@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 def _open_store(what: str, args: argparse.Namespace, *, existing: bool = False) -> tuple[Any, str] | int:
     """The store of ``args`` (``--database-url``, ``--config``) and its URL as shown, or the exit code after one line
     on stderr saying why it cannot be opened; ``existing``: a SQLite file that is not there is not created."""
-    from openroute.errors import ConfigurationError
+    from openroute.definitions.errors import ConfigurationError
     from openroute.persistence import MessageStore, sqlite_file
 
     try:

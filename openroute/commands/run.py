@@ -101,8 +101,8 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
 
     Raises StartupError with the exit code of the first check that fails."""
     from openroute.config import load_config
-    from openroute.errors import ConfigurationError, DeploymentError
-    from openroute.logs import configure_logging
+    from openroute.definitions.errors import ConfigurationError, DeploymentError
+    from openroute.runtime.logs import configure_logging
 
     overrides = {"routes": args.routes, "host": args.host, "port": args.port, "database_url": args.database_url,
                  "migrate": args.migrate,
@@ -136,7 +136,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
 
 
 def _load_application(routes: str | None) -> Any:
-    from openroute.errors import ConfigurationError, DeploymentError
+    from openroute.definitions.errors import ConfigurationError, DeploymentError
     from openroute.loading import DEFAULT_ROUTES, load_application
 
     try:
@@ -194,11 +194,11 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     import uvicorn
 
     from openroute.engine import Engine
-    from openroute.header_limits import limit_headers
-    from openroute.logs import AttemptFailureLog, log_transition
-    from openroute.proxy_headers import ProxyHeaders
-    from openroute.request_deadline import request_deadline_protocol
+    from openroute.runtime.logs import AttemptFailureLog, log_transition
     from openroute.server import channel_inbound, create_app, inbound_throttling
+    from openroute.wire.header_limits import limit_headers
+    from openroute.wire.proxy_headers import ProxyHeaders
+    from openroute.wire.request_deadline import request_deadline_protocol
 
     external_calls = config.external_calls(store)
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
@@ -239,7 +239,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
         if config.tracing.enabled:  # after the engine stopped: its last spans are exported too
             import asyncio
 
-            from openroute import tracing
+            from openroute.runtime import tracing
 
             await asyncio.to_thread(tracing.disable)
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, PasswordSection, Section
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 
 class NotifierConfig(PasswordSection):

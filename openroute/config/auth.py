@@ -10,7 +10,7 @@ from typing import Any, Self
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, PasswordSection, Section
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 
 class _Login(PasswordSection):

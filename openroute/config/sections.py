@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, Section
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from openroute.confirmation import ConfirmationService
 
 
 class RetryConfig(Section):
-    """The default retry policy (see :class:`openroute.retry.RetryPolicy` for the formula)."""
+    """The default retry policy (see :class:`openroute.definitions.retry.RetryPolicy` for the formula)."""
 
     max_attempts: int = Field(3, ge=1)
     interval: Duration = timedelta(seconds=60)
@@ -35,8 +35,8 @@ class RetryConfig(Section):
         return self
 
     def policy(self) -> Any:
-        """The :class:`~openroute.retry.RetryPolicy` of these settings."""
-        from openroute.retry import RetryPolicy
+        """The :class:`~openroute.definitions.retry.RetryPolicy` of these settings."""
+        from openroute.definitions.retry import RetryPolicy
 
         return RetryPolicy(self.max_attempts, self.interval, self.backoff, self.max_interval, self.jitter)
 
@@ -113,8 +113,8 @@ class InboundConfig(Section):
         return InboundSettings(max_body_bytes=self.max_body_bytes, max_depth=self.max_depth)
 
     def header_limits(self) -> Any:
-        """The :class:`~openroute.header_limits.HeaderLimits` of every request to the node."""
-        from openroute.header_limits import HeaderLimits
+        """The :class:`~openroute.wire.header_limits.HeaderLimits` of every request to the node."""
+        from openroute.wire.header_limits import HeaderLimits
 
         return HeaderLimits(max_bytes=self.max_header_bytes, max_headers=self.max_headers)
 
@@ -124,7 +124,8 @@ class ServerHttpConfig(Section):
 
     #: the proxies (addresses or networks such as ``10.0.0.0/8``; ``"*"``: any peer) whose ``Forwarded`` (RFC 7239;
     #: else ``X-Forwarded-For`` and ``X-Forwarded-Proto``) gives the client's address and scheme
-    #: (:mod:`openroute.proxy_headers`); none (the default): the socket's peer is the client, whatever a header says
+    #: (:mod:`openroute.wire.proxy_headers`); none (the default): the socket's peer is the client, whatever a header
+    #: says
     forwarded_allow_ips: list[str] = []
 
     @model_validator(mode="after")
@@ -242,7 +243,7 @@ class ConfirmationsConfig(Section):
 
 
 class RetentionConfig(Section):
-    """How long final messages are kept (``[retention]``; see :class:`openroute.retention.RetentionPolicy`).
+    """How long final messages are kept (``[retention]``; see :class:`openroute.runtime.retention.RetentionPolicy`).
 
     ``keep`` maps a final state to its keep time, e.g. ``keep = { OK = "30d", FAILED = "180d" }``; with no
     ``keep`` nothing is deleted and no job runs.
@@ -259,10 +260,10 @@ class RetentionConfig(Section):
         return self
 
     def policy(self) -> Any:
-        """The :class:`~openroute.retention.RetentionPolicy` (None when ``keep`` is empty)."""
+        """The :class:`~openroute.runtime.retention.RetentionPolicy` (None when ``keep`` is empty)."""
         if not self.keep:
             return None
-        from openroute.retention import RetentionPolicy
+        from openroute.runtime.retention import RetentionPolicy
 
         try:
             return RetentionPolicy(dict(self.keep), self.batch_size, self.interval, self.max_batches)

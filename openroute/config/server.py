@@ -27,7 +27,7 @@ from openroute.config.sections import (
 )
 from openroute.config.tracing import TracingConfig
 from openroute.config.values import ENV_PREFIX
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import DEFAULT_DATABASE_URL
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The ``[tracing]`` section: traces of every message across its hops (:mod:`openroute.tracing`)."""
+"""The ``[tracing]`` section: traces of every message across its hops (:mod:`openroute.runtime.tracing`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from openroute.config.values import Duration, Section
 
 class TracingConfig(Section):
     """Traces of every message across its hops, exported by OTLP over HTTP (needs the ``otel`` extra;
-    :mod:`openroute.tracing`, docs/operations.md#tracing). Off by default."""
+    :mod:`openroute.runtime.tracing`, docs/operations.md#tracing). Off by default."""
 
     enabled: bool = False
     #: the ``service.name`` of the spans
@@ -36,7 +36,7 @@ class TracingConfig(Section):
         extra is not installed."""
         if not self.enabled:
             return False
-        from openroute import tracing
+        from openroute.runtime import tracing
 
         tracing.configure(service_name=self.service_name, endpoint=self.endpoint,
                           timeout=self.export_timeout.total_seconds())

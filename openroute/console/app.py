@@ -47,16 +47,16 @@ from openroute.console._search import (
     short_time,
 )
 from openroute.console.catalogue import error_catalogue
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.engine import Engine
 from openroute.engine.in_doubt import InDoubtAction, NoCallInDoubtError, resolve_in_doubt
-from openroute.errors import IllegalTransitionError, StaleMessageError
-from openroute.logs import repeated_errors
 from openroute.persistence import FINAL_STATES, MessageState, NodeState, mask_secrets
 from openroute.persistence.breaker import BreakerStore
 from openroute.queries.dashboard import THROUGHPUT_BUCKETS, THROUGHPUT_WINDOW, dashboard
 from openroute.queries.filters import InvalidQueryError, check_no_nul, parse_message_id
 from openroute.queries.messages import MessageNotFoundError, load_message_detail
 from openroute.queries.status import NodeNotFoundError, breaker_summary, node_summary, parse_node_state
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.console")
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from openroute import errors as core_errors
+from openroute.definitions import errors as core_errors
 from openroute.engine.outcome import ErrorCode as EngineErrorCode
 from openroute.persistence import message_table
 from openroute.persistence.store import MessageStore

@@ -1,6 +1,7 @@
 """``openroute messages list|show|restart|cancel|mark-done|call-again``: the operator's command line.
 
-With ``--database-url`` (default: ``OPENROUTE_DATABASE_URL``, else the SQLite file) it reads the store and acts
+With the store's URL (``--database-url`` over ``OPENROUTE_DATABASE_URL`` over the ``--config`` file over the SQLite
+file ``openroute.db``, resolved by :mod:`openroute.cli` as for every command) it reads the store and acts
 through an :class:`~openroute.engine.Engine` that is not started (a restarted message is picked up by the next
 repoll of a running node); with ``--url`` it talks to a running server's admin API (``--user``, password from
 ``OPENROUTE_ADMIN_PASSWORD`` or a prompt). Output: aligned tables on a terminal, tab-separated lines in a pipe,
@@ -28,7 +29,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO, cast
 
-from openroute.bulk import spark_suggestion
+from openroute.runtime.bulk import spark_suggestion
 
 #: (option, admin search parameter)
 FILTERS = (
@@ -81,7 +82,9 @@ def add_parser(subparsers: Any) -> None:
 
     def common(parser: argparse.ArgumentParser) -> None:
         where = parser.add_mutually_exclusive_group()
-        where.add_argument("--database-url", default=None, help="SQLAlchemy URL of the store")
+        where.add_argument("--database-url", default=None,
+                           help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else the --config "
+                                "file's database_url, else sqlite:///openroute.db)")
         where.add_argument("--url", default=None, help="base URL of a running server (its admin API)")
         parser.add_argument("--config", default=None, metavar="FILE",
                             help="the server's TOML configuration (its database_url), under --database-url and "
@@ -200,8 +203,8 @@ def _act(args: argparse.Namespace, backend: Any, out: TextIO, err: TextIO, stdin
 
 
 def _matching(action: str, params: dict[str, Any], backend: Any, err: TextIO) -> list[int]:
-    """The ids the filters select; above the measured crossover (openroute/bulk.py) a line on ``err`` says a Spark
-    job does it quicker."""
+    """The ids the filters select; above the measured crossover (openroute/runtime/bulk.py) a line on ``err`` says a
+    Spark job does it quicker."""
     if action in ("restart", "mark-done", "call-again") and not params.get("state"):
         params["state"] = ["FAILED"]  # only FAILED and CANCEL can be restarted; FAILED is what one means
     ids = list(backend.matching_ids(params))
@@ -296,9 +299,9 @@ def _backend(args: argparse.Namespace, stdin: TextIO) -> Any:
                 raise CliError("set OPENROUTE_ADMIN_PASSWORD (no terminal to ask for the password)")
             password = getpass.getpass(f"password of {args.user}: ")
         return ServerBackend(args.url, args.user, password)
-    from openroute.persistence import DEFAULT_DATABASE_URL
-
-    return StoreBackend(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+    if args.database_url is None:  # the command line resolves it before the command runs (openroute.cli)
+        raise CliError("the store's URL is not resolved: run openroute messages (openroute.cli.main)")
+    return StoreBackend(args.database_url)
 
 
 class StoreBackend:
@@ -370,11 +373,11 @@ class StoreBackend:
         return asyncio.run(self._act(action, ids))
 
     async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
+        from openroute.definitions.route import RouteRegistry
         from openroute.engine import Engine, EngineSettings
         from openroute.engine.in_doubt import resolve_in_doubt
-        from openroute.errors import IllegalTransitionError, StaleMessageError
-        from openroute.logs import ensure_action_log, log_action
-        from openroute.route import RouteRegistry
+        from openroute.runtime.logs import ensure_action_log, log_action
 
         ensure_action_log()
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from openroute.errors import PayloadTooLargeError, ValidationError
-from openroute.message import InboundMessage
+from openroute.definitions.errors import PayloadTooLargeError, ValidationError
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.persistence import MessageState
-from openroute.route import Route, RouteRegistry
 
 __all__ = ["AcceptResult", "check_inbound"]
 
@@ -29,8 +29,8 @@ class AcceptResult:
 def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_bytes: int) -> Route:
     """The route of ``inbound`` once every check of an accept passed (nothing is stored).
 
-    Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
-    the field errors for a typed route's body) or :class:`PayloadTooLargeError` (over ``max_payload_bytes``).
+    Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.definitions.body.InvalidBodyError`
+    with the field errors for a typed route's body) or :class:`PayloadTooLargeError` (over ``max_payload_bytes``).
     """
     if not isinstance(inbound, InboundMessage):
         raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")

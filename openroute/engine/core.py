@@ -19,9 +19,23 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from openroute import states, tracing
-from openroute.clock import Clock, SystemClock
+from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.errors import (
+    CircuitOpenError,
+    ConfigurationError,
+    IllegalTransitionError,
+    MessageDroppedByInterceptor,
+    NodeNotAcceptingError,
+    StaleMessageError,
+    StoreUnavailableError,
+    UnknownRouteError,
+    ValidationError,
+)
+from openroute.definitions.interceptors import MessageInterceptor, check_interceptors
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
+from openroute.engine import states
 from openroute.engine._work_signal import WorkSignal
 from openroute.engine.accept import AcceptResult, check_inbound
 from openroute.engine.delivery import deliver
@@ -36,22 +50,9 @@ from openroute.engine.reads import StoreReads
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings
 from openroute.engine.writes import FinalStateTxHook
-from openroute.errors import (
-    CircuitOpenError,
-    ConfigurationError,
-    IllegalTransitionError,
-    MessageDroppedByInterceptor,
-    NodeNotAcceptingError,
-    StaleMessageError,
-    StoreUnavailableError,
-    UnknownRouteError,
-    ValidationError,
-)
-from openroute.interceptors import MessageInterceptor, check_interceptors
-from openroute.logs import repeated_errors
-from openroute.message import InboundMessage
 from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
-from openroute.route import Route, RouteRegistry
+from openroute.runtime import tracing
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["PROCESSING_CHANNEL", "Engine"]
 
@@ -221,8 +222,9 @@ class Engine:
     def check_inbound(self, inbound: InboundMessage) -> Route:
         """The checks of :meth:`accept` without storing anything; returns the route.
 
-        Raises :class:`UnknownRouteError`, :class:`ValidationError` (:class:`~openroute.body.InvalidBodyError` with
-        the field errors for a typed route's body) or :class:`PayloadTooLargeError`.
+        Raises :class:`UnknownRouteError`, :class:`ValidationError`
+        (:class:`~openroute.definitions.body.InvalidBodyError` with the field errors for a typed route's body) or
+        :class:`PayloadTooLargeError`.
         """
         return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
 
@@ -236,8 +238,8 @@ class Engine:
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
         When this node's queue is full the call does not wait: the message stays NEW in the store and the feeder
         queues it once room frees (a backlog is the store's to hold, not the sender's).
-        While tracing is on (:mod:`openroute.tracing`) the accept is a span, child of ``inbound.traceparent``, and
-        that span's traceparent is stored with the message: the parent of its attempts and confirmation.
+        While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``,
+        and that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
         if tracing.ENABLED:
             return await tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))

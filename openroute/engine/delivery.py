@@ -9,11 +9,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from openroute import tracing
+from openroute.definitions.errors import BusinessError, MessageDroppedByInterceptor
+from openroute.definitions.interceptors import InterceptionContext, MessageInterceptor, run_chain
+from openroute.definitions.route import Route
 from openroute.engine.exchange import Exchange
-from openroute.errors import BusinessError, MessageDroppedByInterceptor
-from openroute.interceptors import InterceptionContext, MessageInterceptor, run_chain
-from openroute.route import Route
+from openroute.runtime import tracing
 
 __all__ = ["deliver"]
 

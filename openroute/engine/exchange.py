@@ -1,7 +1,7 @@
 """The exchange: one processing attempt of one message, as a route's steps see it (the runtime of a route).
 
-A route (:mod:`openroute.route`) is pure definition; everything an attempt does against the store (idempotent
-external calls, splits into child messages) lives here and reaches the engine only through the narrow
+A route (:mod:`openroute.definitions.route`) is pure definition; everything an attempt does against the store
+(idempotent external calls, splits into child messages) lives here and reaches the engine only through the narrow
 :class:`AttemptRuntime` the engine hands to each exchange.
 """
 
@@ -19,9 +19,17 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from openroute import tracing
-from openroute.child import ChildMessage
-from openroute.clock import Clock
+from openroute.definitions.child import ChildMessage
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import (
+    BusinessError,
+    CircuitOpenError,
+    ConfigurationError,
+    TechnicalError,
+    ValidationError,
+)
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import ExtCallScope, Route, RouteRegistry
 from openroute.engine.idempotency import (
     CallInDoubtError,
     InDoubt,
@@ -31,8 +39,6 @@ from openroute.engine.idempotency import (
     using_idempotency_key,
 )
 from openroute.engine.outcome import ErrorCode
-from openroute.errors import BusinessError, CircuitOpenError, ConfigurationError, TechnicalError, ValidationError
-from openroute.message import InboundMessage
 from openroute.persistence import (
     CallEnd,
     CallStart,
@@ -45,7 +51,7 @@ from openroute.persistence import (
     mask_secrets,
 )
 from openroute.persistence.breaker import BreakerOutlook
-from openroute.route import ExtCallScope, Route, RouteRegistry
+from openroute.runtime import tracing
 
 __all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "Exchange", "ExtCallScope"]
 
@@ -59,7 +65,7 @@ class CallGuard(Protocol):
 
     async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
         """Make ``call`` (sync or async) for ``message`` unless the breaker of ``system`` refuses it
-        (:class:`~openroute.errors.CircuitOpenError`), and return its result."""
+        (:class:`~openroute.definitions.errors.CircuitOpenError`), and return its result."""
         ...
 
     def watch(self, listener: Callable[[str], None]) -> None:
@@ -128,12 +134,12 @@ class Exchange:
 
     @property
     def body(self) -> Any:
-        """The payload bound to the route's model (``.body(Model)``, :mod:`openroute.body`), parsed at the first
-        read of this attempt and kept for its other steps; ``payload`` keeps the raw text.
+        """The payload bound to the route's model (``.body(Model)``, :mod:`openroute.definitions.body`), parsed at the
+        first read of this attempt and kept for its other steps; ``payload`` keeps the raw text.
 
         Raises :class:`ConfigurationError` when the route declares no model, and
-        :class:`~openroute.body.InvalidBodyError` (a validation error: the message ends FAILED) when the stored
-        payload does not match it (e.g. stored before the model changed).
+        :class:`~openroute.definitions.body.InvalidBodyError` (a validation error: the message ends FAILED) when the
+        stored payload does not match it (e.g. stored before the model changed).
         """
         if self._body is None:
             model = self.route.body if self.route is not None else None
@@ -305,8 +311,8 @@ class Exchange:
         call in doubt. A message without an object id has no entity: entity scope then falls back to message scope.
 
         ``system`` names the external system called (``[external_systems.NAME]``): its circuit breaker may refuse the
-        call (:class:`~openroute.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and the call
-        is recorded when its call records are on (docs/outage.md).
+        call (:class:`~openroute.definitions.errors.CircuitOpenError`: the message is POSTPONED, no attempt counted) and
+        the call is recorded when its call records are on (docs/outage.md).
         """
         if system is not None:
             call = self._guarded(system, key, call)

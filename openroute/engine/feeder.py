@@ -20,12 +20,12 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
 from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings
-from openroute.logs import repeated_errors
 from openroute.persistence import FunnelShare, MessageState
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["FUNNEL_SHARE_GRACE", "Feeder"]
 

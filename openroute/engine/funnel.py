@@ -21,12 +21,12 @@ from typing import cast
 
 import sqlalchemy as sa
 
-from openroute import states
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import UnknownRouteError
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
-from openroute.errors import UnknownRouteError
+from openroute.engine import states
 from openroute.persistence import MessageState, MessageStore, StoredMessage
-from openroute.route import Route, RouteRegistry
 
 __all__ = ["FunnelQueue"]
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Literal
 
-from openroute.errors import TechnicalError
+from openroute.definitions.errors import TechnicalError
 
 __all__ = [
     "CALL_IN_DOUBT",

@@ -17,9 +17,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal
 
-from openroute import states
+from openroute.definitions.errors import OpenrouteError
+from openroute.engine import states
 from openroute.engine.core import Engine
-from openroute.errors import OpenrouteError
 from openroute.persistence import MessageState, StoredMessage
 
 __all__ = ["InDoubtAction", "NoCallInDoubtError", "Resolution", "resolve_in_doubt"]
@@ -47,9 +47,10 @@ async def resolve_in_doubt(engine: Engine, message_id: int, action: InDoubtActio
     """Resolve every call in doubt of ``message_id`` per ``action``, then restart the message (``cause`` recorded).
 
     The message must be restartable (FAILED or CANCEL) and have a call in doubt; otherwise nothing changes.
-    Raises :class:`LookupError` (no such message), :class:`~openroute.errors.IllegalTransitionError` (not FAILED
-    or CANCEL), :class:`NoCallInDoubtError`, :class:`ValueError` (unknown action) or
-    :class:`~openroute.errors.StaleMessageError` (changed meanwhile; the calls stay resolved, restart it again).
+    Raises :class:`LookupError` (no such message), :class:`~openroute.definitions.errors.IllegalTransitionError` (not
+    FAILED or CANCEL), :class:`NoCallInDoubtError`, :class:`ValueError` (unknown action) or
+    :class:`~openroute.definitions.errors.StaleMessageError` (changed meanwhile; the calls stay resolved, restart it
+    again).
     """
     if action not in ("mark-done", "call-again"):
         raise ValueError(f"action must be 'mark-done' or 'call-again', got {action!r}")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.route import Route
 from openroute.engine import outcome as outcomes
 from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.reads import StoreReads
 from openroute.persistence import MessageStore, StoredMessage
-from openroute.route import Route
 
 __all__ = ["ObsoleteCheck"]
 

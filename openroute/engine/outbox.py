@@ -29,8 +29,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.clock import Clock, SystemClock
-from openroute.errors import ConfigurationError
+from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.errors import ConfigurationError
 from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.messaging.config import select_channels

@@ -2,26 +2,26 @@
 
 This is the one place that answers "when is a message FAILED?". A message ends FAILED when
 
-- a step raises a :class:`~openroute.errors.BusinessError` (or one of the route's business exceptions,
-  unless the route continues on business errors) or a :class:`~openroute.errors.ValidationError`
+- a step raises a :class:`~openroute.definitions.errors.BusinessError` (or one of the route's business exceptions,
+  unless the route continues on business errors) or a :class:`~openroute.definitions.errors.ValidationError`
   (its route is gone, or its custom data is not JSON), at once, without retries;
 - a technical failure (any other exception, or its node dying while it was PROCESSING) brings its failed
   count to the retry policy's ``max_attempts``; before that it is PARTLY_FAILED and due again after the
   policy's delay (an attempt that declared no effect retries without counting);
-- an error the route names in ``.on_error(...)`` (:class:`~openroute.retry.ErrorPolicy`, the first that names it)
-  follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
+- an error the route names in ``.on_error(...)`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that
+  names it) follows that policy instead: retried per its own retry policy (a business error too), never retried (FAILED
   after this attempt, failed count + 1), or FAILED at once as a business error;
 - one of its child messages ends FAILED or CANCEL (the parent of a split);
 - a call in doubt of a route that holds such calls (:class:`~openroute.engine.idempotency.CallInDoubtError`):
   FAILED at once with error code ``CALL_IN_DOUBT``, failed count unchanged, held for an operator ("mark done" /
   "call again", both restart it); the source system is not confirmed until it reaches its real outcome.
 
-A call that meets an open circuit breaker (:class:`~openroute.errors.CircuitOpenError`) fails nothing: the
+A call that meets an open circuit breaker (:class:`~openroute.definitions.errors.CircuitOpenError`) fails nothing: the
 message parks on the external system (POSTPONED, ``parked_on`` the system, no due time, its failed count unchanged)
 until the engine releases it when the breaker lets calls through again (``engine/parking.py``).
 
 The engine asks these functions for a :class:`Decision` and applies it through the state machine
-(:mod:`openroute.states`); nothing here touches the database, so every rule is tested without one.
+(:mod:`openroute.engine.states`); nothing here touches the database, so every rule is tested without one.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol
 
+from openroute.definitions.errors import BusinessError, CircuitOpenError, ValidationError, is_expected_error
+from openroute.definitions.retry import ErrorAction, ErrorPolicy, RetryPolicy, error_code, policy_for
 from openroute.engine.idempotency import CallInDoubtError
-from openroute.errors import BusinessError, CircuitOpenError, ValidationError, is_expected_error
 from openroute.persistence import FINAL_STATES, MessageState, StoredMessage, mask_secrets, masked_value
-from openroute.retry import ErrorAction, ErrorPolicy, RetryPolicy, error_code, policy_for
 
 __all__ = [
     "MAX_ERROR_TEXT",

@@ -23,7 +23,7 @@ import functools
 import logging
 from datetime import datetime, timedelta
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
 from openroute.engine._work_signal import WorkSignal
 from openroute.engine.exchange import CallGuard
 from openroute.engine.feeder import Feeder

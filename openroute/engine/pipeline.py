@@ -18,16 +18,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
 
-from openroute import states
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import StaleMessageError
 from openroute.engine import outcome as outcomes
+from openroute.engine import states
 from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites, FinalStateTxHook
-from openroute.errors import StaleMessageError
-from openroute.logs import repeated_errors
 from openroute.persistence import (
     CallEnd,
     CallStart,
@@ -39,6 +38,7 @@ from openroute.persistence import (
     NewMessage,
     StoredMessage,
 )
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
 

@@ -17,7 +17,9 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import UnknownRouteError
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
 from openroute.engine.feeder import FUNNEL_SHARE_GRACE, Feeder
 from openroute.engine.funnel import FunnelQueue
@@ -26,10 +28,8 @@ from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.reads import StoreReads
 from openroute.engine.settings import EngineSettings
-from openroute.errors import UnknownRouteError
-from openroute.logs import repeated_errors
 from openroute.persistence import FunnelShare, MessageState, MessageStore
-from openroute.route import Route, RouteRegistry
+from openroute.runtime.logs import repeated_errors
 
 __all__ = ["Repoll"]
 

@@ -8,10 +8,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from openroute.definitions.route import Route
 from openroute.persistence import MessageState
-from openroute.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from openroute.route import Route
 
 __all__ = ["EngineSettings", "EngineStats", "default_node_id"]
 

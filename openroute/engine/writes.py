@@ -18,12 +18,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute import states
-from openroute.clock import Clock
+from openroute.definitions.clock import Clock
+from openroute.definitions.errors import IllegalTransitionError
 from openroute.engine import outcome as outcomes
+from openroute.engine import states
 from openroute.engine._writer import Failure
 from openroute.engine.funnel import FunnelQueue
-from openroute.errors import IllegalTransitionError
 from openroute.persistence import (
     CallEnd,
     CallStart,

@@ -23,7 +23,7 @@ from openroute.auth.errors import (
     UnsupportedMediaTypeError,
 )
 from openroute.auth.login_limit import LoginLimiter
-from openroute.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
+from openroute.definitions.binding import Extracted, Extractor, InboundBinding, ParsedPayload, QName, default_bindings
 from openroute.inbound.app import (
     CORRELATION_HEADER,
     PROCESS_HEADER,

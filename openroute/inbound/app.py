@@ -23,7 +23,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from openroute import tracing
 from openroute.auth.credentials import SourceSystemAuth, require_system
 from openroute.auth.errors import (
     CLIENT_DISCONNECTED,
@@ -32,10 +31,11 @@ from openroute.auth.errors import (
     UnsupportedMediaTypeError,
     status_and_code,
 )
-from openroute.binding import InboundBinding, ParsedPayload
-from openroute.body import InvalidBodyError
+from openroute.definitions.binding import InboundBinding, ParsedPayload
+from openroute.definitions.body import InvalidBodyError
+from openroute.definitions.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
+from openroute.definitions.message import InboundMessage
 from openroute.engine import AcceptResult, Engine
-from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
 from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import (
     check_content_length,
@@ -56,9 +56,9 @@ from openroute.inbound.soap import (
     soap_version_of,
     wsdl_document,
 )
-from openroute.logs import repeated_errors
-from openroute.message import InboundMessage
 from openroute.persistence import message_table
+from openroute.runtime import tracing
+from openroute.runtime.logs import repeated_errors
 
 if TYPE_CHECKING:
     from openroute.inbound.throttling import Throttling
@@ -525,7 +525,7 @@ def _check_json_type(content_type: str | None) -> None:
 
 def bindings_for(routes: Iterable[Any], explicit: Iterable[InboundBinding] = ()) -> list[InboundBinding]:
     """``explicit`` bindings plus default XML and JSON bindings for every route that has none of that kind."""
-    from openroute.binding import default_bindings
+    from openroute.definitions.binding import default_bindings
 
     result = list(explicit)
     have = {(b.service, b.operation, b.content_type) for b in result}

@@ -28,12 +28,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route as HttpRoute
 
-from openroute import tracing
-from openroute.binding import ChannelBinding, InboundBinding
+from openroute.definitions.binding import ChannelBinding, InboundBinding
+from openroute.definitions.route import RouteRegistry
 from openroute.inbound.channel_options import ChannelOptions
 from openroute.inbound.openapi import package_version
 from openroute.messaging.config import ChannelConfig
-from openroute.route import RouteRegistry
+from openroute.runtime import tracing
 
 __all__ = ["AsyncApiContract", "DescribedChannel", "channel_asyncapi"]
 
@@ -62,7 +62,7 @@ class DescribedChannel:
 def channel_asyncapi(channels: Sequence[DescribedChannel], routes: RouteRegistry) -> dict[str, Any]:
     """The AsyncAPI 3.0.0 document of ``channels`` (the routes' body models found in ``routes``).
 
-    Raises :class:`~openroute.errors.UnknownRouteError` for a channel whose route is not in ``routes``."""
+    Raises :class:`~openroute.definitions.errors.UnknownRouteError` for a channel whose route is not in ``routes``."""
     document = _Document(routes)
     for described in sorted(channels, key=lambda c: c.binding.channel):
         document.add(described)

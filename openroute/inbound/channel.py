@@ -1,7 +1,7 @@
 """Routes fed by broker channels: each delivery is checked and stored like an HTTP request, then acknowledged.
 
-A route declares ``.from_channel("crm-in")`` (:class:`~openroute.binding.ChannelBinding`); the configuration binds
-the channel to a connector of the messaging layer (``openroute.messaging.incoming.crm-in.connector = "amqp"``, or
+A route declares ``.from_channel("crm-in")`` (:class:`~openroute.definitions.binding.ChannelBinding`); the configuration
+binds the channel to a connector of the messaging layer (``openroute.messaging.incoming.crm-in.connector = "amqp"``, or
 ``in-memory`` for tests and the demo). :class:`ChannelInbound` consumes those channels with manual
 acknowledgment, in front of :meth:`Engine.accept <openroute.engine.Engine.accept>`:
 
@@ -30,21 +30,21 @@ from typing import Any
 
 from lxml import etree
 
-from openroute import tracing
 from openroute.auth.errors import BodyTooLargeError, MalformedPayloadError, status_and_code
-from openroute.binding import ChannelBinding, ParsedPayload
+from openroute.definitions.binding import ChannelBinding, ParsedPayload
+from openroute.definitions.errors import ConfigurationError, DeploymentError, ValidationError
+from openroute.definitions.message import InboundMessage
 from openroute.engine import AcceptResult, Engine
-from openroute.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.inbound.app import InboundSettings
 from openroute.inbound.asyncapi import DescribedChannel
 from openroute.inbound.channel_options import ChannelOptions
 from openroute.inbound.deliveries import ChannelReport, ChannelStats, DeliveryOutcome
 from openroute.inbound.parsing import checked_message, parse_json, parse_timestamp, parse_xml
-from openroute.message import InboundMessage
 from openroute.messaging import Acknowledgment, Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
 from openroute.messaging.amqp import AmqpIncomingMetadata, AmqpOutgoingMetadata, AmqpSource
 from openroute.messaging.config import ChannelConfig, select_channels
 from openroute.messaging.errors import RedeliverError
+from openroute.runtime import tracing
 
 __all__ = [
     "CODE_HEADER",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from openroute.errors import ConfigurationError, DeploymentError
+from openroute.definitions.errors import ConfigurationError, DeploymentError
 from openroute.messaging.config import ChannelConfig
 
 __all__ = ["ChannelOptions"]

@@ -5,8 +5,8 @@ Served beside the WSDL of the SOAP endpoint, without authentication::
     GET /api/openapi.json        one operation per JSON route: POST /api/<service>/<operation>
     GET /api/docs                Swagger UI (its assets come from the swagger-ui-bundle-v2 package, no CDN)
 
-A route with a body model (``.body(Model)``, :mod:`openroute.body`) is described with the model's JSON schema
-(pydantic's ``model_json_schema``); an untyped route takes any JSON object. The answers are the ones
+A route with a body model (``.body(Model)``, :mod:`openroute.definitions.body`) is described with the model's JSON
+schema (pydantic's ``model_json_schema``); an untyped route takes any JSON object. The answers are the ones
 :class:`~openroute.inbound.InboundEndpoints` gives: 202 accepted, 200 a duplicate of a stored message, and the
 error codes of :func:`~openroute.auth.errors.status_and_code`.
 """
@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route as HttpRoute
 
-from openroute.binding import InboundBinding
-from openroute.route import RouteRegistry
+from openroute.definitions.binding import InboundBinding
+from openroute.definitions.route import RouteRegistry
 
 __all__ = ["InboundContract", "inbound_openapi", "package_version", "swagger_ui_assets"]
 
@@ -112,7 +112,7 @@ def inbound_openapi(bindings: Sequence[InboundBinding], routes: RouteRegistry, *
 
     Each operation's request body is the JSON schema of its route's body model, or any object for an untyped
     route; ``secured`` adds the source systems' credentials (HTTP Basic or an API key) and the 401/403 answers.
-    Raises :class:`~openroute.errors.UnknownRouteError` for a binding without a route in ``routes``.
+    Raises :class:`~openroute.definitions.errors.UnknownRouteError` for a binding without a route in ``routes``.
     """
     served = sorted((b for b in bindings if b.content_type == "json"), key=lambda b: b.key)
     models: dict[tuple[str, str], type[BaseModel]] = {}

@@ -21,13 +21,13 @@ from openroute.auth.errors import (
     NestingTooDeepError,
     NumberTooLongError,
 )
-from openroute.binding import InboundBinding, ParsedPayload
-from openroute.body import Body
-from openroute.clock import aware_datetime
-from openroute.errors import ValidationError
-from openroute.message import InboundMessage
-from openroute.route import RouteRegistry
-from openroute.schema import secure_parser
+from openroute.definitions.binding import InboundBinding, ParsedPayload
+from openroute.definitions.body import Body
+from openroute.definitions.clock import aware_datetime
+from openroute.definitions.errors import ValidationError
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import RouteRegistry
+from openroute.definitions.schema import secure_parser
 
 _MAX_REASON = 300
 #: libxml2 refuses XML nested deeper than this without huge_tree (off here): the effective limit of larger max_depth
@@ -236,7 +236,8 @@ def parse_timestamp(value: str | None) -> datetime | None:
 
 def bound_body(body: Body | None, payload: ParsedPayload) -> Any:
     """The payload bound to a typed route's model from the document already parsed (None for an untyped route), so
-    that ``Engine.accept`` does not parse the text again; raises :class:`~openroute.body.InvalidBodyError`."""
+    that ``Engine.accept`` does not parse the text again; raises
+    :class:`~openroute.definitions.body.InvalidBodyError`."""
     if body is None:
         return None
     return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)

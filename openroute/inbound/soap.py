@@ -11,8 +11,8 @@ from xml.sax.saxutils import escape, quoteattr
 from lxml import etree
 
 from openroute.auth.errors import MalformedPayloadError, SoapVersionMismatchError, UnsupportedMediaTypeError
-from openroute.binding import InboundBinding, ParsedPayload
-from openroute.schema import RequestSchema
+from openroute.definitions.binding import InboundBinding, ParsedPayload
+from openroute.definitions.schema import RequestSchema
 
 SOAP11_NS = "http://schemas.xmlsoap.org/soap/envelope/"
 SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"
@@ -20,7 +20,7 @@ SOAP12_NS = "http://www.w3.org/2003/05/soap-envelope"
 INBOUND_NS = "urn:openroute:inbound:v1"
 #: namespace of the trace header element (``traceHeader``)
 TRACE_NS = "urn:openroute:trace:v1"
-#: ``traceparent``: the sender's W3C trace context (read while tracing is on, :mod:`openroute.tracing`)
+#: ``traceparent``: the sender's W3C trace context (read while tracing is on, :mod:`openroute.runtime.tracing`)
 TRACE_FIELDS = ("correlationId", "sourceSystem", "processId", "timestamp", "traceparent")
 
 _INVALID_XML_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

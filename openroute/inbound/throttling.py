@@ -4,7 +4,7 @@ Rules map ``system.operation`` (either part ``*``) to ``limit/interval``: at mos
 window of ``interval`` (seconds, or a duration such as ``60s``, ``1m``). The most specific rule of a request
 applies: ``CRM.setCustomer`` over ``CRM.*`` over ``*.setCustomer`` over ``*.*``. Whatever rule applies, requests
 are counted per real source system and operation (``*.*`` = 60/60 gives every system 60 per minute for each of its
-operations). A request over the limit is refused (:class:`~openroute.errors.ThrottledError`: HTTP 429 with
+operations). A request over the limit is refused (:class:`~openroute.definitions.errors.ThrottledError`: HTTP 429 with
 ``Retry-After``, SOAP fault ``THROTTLED``) before anything is stored, and is not counted. The counters live in the
 store (:class:`~openroute.persistence.ThrottleCounters`), so all nodes on one database share them. A busy node takes
 permits a little ahead of its requests and spends them without the store (:class:`Throttling`): a window never
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from openroute.errors import ConfigurationError, StoreUnavailableError, ThrottledError
+from openroute.definitions.errors import ConfigurationError, StoreUnavailableError, ThrottledError
 from openroute.persistence import MessageStore, ThrottleCounters
 
 __all__ = ["ThrottleRule", "Throttling", "parse_rules"]

@@ -32,7 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, mask_secrets, message_table
 from openroute.persistence.outage import StoreOutage, run_passes
 

@@ -18,10 +18,10 @@ import asyncio
 import logging
 import threading
 
-from openroute.errors import ConfigurationError
-from openroute.logs import repeated_errors
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import MessageStore
 from openroute.persistence.outage import StoreOutage, run_passes
+from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger(__name__)
 

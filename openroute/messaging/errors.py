@@ -1,7 +1,7 @@
 """Errors raised by the messaging layer, and :class:`OpenrouteError`, the root of every openroute error.
 
 The root is defined here, in the lowest layer that raises openroute's own errors, so that every layer above
-can build on it; import it from :mod:`openroute.errors`, which draws the whole tree.
+can build on it; import it from :mod:`openroute.definitions.errors`, which draws the whole tree.
 """
 
 from __future__ import annotations

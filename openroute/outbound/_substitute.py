@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import httpx
 
-from openroute import tracing
 from openroute.outbound.systems import ExternalSystem
+from openroute.runtime import tracing
 
 __all__ = ["substitute_client"]
 

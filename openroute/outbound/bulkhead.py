@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 __all__ = ["Bulkhead"]
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from openroute.clock import Clock, SystemClock
-from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
+from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
 from openroute.outbound import breaker as rules
 from openroute.outbound.bulkhead import Bulkhead
 from openroute.outbound.systems import ExternalSystem, systems_by_name

@@ -12,10 +12,11 @@ Inside an ``ext_call(..., system="BILLING")`` step it takes the base URL, timeou
 
 The call's breaker, timeout, record and DEBUG log line come from the ``ext_call`` around it
 (:class:`~openroute.outbound.ExternalCalls`); the client adds the ``Idempotency-Key`` header and gives the request
-and response it sent and got to the call record; while tracing is on (:mod:`openroute.tracing`) every request carries
-the call's span as the W3C ``traceparent`` header. A timeout or connection problem, an HTTP 5xx, 408 or 429 is a
-:class:`~openroute.errors.TechnicalError` (retried, counted by the breaker); any other 4xx a
-:class:`~openroute.errors.BusinessError` with code ``HTTP_<status>`` (an answer: the breaker counts a success).
+and response it sent and got to the call record; while tracing is on (:mod:`openroute.runtime.tracing`) every request
+carries the call's span as the W3C ``traceparent`` header. A timeout or connection problem, an HTTP 5xx, 408 or 429 is a
+:class:`~openroute.definitions.errors.TechnicalError` (retried, counted by the breaker); any other 4xx a
+:class:`~openroute.definitions.errors.BusinessError` with code ``HTTP_<status>`` (an answer: the breaker counts a
+success).
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from urllib.parse import urljoin
 
 import httpx
 
-from openroute import tracing
-from openroute.errors import BusinessError, ConfigurationError, TechnicalError
+from openroute.definitions.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.outbound._connections import network_transport
 from openroute.outbound._substitute import substitute_client
 from openroute.outbound.calls import current_call
 from openroute.outbound.systems import ExternalSystem
+from openroute.runtime import tracing
 
 __all__ = ["IDEMPOTENCY_KEY_HEADER", "ExternalHttpClient"]
 

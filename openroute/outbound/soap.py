@@ -1,15 +1,16 @@
 """Calling external SOAP services from a route step with zeep (async, over httpx).
 
-A SOAP Fault becomes a :class:`~openroute.errors.BusinessError` (the message ends FAILED with the fault kept
-for the confirmation), a transport problem a :class:`~openroute.errors.TechnicalError` (retried per the
-route's retry policy), a request zeep cannot build from the arguments a :class:`~openroute.errors.ValidationError`.
+A SOAP Fault becomes a :class:`~openroute.definitions.errors.BusinessError` (the message ends FAILED with the fault kept
+for the confirmation), a transport problem a :class:`~openroute.definitions.errors.TechnicalError` (retried per the
+route's retry policy), a request zeep cannot build from the arguments a
+:class:`~openroute.definitions.errors.ValidationError`.
 
 Inside an ``ext_call`` / ``call_once`` every request carries the call's idempotency key as a WS-Addressing
 ``MessageID`` SOAP header (``<wsa:MessageID xmlns:wsa="http://www.w3.org/2005/08/addressing">urn:uuid:KEY
 </wsa:MessageID>``), the same on every attempt of the call, so a service that honours it can drop repeats. While
-tracing is on (:mod:`openroute.tracing`) the HTTP request carries the call's span as the W3C ``traceparent`` header.
-Inside an ``ext_call(..., system=NAME)`` whose system has a ``transport`` (a test kit's fake, :mod:`openroute.testing`)
-the requests go to that transport instead of ``address``.
+tracing is on (:mod:`openroute.runtime.tracing`) the HTTP request carries the call's span as the W3C ``traceparent``
+header. Inside an ``ext_call(..., system=NAME)`` whose system has a ``transport`` (a test kit's fake,
+:mod:`openroute.testing`) the requests go to that transport instead of ``address``.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from lxml import etree
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
 
-from openroute import tracing
+from openroute.definitions.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
 from openroute.engine.idempotency import current_idempotency_key
-from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
 from openroute.outbound._connections import network_transport
 from openroute.outbound._substitute import substitute_client
 from openroute.outbound.calls import current_call
+from openroute.runtime import tracing
 
 #: the WS-Addressing 1.0 namespace of the ``MessageID`` header that carries the idempotency key
 WSA_NAMESPACE = "http://www.w3.org/2005/08/addressing"

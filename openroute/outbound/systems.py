@@ -34,8 +34,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from openroute.errors import ConfigurationError
-from openroute.names import by_unique_name
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.names import by_unique_name
 from openroute.outbound.breaker import BreakerSettings
 from openroute.outbound.bulkhead import Bulkhead
 from openroute.persistence.secrets import add_secret_names, mask_secrets

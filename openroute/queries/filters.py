@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from openroute.clock import aware_datetime
-from openroute.errors import ValidationError
+from openroute.definitions.clock import aware_datetime
+from openroute.definitions.errors import ValidationError
 from openroute.persistence import MessageState, StoredMessage, message_table
 from openroute.persistence.models import message_payload_pending_table, message_payload_text_table
 

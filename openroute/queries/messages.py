@@ -14,8 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from openroute.definitions.errors import OpenrouteError
 from openroute.engine.outcome import ends_attempt
-from openroute.errors import OpenrouteError
 from openroute.persistence import (
     ConfirmationStatus,
     MessageStore,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from openroute.errors import OpenrouteError
+from openroute.definitions.errors import OpenrouteError
 from openroute.persistence import NodeState
 from openroute.persistence.breaker import BreakerRow
 from openroute.queries.filters import InvalidQueryError

@@ -3,8 +3,8 @@
 The plan (written by :func:`openroute.spark.reprocess.write_plan`) streams from its Parquet files partition by
 partition; each batch is one transaction that decides every row's next state with
 :mod:`openroute.engine.outcome` (as ``Engine.restart`` and the admin API do) and writes the whole batch set-based
-through :func:`openroute.states.transition_set`: the rows staged in a temporary table (``COPY`` on PostgreSQL), then
-one UPDATE of the messages still at their planned version and one INSERT of their ``message_transition`` rows.
+through :func:`openroute.engine.states.transition_set`: the rows staged in a temporary table (``COPY`` on PostgreSQL),
+then one UPDATE of the messages still at their planned version and one INSERT of their ``message_transition`` rows.
 A message changed since the plan is not overwritten: it is counted and listed (``ApplyResult.moved``).
 Those rows carry the cause ``reprocess:<job id>``: the job's applied marker, so applying again or resuming after
 a kill changes each planned message exactly once::
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from openroute import states as lifecycle
+from openroute.definitions.errors import StaleMessageError
 from openroute.engine import outcome as outcomes
-from openroute.errors import StaleMessageError
+from openroute.engine import states as lifecycle
 from openroute.persistence import GroupConflict, MessageState, MessageStore, StoredMessage
 from openroute.persistence.models import message_table, message_transition_table
 from openroute.spark._pause import pause_point
@@ -165,7 +165,7 @@ def _unwritten(connection: sa.Connection, ids: list[int], cause: str) -> ApplyRe
 
 def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime) -> ApplyResult:
     """One transaction, set-based: the batch's planned changes staged and written by one UPDATE and one INSERT
-    (:func:`openroute.states.transition_set`), each row still at its planned version; the rest sorted after."""
+    (:func:`openroute.engine.states.transition_set`), each row still at its planned version; the rest sorted after."""
     cause = job_cause(job_id)
     requests: list[lifecycle.StagedRequest] = []
     for row in batch:
@@ -186,7 +186,7 @@ def _apply_set(store: MessageStore, batch: list[Any], job_id: str, now: datetime
 
 def _apply_rows(store: MessageStore, batch: list[Any], job_id: str, now: datetime,
                 one_by_one: bool) -> ApplyResult:
-    """One transaction, row by row (the engine's per-message path, :func:`openroute.states.transition_many`): the
+    """One transaction, row by row (the engine's per-message path, :func:`openroute.engine.states.transition_many`): the
     current rows read, each change version-checked; the reference the set-based path is tested against."""
     cause = job_cause(job_id)
     ids = [int(r["id"]) for r in batch]
@@ -230,7 +230,7 @@ def _log_batch(job_id: str, batch: int, restarted: int, skipped: int) -> None:
     import getpass
     import socket
 
-    from openroute.logs import actions_log, ensure_action_log
+    from openroute.runtime.logs import actions_log, ensure_action_log
 
     ensure_action_log()
     actions_log.info("reprocess job %s batch %d by %s@%s: %d message(s) restarted, %d skipped as obsolete", job_id,

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openroute.persistence.secrets import mask_secrets, masked_url
+from openroute.persistence.secrets import masked_url
 from openroute.spark._ages import parse_age
 from openroute.spark.audit_checks import CONSISTENCY_CHECKS, FINAL, STATISTICS, AuditFrames, AuditSettings
 from openroute.spark.outputs import OutputKind, prune_outputs, pruned_line, retention_setting
@@ -391,11 +389,12 @@ def _totals(collected: dict[str, list[dict[str, Any]]], transitions: int) -> dic
 # ---- command line (``openroute spark audit``) -------------------------------------------------------------
 
 
-def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> argparse.ArgumentParser:
+def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``audit`` to ``subparsers`` (those of ``openroute spark``); :func:`run_audit_job` runs the parsed args.
 
-    ``parents`` carry the options every Spark job shares (``--database-url``, ``--master``, ``--partitions``,
-    ``--jdbc-path``); without them this parser adds its own.
+    ``parents`` carry the options every Spark job shares (``--database-url``, ``--config``, ``--master``,
+    ``--partitions``, ``--jdbc-path``, ``--retention``): the store's URL is resolved by the command line as for
+    every command (:mod:`openroute.cli`).
     """
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "audit", parents=list(parents),
@@ -404,16 +403,6 @@ def add_audit_parser(subparsers: Any, parents: Sequence[argparse.ArgumentParser]
                     "report.html, summary.json and Parquet detail tables to --out. Exit status: 0 every check "
                     "passes, 1 a check fails, 2 usage or connection error.",
     )
-    if not parents:
-        parser.add_argument("--database-url", default=None,
-                            help="the store's SQLAlchemy URL (default: $OPENROUTE_DATABASE_URL, else "
-                                 "sqlite:///openroute.db)")
-        parser.add_argument("--master", default=None, help="Spark master (local[*] by default, spark://..., yarn)")
-        parser.add_argument("--partitions", type=int, default=4, help="parallel JDBC reads per table (default 4)")
-        parser.add_argument("--jdbc-path", default=None, help="a JDBC driver jar or folder (before /usr/share/java)")
-        parser.add_argument("--retention", default=None, metavar="AGE",
-                            help="delete audit folders beside --out older than this, e.g. 30d (default: "
-                                 "$OPENROUTE_SPARK_RETENTION, else keep all)")
     parser.add_argument("--out", required=True, help="folder for report.html, summary.json and Parquet tables")
     parser.add_argument("--now", default=None, type=_aware,
                         help="the audit's clock, ISO-8601 with a zone (default: the current time)")
@@ -443,13 +432,11 @@ def _aware(value: str) -> datetime:
 def run_audit_job(spark: SparkSession, args: argparse.Namespace) -> int:
     """Audit with ``spark`` as the parsed ``args`` say, print one line per check; return 0 (all pass) or 1.
 
+    ``args.database_url`` is the store's URL as the command line resolved it (:mod:`openroute.cli`).
     Raises :class:`AuditError` for a bad option and ``SparkSetupError`` when the store cannot be read.
     """
-    from openroute.persistence import DEFAULT_DATABASE_URL
-
-    url = str(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
     result = audit(
-        spark, url, now=args.now, stuck_after=args.stuck_after,
+        spark, str(args.database_url), now=args.now, stuck_after=args.stuck_after,
         heartbeat_timeout=args.heartbeat_timeout, grace=args.grace,
         confirmation_max_attempts=args.confirmation_max_attempts,
         confirmed_systems=args.confirmed_systems, include_archive=args.include_archive,
@@ -465,26 +452,3 @@ def run_audit_job(spark: SparkSession, args: argparse.Namespace) -> int:
     if pruned:
         print(pruned)
     return 0 if result.passed else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``openroute spark audit`` on its own: parse ``argv``, run, return the exit status 0, 1 or 2 (one line on
-    stderr for a bad option or an unreadable store; argparse itself exits 2 on a usage error)."""
-    from openroute.spark.session import SparkSetupError, build_session
-
-    parser = argparse.ArgumentParser(prog="openroute spark")
-    add_audit_parser(parser.add_subparsers(dest="spark_command", required=True))
-    args = parser.parse_args(["audit", *(argv if argv is not None else sys.argv[1:])])
-    try:
-        from pyspark.sql import SparkSession
-
-        running = SparkSession.getActiveSession()
-        spark = build_session(args.master, app_name="openroute spark audit", jdbc_path=args.jdbc_path)
-        try:
-            return run_audit_job(spark, args)
-        finally:
-            if running is None:  # a session the caller started stays running
-                spark.stop()
-    except (AuditError, SparkSetupError) as error:
-        print(f"openroute spark audit: {mask_secrets(str(error))}", file=sys.stderr)
-        return 2

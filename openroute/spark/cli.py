@@ -36,7 +36,8 @@ def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("Spark and the store")
     group.add_argument("--database-url", default=None,
-                       help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else sqlite:///openroute.db)")
+                       help="SQLAlchemy URL of the store (default: $OPENROUTE_DATABASE_URL, else the --config file's "
+                            "database_url, else sqlite:///openroute.db)")
     group.add_argument("--config", default=None, metavar="FILE",
                        help="the server's TOML configuration (its database_url), under --database-url and "
                             "$OPENROUTE_DATABASE_URL")
@@ -111,9 +112,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    from openroute.persistence import DEFAULT_DATABASE_URL
-
-    return str(args.database_url or os.environ.get("OPENROUTE_DATABASE_URL") or DEFAULT_DATABASE_URL)
+    """The store's URL, resolved by the command line before the job runs (:mod:`openroute.cli`, as for every
+    command: ``--database-url`` over ``OPENROUTE_DATABASE_URL`` over the ``--config`` file over the default)."""
+    return str(args.database_url)
 
 
 class _Progress:
@@ -330,11 +331,14 @@ def run(args: argparse.Namespace) -> int:
     name = f"openroute spark {args.spark_command}"
     if args.spark_command == "connect":
         return _run_connect(args, name)
+    if args.database_url is None:  # the command line resolves it before the job runs (openroute.cli)
+        print(f"{name}: the store's URL is not resolved: run openroute spark (openroute.cli.main)", file=sys.stderr)
+        return 2
     jvm_log = args.spark_log or str(Path(tempfile.gettempdir()) / f"openroute-spark-{os.getpid()}.log")
     if args.partitions < 1:
         print(f"{name}: --partitions must be >= 1, got {args.partitions}", file=sys.stderr)
         return 2
-    from openroute.logs import ensure_action_log
+    from openroute.runtime.logs import ensure_action_log
 
     # the job's action lines (each reprocess batch, by whom) go to the log file: stderr is for errors only
     ensure_action_log(open(jvm_log, "a", encoding="utf-8"))  # noqa: SIM115  open for the life of the command

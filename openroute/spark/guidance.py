@@ -1,5 +1,5 @@
-"""When Spark pays off, for the Spark commands: the crossover of :mod:`openroute.bulk`, which ``openroute messages``
-reads too (the line below it points the user to plain SQL)::
+"""When Spark pays off, for the Spark commands: the crossover of :mod:`openroute.runtime.bulk`, which ``openroute
+messages`` reads too (the line below it points the user to plain SQL)::
 
     from openroute.spark.guidance import suggestion
 
@@ -8,7 +8,7 @@ reads too (the line below it points the user to plain SQL)::
 
 from __future__ import annotations
 
-from openroute.bulk import SPARK_PAYS_OFF_AT
-from openroute.bulk import sql_suggestion as suggestion
+from openroute.runtime.bulk import SPARK_PAYS_OFF_AT
+from openroute.runtime.bulk import sql_suggestion as suggestion
 
 __all__ = ["SPARK_PAYS_OFF_AT", "suggestion"]

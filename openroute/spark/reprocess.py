@@ -11,7 +11,7 @@ collecting the candidates on the driver::
     LEAVE          left alone, with the reason (restarted by this job already, parent final, not restartable...)
 
 The plan is a dataset (Parquet, CSV on request) with a summary per route x decision. ``apply`` writes it
-through :mod:`openroute.states` in batches: version-checked, one transaction per batch, every change recorded
+through :mod:`openroute.engine.states` in batches: version-checked, one transaction per batch, every change recorded
 in ``message_transition`` with cause ``reprocess:<job id>``. Those rows are the job's applied marker: applying
 the plan again, or resuming after the job was killed, changes each planned message exactly once::
 

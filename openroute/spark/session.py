@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence.column_types import UTCDateTime
 from openroute.persistence.models import Base
 from openroute.persistence.secrets import mask_secrets, masked_url

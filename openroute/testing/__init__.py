@@ -16,7 +16,7 @@
 
 A kit (:class:`RouteTestKit`) serves the application's real inbound endpoints in-process (an ASGI transport: every
 request goes through the same validation, extraction and error answers as under ``openroute run``), on an engine
-with its in-memory processing channel, a :class:`~openroute.clock.ManualClock` and no repoll scheduler:
+with its in-memory processing channel, a :class:`~openroute.definitions.clock.ManualClock` and no repoll scheduler:
 :meth:`RouteTestKit.advance` moves the clock and runs the repoll itself. The database is a temporary SQLite file
 unless a URL is given (the same code path as PostgreSQL). The ``route_test_kit`` pytest fixture (registered through
 the ``pytest11`` entry point, so every project that installs openroute has it) creates kits and closes them after
@@ -26,9 +26,13 @@ A route written with the shipped clients is tested as it is: the kit takes fakes
 (``external_systems={"PAYMENTS": FakeHttpService(...)}``, :class:`FakeSoapService` for a WSDL), and the calls of
 ``ext_call(..., system="PAYMENTS")`` reach the fake through the system's breaker, timeout and records instead of
 the network. :class:`CallRecorder` is a fake for a step that takes a plain function.
+
+Routes fed by a broker channel, and the outcome events of final states, run on a kit's engine with
+:class:`KitChannels` (the in-memory connector: put a delivery on a channel, read what was published).
 """
 
 from openroute.testing import _plugin
+from openroute.testing._channels import KitChannels
 from openroute.testing._fake_http import FakeHttpService
 from openroute.testing._fake_soap import FakeSoapService
 from openroute.testing._fakes import FakeRemote, FakeRequest
@@ -42,6 +46,7 @@ __all__ = [
     "FakeRemote",
     "FakeRequest",
     "FakeSoapService",
+    "KitChannels",
     "RecordedCall",
     "RouteTestKit",
     "SendResult",

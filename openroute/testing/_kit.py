@@ -18,11 +18,11 @@ import httpx
 from lxml import etree
 from pydantic import ValidationError
 
-from openroute.binding import InboundBinding
-from openroute.clock import ManualClock
+from openroute.definitions.binding import InboundBinding
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.interceptors import MessageInterceptor
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
-from openroute.interceptors import MessageInterceptor
 from openroute.outbound import BreakerState, ExternalCalls, ExternalSystem
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.testing._fakes import FakeRemote
@@ -74,8 +74,8 @@ class RouteTestKit:
     """Routes on a real engine and store, driven by the test (see the module docstring).
 
     ``application`` is what ``openroute run --routes`` takes: an :class:`~openroute.dsl.Application`, a
-    :class:`~openroute.route.RouteRegistry` (default bindings, or ``bindings=``), or a callable returning one.
-    ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
+    :class:`~openroute.definitions.route.RouteRegistry` (default bindings, or ``bindings=``), or a callable returning
+    one. ``database_url``: default a temporary SQLite file, removed by :meth:`close`. ``start``: the manual clock's
     time. ``settings``: the engine's (its repoll interval is ignored: the kit repolls in :meth:`advance`).
     ``interceptors``: engine-wide interceptors.
 

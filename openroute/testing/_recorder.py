@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from openroute.errors import TechnicalError
+from openroute.definitions.errors import TechnicalError
 
 __all__ = ["CallRecorder"]
 
@@ -17,8 +17,8 @@ class CallRecorder:
     (or ``result(*args)`` when callable).
 
     ``error`` is what a failing call raises: an exception class or a callable making one (a fresh exception per
-    call), or an exception instance; by default a :class:`~openroute.errors.TechnicalError` (code ``DOWN``), which
-    makes the attempt PARTLY_FAILED and retried. Use it wherever a step takes a function of the exchange:
+    call), or an exception instance; by default a :class:`~openroute.definitions.errors.TechnicalError` (code ``DOWN``),
+    which makes the attempt PARTLY_FAILED and retried. Use it wherever a step takes a function of the exchange:
     ``.ext_call("billing", CallRecorder(fail_first=1))``; ``arguments`` keeps what each call received.
     """
 

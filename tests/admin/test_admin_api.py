@@ -20,10 +20,10 @@ from openroute.persistence import (
 )
 
 from openroute import Exchange, Route, RouteRegistry
+from openroute.definitions.errors import BusinessError
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.message import InboundMessage
 from openroute.queries import parse_filters
 from openroute.queries.messages import summaries
 from openroute.queries.search import search_summaries

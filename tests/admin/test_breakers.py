@@ -12,12 +12,12 @@ import pytest
 from openroute.persistence import MessageStore
 from openroute.persistence.call_records import CallRecord, CallRecordStore
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, BreakerState, ExternalCalls, ExternalSystem
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

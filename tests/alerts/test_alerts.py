@@ -28,11 +28,11 @@ from openroute.alerts import (
     WebhookNotifier,
     decide,
 )
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route as RouteDefinition
+from openroute.definitions.route import RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
-from openroute.route import Route as RouteDefinition
-from openroute.route import RouteRegistry
 from tests._support.servers import served
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)

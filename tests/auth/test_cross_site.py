@@ -13,11 +13,11 @@ from openroute.persistence import MessageState, MessageStore, NodeState
 
 from openroute.auth.cross_site import check_origin, normalize_origins
 from openroute.auth.headers import CONTENT_SECURITY_POLICY
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings, Exchange
-from openroute.errors import ConfigurationError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.message import InboundMessage
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
 

@@ -19,8 +19,8 @@ from openroute.auth import (
     SourceSystemAuth,
     TooManyFailedLoginsError,
 )
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
 from openroute.server import create_app
 from tests.inbound.conftest import BINDINGS, routes
 

@@ -12,7 +12,7 @@ import pytest
 from openroute.confirmation import ChannelConfirmation, ConfirmationRequest, ConfirmationSendError
 
 from openroute.config import load_config
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.messaging.amqp import AmqpOutgoingMetadata
 from tests.channels.amqp_helpers import delete, take_all, unique
 

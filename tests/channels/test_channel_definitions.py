@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from openroute import route
+from openroute.definitions.errors import DeploymentError
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import DeploymentError
 from openroute.inbound.channel import ChannelInbound
 
 

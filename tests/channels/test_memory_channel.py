@@ -13,10 +13,10 @@ from openroute.persistence import MessageStore
 from pydantic import BaseModel, Field
 
 from openroute import route
-from openroute.body import Body
+from openroute.definitions.body import Body
+from openroute.definitions.errors import DeploymentError, ValidationError
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import DeploymentError, ValidationError
 from openroute.inbound.channel import CODE_HEADER, REASON_HEADER, ChannelDelivery, ChannelInbound
 from openroute.messaging import Message, RedeliverError
 from openroute.messaging.amqp import AmqpOutgoingMetadata

@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore
 from openroute.persistence import outbox as outbox_sql
 
+from openroute.definitions.errors import BusinessError, ConfigurationError
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.engine.outbox import EVENT_HEADER, OutboxPublisher, OutboxSettings, OutcomeEvents, outcome_rules
-from openroute.errors import BusinessError, ConfigurationError
-from openroute.message import InboundMessage
 from openroute.messaging.amqp import AmqpOutgoingMetadata
-from openroute.route import Route, RouteRegistry
 from tests.tcp_proxy import proxy_to
 
 

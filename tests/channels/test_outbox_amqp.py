@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore
 from openroute.persistence import outbox as outbox_sql
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
 from openroute.engine.outbox import EVENT_HEADER, OutboxPublisher, OutboxSettings, OutcomeEvents
 from tests.channels.amqp_helpers import delete, take_all, unique
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from openroute.confirmation import ConfirmationPolicy, InvalidConfirmationError
 
-from openroute.errors import ConfigurationError
-from openroute.retry import RetryPolicy
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.retry import RetryPolicy
 
 
 def test_delays_grow_by_backoff_up_to_the_cap() -> None:

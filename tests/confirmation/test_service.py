@@ -233,7 +233,7 @@ async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
 ) -> None:
     """A bug in a callback fails every confirmation the same way: each is a failed attempt with its cause, and the
     log has the traceback once, then a line per confirmation."""
-    from openroute.logs import RepeatedErrors
+    from openroute.runtime.logs import RepeatedErrors
 
     class BrokenCallback(ConfirmationCallback):
         async def confirm(self, request: ConfirmationRequest) -> None:

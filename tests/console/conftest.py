@@ -11,10 +11,10 @@ import pytest
 from openroute.persistence import MessageStore
 
 from openroute import Exchange, Route, RouteRegistry
+from openroute.definitions.errors import BusinessError
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.message import InboundMessage
 from openroute.server import create_app
 from tests._support.message_details import add_child_call_and_confirmation
 

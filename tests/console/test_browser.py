@@ -21,13 +21,13 @@ from openroute.confirmation import ConfirmationService, DefaultConfirmationCallb
 from openroute.persistence import ConfirmationStatus, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.persistence.breaker import BreakerState, BreakerStore
 
-from openroute import Exchange, Route, RouteRegistry, states
-from openroute.binding import ChannelBinding, InboundBinding
+from openroute import Exchange, Route, RouteRegistry
 from openroute.console._search import short_time
-from openroute.engine import Engine, EngineSettings
-from openroute.errors import BusinessError, TechnicalError
+from openroute.definitions.binding import ChannelBinding, InboundBinding
+from openroute.definitions.errors import BusinessError, TechnicalError
+from openroute.definitions.message import InboundMessage
+from openroute.engine import Engine, EngineSettings, states
 from openroute.inbound.channel import ChannelDelivery, ChannelInbound
-from openroute.message import InboundMessage
 from openroute.messaging import Message
 from openroute.server import create_app
 from tests._support.servers import serving
@@ -414,7 +414,7 @@ def test_the_console_refreshes_by_itself_and_shows_a_traceback(served: Served, b
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from openroute import states
+    from openroute.engine import states
 
     console = f"{served.url}/console"
     browser.get(f"{console}/")

@@ -355,7 +355,7 @@ async def test_detail_shows_the_history_of_errors_and_the_traceback(client: http
                                                                     world: World) -> None:
     from datetime import UTC, datetime
 
-    from openroute import states
+    from openroute.engine import states
 
     message = world.store.get(world.ids["new2"])
     now = datetime.now(UTC)

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from openroute.confirmation import ConfirmationService, DefaultConfirmationCallback
 from openroute.persistence import ConfirmationStatus, MessageState, NewMessage, StoredMessage, confirmation_table
 
-from openroute import states
 from openroute.console._search import next_attempt, short_time
+from openroute.engine import states
 from tests.console.conftest import ADMIN, World, inbound
 from tests.console.test_cli import Tty
 

@@ -11,10 +11,10 @@ import pytest
 from openroute.persistence import MessageState, MessageStore, NodeState
 
 from openroute import Exchange, Route, RouteRegistry
+from openroute.definitions.errors import NodeNotAcceptingError
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import NodeNotAcceptingError
 from openroute.inbound import AdminAuth, AdminUser
-from openroute.message import InboundMessage
 from openroute.server import create_app
 
 

@@ -13,9 +13,9 @@ from openroute.persistence import confirmation_table as confirmations
 from openroute.persistence import external_call_table as calls
 from openroute.persistence.models import message_transition_table as transitions
 
+from openroute.definitions.errors import ConfigurationError
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
-from openroute.retention import ADVISORY_LOCK_KEY, RetentionJob, RetentionPolicy
+from openroute.runtime.retention import ADVISORY_LOCK_KEY, RetentionJob, RetentionPolicy
 from openroute.server import create_app
 from tests.console.conftest import auth, populate, registry
 

@@ -10,8 +10,8 @@ from lxml import etree
 from openroute.persistence import MessageState
 
 from openroute import Application, DeploymentError, Exchange, RetryPolicy, RouteBuilder, ValidationError, route, steps
-from openroute.binding import ParsedPayload
-from openroute.interceptors import MessageInterceptor
+from openroute.definitions.binding import ParsedPayload
+from openroute.definitions.interceptors import MessageInterceptor
 from openroute.testing import CallRecorder, RouteTestKit
 
 NS = "http://openroute.dev/test"
@@ -309,7 +309,7 @@ def test_the_builder_names_its_options_like_the_route_fields_it_fills() -> None:
 
 
 def test_on_error_reads_as_a_sentence_and_fills_the_routes_error_policies() -> None:
-    from openroute.retry import ErrorAction, ErrorPolicy
+    from openroute.definitions.retry import ErrorAction, ErrorPolicy
 
     class AccountClosed(Exception):
         pass

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from openroute.persistence import ExternalCallStatus, MessageState, MessageStore, external_call_table
 
 from openroute import Application, Exchange, route
+from openroute.definitions.errors import IllegalTransitionError
 from openroute.engine.idempotency import (
     CallInDoubtError,
     current_idempotency_key,
@@ -25,7 +26,6 @@ from openroute.engine.idempotency import (
     message_idempotency_key,
 )
 from openroute.engine.in_doubt import NoCallInDoubtError, resolve_in_doubt
-from openroute.errors import IllegalTransitionError
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.server import create_app
 from openroute.testing import RouteTestKit
@@ -217,7 +217,7 @@ async def test_a_message_being_processed_is_neither_restarted_nor_resolved(kit_o
 
     from openroute.persistence import NewMessage
 
-    from openroute import states
+    from openroute.engine import states
 
     kit = await kit_on(Application(route("crm", "setCustomer").json().ext_call("billing", Remote())))
     stored = kit.store.insert_message(NewMessage(
@@ -256,7 +256,7 @@ def test_entity_calls_in_doubt_are_held_on_request(store: MessageStore) -> None:
 
 
 def test_a_bad_in_doubt_choice_is_refused() -> None:
-    from openroute.errors import DeploymentError
+    from openroute.definitions.errors import DeploymentError
 
     with pytest.raises(DeploymentError, match="in_doubt must be 'repeat' or 'hold'"):
         route("crm", "x").json().ext_call("billing", Remote(), in_doubt="later")  # type: ignore[arg-type]

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageState, StoredMessage
 
+from openroute.definitions.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
+from openroute.definitions.retry import ENGINE_DECIDED_CODES, ErrorAction, ErrorPolicy, RetryPolicy
 from openroute.engine import outcome
 from openroute.engine.idempotency import CallInDoubtError
 from openroute.engine.outcome import ErrorCode
-from openroute.errors import BusinessError, CircuitOpenError, TechnicalError, ValidationError
-from openroute.retry import ENGINE_DECIDED_CODES, ErrorAction, ErrorPolicy, RetryPolicy
 
 NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=3, interval=timedelta(seconds=10), backoff=2.0)
@@ -177,7 +177,7 @@ def test_only_unexpected_errors_keep_a_traceback(error: Exception, expected: boo
 
 
 def test_a_refused_call_parks_on_its_system_without_an_attempt_unless_nodes_raced_for_the_breaker() -> None:
-    from openroute.errors import CircuitOpenError
+    from openroute.definitions.errors import CircuitOpenError
 
     opened_until = NOW + timedelta(seconds=20)
     for state in ("OPEN", "HALF_OPEN"):

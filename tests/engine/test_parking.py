@@ -17,14 +17,14 @@ from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.breaker import BreakerOutlook, BreakerStore, Verdict
 
 from openroute import TechnicalError
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.retry import RetryPolicy
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.engine.parking import Parking
-from openroute.logs import TransitionLog
-from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, BreakerState, ExternalCalls, ExternalSystem
-from openroute.retry import RetryPolicy
-from openroute.route import Route, RouteRegistry
+from openroute.runtime.logs import TransitionLog
 
 S = MessageState
 OPEN_WAIT = timedelta(seconds=0.4)
@@ -211,7 +211,7 @@ async def test_a_bulkhead_holds_the_calls_in_flight_and_their_rate(store: Messag
                                     {"max_calls_per_second": 0}, {"max_calls_per_second": "ten"},
                                     {"max_concurrent_calls": True}])
 def test_bad_bulkhead_limits_are_configuration_errors_naming_the_system(limits: dict[str, Any]) -> None:
-    from openroute.errors import ConfigurationError
+    from openroute.definitions.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="external system REMOTE: max_"):
         ExternalSystem("REMOTE", **limits)

@@ -10,14 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import RouteRegistry
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.outcome import Decision
 from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings
-from openroute.message import InboundMessage
-from openroute.route import RouteRegistry
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 OK = Decision(MessageState.OK, {"next_attempt_at": None})

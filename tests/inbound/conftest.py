@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore, message_table
 from starlette.applications import Starlette
 
+from openroute.definitions.errors import ValidationError
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ValidationError
 from openroute.inbound import (
     ApiKey,
     BasicCredentials,
@@ -25,7 +26,6 @@ from openroute.inbound import (
     QName,
     SourceSystemAuth,
 )
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
 ORD = "urn:example:orders:v1"

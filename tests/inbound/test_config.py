@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from lxml import etree
 
+from openroute.definitions.errors import ConfigurationError, ValidationError
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError, ValidationError
 from openroute.inbound import (
     AdminAuth,
     AdminUser,
@@ -104,7 +104,7 @@ def test_member_paths_find_what_jsonpath_finds(expression: str) -> None:
     (indexes, wildcards) still goes through jsonpath_ng."""
     from jsonpath_ng.parser import parse
 
-    from openroute.binding import _compile, _member_chain
+    from openroute.definitions.binding import _compile, _member_chain
 
     evaluate = _compile(expression, "json", {}, "test")
     path = parse(expression)
@@ -129,7 +129,7 @@ def test_child_paths_find_what_xpath_finds(expression: str) -> None:
     same matches in the same order; every other XPath, and an undeclared prefix, still goes through libxml2."""
     from lxml import etree
 
-    from openroute.binding import _child_tags, _ChildWalk, _compile
+    from openroute.definitions.binding import _child_tags, _ChildWalk, _compile
 
     namespaces = {"o": "urn:o"}
     evaluate = _compile(expression, "xml", namespaces, "test")

@@ -114,8 +114,8 @@ def test_the_described_error_codes_are_the_ones_the_endpoints_answer() -> None:
         UnsupportedMediaTypeError,
         status_and_code,
     )
-    from openroute.body import InvalidBodyError
-    from openroute.errors import NodeNotAcceptingError
+    from openroute.definitions.body import InvalidBodyError
+    from openroute.definitions.errors import NodeNotAcceptingError
 
     for error in (InvalidBodyError("Order", []), MalformedPayloadError("x"), NestingTooDeepError(3),
                   BodyTooLargeError(10), UnsupportedMediaTypeError("x"), UnknownOperationError("s", "o"),

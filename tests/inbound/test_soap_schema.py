@@ -10,8 +10,8 @@ import pytest
 import zeep
 from lxml import etree
 
+from openroute.definitions.errors import ConfigurationError, DeploymentError
 from openroute.dsl import Application, route
-from openroute.errors import ConfigurationError, DeploymentError
 from openroute.inbound import InboundBinding, QName
 from openroute.testing import CallRecorder, RouteTestKit
 

@@ -16,8 +16,8 @@ from lxml import etree
 from openroute.persistence import MessageStore, ThrottleCounters
 
 from openroute.config import load_config
+from openroute.definitions.errors import ConfigurationError, ThrottledError
 from openroute.engine import Engine
-from openroute.errors import ConfigurationError, ThrottledError
 from openroute.inbound.throttling import LEASE_SHARE, ThrottleRule, Throttling, parse_rules
 from openroute.server import create_app
 from tests.inbound.conftest import BINDINGS, SOAP11, SOAP11_HEADERS, create_order, envelope, stored

@@ -11,7 +11,7 @@ from openroute.persistence import message_table
 from pydantic import BaseModel, Field
 
 from openroute import Application, Exchange, route
-from openroute.body import Body
+from openroute.definitions.body import Body
 from openroute.inbound import INBOUND_NS
 from openroute.testing import RouteTestKit
 

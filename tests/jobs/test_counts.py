@@ -23,7 +23,7 @@ from openroute.persistence.models import (
     message_transition_table,
 )
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.jobs import MessageCounts
 
 S = MessageState
@@ -340,7 +340,7 @@ def test_message_counts_are_exact_on_every_call_and_fold_a_long_tail(store: Mess
 def test_retention_deletions_are_counted(store: MessageStore) -> None:
     from datetime import timedelta
 
-    from openroute.retention import RetentionJob, RetentionPolicy
+    from openroute.runtime.retention import RetentionJob, RetentionPolicy
 
     ids = [store.insert_message(_new(i)).message.id for i in range(6)]
     for message_id in ids[:4]:

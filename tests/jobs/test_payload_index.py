@@ -19,11 +19,11 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageStore, NewMessage
 
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.jobs.payload_indexer import PayloadIndexer
 from openroute.queries import parse_filters
 from openroute.queries.search import narrowed, search_summaries
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 from tests.lifecycle.conftest import START
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageStore
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
-from openroute.route import Route, RouteRegistry
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ import sqlalchemy as sa
 from openroute.persistence import FINAL_STATES, MessageStore, message_table
 
 from openroute import Exchange, Route, RouteRegistry
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
 
 effect_table = sa.table("effect", sa.column("message_id", sa.Integer))
 

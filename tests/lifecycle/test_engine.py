@@ -13,9 +13,8 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 
 from openroute import Exchange, Route, RouteRegistry
-from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings
-from openroute.errors import (
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.errors import (
     BusinessError,
     ConfigurationError,
     DeploymentError,
@@ -24,8 +23,9 @@ from openroute.errors import (
     UnknownRouteError,
     ValidationError,
 )
-from openroute.message import InboundMessage
-from openroute.retry import RetryPolicy
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.retry import RetryPolicy
+from openroute.engine import Engine, EngineSettings
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState
@@ -298,7 +298,7 @@ async def test_non_json_custom_data_fails_the_message(store: MessageStore, make_
 async def test_processing_past_the_lease_is_repaired(
     store: MessageStore, make_engine: EngineFactory, clock: ManualClock
 ) -> None:
-    from openroute import states
+    from openroute.engine import states
 
     engine = make_engine(_route(lambda ex: None), processing_lease=timedelta(minutes=5))
     message = store.insert_message(_new_message("dead-node")).message
@@ -319,7 +319,7 @@ async def test_processing_past_the_lease_is_repaired(
 async def test_restarted_node_recovers_its_own_processing_messages(
     store: MessageStore, make_engine: EngineFactory
 ) -> None:
-    from openroute import states
+    from openroute.engine import states
 
     message = store.insert_message(_new_message("mine")).message
     states.claim(store, [message], "node-1", START)
@@ -596,7 +596,7 @@ async def test_call_once_needs_a_usable_key(store: MessageStore, make_engine: En
 
 # -- operator actions --------------------------------------------------------------------------------
 async def test_cancel_and_restart(store: MessageStore, make_engine: EngineFactory) -> None:
-    from openroute.errors import IllegalTransitionError
+    from openroute.definitions.errors import IllegalTransitionError
 
     finals: list[MessageState] = []
 

@@ -16,10 +16,9 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, StoredMessage, message_table
 from openroute.persistence.models import funnel_lock_table
 
-from openroute import states
-from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings
-from openroute.route import Route, RouteRegistry
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.route import Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings, states
 from tests.lifecycle.conftest import START, inbound
 
 HOUR = timedelta(hours=1)

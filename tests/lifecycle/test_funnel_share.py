@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import FunnelShare, MessageState, MessageStore, NewMessage, NodeState
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.route import Route, RouteRegistry
 from tests.lifecycle.conftest import START
 
 S = MessageState

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from openroute.persistence import GroupConflict, MessageState, MessageStore, NewMessage
 
-from openroute import states
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
+from openroute.engine import states
 from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
-from openroute.errors import IllegalTransitionError, StaleMessageError
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState
@@ -265,7 +265,7 @@ def test_operations_from_several_loops_are_all_written(recording: Recording) -> 
 async def test_concurrent_accepts_of_one_correlation_id_store_one_message(
     store: MessageStore, make_engine: EngineFactory
 ) -> None:
-    from openroute.route import Route
+    from openroute.definitions.route import Route
 
     engine = make_engine(Route("orders", "create", [lambda ex: None]))
     await engine.start()

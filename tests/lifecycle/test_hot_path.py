@@ -16,7 +16,7 @@ from openroute.persistence._hot_path import _SMALL_DICTS, _processor, _sqlite_ti
 from openroute.persistence.models import message_transition_table
 from sqlalchemy.dialects import postgresql, sqlite
 
-from openroute import states
+from openroute.engine import states
 from tests.lifecycle.conftest import START
 
 CEST = timezone(timedelta(hours=2))

@@ -28,16 +28,15 @@ from openroute.persistence import (
 )
 from openroute.persistence.outage import MAX_BACKOFF, StoreOutage, is_store_unreachable, run_passes
 
-from openroute import states
 from openroute.alerts import AlertEvaluator, AlertRule, LogNotifier
-from openroute.clock import ManualClock
-from openroute.engine import Engine, EngineSettings, EngineStats
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.route import Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings, EngineStats, states
 from openroute.engine import outcome as outcomes
 from openroute.engine.outbox import OutboxPublisher, OutboxSettings, OutcomeEvents
 from openroute.engine.repoll import Repoll
 from openroute.jobs import MessageCounts
-from openroute.retention import RetentionPolicy
-from openroute.route import Route, RouteRegistry
+from openroute.runtime.retention import RetentionPolicy
 from openroute.server import create_app
 from tests.lifecycle.conftest import START
 from tests.tcp_proxy import proxy_to

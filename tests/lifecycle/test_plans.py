@@ -20,7 +20,7 @@ from openroute.persistence import MessageState, MessageStore, message_table
 from openroute.persistence._hot_path import _statement_sizes
 
 from benchmarks.store_fill import age
-from openroute import states
+from openroute.engine import states
 from tests.services import scratch_postgres_store
 
 FINAL_ROWS = 100_000

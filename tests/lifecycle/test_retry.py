@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from openroute.errors import ConfigurationError
-from openroute.retry import RetryPolicy
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.retry import RetryPolicy
 from tests.lifecycle.conftest import START
 
 

@@ -9,13 +9,13 @@ from datetime import timedelta
 import pytest
 from openroute.persistence import MessageState, MessageStore, NewMessage, StoredMessage
 
-from openroute import states
-from openroute.errors import IllegalTransitionError, StaleMessageError
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
+from openroute.engine import states
 from tests.lifecycle.conftest import START
 
 S = MessageState
 
-# The specification of the lifecycle, written out independently of openroute.states.
+# The specification of the lifecycle, written out independently of openroute.engine.states.
 EXPECTED_LEGAL = {
     (S.NEW, S.PROCESSING),
     (S.PARTLY_FAILED, S.PROCESSING),

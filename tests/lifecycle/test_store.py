@@ -18,7 +18,7 @@ from openroute.persistence import (
     message_table,
 )
 
-from openroute import states
+from openroute.engine import states
 from tests.lifecycle.conftest import START
 
 

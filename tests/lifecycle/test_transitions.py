@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.persistence.models import message_transition_table
 
-from openroute import ChildMessage, Exchange, Route, states
-from openroute.clock import ManualClock
+from openroute import ChildMessage, Exchange, Route
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.errors import BusinessError, StaleMessageError, TechnicalError
+from openroute.definitions.retry import RetryPolicy
 from openroute.dsl import Application, route
-from openroute.engine import Engine
-from openroute.errors import BusinessError, StaleMessageError, TechnicalError
-from openroute.retry import RetryPolicy
+from openroute.engine import Engine, states
 from openroute.testing import RouteTestKit
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 

@@ -17,9 +17,9 @@ from openroute.persistence.breaker import BreakerStore
 from openroute.persistence.call_records import CallRecordStore
 
 from openroute import BusinessError, TechnicalError
-from openroute.clock import ManualClock
-from openroute.errors import CircuitOpenError
-from openroute.message import InboundMessage
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.errors import CircuitOpenError
+from openroute.definitions.message import InboundMessage
 from openroute.outbound import BreakerSettings, BreakerState, CallRecordSettings, ExternalCalls, ExternalSystem
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
@@ -199,8 +199,8 @@ def test_masking_covers_json_xml_and_form_fields() -> None:
 async def test_an_open_breaker_parks_the_message_without_an_attempt_until_it_closes_and_retention_prunes(
     store: MessageStore,
 ) -> None:
+    from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
-    from openroute.route import Route, RouteRegistry
 
     clock = ManualClock(NOW)
     calls = ExternalCalls(store, [HLR], clock=clock)
@@ -229,7 +229,7 @@ async def test_an_open_breaker_parks_the_message_without_an_attempt_until_it_clo
         assert row is not None and row.state is MessageState.OK and reached == [1] and row.parked_on is None
         # the call was recorded (HLR records "activate.*"); the retention job prunes it with its message
         assert [r.outcome for r in CallRecordStore(store).of_message(row.id)] == ["OK"]
-        from openroute.retention import RetentionJob, RetentionPolicy
+        from openroute.runtime.retention import RetentionJob, RetentionPolicy
 
         job = RetentionJob(store, RetentionPolicy(keep={"OK": timedelta(0)}),
                            now=lambda: clock.now() + timedelta(seconds=1))

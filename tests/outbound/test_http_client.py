@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from openroute import BusinessError, ConfigurationError, TechnicalError
-from openroute.clock import ManualClock
-from openroute.message import InboundMessage
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
 from openroute.outbound import (
     IDEMPOTENCY_KEY_HEADER,
     CallRecordSettings,
@@ -75,9 +75,9 @@ async def test_a_route_calls_a_declared_system_with_its_settings_key_and_record(
 ) -> None:
     from openroute.persistence import MessageState
 
+    from openroute.definitions.route import Route as RouteDefinition
+    from openroute.definitions.route import RouteRegistry
     from openroute.engine import Engine, EngineSettings
-    from openroute.route import Route as RouteDefinition
-    from openroute.route import RouteRegistry
 
     billing, url = billing_url
     store = MessageStore(sqlite_url)

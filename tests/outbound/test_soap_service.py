@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from openroute.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
+from openroute.definitions.errors import BusinessError, ConfigurationError, TechnicalError, ValidationError
 from openroute.outbound import SoapFaultError, SoapService, SoapTransportError
 
 WSDL = Path(__file__).parent / "billing.wsdl"

@@ -9,7 +9,7 @@ import pytest
 
 from openroute import ConfigurationError, route
 from openroute.config import load_config
-from openroute.errors import DeploymentError
+from openroute.definitions.errors import DeploymentError
 from openroute.outbound import systems
 
 

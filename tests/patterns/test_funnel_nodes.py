@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from openroute.persistence import MessageState, MessageStore
 
 from openroute import Exchange, Route, RouteRegistry
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
 
 
 async def test_two_nodes_keep_one_funnel_value_single_file(postgres_url: str) -> None:

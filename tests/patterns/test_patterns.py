@@ -10,7 +10,7 @@ import pytest
 from openroute.persistence import MessageState
 
 from openroute import Application, BusinessError, ChildMessage, Exchange, TechnicalError, route
-from openroute.interceptors import InterceptionContext, MessageInterceptor
+from openroute.definitions.interceptors import InterceptionContext, MessageInterceptor
 from openroute.testing import CallRecorder, RouteTestKit
 from tests.patterns.steps import failing_first_attempt_of
 

@@ -11,9 +11,9 @@ import pytest
 from openroute.persistence import MessageState, MessageStore
 
 from openroute import ChildMessage, ConfigurationError, Exchange, RetryPolicy, Route, RouteRegistry
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
 from tests.patterns.steps import failing_first_attempt_of
 
 S = MessageState

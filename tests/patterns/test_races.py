@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore
 
-from openroute import Route, RouteRegistry, states
-from openroute.engine import Engine, EngineSettings
+from openroute import Route, RouteRegistry
+from openroute.engine import Engine, EngineSettings, states
 from tests.patterns.messages import insert_message, set_state
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -18,13 +18,13 @@ from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.breaker import BreakerState, BreakerStore
 
 from openroute import TechnicalError
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.retry import RetryPolicy
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
-from openroute.logs import TransitionLog
-from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, ExternalCalls, ExternalSystem
-from openroute.retry import RetryPolicy
-from openroute.route import Route, RouteRegistry
+from openroute.runtime.logs import TransitionLog
 
 START = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 REMOTE = ExternalSystem("REMOTE", call_timeout=timedelta(seconds=10), breaker=BreakerSettings(

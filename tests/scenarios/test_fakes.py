@@ -9,7 +9,7 @@ import pytest
 from openroute_reference import WSDL, ReferenceApplication, registry
 from openroute_reference.fakes import FakeSoapSystem, fake_billing, fake_mno
 
-from openroute.errors import BusinessError, ConfigurationError, TechnicalError
+from openroute.definitions.errors import BusinessError, ConfigurationError, TechnicalError
 from openroute.outbound import SoapService
 from openroute.outbound.soap import SoapFaultError, SoapTransportError
 

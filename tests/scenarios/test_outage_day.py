@@ -16,9 +16,9 @@ from openroute.persistence.breaker import BreakerState, BreakerStore
 from openroute_reference import build_application, external_systems
 
 from openroute.alerts import EXAMPLE_RULES, AlertEvaluator, AlertRule, Notification, Notifier
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.message import InboundMessage
 from openroute.engine import Engine, EngineSettings
-from openroute.message import InboundMessage
 from openroute.outbound import BreakerSettings, ExternalCalls, ExternalSystem
 
 START = datetime(2026, 11, 25, 9, 0, tzinfo=UTC)

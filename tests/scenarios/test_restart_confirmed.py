@@ -10,8 +10,8 @@ import httpx
 import sqlalchemy as sa
 from openroute.confirmation import ConfirmationCallback, ConfirmationRequest, ConfirmationService
 
+from openroute.definitions.errors import BusinessError
 from openroute.dsl import Application, route
-from openroute.errors import BusinessError
 from openroute.inbound import AdminAuth, AdminUser
 from openroute.server import create_app
 

@@ -14,8 +14,8 @@ from openroute.persistence import MessageStore
 
 from openroute import Exchange, Route, RouteRegistry
 from openroute.config import load_config
+from openroute.definitions.errors import BusinessError, ConfigurationError
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import BusinessError, ConfigurationError
 from openroute.server import create_app
 
 

@@ -11,11 +11,11 @@ import pytest
 from openroute.persistence import MessageStore
 from starlette.responses import PlainTextResponse
 
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.route import Route, RouteRegistry
 from openroute.dsl import Application, route
 from openroute.engine import Engine, EngineSettings
-from openroute.errors import ConfigurationError
 from openroute.loading import load_application, load_routes
-from openroute.route import Route, RouteRegistry
 from openroute.server import create_app
 
 

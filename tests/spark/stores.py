@@ -1,6 +1,6 @@
 """Small stores for the Spark tests, each message driven to its state through the state machine.
 
-Every state change goes through :mod:`openroute.states`, so the stores have consistent ``message_transition``
+Every state change goes through :mod:`openroute.engine.states`, so the stores have consistent ``message_transition``
 rows, exactly as the engine would leave them.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from openroute.persistence import MessageState, MessageStore, NewMessage, StoredMessage
 
-from openroute import states
+from openroute.engine import states
 
 S = MessageState
 NOW = datetime(2024, 6, 10, 12, 0, tzinfo=UTC)

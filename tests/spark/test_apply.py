@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.models import message_table, message_transition_table
 
-from openroute import states
+from openroute.engine import states
 from openroute.spark.apply import ApplyResult, apply_plan
 from openroute.spark.reprocess import reprocess
 from tests.services import require_database

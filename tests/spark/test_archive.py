@@ -75,7 +75,7 @@ def test_a_final_child_stays_while_its_parent_waits_for_the_others(
 ) -> None:
     """The waiting parent decides its outcome from its children's rows: archiving a FAILED child before the parent
     ended would let it end OK."""
-    from openroute import states
+    from openroute.engine import states
     from tests.spark.stores import drive
 
     store = MessageStore(database_url)
@@ -256,7 +256,7 @@ def test_killed_by_sigkill_then_rerun_archives_every_message_exactly_once(
 def test_a_message_changed_after_the_copy_stays_in_the_store(
     spark: Any, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from openroute import states
+    from openroute.engine import states
 
     [first, *_rest] = many_failed(sqlite_url, 3)
     store = MessageStore(sqlite_url)

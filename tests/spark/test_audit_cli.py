@@ -11,8 +11,12 @@ from typing import Any
 import pytest
 
 from openroute.cli import main as openroute_main
-from openroute.spark.audit import main
 from tests.spark.test_audit import CRM, NOW, StoreBuilder, ago
+
+
+def main(argv: list[str]) -> int:
+    """``openroute spark audit ARGV``: the command line resolves the store's URL as for every command."""
+    return openroute_main(["spark", "audit", *argv])
 
 
 def small_store(*, stuck: bool) -> StoreBuilder:
@@ -53,7 +57,7 @@ def test_exit_1_when_a_check_fails_through_openroute_spark_audit(spark: Any, sql
         (["--database-url", "postgresql+psycopg://nobody@127.0.0.1:1/none"], "cannot read tables message, "),
         (["--database-url", "mysql://x/y"], "unsupported database 'mysql'"),
         (["--stuck-after", "soon"], "not a duration: 'soon'"),
-        (["--partitions", "0"], "partitions must be an int >= 1, got 0"),
+        (["--partitions", "0"], "--partitions must be >= 1, got 0"),
     ],
 )
 def test_exit_2_with_one_line_on_stderr(spark: Any, sqlite_url: str, tmp_path: Path, argv: list[str], line: str,

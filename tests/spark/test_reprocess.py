@@ -18,11 +18,10 @@ from openroute.confirmation import ConfirmationCallback, ConfirmationRequest, Co
 from openroute.persistence import MessageState, MessageStore
 from openroute.persistence.models import confirmation_table, message_transition_table
 
-from openroute import states
 from openroute.cli import main
+from openroute.definitions.errors import BusinessError
 from openroute.dsl import Application, route
-from openroute.engine import Exchange
-from openroute.errors import BusinessError
+from openroute.engine import Exchange, states
 from openroute.spark.apply import LEAVE, RESTART, SKIP_OBSOLETE, apply_plan, parse_rate
 from openroute.spark.reprocess import ReprocessFilter, parse_time, plan_frame, reprocess
 from tests.services import require_database
@@ -386,8 +385,8 @@ def test_restart_by_the_job_the_admin_engine_and_the_cli_leaves_the_same_rows(
     admin API calls), ``openroute messages restart`` and the Spark job ends with the same columns and transition."""
     import asyncio
 
+    from openroute.definitions.route import RouteRegistry
     from openroute.engine import Engine
-    from openroute.route import RouteRegistry
     from tests.spark.stores import FAIL, drive
 
     store = MessageStore(database_url)

@@ -14,8 +14,8 @@ import pytest
 from openroute.persistence import MessageState
 
 from openroute import Exchange, route
+from openroute.definitions.errors import ConfigurationError
 from openroute.dsl import Application
-from openroute.errors import ConfigurationError
 from openroute.outbound import BreakerState, ExternalHttpClient, ExternalSystem, SoapService
 from openroute.testing import FakeHttpService, FakeRequest, FakeSoapService, RouteTestKit
 

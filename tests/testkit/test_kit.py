@@ -16,9 +16,9 @@ import pytest
 from openroute.persistence import MessageState
 
 from openroute import Exchange, RouteRegistry
+from openroute.definitions.errors import BusinessError, TechnicalError
+from openroute.definitions.interceptors import InterceptionContext, MessageInterceptor
 from openroute.dsl import Application, route
-from openroute.errors import BusinessError, TechnicalError
-from openroute.interceptors import InterceptionContext, MessageInterceptor
 from openroute.testing import CallRecorder, RecordedCall, RouteTestKit, SendResult
 
 S = MessageState

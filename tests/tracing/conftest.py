@@ -1,5 +1,5 @@
-"""Fixtures of the tracing tests: the SDK's in-memory exporter behind openroute.tracing, a real local HTTP system
-(called by a route step, sent the confirmations), and a node (engine, confirmation service, inbound app) on each
+"""Fixtures of the tracing tests: the SDK's in-memory exporter behind openroute.runtime.tracing, a real local HTTP
+system (called by a route step, sent the confirmations), and a node (engine, confirmation service, inbound app) on each
 database."""
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from openroute import tracing
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
+from openroute.definitions.retry import RetryPolicy
+from openroute.definitions.route import Route as RouteDefinition
+from openroute.definitions.route import RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.outbound import ExternalCalls, ExternalHttpClient, ExternalSystem
-from openroute.retry import RetryPolicy
-from openroute.route import Route as RouteDefinition
-from openroute.route import RouteRegistry
+from openroute.runtime import tracing
 from openroute.server import create_app
 from tests._support.servers import served
 

@@ -18,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from openroute import route, tracing
+from openroute import route
 from openroute.dsl import Application
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound.channel import ChannelDelivery, ChannelInbound
 from openroute.messaging import Message
 from openroute.outbound import SoapService
+from openroute.runtime import tracing
 from openroute.server import create_app
 from tests._support.servers import served
 from tests.tracing.conftest import SENDER_SPAN, SENDER_TRACE, SENDER_TRACEPARENT, hex_ids, stored_form

@@ -1,5 +1,5 @@
-"""openroute/tracing.py: one trace per message from accept to confirmation, across retries, nodes and restarts, with
-the sender's W3C traceparent as its root and the outbound requests carrying it on (SDK in-memory exporter)."""
+"""openroute/runtime/tracing.py: one trace per message from accept to confirmation, across retries, nodes and restarts,
+with the sender's W3C traceparent as its root and the outbound requests carrying it on (SDK in-memory exporter)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from openroute.clock import ManualClock
+from openroute.definitions.clock import ManualClock
 from tests.tracing.conftest import (
     SENDER_SPAN,
     SENDER_TRACE,

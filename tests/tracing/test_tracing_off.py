@@ -16,9 +16,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from openroute import tracing
 from openroute.config import TracingConfig, load_config
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
+from openroute.runtime import tracing
 from tests.tracing.conftest import SENDER_TRACEPARENT, Node, Remote
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_off_a_message_goes_through_without_importing_opentelemetry(tmp_path: Pa
         import httpx
         from openroute.persistence import MessageStore
         from openroute.engine import Engine, EngineSettings
-        from openroute.route import Route, RouteRegistry
+        from openroute.definitions.route import Route, RouteRegistry
         from openroute.server import create_app
 
         async def main():
@@ -85,9 +85,9 @@ def test_tracing_asked_for_without_the_extra_is_a_configuration_error(tmp_path: 
     out = run_python("""
         import json, sys
         sys.modules["opentelemetry"] = None  # the otel extra is not installed
-        from openroute import tracing
+        from openroute.runtime import tracing
         from openroute.config import TracingConfig
-        from openroute.errors import ConfigurationError
+        from openroute.definitions.errors import ConfigurationError
 
         result = {"off": TracingConfig().start()}
         for name, start in (("configure", lambda: TracingConfig(enabled=True).start()), ("enable", tracing.enable)):

@@ -5,14 +5,13 @@ Revises: 0011
 Create Date: 2026-11-25 23:30:00
 
 - ``message.traceparent``: the W3C ``traceparent`` of the span that accepted the message (version 00, 55
-  characters), written only while tracing is on (``openroute.tracing``); the parent of every later span of the
+  characters), written only while tracing is on (``openroute.runtime.tracing``); the parent of every later span of the
   message, on any node and after any restart. NULL for messages stored with tracing off and for older rows.
 """
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
 from openroute.persistence.migrations._columns import drop_columns
 
 revision = "0012"

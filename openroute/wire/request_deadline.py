@@ -8,7 +8,7 @@ start a timer when a connection opens and when the first byte of a request arriv
 was started), the connection is closed and one line is logged::
 
     import uvicorn
-    from openroute.request_deadline import request_deadline_protocol
+    from openroute.wire.request_deadline import request_deadline_protocol
 
     uvicorn.Config(app, http=request_deadline_protocol(30.0))
 

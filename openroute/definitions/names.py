@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 
 __all__ = ["Named", "by_unique_name"]
 

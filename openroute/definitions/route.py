@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from openroute.body import Body
-from openroute.errors import ConfigurationError, DeploymentError, UnknownRouteError
-from openroute.interceptors import MessageInterceptor, check_interceptors
-from openroute.message import InboundMessage
-from openroute.retry import ErrorPolicy, RetryPolicy, check_error_policies
+from openroute.definitions.body import Body
+from openroute.definitions.errors import ConfigurationError, DeploymentError, UnknownRouteError
+from openroute.definitions.interceptors import MessageInterceptor, check_interceptors
+from openroute.definitions.message import InboundMessage
+from openroute.definitions.retry import ErrorPolicy, RetryPolicy, check_error_policies
 
 __all__ = ["ExtCallScope", "Route", "RouteRegistry", "Step"]
 
@@ -39,9 +39,9 @@ class Route:
     """What to do with messages of one (service, operation).
 
     ``steps`` run in order for every attempt; ``retry_policy`` overrides the engine's default, and
-    ``error_policies`` (:class:`~openroute.retry.ErrorPolicy`, the first that names the error wins) give the errors
-    they name a policy of their own, or none;
-    ``validator`` runs at accept time and raises :class:`~openroute.errors.ValidationError` to refuse
+    ``error_policies`` (:class:`~openroute.definitions.retry.ErrorPolicy`, the first that names the error wins) give the
+    errors they name a policy of their own, or none;
+    ``validator`` runs at accept time and raises :class:`~openroute.definitions.errors.ValidationError` to refuse
     a message before it is stored.
 
     The processing patterns (docs/patterns.md):
@@ -58,8 +58,8 @@ class Route:
     - ``child_routes``: the (service, operation) of child messages its split steps create
       (:meth:`RouteRegistry.check` checks they exist).
 
-    ``body`` (a :class:`~openroute.body.Body`) types the payload: accept refuses a payload that does not match its
-    model (nothing stored) and the steps read it bound as ``exchange.body``.
+    ``body`` (a :class:`~openroute.definitions.body.Body`) types the payload: accept refuses a payload that does not
+    match its model (nothing stored) and the steps read it bound as ``exchange.body``.
     """
 
     service: str

@@ -18,16 +18,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
-from openroute.child import ChildMessage
-from openroute.errors import DeploymentError
-from openroute.route import ExtCallScope, Step
+from openroute.definitions.child import ChildMessage
+from openroute.definitions.errors import DeploymentError
+from openroute.definitions.route import ExtCallScope, Step
 
 __all__ = ["Steps", "steps"]
 
 ChildSpec = ChildMessage | str | Mapping[str, Any]
 
 #: what a step receives: the attempt's :class:`openroute.Exchange` (typed ``Any`` here, as ``Step`` in
-#: :mod:`openroute.route`, so that definitions do not import the runtime)
+#: :mod:`openroute.definitions.route`, so that definitions do not import the runtime)
 _Exchange = Any
 
 

@@ -1,11 +1,11 @@
 """The inbound binding: how one (service, operation) is recognised, validated and indexed at accept time.
 
-A definition, like :class:`~openroute.route.Route` (the DSL builds both); the endpoints of ``openroute.inbound``
-serve it.
+A definition, like :class:`~openroute.definitions.route.Route` (the DSL builds both); the endpoints of
+``openroute.inbound`` serve it.
 
 An :class:`InboundBinding` is plain data (the route DSL produces it from its identify / validate / extract
 clauses); expressions are compiled once, when the binding is created, so a bad XPath or JSON path is a
-:class:`~openroute.errors.ConfigurationError` at start-up, never a surprise on the first request.
+:class:`~openroute.definitions.errors.ConfigurationError` at start-up, never a surprise on the first request.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from jsonpath_ng.parser import parse as parse_json_path
 from lxml import etree
 from lxml.etree import QName
 
-from openroute.errors import ConfigurationError, ValidationError
-from openroute.schema import RequestSchema, load_schema
+from openroute.definitions.errors import ConfigurationError, ValidationError
+from openroute.definitions.schema import RequestSchema, load_schema
 
 __all__ = ["ChannelBinding", "Extracted", "Extractor", "InboundBinding", "ParsedPayload", "QName", "default_bindings"]
 
@@ -222,7 +222,8 @@ class InboundBinding:
       served on both has one binding of each.
     * ``request_element`` / ``soap_action``: the SOAP dispatch keys (XML only; at least one is required).
     * ``required``: XPaths (with ``namespaces``) or JSON paths (``$.a.b[0]``) that must match a non-empty value.
-    * ``validators``: called with the :class:`ParsedPayload`; raise :class:`~openroute.errors.ValidationError`.
+    * ``validators``: called with the :class:`ParsedPayload`; raise
+      :class:`~openroute.definitions.errors.ValidationError`.
     * ``object_id`` / ``entity_type`` / ``funnel_value``: extractors; ``entity_type`` defaults to the operation.
     * ``schema``: the path of an XSD file declaring ``request_element`` (XML only): every request is validated
       against it before the other checks, and the served WSDL describes the element with it.

@@ -43,7 +43,7 @@ from lxml import etree
 from pydantic import AliasChoices, AliasPath, BaseModel
 from pydantic.fields import FieldInfo
 
-from openroute.errors import ConfigurationError, ValidationError
+from openroute.definitions.errors import ConfigurationError, ValidationError
 
 __all__ = ["Body", "FieldError", "InvalidBodyError", "element_data"]
 

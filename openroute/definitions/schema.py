@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lxml import etree
 
-from openroute.errors import ConfigurationError, ValidationError
+from openroute.definitions.errors import ConfigurationError, ValidationError
 
 __all__ = ["RequestSchema", "load_schema", "secure_parser"]
 
@@ -54,7 +54,8 @@ class RequestSchema:
         return any(child.get("name") == element.localname for child in self.root.iterchildren(f"{{{XSD_NS}}}element"))
 
     def validate(self, element: etree._Element) -> None:
-        """Raise :class:`~openroute.errors.ValidationError` naming the first invalid element of ``element``."""
+        """Raise :class:`~openroute.definitions.errors.ValidationError` naming the first invalid element of
+        ``element``."""
         if self.schema.validate(element):
             return
         error = self.schema.error_log[0]

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from openroute.errors import MessageDroppedByInterceptor
+from openroute.definitions.errors import MessageDroppedByInterceptor
 
 if TYPE_CHECKING:
     from openroute.persistence import StoredMessage
@@ -72,7 +72,7 @@ class MessageInterceptor:
 
 def check_interceptors(interceptors: Sequence[Any], where: str) -> tuple[MessageInterceptor, ...]:
     """Validate a sequence of interceptors (``where`` names the owner in the error)."""
-    from openroute.errors import ConfigurationError
+    from openroute.definitions.errors import ConfigurationError
 
     if isinstance(interceptors, str | bytes) or not isinstance(interceptors, Sequence):
         raise ConfigurationError(f"{where}: interceptors must be a sequence of MessageInterceptor")

@@ -14,7 +14,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 from transitions import Machine
 
-from openroute.errors import IllegalTransitionError, StaleMessageError
+from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
 from openroute.persistence.transitions import TRANSITION_COLUMNS
 

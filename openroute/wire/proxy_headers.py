@@ -15,7 +15,7 @@ Either way the client is the nearest hop, read right to left, that is not a name
 first); its ``proto`` (``Forwarded``) gives the scheme. A hop written ``for=unknown`` or with an obfuscated
 identifier (``for=_hidden``) is that client, its address the identifier as written::
 
-    from openroute.proxy_headers import ProxyHeaders
+    from openroute.wire.proxy_headers import ProxyHeaders
 
     app = ProxyHeaders(app, ["127.0.0.1", "10.0.4.0/24"])
     # from 127.0.0.1: Forwarded: for="[2001:db8::17]:4711";proto=https, for=10.0.4.7

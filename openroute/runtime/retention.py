@@ -7,7 +7,7 @@ is not final; children are never deleted on their own. On PostgreSQL a transacti
 node delete at a time (the others skip that run); SQLite's write lock serialises anyway::
 
     from datetime import timedelta
-    from openroute.retention import RetentionJob, RetentionPolicy
+    from openroute.runtime.retention import RetentionJob, RetentionPolicy
 
     policy = RetentionPolicy(keep={"OK": timedelta(days=7), "FAILED": timedelta(days=30)})
     deleted = RetentionJob(store, policy).run_once()   # {MessageState.OK: 120, ...}
@@ -29,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from openroute.errors import ConfigurationError
+from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, funnel_lock_table, message_table
 from openroute.persistence.outage import StoreOutage, run_passes
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
 
-from openroute.errors import (
+from openroute.definitions.errors import (
     BusinessError,
     CircuitOpenError,
     ConfigurationError,

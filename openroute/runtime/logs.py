@@ -1,6 +1,6 @@
 """The server's log: one format (text or JSON lines) for openroute and uvicorn, one line per event.
 
-    from openroute.logs import configure_logging, log_transition, AttemptFailureLog
+    from openroute.runtime.logs import configure_logging, log_transition, AttemptFailureLog
     configure_logging("INFO", "json")
     engine = Engine(store, routes, interceptors=[AttemptFailureLog()])
     engine.transition_listeners.append(log_transition)
@@ -11,7 +11,7 @@ fields (``message_id``, ``correlation_id``, ``route``, ``from_state``, ``to_stat
 ``error_text``). The attempt is the one the change belongs to, as in the message's ``message_transition`` rows. A
 claim (``-> PROCESSING``) is logged at DEBUG: the attempt's outcome line follows it.
 
-Tracebacks are for unexpected errors only (:func:`openroute.errors.is_expected_error`): at most one WARNING
+Tracebacks are for unexpected errors only (:func:`openroute.definitions.errors.is_expected_error`): at most one WARNING
 per message and error. Business errors, validation errors, :class:`TechnicalError` and errors of remote systems
 never print one. A request that fails unexpectedly (HTTP 500), or an engine job, hook or ``/metrics`` read that
 fails at every turn, logs its traceback once a minute per error (:class:`RepeatedErrors`), then one line each time.
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from openroute.errors import MessageDroppedByInterceptor, is_expected_error
-from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
+from openroute.definitions.errors import MessageDroppedByInterceptor, is_expected_error
+from openroute.definitions.interceptors import CallNext, InterceptionContext, MessageInterceptor
 
 if TYPE_CHECKING:
     from openroute.persistence import MessageState, StoredMessage

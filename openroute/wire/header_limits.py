@@ -9,8 +9,8 @@ is closed and one WARNING line is logged. The bytes of a header block still arri
 client streaming a huge header is cut once the limit is passed, not when its header is complete::
 
     import uvicorn
-    from openroute.header_limits import HeaderLimits, limit_headers
-    from openroute.request_deadline import request_deadline_protocol
+    from openroute.wire.header_limits import HeaderLimits, limit_headers
+    from openroute.wire.request_deadline import request_deadline_protocol
 
     uvicorn.Config(app, http=limit_headers(request_deadline_protocol(30.0), HeaderLimits(max_bytes=65536)))
 """
@@ -53,7 +53,8 @@ class HeaderLimits:
 
 def limit_headers(protocol: type[asyncio.Protocol], limits: HeaderLimits) -> type[asyncio.Protocol]:
     """``protocol`` (uvicorn's ``httptools`` or ``h11`` protocol class, or a subclass such as
-    :func:`~openroute.request_deadline.request_deadline_protocol`'s) answering ``431`` to a request over ``limits``.
+    :func:`~openroute.wire.request_deadline.request_deadline_protocol`'s) answering ``431`` to a request over
+    ``limits``.
 
     Raises ValueError for a class that derives from neither."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

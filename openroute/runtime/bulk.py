@@ -7,7 +7,7 @@ and then grows more slowly with the rows. :data:`SPARK_PAYS_OFF_AT` is where the
 and what the runs showed). Both command lines
 read it from here, below them both, and each suggests the other tool on the wrong side of it::
 
-    from openroute.bulk import spark_suggestion, sql_suggestion
+    from openroute.runtime.bulk import spark_suggestion, sql_suggestion
 
     print(spark_suggestion(12_000_000))  # from openroute messages: Spark is quicker above ...
     print(sql_suggestion(400))           # from openroute spark reprocess: plain SQL is quicker below ...

@@ -30,10 +30,10 @@ class InboundMessage(MessageFields):
     entity_type: str | None = None
     funnel_value: str | None = None
     #: the payload already bound to its route's body model by the endpoint that parsed it (not stored): accept
-    #: then does not parse the text again (:mod:`openroute.body`)
+    #: then does not parse the text again (:mod:`openroute.definitions.body`)
     body: Any = field(default=None, compare=False, repr=False)
     #: the sender's W3C ``traceparent`` (HTTP header, SOAP trace header, broker header), read by the endpoints only
-    #: while tracing is on (:mod:`openroute.tracing`): the parent of the span that accepts the message
+    #: while tracing is on (:mod:`openroute.runtime.tracing`): the parent of the span that accepts the message
     traceparent: str | None = None
 
     def to_new_message(self, receive_ts: datetime, parent_id: int | None = None,

@@ -23,7 +23,7 @@ costs one attribute read per hop and nothing of OpenTelemetry is imported. In a 
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from openroute import tracing
+    from openroute.runtime import tracing
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -40,13 +40,13 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from openroute.errors import ConfigurationError
-from openroute.interceptors import CallNext, InterceptionContext, MessageInterceptor
+from openroute.definitions.errors import ConfigurationError
+from openroute.definitions.interceptors import CallNext, InterceptionContext, MessageInterceptor
 
 if TYPE_CHECKING:
     import httpx
 
-    from openroute.message import InboundMessage
+    from openroute.definitions.message import InboundMessage
     from openroute.persistence import StoredMessage
 
 __all__ = [
