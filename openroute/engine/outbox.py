@@ -24,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -35,16 +35,10 @@ from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig,
 from openroute.messaging.amqp import AmqpOutgoingMetadata
 from openroute.messaging.config import select_channels
 from openroute.persistence import MessageState, MessageStore, StoredMessage, mask_secrets
+from openroute.persistence.delivery import DeliverySender, Leases, backoff
 from openroute.persistence.models import FINAL_STATES
 from openroute.persistence.outage import StoreOutage
-from openroute.persistence.outbox import (
-    OutboxEvent,
-    add_events,
-    delete_events,
-    lease_due,
-    postpone_event,
-    release_leases,
-)
+from openroute.persistence.outbox import OutboxEvent, OutboxRows, add_events
 
 __all__ = ["EVENT_HEADER", "OutboxPublisher", "OutboxWriter", "OutcomeEvents", "event_body", "outcome_rules"]
 
@@ -215,8 +209,18 @@ class OutboxPublisher:
             if rule.channel not in self._emitters:
                 self._emitters[rule.channel] = app.emitter(rule.channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
         self._wake = asyncio.Event()
+        #: the delivery family's sender over the outbox rows (persistence/delivery.py)
+        self._sender = DeliverySender(Leases(store.engine, OutboxRows(), node_id), self._retry_at, self.clock.now,
+                                      self._lease)
         #: whether the rounds find the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("outbox publisher")
+
+    def _lease(self) -> timedelta:
+        return self.settings.lease
+
+    def _retry_at(self, event: OutboxEvent, now: datetime) -> datetime:
+        """A failed publish is due again after a back-off doubled per failed attempt (never given up)."""
+        return now + backoff(self.settings.backoff, event.attempts, self.settings.max_backoff)
 
     def writer(self) -> OutboxWriter:
         """The engine's final-state transaction hook for these rules."""
@@ -234,12 +238,8 @@ class OutboxPublisher:
         """Take back the leases a previous run of this node held (it was killed while publishing: those events are
         due now, not after the lease), then connect the channels (raises the messaging layer's DeploymentError when
         a broker cannot be reached)."""
-
-        def release() -> int:
-            with self.store.begin() as connection:
-                return release_leases(connection, self.node_id)
-
-        released = await asyncio.get_running_loop().run_in_executor(None, release)
+        now = self.clock.now()
+        released = await asyncio.get_running_loop().run_in_executor(None, self._sender.leases.release, now, now)
         if released:
             log.info("outbox: %d events leased by an earlier run of node %s are due again", released, self.node_id)
         await self.app.start()
@@ -276,31 +276,15 @@ class OutboxPublisher:
     async def publish_once(self) -> int:
         """One round: lease due events, publish them, delete the confirmed ones and postpone the others; returns
         how many were confirmed."""
-        now = self.clock.now()
-        settings = self.settings
-
-        def lease() -> list[OutboxEvent]:
-            with self.store.begin() as connection:
-                return lease_due(connection, self.node_id, now, settings.lease, settings.batch)
-
         loop = asyncio.get_running_loop()
-        events = await loop.run_in_executor(None, lease)
+        claimed = await loop.run_in_executor(None, self._sender.claim, self.clock.now(), self.settings.batch)
+        events = claimed.claims
         if not events:
             return 0
         self.stats.rounds += 1
-        outcomes = await asyncio.gather(*(self._publish(event) for event in events))
+        outcomes = await self._sender.round(events, self._publish)
         confirmed = [event.id for event, error in zip(events, outcomes, strict=True) if error is None]
         failed = [(event, error) for event, error in zip(events, outcomes, strict=True) if error is not None]
-        later = self.clock.now()
-
-        def settle() -> None:
-            with self.store.begin() as connection:
-                delete_events(connection, confirmed)
-                for event, error in failed:
-                    delay = min(settings.backoff * (2 ** min(event.attempts, 30)), settings.max_backoff)
-                    postpone_event(connection, event.id, later + delay, error or "")
-
-        await loop.run_in_executor(None, settle)
         self.stats.published += len(confirmed)
         self.stats.failed += len(failed)
         for event, error in zip(events, outcomes, strict=True):
