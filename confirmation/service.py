@@ -29,7 +29,7 @@ import os
 import socket
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
@@ -52,7 +52,6 @@ from openroute.persistence.outage import StoreOutage, describe_error, is_store_u
 from openroute.persistence.secrets import mask_secrets
 
 from openroute import tracing
-from openroute.clock import Clock
 from openroute.logs import repeated_errors
 
 log = logging.getLogger("openroute.confirmation")
@@ -79,6 +78,14 @@ def _engine_of(store_or_engine: object) -> sa.Engine:
     raise InvalidConfirmationError(
         f"expected a MessageStore (with .engine) or a sqlalchemy Engine, got {type(store_or_engine).__name__}"
     )
+
+
+class Clock(Protocol):
+    """What the service reads the time from (e.g. ``openroute.clock.SystemClock``, or a test's clock)."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
 
 
 def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], datetime]:

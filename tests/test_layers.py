@@ -62,6 +62,9 @@ PLANTS = [
     ("openroute/alerts/notifiers.py", "import openroute.confirmation  # noqa: F401\n", "Edges are independent"),
     ("openroute/engine/outcome.py", "import openroute  # noqa: F401\n",
      "Only the application imports the package root"),
+    # confirmation/ imports only the store (DESIGN.md's layout table)
+    ("confirmation/policy.py", "def _late() -> None:\n    import openroute.clock  # noqa: F401\n",
+     "confirmation imports only the store"),
     # retry imports errors: errors importing retry closes a circle inside one layer
     ("openroute/errors.py", "def _late() -> None:\n    import openroute.retry  # noqa: F401\n", "No import cycle"),
 ]
@@ -152,3 +155,6 @@ def test_the_other_contracts_cover_the_modules_of_their_layers() -> None:
     assert set(contracts["surface"]["source_modules"]) == below_application
     assert set(contracts["definitions-no-runtime"]["source_modules"]) == set(_layer_of("openroute.route"))
     assert set(_layer_of("openroute.inbound")) <= set(contracts["edges"]["modules"])
+    every = {module for layer in _layers() for module in layer}
+    store_and_itself = {"openroute.persistence", "openroute.confirmation"}
+    assert set(contracts["confirmation-imports"]["forbidden_modules"]) == every - store_and_itself
