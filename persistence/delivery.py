@@ -76,7 +76,8 @@ class LeasedRows(Protocol[C]):
 def backoff(first: timedelta, failures: int, longest: timedelta) -> timedelta:
     """The wait before the next attempt after ``failures`` failed ones: ``first`` doubled per failure, at most
     ``longest``."""
-    return min(first * (2 ** min(max(failures, 0), 30)), longest)
+    doubled: timedelta = first * (2 ** min(max(failures, 0), 30))
+    return min(doubled, longest)
 
 
 class Leases(Generic[C]):
