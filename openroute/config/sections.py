@@ -223,6 +223,7 @@ class ConfirmationsConfig(Section):
             HttpJsonConfirmation,
             SoapConfirmation,
         )
+        from openroute.messaging.publisher import ChannelPublisher
 
         if not self.systems:
             return DefaultConfirmationCallback()
@@ -230,7 +231,8 @@ class ConfirmationsConfig(Section):
         for system, target in self.systems.items():
             try:
                 if target.channel is not None:
-                    transports.append(ChannelConfirmation(system, target.channel, messaging, timeout=target.timeout))
+                    channels = ChannelPublisher(messaging, [target.channel])
+                    transports.append(ChannelConfirmation(system, target.channel, channels, timeout=target.timeout))
                 elif target.soap is not None:
                     transports.append(SoapConfirmation(system, target.soap, timeout=target.timeout))
                 else:

@@ -31,9 +31,8 @@ import sqlalchemy as sa
 
 from openroute.clock import Clock, SystemClock
 from openroute.errors import ConfigurationError
-from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
-from openroute.messaging.amqp import AmqpOutgoingMetadata
-from openroute.messaging.config import select_channels
+from openroute.messaging import MessagingApp, MessagingConfig
+from openroute.messaging.publisher import ChannelPublisher
 from openroute.persistence import MessageState, MessageStore, StoredMessage, mask_secrets
 from openroute.persistence.delivery import DeliverySender, Leases, backoff
 from openroute.persistence.models import FINAL_STATES
@@ -197,17 +196,9 @@ class OutboxPublisher:
         self.settings = settings or OutboxSettings()
         self.clock = clock or SystemClock()
         self.stats = OutboxStats()
-        if isinstance(config, MessagingConfig):
-            app = MessagingApp(config)
-        else:  # only the event channels (the file may hold the routes' channels too)
-            app = MessagingApp(select_channels(dict(config or {}), (), [r.channel for r in self.rules]),
-                               environ=environ)
-        app.register_connector("in-memory", app.connector("memory"))
-        self.app = app
-        self._emitters: dict[str, Emitter[Any]] = {}
-        for rule in self.rules:
-            if rule.channel not in self._emitters:
-                self._emitters[rule.channel] = app.emitter(rule.channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
+        #: the rules' channels (the messaging layer's port of the delivery family)
+        self.channels = ChannelPublisher(config, [rule.channel for rule in self.rules], environ=environ)
+        _ = self.channels.app  # made now, so that a channel the messaging layer cannot configure fails here
         self._wake = asyncio.Event()
         #: the delivery family's sender over the outbox rows (persistence/delivery.py)
         self._sender = DeliverySender(Leases(store.engine, OutboxRows(), node_id), self._retry_at, self.clock.now,
@@ -242,11 +233,16 @@ class OutboxPublisher:
         released = await asyncio.get_running_loop().run_in_executor(None, self._sender.leases.release, now, now)
         if released:
             log.info("outbox: %d events leased by an earlier run of node %s are due again", released, self.node_id)
-        await self.app.start()
+        await self.channels.start()
 
     async def stop(self) -> None:
         """Close the channels (a round in flight should be over: :meth:`run` returned)."""
-        await self.app.stop()
+        await self.channels.stop()
+
+    @property
+    def app(self) -> MessagingApp:
+        """The messaging application of the rules' channels (tests and the demo read the in-memory sinks)."""
+        return self.channels.app
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish rounds until ``stop`` is set: after each final state (see :meth:`on_final_state`) or every
@@ -297,16 +293,12 @@ class OutboxPublisher:
 
     async def _publish(self, event: OutboxEvent) -> str | None:
         """Publish one event; None once the broker confirmed it, else the reason (one line)."""
-        emitter = self._emitters.get(event.channel)
-        if emitter is None:
-            return f"no outgoing channel {event.channel!r} on this node"
-        metadata = AmqpOutgoingMetadata(message_id=event.event_id, content_type="application/json",
-                                        headers={EVENT_HEADER: event.event_id,
-                                                 "x-openroute-message-id": str(event.message_id)})
+        headers = {EVENT_HEADER: event.event_id, "x-openroute-message-id": str(event.message_id)}
         try:
-            sent = emitter.send(Message(event.payload, (metadata,)))
-            future = sent if isinstance(sent, asyncio.Future) else asyncio.wrap_future(sent)
-            await asyncio.wait_for(future, self.settings.confirm_timeout)
+            await self.channels.publish(event.channel, event.payload, message_id=event.event_id, headers=headers,
+                                        timeout=self.settings.confirm_timeout)
+        except LookupError as error:  # not one of this node's channels
+            return str(error)
         except Exception as error:
             return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         return None
