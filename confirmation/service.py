@@ -23,7 +23,6 @@ a source system that drops repeats by that id sees each confirmation at most onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -43,6 +42,7 @@ from openroute.confirmation.model import (
     ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
+from openroute.confirmation.ports import ConfirmationSpan, ErrorLog, PlainErrorLog, no_span
 from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.confirmations import ConfirmationClaim
@@ -50,9 +50,6 @@ from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, Lea
 from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
 from openroute.persistence.secrets import mask_secrets
-
-from openroute import tracing
-from openroute.logs import repeated_errors
 
 log = logging.getLogger("openroute.confirmation")
 
@@ -113,7 +110,9 @@ class ConfirmationService:
     store's database. ``batch_size`` rows are claimed per query and at most ``concurrency`` are sent at once, so a
     slow or failing system never holds up the others; each send is also bounded by ``send_timeout`` seconds (its
     claim renewed meanwhile). ``node_id`` is recorded in ``claimed_by`` (default: host name and process id).
-    Database work runs in worker threads so the event loop is never blocked.
+    Database work runs in worker threads so the event loop is never blocked. ``span`` makes the span of each attempt
+    and ``error_log`` logs a callback's unexpected errors (:mod:`~openroute.confirmation.ports`: the composition root
+    gives the runtime's tracing and ``repeated_errors``; default: no span, every traceback).
     """
 
     def __init__(
@@ -127,6 +126,8 @@ class ConfirmationService:
         concurrency: int = 8,
         send_timeout: float = 300.0,
         node_id: str | None = None,
+        span: ConfirmationSpan | None = None,
+        error_log: ErrorLog | None = None,
     ) -> None:
         if not isinstance(callback, ConfirmationCallback):
             raise InvalidConfirmationError(f"callback must be a ConfirmationCallback, got {callback!r}")
@@ -138,6 +139,8 @@ class ConfirmationService:
         self.engine = _engine_of(store_or_engine)
         self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
         self._send_timeout = float(send_timeout)
+        self._span = span or no_span
+        self._errors = error_log or PlainErrorLog()
         self.callback = callback
         self.policy = policy or ConfirmationPolicy()
         self._now = _now_function(clock)
@@ -232,7 +235,7 @@ class ConfirmationService:
             await self._immediate.send(message)
         except Exception as error:
             if not self.outage.failed(error, f"confirming message {message.id}"):  # the loop sends it once it is back
-                repeated_errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
+                self._errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
                                     message.id, error=error)
 
     async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
@@ -308,8 +311,7 @@ class ConfirmationService:
         if isinstance(request, str):
             error: str | None = request
         else:
-            span = (tracing.confirm_span(request.traceparent, row.message_id, request.source_system, request.state,
-                                         attempt) if tracing.ENABLED else contextlib.nullcontext())
+            span = self._span(request.traceparent, row.message_id, request.source_system, request.state, attempt)
             try:
                 with span:  # while tracing is on: a span of the message's trace, its failure recorded
                     await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
@@ -319,7 +321,7 @@ class ConfirmationService:
             except TimeoutError:
                 error = f"no answer within the send timeout of {self._send_timeout:g} s"
             except Exception as failure:  # a broken callback is a failed attempt, never a lost confirmation
-                repeated_errors.log(log, "confirmation callback raised for message %s", row.message_id, error=failure)
+                self._errors.log(log, "confirmation callback raised for message %s", row.message_id, error=failure)
                 error = f"{type(failure).__name__}: {failure}"
         if error is not None:
             error = mask_secrets(error)  # the target's URL may carry a password or key: stored as shown

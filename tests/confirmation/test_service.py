@@ -230,7 +230,7 @@ class Broken(ExternalSystemConfirmation):
 
 
 async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
-    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A bug in a callback fails every confirmation the same way: each is a failed attempt with its cause, and the
     log has the traceback once, then a line per confirmation."""
@@ -240,8 +240,8 @@ async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
         async def confirm(self, request: ConfirmationRequest) -> None:
             raise RuntimeError("bug in the callback")
 
-    monkeypatch.setattr("openroute.confirmation.service.repeated_errors", RepeatedErrors())
-    service = ConfirmationService(store, BrokenCallback(), ConfirmationPolicy(max_attempts=3, interval=10), clock=clock)
+    service = ConfirmationService(store, BrokenCallback(), ConfirmationPolicy(max_attempts=3, interval=10), clock=clock,
+                                  error_log=RepeatedErrors())  # as the composition root gives it
     ids = [add_message(store, n) for n in range(3)]
     for mid in ids:
         await service.enqueue(request_for(mid))
