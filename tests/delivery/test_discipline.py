@@ -4,10 +4,11 @@ kind stays with its own tests (tests/confirmation, tests/channels/test_outbox*.p
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ import sqlalchemy as sa
 from openroute.persistence import MessageStore
 from openroute.persistence import confirmations as confirmation_sql
 from openroute.persistence import outbox as outbox_sql
-from openroute.persistence.delivery import LeasedRows, Leases, backoff
+from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, LeasedRows, Leases, backoff
 
 from tests.confirmation.test_service import START, add_message
 
@@ -121,6 +122,48 @@ def test_rows_are_claimed_oldest_first_a_batch_at_a_time(store: MessageStore, ki
 def test_the_back_off_doubles_per_failure_up_to_its_longest() -> None:
     first, longest = timedelta(seconds=1), timedelta(seconds=10)
     assert [backoff(first, n, longest).total_seconds() for n in range(6)] == [1, 2, 4, 8, 10, 10]
+
+
+async def test_the_sender_renews_the_lease_while_a_slow_send_runs(store: MessageStore, kind: Kind) -> None:
+    """One attempt sent on its own (as the confirmations are): its lease outlives a send three leases long, and the
+    row, sent, is not due again."""
+    written(store, kind, 1)
+    lease = timedelta(milliseconds=300)
+    sender = DeliverySender(node(store, kind, "node-a"), lambda _claim, now: now + LEASE, _real_now, lambda: lease)
+    other = node(store, kind, "node-b")
+    [claim] = sender.claim(_real_now(), 10).claims
+
+    async def slow_send() -> str | None:
+        for _ in range(3):
+            await asyncio.sleep(lease.total_seconds())
+            assert await asyncio.to_thread(other.claim, _real_now(), lease, 10) == Claimed([], 0, 0)
+        return None
+
+    assert await sender.attempt(claim, slow_send(), "the slow one") == (Attempt.SENT, None)
+    assert other.claim(_real_now() + LEASE, lease, 10).claims == []
+
+
+async def test_a_round_is_sent_together_and_settled_at_once(store: MessageStore, kind: Kind) -> None:
+    """A round (as the outcome events are sent): every claim sent, then the sent ones settled and the failed ones
+    due again at the kind's back-off, in one transaction."""
+    written(store, kind, 2)
+    clock = [at(0)]
+    sender = DeliverySender(node(store, kind, "node-a"), lambda _claim, now: now + backoff(LEASE, 0, LEASE),
+                            lambda: clock[0], lambda: LEASE)
+    claims = sender.claim(at(0), 10).claims
+    failing = claims[1]
+
+    async def send(claim: Any) -> str | None:
+        return "refused" if claim is failing else None
+
+    clock[0] = at(1)
+    assert await sender.round(claims, send) == [None, "refused"]
+    assert sender.claim(at(60), 10).claims == []
+    assert len(sender.claim(at(61), 10).claims) == 1
+
+
+def _real_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _table(kind: Kind) -> sa.Table:
