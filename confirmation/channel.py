@@ -10,33 +10,40 @@ stable confirmation id (``<messageId>:<finishedAt>``): a confirmation sent again
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from openroute.confirmation.callbacks import ExternalSystemConfirmation
 from openroute.confirmation.model import ConfirmationRequest, ConfirmationSendError, InvalidConfirmationError
 
-from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
-from openroute.messaging.amqp import AmqpOutgoingMetadata
-from openroute.messaging.config import select_channels
-
-__all__ = ["CONFIRMATION_HEADER", "ChannelConfirmation"]
+__all__ = ["CONFIRMATION_HEADER", "ChannelConfirmation", "ChannelPort"]
 
 CONFIRMATION_HEADER = "x-openroute-confirmation-id"
 
 
+class ChannelPort(Protocol):
+    """The broker channels a :class:`ChannelConfirmation` publishes through, given by whoever builds it (the
+    messaging layer's ``openroute.messaging.publisher.ChannelPublisher``: this package imports only the store)."""
+
+    async def publish(self, channel: str, body: str, *, message_id: str, headers: Mapping[str, str],
+                      timeout: float, correlation_id: str | None = None) -> None:
+        """Publish ``body`` to ``channel``; return once the broker confirmed it, raise otherwise."""
+
+    async def stop(self) -> None:
+        """Close the channels' connections."""
+
+
 class ChannelConfirmation(ExternalSystemConfirmation):
-    """Confirms ``source_system``'s messages by publishing to the outgoing ``channel`` configured in ``config``
-    (``openroute.messaging.outgoing.<channel>.connector`` = ``amqp`` or ``in-memory``, its queue or exchange).
+    """Confirms ``source_system``'s messages by publishing to the outgoing ``channel`` of ``channels`` (e.g.
+    ``ChannelPublisher(config, [channel])`` of ``openroute.messaging.publisher``, configured by
+    ``openroute.messaging.outgoing.<channel>.connector`` = ``amqp`` or ``in-memory``, its queue or exchange).
 
     The channel connects on the first confirmation; a publish the broker refuses or does not confirm within
     ``timeout`` seconds raises :class:`~confirmation.ConfirmationSendError` (retried by the service).
     """
 
-    def __init__(self, source_system: str, channel: str, config: Mapping[str, Any] | None = None, *,
-                 timeout: float = 10.0, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, source_system: str, channel: str, channels: ChannelPort, *, timeout: float = 10.0) -> None:
         super().__init__(source_system)
         if not isinstance(channel, str) or not channel.strip():
             raise InvalidConfirmationError(f"channel must be a non-empty channel name, got {channel!r}")
@@ -44,50 +51,26 @@ class ChannelConfirmation(ExternalSystemConfirmation):
             raise InvalidConfirmationError(f"timeout must be positive, got {timeout!r}")
         self.channel = channel
         self.timeout = timeout
-        self._config = select_channels(dict(config or {}), (), [channel])
-        self._environ = environ
-        self._app: MessagingApp | None = None
-        self._emitter: Emitter[Any] | None = None
-        self._lock: asyncio.Lock | None = None
+        self.channels = channels
 
     @property
-    def app(self) -> MessagingApp | None:
-        """The messaging application of the channel once connected (tests read the in-memory sink from it)."""
-        return self._app
-
-    async def _connected(self) -> Emitter[Any]:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._emitter is None:
-                app = MessagingApp(self._config, environ=self._environ)
-                app.register_connector("in-memory", app.connector("memory"))
-                emitter = app.emitter(self.channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
-                try:
-                    await app.start()
-                except Exception as error:
-                    raise ConfirmationSendError(f"channel {self.channel}: {error}") from error
-                self._app, self._emitter = app, emitter
-            return self._emitter
+    def app(self) -> Any:
+        """The messaging application of the channel (tests read the in-memory sink from it), when the port has
+        one."""
+        return getattr(self.channels, "app", None)
 
     async def confirm(self, request: ConfirmationRequest) -> None:
         """Publish the confirmation once; raise :class:`~confirmation.ConfirmationSendError` unless confirmed."""
-        emitter = await self._connected()
         body = request.to_json()
         confirmation_id = f"{body['messageId']}:{body['finishedAt'] or body['state']}"
-        metadata = AmqpOutgoingMetadata(message_id=confirmation_id, correlation_id=request.correlation_id,
-                                        content_type="application/json",
-                                        headers={CONFIRMATION_HEADER: confirmation_id})
         try:
-            sent = emitter.send(Message(json.dumps(body, separators=(",", ":")), (metadata,)))
-            future = sent if isinstance(sent, asyncio.Future) else asyncio.wrap_future(sent)
-            await asyncio.wait_for(future, self.timeout)
+            await self.channels.publish(self.channel, json.dumps(body, separators=(",", ":")),
+                                        message_id=confirmation_id, headers={CONFIRMATION_HEADER: confirmation_id},
+                                        timeout=self.timeout, correlation_id=request.correlation_id)
         except Exception as error:
             text = " ".join(str(error).split())[:300] or type(error).__name__
             raise ConfirmationSendError(f"channel {self.channel}: {type(error).__name__}: {text}") from error
 
     async def aclose(self) -> None:
         """Close the channel's connection."""
-        if self._app is not None:
-            await self._app.stop()
-            self._app, self._emitter = None, None
+        await self.channels.stop()

@@ -23,14 +23,12 @@ a source system that drops repeats by that id sees each confirmation at most onc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
@@ -44,15 +42,14 @@ from openroute.confirmation.model import (
     ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
+from openroute.confirmation.ports import ConfirmationSpan, ErrorLog, PlainErrorLog, no_span
 from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, requests_for
 from openroute.persistence import confirmations as table
+from openroute.persistence.confirmations import ConfirmationClaim
+from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, Leases
 from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
 from openroute.persistence.secrets import mask_secrets
-
-from openroute.definitions.clock import Clock
-from openroute.runtime import tracing
-from openroute.runtime.logs import repeated_errors
 
 log = logging.getLogger("openroute.confirmation")
 
@@ -62,16 +59,8 @@ _MAX_ERROR = 2000
 SWEEP_OVERLAP = timedelta(minutes=1)
 
 
-class AttemptOutcome(StrEnum):
-    """What became of one claimed attempt to send a confirmation."""
-
-    SENT = "sent"
-    #: failed, due again per the policy
-    RETRY = "retry"
-    #: failed for the last time (the policy is exhausted)
-    FAILED = "failed"
-    #: the claim expired while sending: another node owns the confirmation now
-    LOST = "lost"
+#: what became of one claimed attempt (the delivery family's :class:`~openroute.persistence.delivery.Attempt`)
+AttemptOutcome = Attempt
 
 
 _INFO_FIELDS = tuple(ConfirmationInfo.__dataclass_fields__)
@@ -86,6 +75,14 @@ def _engine_of(store_or_engine: object) -> sa.Engine:
     raise InvalidConfirmationError(
         f"expected a MessageStore (with .engine) or a sqlalchemy Engine, got {type(store_or_engine).__name__}"
     )
+
+
+class Clock(Protocol):
+    """What the service reads the time from (e.g. ``openroute.definitions.clock.SystemClock``, or a test's clock)."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
 
 
 def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], datetime]:
@@ -113,7 +110,9 @@ class ConfirmationService:
     store's database. ``batch_size`` rows are claimed per query and at most ``concurrency`` are sent at once, so a
     slow or failing system never holds up the others; each send is also bounded by ``send_timeout`` seconds (its
     claim renewed meanwhile). ``node_id`` is recorded in ``claimed_by`` (default: host name and process id).
-    Database work runs in worker threads so the event loop is never blocked.
+    Database work runs in worker threads so the event loop is never blocked. ``span`` makes the span of each attempt
+    and ``error_log`` logs a callback's unexpected errors (:mod:`~openroute.confirmation.ports`: the composition root
+    gives the runtime's tracing and ``repeated_errors``; default: no span, every traceback).
     """
 
     def __init__(
@@ -127,6 +126,8 @@ class ConfirmationService:
         concurrency: int = 8,
         send_timeout: float = 300.0,
         node_id: str | None = None,
+        span: ConfirmationSpan | None = None,
+        error_log: ErrorLog | None = None,
     ) -> None:
         if not isinstance(callback, ConfirmationCallback):
             raise InvalidConfirmationError(f"callback must be a ConfirmationCallback, got {callback!r}")
@@ -138,6 +139,8 @@ class ConfirmationService:
         self.engine = _engine_of(store_or_engine)
         self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
         self._send_timeout = float(send_timeout)
+        self._span = span or no_span
+        self._errors = error_log or PlainErrorLog()
         self.callback = callback
         self.policy = policy or ConfirmationPolicy()
         self._now = _now_function(clock)
@@ -150,6 +153,9 @@ class ConfirmationService:
         #: whether the confirmation loop finds the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("confirmation loop")
         self._immediate = ImmediateSends(self)
+        #: the delivery family's sender over the confirmation rows (persistence/delivery.py)
+        self._sender = DeliverySender(Leases(self.engine, table.ConfirmationRows(), self.node_id), self._retry_at,
+                                      self.now, self._lease)
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -229,7 +235,7 @@ class ConfirmationService:
             await self._immediate.send(message)
         except Exception as error:
             if not self.outage.failed(error, f"confirming message {message.id}"):  # the loop sends it once it is back
-                repeated_errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
+                self._errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
                                     message.id, error=error)
 
     async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
@@ -283,79 +289,29 @@ class ConfirmationService:
 
     # -- sending ------------------------------------------------------------------------------------------------
 
-    def _claim_batch(
-        self, now: datetime, after_id: int, message_id: int | None = None
-    ) -> tuple[list[tuple[sa.Row[Any], int]], int, int]:
-        """Claim up to batch_size due rows with id > after_id (or the one of ``message_id``); return (claimed with
-        their attempt number, last id seen, rows that another node claimed first)."""
-        claimed: list[tuple[sa.Row[Any], int]] = []
-        lost, last_id = 0, after_id
-        # read first, then claim in a write-only transaction: on SQLite a read transaction upgraded to a write
-        # deadlocks with a concurrent claimer instead of waiting for it
+    def _claim_batch(self, now: datetime, after_id: int, message_id: int | None = None) -> Claimed[ConfirmationClaim]:
+        """Claim up to batch_size due rows with id > after_id (or the one of ``message_id``)."""
+        leases = Leases(self.engine, table.ConfirmationRows(message_id), self.node_id)
+        return leases.claim(now, self.policy.claim_timeout, self.batch_size, after_id)
+
+    def _load_requests(self, claimed: list[ConfirmationClaim]) -> dict[int, ConfirmationRequest | str]:
         with self.engine.connect() as connection:
-            rows = table.due(connection, now, after_id, self.batch_size, message_id)
-        with self.engine.begin() as connection:
-            for row in rows:
-                last_id = row.id
-                if table.claim(connection, row, now, now + self.policy.claim_timeout, self.node_id):
-                    claimed.append((row, row.attempts + 1))
-                else:
-                    lost += 1
-        return claimed, last_id, lost
+            messages = table.messages(connection, [claim.row.message_id for claim in claimed])
+        return requests_for((claim.row for claim in claimed), messages)
 
-    def _load_requests(self, claimed: list[tuple[sa.Row[Any], int]]) -> dict[int, ConfirmationRequest | str]:
-        with self.engine.connect() as connection:
-            messages = table.messages(connection, [row.message_id for row, _ in claimed])
-        return requests_for((row for row, _ in claimed), messages)
+    def _lease(self) -> timedelta:
+        return self.policy.claim_timeout
 
-    def _record(self, row_id: int, attempt: int, error: str | None) -> AttemptOutcome:
-        """Write the outcome of a claimed attempt and return it."""
-        now = self.now()
-        if error is None:
-            values: dict[str, Any] = {"status": ConfirmationStatus.SENT, "sent_at": now, "next_attempt_at": None}
-            outcome = AttemptOutcome.SENT
-        elif self.policy.exhausted(attempt):  # SENT and FAILED are not tried again: no next attempt
-            values = {"status": ConfirmationStatus.FAILED, "last_error": error, "next_attempt_at": None}
-            outcome = AttemptOutcome.FAILED
-        else:
-            values = {"next_attempt_at": now + self.policy.delay(attempt), "last_error": error}
-            outcome = AttemptOutcome.RETRY
-        with self.engine.begin() as connection:
-            if not table.record(connection, row_id, attempt, updated_at=now, **values):
-                return AttemptOutcome.LOST
-        return outcome
+    def _retry_at(self, claim: ConfirmationClaim, now: datetime) -> datetime | None:
+        """When a failed attempt is due again per the policy; None once it is exhausted."""
+        return None if self.policy.exhausted(claim.attempt) else now + self.policy.delay(claim.attempt)
 
-    def _renew(self, row_id: int, attempt: int) -> bool:
-        """Push the lease of a claim this node holds by ``claim_timeout``; False when the claim is no longer ours."""
-        now = self.now()
-        with self.engine.begin() as connection:
-            return table.renew(connection, row_id, attempt, now + self.policy.claim_timeout)
-
-    async def _keep_claim(self, row_id: int, message_id: int, attempt: int) -> None:
-        """Renew the claim every third of ``claim_timeout`` until cancelled (the send ended) or lost."""
-        period = self.policy.claim_timeout.total_seconds() / 3
-        while True:
-            await asyncio.sleep(period)
-            try:
-                if not await asyncio.to_thread(self._renew, row_id, attempt):
-                    log.warning("confirmation of message %s: claim lost while sending (attempt %d)", message_id,
-                                attempt)
-                    return
-            except sa.exc.SQLAlchemyError as error:  # the database briefly away: try again next period
-                log.warning("confirmation of message %s: claim not renewed: %s", message_id,
-                            str(error).splitlines()[0][:200])
-
-    async def send_claimed(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> AttemptOutcome:
-        """Send the confirmation of ``row``, claimed by this node for ``attempt``, and record the outcome (a text
-        ``request``: why there is nothing to send, a failed attempt)."""
-        error: str | None
+    async def _attempt(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> str | None:
+        """Send the confirmation of ``row`` once; None when the callback took it, else why not (masked, cut)."""
         if isinstance(request, str):
-            error = request
+            error: str | None = request
         else:
-            keeper = asyncio.create_task(self._keep_claim(row.id, row.message_id, attempt),
-                                         name=f"confirmation-lease-{row.id}")
-            span = (tracing.confirm_span(request.traceparent, row.message_id, request.source_system, request.state,
-                                         attempt) if tracing.ENABLED else contextlib.nullcontext())
+            span = self._span(request.traceparent, row.message_id, request.source_system, request.state, attempt)
             try:
                 with span:  # while tracing is on: a span of the message's trace, its failure recorded
                     await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
@@ -365,33 +321,36 @@ class ConfirmationService:
             except TimeoutError:
                 error = f"no answer within the send timeout of {self._send_timeout:g} s"
             except Exception as failure:  # a broken callback is a failed attempt, never a lost confirmation
-                repeated_errors.log(log, "confirmation callback raised for message %s", row.message_id, error=failure)
+                self._errors.log(log, "confirmation callback raised for message %s", row.message_id, error=failure)
                 error = f"{type(failure).__name__}: {failure}"
-            finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
         if error is not None:
             error = mask_secrets(error)  # the target's URL may carry a password or key: stored as shown
             if len(error) > _MAX_ERROR:
                 error = error[: _MAX_ERROR - 3] + "..."
-        outcome = await asyncio.to_thread(self._record, row.id, attempt, error)
-        if outcome is AttemptOutcome.SENT:
+        return error
+
+    async def send_claimed(self, row: sa.Row[Any], attempt: int, request: ConfirmationRequest | str) -> Attempt:
+        """Send the confirmation of ``row``, claimed by this node for ``attempt``, and record the outcome (a text
+        ``request``: why there is nothing to send, a failed attempt); its lease is renewed while the send runs."""
+        outcome, error = await self._sender.attempt(table.ConfirmationClaim(row, attempt),
+                                                    self._attempt(row, attempt, request),
+                                                    f"confirmation of message {row.message_id} (attempt {attempt})")
+        if outcome is Attempt.SENT:
             log.info("confirmation of message %s (%s) sent (attempt %d)", row.message_id, row.outcome_state, attempt)
-        elif outcome is AttemptOutcome.LOST:
+        elif outcome is Attempt.LOST:
             log.warning("confirmation of message %s: claim expired while sending (attempt %d); another node "
                         "owns it now", row.message_id, attempt)
-        elif outcome is AttemptOutcome.FAILED:
+        elif outcome is Attempt.FAILED:
             log.error("confirmation of message %s failed for good after %d attempts: %s",
                       row.message_id, attempt, error)
-        elif outcome is AttemptOutcome.RETRY:
+        elif outcome is Attempt.RETRY:
             log.info("confirmation of message %s failed (attempt %d), retried later: %s",
                      row.message_id, attempt, error)
         return outcome
 
     async def _process(self, message_id: int | None) -> ProcessReport:
         now = self.now()
-        counts = dict.fromkeys(AttemptOutcome, 0)
+        counts = dict.fromkeys(Attempt, 0)
         limiter = asyncio.Semaphore(self._concurrency)
         lost_claims, after_id, errors = 0, 0, 0
 
@@ -400,14 +359,15 @@ class ConfirmationService:
                 counts[await self.send_claimed(row, attempt, request)] += 1
 
         while True:
-            claimed, after_id, lost = await asyncio.to_thread(self._claim_batch, now, after_id, message_id)
-            lost_claims += lost
+            batch = await asyncio.to_thread(self._claim_batch, now, after_id, message_id)
+            claimed, after_id = batch.claims, batch.last_id
+            lost_claims += batch.seen - len(claimed)
             if claimed:
                 requests = await asyncio.to_thread(self._load_requests, claimed)
                 # return_exceptions: one row whose outcome could not be written (database hiccup) must not orphan
                 # the other sends; its lease expires and it is retried
                 results = await asyncio.gather(
-                    *(one(row, attempt, requests[row.message_id]) for row, attempt in claimed), return_exceptions=True
+                    *(one(c.row, c.attempt, requests[c.row.message_id]) for c in claimed), return_exceptions=True
                 )
                 for result in results:
                     if isinstance(result, BaseException):
@@ -416,13 +376,13 @@ class ConfirmationService:
                         errors += 1
                         log.error("recording a confirmation attempt failed: %s", describe_error(result),
                                   exc_info=None if is_store_unreachable(result) else result)
-            if len(claimed) + lost < self.batch_size:
+            if batch.seen < self.batch_size:
                 break
         return ProcessReport(
-            sent=counts[AttemptOutcome.SENT],
-            retry_scheduled=counts[AttemptOutcome.RETRY],
-            given_up=counts[AttemptOutcome.FAILED],
-            lost_claims=lost_claims + counts[AttemptOutcome.LOST],
+            sent=counts[Attempt.SENT],
+            retry_scheduled=counts[Attempt.RETRY],
+            given_up=counts[Attempt.FAILED],
+            lost_claims=lost_claims + counts[Attempt.LOST],
             errors=errors,
         )
 
@@ -451,9 +411,7 @@ class ConfirmationService:
         PROCESSING messages at start); claims made since this service was created are left alone. Without a stable
         node id the leases simply expire.
         """
-        now = self.now()
-        with self.engine.begin() as connection:
-            return table.release_claims(connection, self.node_id, now, self._created_at)
+        return self._sender.leases.release(self.now(), self._created_at)
 
     async def run(
         self, interval: float | timedelta, stop: asyncio.Event, *, sweep: bool = True,

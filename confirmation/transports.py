@@ -12,10 +12,9 @@ import zeep
 import zeep.exceptions
 from openroute.confirmation.callbacks import ExternalSystemConfirmation
 from openroute.confirmation.model import ConfirmationRequest, ConfirmationSendError, InvalidConfirmationError
+from openroute.confirmation.ports import PrepareClient
 from zeep.proxy import AsyncServiceProxy
 from zeep.transports import AsyncTransport
-
-from openroute.runtime import tracing
 
 #: The WSDL shipped with the package; source systems implement it to receive confirmations.
 DEFAULT_WSDL: Path = Path(str(resources.files("openroute.confirmation") / "wsdl" / "confirmation.wsdl"))
@@ -60,14 +59,14 @@ class _HttpConfirmation(ExternalSystemConfirmation):
 
     def __init__(
         self, source_system: str, endpoint: str, what: str, timeout: float, connect_timeout: float | None,
-        http_client: httpx.AsyncClient | None,
+        http_client: httpx.AsyncClient | None, prepare_client: PrepareClient | None,
     ) -> None:
         super().__init__(source_system)
         self.endpoint = _check_url(endpoint, what)
         self._owns_client = http_client is None
-        # while tracing is on every request carries the confirmation's span as its traceparent header (a request hook)
         client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
-        self._client = tracing.propagate_from(client)
+        # e.g. tracing's request hook: every request carries the confirmation's span as its traceparent header
+        self._client = client if prepare_client is None else prepare_client(client)
 
     async def aclose(self) -> None:
         """Close the HTTP client if this confirmation created it."""
@@ -83,7 +82,8 @@ class SoapConfirmation(_HttpConfirmation):
     A SOAP Fault, an HTTP error status, a timeout, a connection error, an unparsable answer or ``accepted=false``
     raise :class:`~confirmation.ConfirmationSendError` with the reason. ``timeout`` bounds each read/write/pool wait
     and ``connect_timeout`` (default: ``timeout``) the connection set-up, in seconds. Pass ``http_client`` to share
-    an ``httpx.AsyncClient`` (its own timeouts then apply and :meth:`aclose` leaves it open).
+    an ``httpx.AsyncClient`` (its own timeouts then apply and :meth:`aclose` leaves it open); ``prepare_client``
+    is applied to the client first (the composition root gives ``tracing.propagate_from``).
     """
 
     def __init__(
@@ -95,8 +95,9 @@ class SoapConfirmation(_HttpConfirmation):
         connect_timeout: float | None = None,
         wsdl: str | Path = DEFAULT_WSDL,
         http_client: httpx.AsyncClient | None = None,
+        prepare_client: PrepareClient | None = None,
     ) -> None:
-        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client)
+        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client, prepare_client)
         self.address = self.endpoint
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
@@ -138,7 +139,8 @@ class HttpJsonConfirmation(_HttpConfirmation):
 
     Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
     ``headers`` are sent with every request (e.g. an API key); the request's confirmation id goes in the body
-    (``confirmationId``) and in the ``Idempotency-Key`` and ``X-Confirmation-Id`` headers.
+    (``confirmationId``) and in the ``Idempotency-Key`` and ``X-Confirmation-Id`` headers. ``http_client`` and
+    ``prepare_client`` as for :class:`SoapConfirmation`.
     """
 
     def __init__(
@@ -150,8 +152,9 @@ class HttpJsonConfirmation(_HttpConfirmation):
         connect_timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        prepare_client: PrepareClient | None = None,
     ) -> None:
-        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client)
+        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client, prepare_client)
         self.url = self.endpoint
         self._headers = dict(headers or {})
 

@@ -1,5 +1,6 @@
 """The ``confirmation`` table's SQL: one row per final message owed a confirmation, claimed under a lease by the node
-that sends it (the service and its rules: ``openroute.confirmation``).
+that sends it (the service and its rules: ``openroute.confirmation``). :class:`ConfirmationRows` is this table as
+one kind of the delivery family (:mod:`openroute.persistence.delivery`: claim, renew, settle, release).
 
 Every function takes the caller's connection and runs in its transaction (the store's one transaction story, see
 :mod:`openroute.persistence.database`): the confirmation service holds a SQLAlchemy engine and opens the
@@ -10,14 +11,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence.database import upsert
+from openroute.persistence.delivery import Claimed
 from openroute.persistence.models import ConfirmationStatus, MessageState, confirmation_table, message_table
 
 __all__ = [
+    "ConfirmationClaim", "ConfirmationRows",
     "add_pending", "claim", "claim_of_messages", "counts", "due", "find", "get", "messages", "pending_row", "record",
     "release_claims", "renew", "reset_pending", "retry_failed", "without_confirmation",
 ]
@@ -175,3 +179,51 @@ def retry_failed(connection: sa.Connection, message_ids: Sequence[int], now: dat
         .where(_C.message_id.in_(list(message_ids)), _C.status == ConfirmationStatus.FAILED)
         .values(status=ConfirmationStatus.PENDING, attempts=0, next_attempt_at=now, updated_at=now)
     ).rowcount)
+
+
+@dataclass(frozen=True)
+class ConfirmationClaim:
+    """A due row (of :func:`due`) claimed by this node for its ``attempt``-th attempt."""
+
+    row: sa.Row[Any]
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ConfirmationRows:
+    """The ``confirmation`` table as a kind of the delivery family (``LeasedRows``): a claim bumps ``attempts`` and
+    leases the row by pushing ``next_attempt_at`` (``claimed_by``: the node); a claim is this node's while
+    ``attempts`` is its attempt; sent rows are kept as SENT. With ``message_id``: that message's row only."""
+
+    message_id: int | None = None
+
+    def claim_due(self, connection: sa.Connection, node_id: str, now: datetime, lease_until: datetime, limit: int,
+                  after_id: int) -> Claimed[ConfirmationClaim]:
+        """Claim the due rows one conditional update each: of two nodes racing for a row exactly one update
+        matches."""
+        rows = due(connection, now, after_id, limit, self.message_id)
+        claims = [ConfirmationClaim(row, row.attempts + 1) for row in rows
+                  if claim(connection, row, now, lease_until, node_id)]
+        return Claimed(claims, len(rows), rows[-1].id if rows else after_id)
+
+    def renew(self, connection: sa.Connection, claim: ConfirmationClaim, node_id: str, lease_until: datetime) -> bool:
+        """Push the lease of ``claim``; False when its attempt is no longer the row's."""
+        return renew(connection, claim.row.id, claim.attempt, lease_until)
+
+    def sent(self, connection: sa.Connection, claims: Sequence[ConfirmationClaim], now: datetime) -> list[bool]:
+        """SENT with ``sent_at``: never selected again."""
+        return [record(connection, c.row.id, c.attempt, status=ConfirmationStatus.SENT, sent_at=now,
+                       next_attempt_at=None, updated_at=now) for c in claims]
+
+    def failed(self, connection: sa.Connection, claim: ConfirmationClaim, now: datetime, retry_at: datetime | None,
+               error: str) -> bool:
+        """``last_error`` and due at ``retry_at``; FAILED (kept for the admin API) when given up."""
+        if retry_at is None:  # SENT and FAILED are not tried again: no next attempt
+            return record(connection, claim.row.id, claim.attempt, status=ConfirmationStatus.FAILED,
+                          last_error=error, next_attempt_at=None, updated_at=now)
+        return record(connection, claim.row.id, claim.attempt, next_attempt_at=retry_at, last_error=error,
+                      updated_at=now)
+
+    def release(self, connection: sa.Connection, node_id: str, now: datetime, leased_before: datetime) -> int:
+        """The PENDING rows ``node_id`` claimed before ``leased_before`` due ``now``."""
+        return release_claims(connection, node_id, now, leased_before)

@@ -73,6 +73,9 @@ PLANTS = [
      "The shared parts are independent"),
     ("openroute/commands/db.py", "def _late() -> None:\n    import openroute.admin.api  # noqa: F401\n",
      "The commands import no edge"),
+    # confirmation/ imports only the store (DESIGN.md's layout table)
+    ("confirmation/policy.py", "def _late() -> None:\n    import openroute.definitions.clock  # noqa: F401\n",
+     "confirmation imports only the store"),
     # retry imports errors: errors importing retry closes a circle inside the definitions' package
     ("openroute/definitions/errors.py", "def _late() -> None:\n    import openroute.definitions.retry  # noqa: F401\n",
      "No import cycle"),
@@ -169,6 +172,9 @@ def test_the_other_contracts_cover_the_modules_of_their_layers() -> None:
     assert set(_layer_of("openroute.inbound")) == set(contracts["edges"]["modules"])
     assert set(contracts["commands-no-edges"]["forbidden_modules"]) == set(_layer_of("openroute.inbound"))
     assert set(contracts["shared"]["modules"]) == set(_layer_of("openroute.queries"))
+    every = {module for layer in _layers() for module in layer}
+    store_and_itself = {"openroute.persistence", "openroute.confirmation"}
+    assert set(contracts["confirmation-imports"]["forbidden_modules"]) == every - store_and_itself
 
 
 def test_the_edges_contract_keeps_at_most_three_exceptions() -> None:

@@ -208,11 +208,14 @@ class ConfirmationsConfig(Section):
         """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store`` (``messaging``:
         the ``openroute.messaging.*`` keys the channel targets are configured by)."""
         from openroute.confirmation import ConfirmationPolicy, ConfirmationService
+        from openroute.runtime.logs import repeated_errors
+        from openroute.runtime.tracing import confirmation_span
 
         policy = ConfirmationPolicy(claim_timeout=self.claim_timeout)
         return ConfirmationService(store, self.callback(messaging), policy,
                                    batch_size=self.batch_size, concurrency=self.concurrency,
-                                   send_timeout=self.send_timeout.total_seconds(), node_id=node_id)
+                                   send_timeout=self.send_timeout.total_seconds(), node_id=node_id,
+                                   span=confirmation_span, error_log=repeated_errors)
 
     def callback(self, messaging: Mapping[str, Any] | None = None) -> Any:
         """The :class:`~openroute.confirmation.ConfirmationCallback` of these settings (``messaging``: the
@@ -224,6 +227,8 @@ class ConfirmationsConfig(Section):
             HttpJsonConfirmation,
             SoapConfirmation,
         )
+        from openroute.messaging.publisher import ChannelPublisher
+        from openroute.runtime import tracing
 
         if not self.systems:
             return DefaultConfirmationCallback()
@@ -231,12 +236,15 @@ class ConfirmationsConfig(Section):
         for system, target in self.systems.items():
             try:
                 if target.channel is not None:
-                    transports.append(ChannelConfirmation(system, target.channel, messaging, timeout=target.timeout))
+                    channels = ChannelPublisher(messaging, [target.channel])
+                    transports.append(ChannelConfirmation(system, target.channel, channels, timeout=target.timeout))
                 elif target.soap is not None:
-                    transports.append(SoapConfirmation(system, target.soap, timeout=target.timeout))
+                    transports.append(SoapConfirmation(system, target.soap, timeout=target.timeout,
+                                                       prepare_client=tracing.propagate_from))
                 else:
                     transports.append(HttpJsonConfirmation(system, target.http or "", timeout=target.timeout,
-                                                           headers=target.headers))
+                                                           headers=target.headers,
+                                                           prepare_client=tracing.propagate_from))
             except (ValueError, TypeError) as error:  # the transports' own checks (URL, headers)
                 raise ConfigurationError(f"confirmations.systems.{system}: {error}") from None
         return DelegateConfirmationCallback(transports)

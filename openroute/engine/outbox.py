@@ -24,27 +24,20 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import ConfigurationError
-from openroute.messaging import Emitter, Message, MessagingApp, MessagingConfig, OnOverflow
-from openroute.messaging.amqp import AmqpOutgoingMetadata
-from openroute.messaging.config import select_channels
+from openroute.messaging import MessagingApp, MessagingConfig
+from openroute.messaging.publisher import ChannelPublisher
 from openroute.persistence import MessageState, MessageStore, StoredMessage, mask_secrets
+from openroute.persistence.delivery import DeliverySender, Leases, backoff
 from openroute.persistence.models import FINAL_STATES
 from openroute.persistence.outage import StoreOutage
-from openroute.persistence.outbox import (
-    OutboxEvent,
-    add_events,
-    delete_events,
-    lease_due,
-    postpone_event,
-    release_leases,
-)
+from openroute.persistence.outbox import OutboxEvent, OutboxRows, add_events
 
 __all__ = ["EVENT_HEADER", "OutboxPublisher", "OutboxWriter", "OutcomeEvents", "event_body", "outcome_rules"]
 
@@ -203,20 +196,22 @@ class OutboxPublisher:
         self.settings = settings or OutboxSettings()
         self.clock = clock or SystemClock()
         self.stats = OutboxStats()
-        if isinstance(config, MessagingConfig):
-            app = MessagingApp(config)
-        else:  # only the event channels (the file may hold the routes' channels too)
-            app = MessagingApp(select_channels(dict(config or {}), (), [r.channel for r in self.rules]),
-                               environ=environ)
-        app.register_connector("in-memory", app.connector("memory"))
-        self.app = app
-        self._emitters: dict[str, Emitter[Any]] = {}
-        for rule in self.rules:
-            if rule.channel not in self._emitters:
-                self._emitters[rule.channel] = app.emitter(rule.channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
+        #: the rules' channels (the messaging layer's port of the delivery family)
+        self.channels = ChannelPublisher(config, [rule.channel for rule in self.rules], environ=environ)
+        _ = self.channels.app  # made now, so that a channel the messaging layer cannot configure fails here
         self._wake = asyncio.Event()
+        #: the delivery family's sender over the outbox rows (persistence/delivery.py)
+        self._sender = DeliverySender(Leases(store.engine, OutboxRows(), node_id), self._retry_at, self.clock.now,
+                                      self._lease)
         #: whether the rounds find the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("outbox publisher")
+
+    def _lease(self) -> timedelta:
+        return self.settings.lease
+
+    def _retry_at(self, event: OutboxEvent, now: datetime) -> datetime:
+        """A failed publish is due again after a back-off doubled per failed attempt (never given up)."""
+        return now + backoff(self.settings.backoff, event.attempts, self.settings.max_backoff)
 
     def writer(self) -> OutboxWriter:
         """The engine's final-state transaction hook for these rules."""
@@ -234,19 +229,20 @@ class OutboxPublisher:
         """Take back the leases a previous run of this node held (it was killed while publishing: those events are
         due now, not after the lease), then connect the channels (raises the messaging layer's DeploymentError when
         a broker cannot be reached)."""
-
-        def release() -> int:
-            with self.store.begin() as connection:
-                return release_leases(connection, self.node_id)
-
-        released = await asyncio.get_running_loop().run_in_executor(None, release)
+        now = self.clock.now()
+        released = await asyncio.get_running_loop().run_in_executor(None, self._sender.leases.release, now, now)
         if released:
             log.info("outbox: %d events leased by an earlier run of node %s are due again", released, self.node_id)
-        await self.app.start()
+        await self.channels.start()
 
     async def stop(self) -> None:
         """Close the channels (a round in flight should be over: :meth:`run` returned)."""
-        await self.app.stop()
+        await self.channels.stop()
+
+    @property
+    def app(self) -> MessagingApp:
+        """The messaging application of the rules' channels (tests and the demo read the in-memory sinks)."""
+        return self.channels.app
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish rounds until ``stop`` is set: after each final state (see :meth:`on_final_state`) or every
@@ -276,31 +272,15 @@ class OutboxPublisher:
     async def publish_once(self) -> int:
         """One round: lease due events, publish them, delete the confirmed ones and postpone the others; returns
         how many were confirmed."""
-        now = self.clock.now()
-        settings = self.settings
-
-        def lease() -> list[OutboxEvent]:
-            with self.store.begin() as connection:
-                return lease_due(connection, self.node_id, now, settings.lease, settings.batch)
-
         loop = asyncio.get_running_loop()
-        events = await loop.run_in_executor(None, lease)
+        claimed = await loop.run_in_executor(None, self._sender.claim, self.clock.now(), self.settings.batch)
+        events = claimed.claims
         if not events:
             return 0
         self.stats.rounds += 1
-        outcomes = await asyncio.gather(*(self._publish(event) for event in events))
+        outcomes = await self._sender.round(events, self._publish)
         confirmed = [event.id for event, error in zip(events, outcomes, strict=True) if error is None]
         failed = [(event, error) for event, error in zip(events, outcomes, strict=True) if error is not None]
-        later = self.clock.now()
-
-        def settle() -> None:
-            with self.store.begin() as connection:
-                delete_events(connection, confirmed)
-                for event, error in failed:
-                    delay = min(settings.backoff * (2 ** min(event.attempts, 30)), settings.max_backoff)
-                    postpone_event(connection, event.id, later + delay, error or "")
-
-        await loop.run_in_executor(None, settle)
         self.stats.published += len(confirmed)
         self.stats.failed += len(failed)
         for event, error in zip(events, outcomes, strict=True):
@@ -313,16 +293,12 @@ class OutboxPublisher:
 
     async def _publish(self, event: OutboxEvent) -> str | None:
         """Publish one event; None once the broker confirmed it, else the reason (one line)."""
-        emitter = self._emitters.get(event.channel)
-        if emitter is None:
-            return f"no outgoing channel {event.channel!r} on this node"
-        metadata = AmqpOutgoingMetadata(message_id=event.event_id, content_type="application/json",
-                                        headers={EVENT_HEADER: event.event_id,
-                                                 "x-openroute-message-id": str(event.message_id)})
+        headers = {EVENT_HEADER: event.event_id, "x-openroute-message-id": str(event.message_id)}
         try:
-            sent = emitter.send(Message(event.payload, (metadata,)))
-            future = sent if isinstance(sent, asyncio.Future) else asyncio.wrap_future(sent)
-            await asyncio.wait_for(future, self.settings.confirm_timeout)
+            await self.channels.publish(event.channel, event.payload, message_id=event.event_id, headers=headers,
+                                        timeout=self.settings.confirm_timeout)
+        except LookupError as error:  # not one of this node's channels
+            return str(error)
         except Exception as error:
             return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         return None

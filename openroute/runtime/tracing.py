@@ -59,6 +59,7 @@ __all__ = [
     "call_span",
     "configure",
     "confirm_span",
+    "confirmation_span",
     "current_traceparent",
     "disable",
     "enable",
@@ -289,3 +290,12 @@ def confirm_span(traceparent: str | None, message_id: int, source_system: str, s
                                        context=_parent(traceparent, fallback_to_current=False),
                                        attributes=attributes) as span:
         yield span
+
+
+def confirmation_span(traceparent: str | None, message_id: int, source_system: str, state: str,
+                      attempt: int) -> contextlib.AbstractContextManager[Any]:
+    """:func:`confirm_span` while tracing is on, else nothing: the span the composition root gives the confirmation
+    service (``openroute.confirmation`` imports no runtime module)."""
+    if not ENABLED:
+        return contextlib.nullcontext()
+    return confirm_span(traceparent, message_id, source_system, state, attempt)

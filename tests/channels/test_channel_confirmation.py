@@ -14,6 +14,7 @@ from openroute.confirmation import ChannelConfirmation, ConfirmationRequest, Con
 from openroute.config import load_config
 from openroute.definitions.errors import ConfigurationError
 from openroute.messaging.amqp import AmqpOutgoingMetadata
+from openroute.messaging.publisher import ChannelPublisher
 from tests.channels.amqp_helpers import delete, take_all, unique
 
 REQUEST = ConfirmationRequest(message_id=7, correlation_id="c-7", source_system="CRM", service="crm",
@@ -21,9 +22,8 @@ REQUEST = ConfirmationRequest(message_id=7, correlation_id="c-7", source_system=
 
 
 async def test_a_confirmation_is_published_to_the_channel_with_a_stable_id() -> None:
-    confirmation = ChannelConfirmation("CRM", "crm-confirmations",
-                                       {"openroute.messaging.outgoing.crm-confirmations.connector": "in-memory"},
-                                       environ={})
+    confirmation = ChannelConfirmation("CRM", "crm-confirmations", ChannelPublisher(
+        {"openroute.messaging.outgoing.crm-confirmations.connector": "in-memory"}, ["crm-confirmations"], environ={}))
     await confirmation.confirm(REQUEST)
     await confirmation.confirm(REQUEST)  # sent again (the service retries after a lost answer): the same id
     assert confirmation.app is not None
@@ -36,21 +36,21 @@ async def test_a_confirmation_is_published_to_the_channel_with_a_stable_id() -> 
 @pytest.mark.rabbitmq
 async def test_over_rabbitmq_a_refused_publish_raises_and_a_routed_one_arrives(rabbitmq_url: str) -> None:
     queue = unique("confirm")
-    unroutable = ChannelConfirmation("CRM", "confirm", {
+    unroutable = ChannelConfirmation("CRM", "confirm", ChannelPublisher({
         "openroute.messaging.outgoing.confirm.connector": "amqp",
         "openroute.messaging.outgoing.confirm.url": rabbitmq_url,
         "openroute.messaging.outgoing.confirm.exchange": "amq.direct",
         "openroute.messaging.outgoing.confirm.declare": False,
         "openroute.messaging.outgoing.confirm.routing-key": unique("nobody"),
-    }, environ={})
+    }, ["confirm"], environ={}))
     with pytest.raises(ConfirmationSendError, match="channel confirm"):
         await unroutable.confirm(REQUEST)
     await unroutable.aclose()
-    routed = ChannelConfirmation("CRM", "confirm", {
+    routed = ChannelConfirmation("CRM", "confirm", ChannelPublisher({
         "openroute.messaging.outgoing.confirm.connector": "amqp",
         "openroute.messaging.outgoing.confirm.url": rabbitmq_url,
         "openroute.messaging.outgoing.confirm.queue": queue,
-    }, environ={})
+    }, ["confirm"], environ={}))
     try:
         await routed.confirm(REQUEST)
         [received] = await take_all(rabbitmq_url, queue)

@@ -134,7 +134,7 @@ async def test_an_event_published_but_not_marked_is_published_again_with_the_sam
             raise ConnectionError("the database went away")
         return delete(connection, ids)
 
-    monkeypatch.setattr("openroute.engine.outbox.delete_events", crash_once)
+    monkeypatch.setattr("openroute.persistence.outbox.delete_events", crash_once)
     await engine.accept(message("c-1"))
     await engine.wait_idle(10)
     await until(lambda: len(sink.received) == 2)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -229,7 +230,7 @@ class Broken(ExternalSystemConfirmation):
 
 
 async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
-    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A bug in a callback fails every confirmation the same way: each is a failed attempt with its cause, and the
     log has the traceback once, then a line per confirmation."""
@@ -239,8 +240,8 @@ async def test_a_callback_that_raises_for_every_message_logs_one_traceback(
         async def confirm(self, request: ConfirmationRequest) -> None:
             raise RuntimeError("bug in the callback")
 
-    monkeypatch.setattr("openroute.confirmation.service.repeated_errors", RepeatedErrors())
-    service = ConfirmationService(store, BrokenCallback(), ConfirmationPolicy(max_attempts=3, interval=10), clock=clock)
+    service = ConfirmationService(store, BrokenCallback(), ConfirmationPolicy(max_attempts=3, interval=10), clock=clock,
+                                  error_log=RepeatedErrors())  # as the composition root gives it
     ids = [add_message(store, n) for n in range(3)]
     for mid in ids:
         await service.enqueue(request_for(mid))
@@ -524,18 +525,16 @@ async def test_an_unwritable_outcome_is_retried_after_the_lease(
     for mid in ids:
         await service.enqueue(request_for(mid))
     unlucky = ids[1]
-    record = service._record
+    leases = service._sender.leases
+    settle = leases.settle
 
-    def flaky(row_id: int, attempt: int, error: str | None) -> str:
-        with store.begin() as connection:
-            message_id = connection.execute(
-                sa.select(confirmation_table.c.message_id).where(confirmation_table.c.id == row_id)
-            ).scalar_one()
-        if message_id == unlucky and attempt == 1:
+    def flaky(now: Any, outcomes: Any) -> list[bool]:  # writing the outcome of the unlucky one's first attempt fails
+        [(claim, _error, _retry_at)] = outcomes
+        if claim.row.message_id == unlucky and claim.attempt == 1:
             raise sa.exc.OperationalError("UPDATE confirmation", {}, Exception("database went away"))
-        return record(row_id, attempt, error)
+        return settle(now, outcomes)
 
-    monkeypatch.setattr(service, "_record", flaky)
+    monkeypatch.setattr(leases, "settle", flaky)
     report = await service.process_due()
     assert (report.sent, report.errors) == (2, 1)
     assert (await service.get(unlucky)).status == "PENDING"  # type: ignore[union-attr]

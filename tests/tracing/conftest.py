@@ -115,9 +115,10 @@ async def start_node(store: MessageStore, remote: Remote, clock: ManualClock, no
     engine = Engine(store, RouteRegistry([RouteDefinition("crm", "order", [charge], retry_policy=RETRY)]),
                     EngineSettings(repoll_interval=None, node_id=node_id), clock=clock,
                     external_calls=ExternalCalls(store, [system], clock=clock))
-    confirmation = ConfirmationService(
-        store, DelegateConfirmationCallback([HttpJsonConfirmation("CRM", f"{remote.url}confirm", timeout=5)]),
-        clock=clock, node_id=node_id)
+    confirmation = ConfirmationService(  # with the span and the traced client the composition root gives
+        store, DelegateConfirmationCallback([HttpJsonConfirmation("CRM", f"{remote.url}confirm", timeout=5,
+                                                                  prepare_client=tracing.propagate_from)]),
+        clock=clock, node_id=node_id, span=tracing.confirmation_span)
     app = create_app(engine, confirmation=confirmation, manage_engine=False)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
     await engine.start()

@@ -1,0 +1,185 @@
+"""The delivery family: a row written in a final state's transaction, sent after the commit, leased and retried.
+
+Two kinds follow this one discipline, each with its table and its SQL (a :class:`LeasedRows`):
+
+* confirmations (table ``confirmation``, :mod:`openroute.persistence.confirmations`), sent to the message's source
+  system by ``openroute.confirmation.ConfirmationService``;
+* outcome events (table ``outbox``, :mod:`openroute.persistence.outbox`), published to channels by
+  ``openroute.engine.outbox.OutboxPublisher``.
+
+The discipline, one transaction per step (:class:`Leases`):
+
+* **claim**: the due rows, oldest first (in the kind's order: an outcome event waits for the older events of its
+  message), leased to one node until ``now + lease``; of two nodes racing for a row exactly one gets it.
+* **renew**: a claim this node still holds is pushed by one lease while its send runs (False once another node took
+  it after the lease ran out).
+* **settle**: sent (the kind keeps the row as SENT or deletes it), or failed: due again at the retry time the
+  kind's back-off gives (:func:`backoff`, a retry policy), or given up.
+* **release**: a node starting again makes what it had leased before due at once (nobody is sending it any more).
+
+:class:`DeliverySender` is the one sender over it: one claim sent on its own with its lease renewed meanwhile and its
+outcome recorded at once (confirmations: a slow source system holds up no other), or a round sent together and
+settled in one transaction (outcome events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Generic, Protocol, TypeVar
+
+import sqlalchemy as sa
+
+__all__ = ["Attempt", "Claimed", "DeliverySender", "LeasedRows", "Leases", "backoff"]
+
+log = logging.getLogger("openroute.delivery")
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Claimed(Generic[C]):
+    """What one claim found: the rows this node leased (``claims``), how many due rows it looked at (``seen``: those
+    leased plus those another node leased first) and the id of the last one (the next claim starts after it)."""
+
+    claims: list[C]
+    seen: int
+    last_id: int
+
+
+class LeasedRows(Protocol[C]):
+    """The SQL of one kind of the family; every function runs in the caller's transaction (``connection``)."""
+
+    def claim_due(self, connection: sa.Connection, node_id: str, now: datetime, lease_until: datetime, limit: int,
+                  after_id: int) -> Claimed[C]:
+        """Lease up to ``limit`` rows due at ``now`` with id > ``after_id`` to ``node_id``, oldest first."""
+
+    def renew(self, connection: sa.Connection, claim: C, node_id: str, lease_until: datetime) -> bool:
+        """Push the lease of ``claim`` to ``lease_until``; False when the claim is no longer this node's."""
+
+    def sent(self, connection: sa.Connection, claims: Sequence[C], now: datetime) -> list[bool]:
+        """Record ``claims`` as delivered; per claim, False when it was no longer this node's."""
+
+    def failed(self, connection: sa.Connection, claim: C, now: datetime, retry_at: datetime | None,
+               error: str) -> bool:
+        """Record a failed attempt: due again at ``retry_at`` (None: given up); False when no longer this node's."""
+
+    def release(self, connection: sa.Connection, node_id: str, now: datetime, leased_before: datetime) -> int:
+        """Make the rows ``node_id`` leased before ``leased_before`` due at ``now``; returns how many."""
+
+
+def backoff(first: timedelta, failures: int, longest: timedelta) -> timedelta:
+    """The wait before the next attempt after ``failures`` failed ones: ``first`` doubled per failure, at most
+    ``longest``."""
+    doubled: timedelta = first * (2 ** min(max(failures, 0), 30))
+    return min(doubled, longest)
+
+
+class Leases(Generic[C]):
+    """The discipline's steps over the rows of one kind on ``database``, for ``node_id``, each in a transaction of
+    its own (blocking: the senders call them on a worker thread)."""
+
+    def __init__(self, database: sa.Engine, rows: LeasedRows[C], node_id: str) -> None:
+        self.database = database
+        self.rows = rows
+        self.node_id = node_id
+
+    def claim(self, now: datetime, lease: timedelta, limit: int, after_id: int = 0) -> Claimed[C]:
+        """Lease up to ``limit`` due rows (id > ``after_id``) to this node until ``now + lease``."""
+        with self.database.begin() as connection:
+            return self.rows.claim_due(connection, self.node_id, now, now + lease, limit, after_id)
+
+    def renew(self, claim: C, now: datetime, lease: timedelta) -> bool:
+        """Push the lease of ``claim`` to ``now + lease``; False when another node holds the row now."""
+        with self.database.begin() as connection:
+            return self.rows.renew(connection, claim, self.node_id, now + lease)
+
+    def settle(self, now: datetime, outcomes: Sequence[tuple[C, str | None, datetime | None]]) -> list[bool]:
+        """Record what became of claims, in one transaction: per (claim, error, retry_at) sent when ``error`` is
+        None, else failed and due at ``retry_at`` (None: given up). Per outcome, False when no longer this node's."""
+        with self.database.begin() as connection:
+            sent = iter(self.rows.sent(connection, [claim for claim, error, _ in outcomes if error is None], now))
+            return [next(sent) if error is None else self.rows.failed(connection, claim, now, retry_at, error)
+                    for claim, error, retry_at in outcomes]
+
+    def release(self, now: datetime, leased_before: datetime) -> int:
+        """Make what this node leased before ``leased_before`` due ``now`` (it restarted); returns how many."""
+        with self.database.begin() as connection:
+            return self.rows.release(connection, self.node_id, now, leased_before)
+
+
+class Attempt(StrEnum):
+    """What became of one claimed attempt."""
+
+    SENT = "sent"
+    #: failed, due again at its retry time
+    RETRY = "retry"
+    #: failed for the last time
+    FAILED = "failed"
+    #: the claim expired while sending: another node holds the row now
+    LOST = "lost"
+
+
+class DeliverySender(Generic[C]):
+    """The one sender of the family over ``leases``: ``retry_at(claim, error, now)`` is the kind's back-off (None:
+    give up); ``now`` its clock; ``lease()`` the lease a claim gets and a renewal adds."""
+
+    def __init__(self, leases: Leases[C], retry_at: Callable[[C, datetime], datetime | None],
+                 now: Callable[[], datetime], lease: Callable[[], timedelta]) -> None:
+        self.leases = leases
+        self._retry_at = retry_at
+        self._now = now
+        self._lease = lease
+
+    def claim(self, now: datetime, limit: int, after_id: int = 0) -> Claimed[C]:
+        """Lease up to ``limit`` due rows to this node (blocking)."""
+        return self.leases.claim(now, self._lease(), limit, after_id)
+
+    def _outcome(self, claim: C, error: str | None, now: datetime) -> tuple[C, str | None, datetime | None]:
+        return claim, error, None if error is None else self._retry_at(claim, now)
+
+    async def attempt(self, claim: C, sending: Awaitable[str | None], what: str) -> tuple[Attempt, str | None]:
+        """Await ``sending`` (None: delivered, else why not) while this node's lease on ``claim`` is renewed every
+        third of a lease, then record its outcome on its own; returns it with the error (``what`` names the row in
+        the log)."""
+        keeper = asyncio.create_task(self._keep(claim, what), name=f"lease-{what}")
+        try:
+            error = await sending
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        settled = await asyncio.to_thread(self._settle_one, claim, error)
+        return settled, error
+
+    def _settle_one(self, claim: C, error: str | None) -> Attempt:
+        now = self._now()
+        outcome = self._outcome(claim, error, now)
+        if not self.leases.settle(now, [outcome])[0]:
+            return Attempt.LOST
+        return Attempt.SENT if error is None else Attempt.RETRY if outcome[2] is not None else Attempt.FAILED
+
+    async def _keep(self, claim: C, what: str) -> None:
+        period = self._lease().total_seconds() / 3
+        while True:
+            await asyncio.sleep(period)
+            try:
+                if not await asyncio.to_thread(self.leases.renew, claim, self._now(), self._lease()):
+                    log.warning("%s: claim lost while sending", what)
+                    return
+            except sa.exc.SQLAlchemyError as error:  # the database briefly away: try again next period
+                log.warning("%s: claim not renewed: %s", what, str(error).splitlines()[0][:200])
+
+    async def round(self, claims: Sequence[C], send: Callable[[C], Awaitable[str | None]]) -> list[str | None]:
+        """Send every claim at once (each: None when delivered, else why not), then record every outcome in one
+        transaction; returns the errors in the order of ``claims``."""
+        errors = list(await asyncio.gather(*(send(claim) for claim in claims)))
+        now = self._now()
+        outcomes = [self._outcome(claim, error, now) for claim, error in zip(claims, errors, strict=True)]
+        await asyncio.to_thread(self.leases.settle, now, outcomes)
+        return errors
