@@ -1,17 +1,14 @@
-"""The message store (``persistence/store.py``, ``MessageStore``) on each real database: inserts and duplicates, the
-unique key, external call records, the repoll's queries."""
+"""The message store (``persistence/store.py``, ``MessageStore``) on each real database: inserts and duplicates,
+external call records, the repoll's queries."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-import sqlalchemy as sa
 from openroute.persistence import (
     ExternalCallStatus,
     MessageState,
     MessageStore,
-    message_table,
 )
 
 from tests.persistence.conftest import START, new_message
@@ -28,16 +25,6 @@ def test_insert_stores_new_and_duplicates_are_reported(store: MessageStore) -> N
     other_source = store.insert_message(new_message(source="erp"))
     assert not other_source.duplicate
     assert store.count_by_state() == {MessageState.NEW: 2}
-
-
-def test_unique_source_and_correlation_is_a_database_constraint(store: MessageStore) -> None:
-    store.insert_message(new_message())
-    values = {c.name: None for c in message_table.c if c.name != "id"}
-    values.update(correlation_id="c-1", source_system="crm", service="s", operation="o", payload="p",
-                  content_type="t", headers={}, state=MessageState.NEW, failed_count=0, receive_ts=START,
-                  last_update_ts=START, custom_data={}, business_errors=[], version=0)
-    with pytest.raises(sa.exc.IntegrityError), store.begin() as connection:
-        connection.execute(message_table.insert().values(values))
 
 
 def test_external_call_records(store: MessageStore) -> None:
