@@ -163,7 +163,8 @@ _RECENT_TIMESTAMPS = 4096
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
     """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
-    stores (naive UTC, microseconds always written), a third of the calls. tests/lifecycle pins the equality."""
+    stores (naive UTC, microseconds always written), a third of the calls. tests/persistence/test_hot_path.py pins
+    the equality."""
     if value is None:
         return None
     known = _recent_timestamps.get(id(value))

@@ -35,15 +35,16 @@ from openroute.definitions.binding import InboundBinding, ParsedPayload
 from openroute.definitions.body import InvalidBodyError
 from openroute.definitions.errors import ConfigurationError, StoreUnavailableError, ThrottledError, ValidationError
 from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route as RouteDefinition
 from openroute.engine import AcceptResult, Engine
 from openroute.inbound.openapi import InboundContract
 from openroute.inbound.parsing import (
-    check_content_length,
+    check_json_type,
     checked_message,
     parse_json,
     parse_timestamp,
     parse_xml,
-    receive_limited,
+    read_body,
 )
 from openroute.inbound.soap import (
     SOAP11,
@@ -98,6 +99,15 @@ class InboundSettings:
                 raise ConfigurationError(f"{name} must start and not end with '/', got {value!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """A binding served and its route, resolved once here (the accept looks the route up for each message: the
+    endpoints do not)."""
+
+    binding: InboundBinding
+    route: RouteDefinition
+
+
 @dataclass(frozen=True)
 class _Trace:
     correlation_id: str
@@ -133,10 +143,10 @@ class InboundEndpoints:
         self.auth = auth
         self.settings = settings or InboundSettings()
         self.observer = observer
-        self._json: dict[tuple[str, str], InboundBinding] = {}
+        self._json: dict[tuple[str, str], _Served] = {}
         self._xml: dict[str, list[InboundBinding]] = {}
-        self._by_element: dict[str, dict[str, InboundBinding]] = {}
-        self._by_action: dict[str, dict[str, InboundBinding]] = {}
+        self._by_element: dict[str, dict[str, _Served]] = {}
+        self._by_action: dict[str, dict[str, _Served]] = {}
         for binding in bindings:
             self._add(binding)
 
@@ -145,10 +155,11 @@ class InboundEndpoints:
             raise ConfigurationError(f"expected an InboundBinding, got {binding!r}")
         if binding.key not in self.engine.routes:
             raise ConfigurationError(f"binding {binding.service}/{binding.operation} has no route in the engine")
+        served = _Served(binding, self.engine.routes.get(binding.service, binding.operation))
         if binding.content_type == "json":
             if binding.key in self._json:
                 raise ConfigurationError(f"two JSON bindings for {binding.service}/{binding.operation}")
-            self._json[binding.key] = binding
+            self._json[binding.key] = served
             return
         xml = self._xml.setdefault(binding.service, [])
         if any(b.operation == binding.operation for b in xml):
@@ -159,17 +170,17 @@ class InboundEndpoints:
             key = etree.QName(binding.request_element).text
             if key in elements:
                 raise ConfigurationError(f"service {binding.service}: request element {key} is bound twice")
-            elements[key] = binding
+            elements[key] = served
         if binding.soap_action:
             if binding.soap_action in actions:
                 raise ConfigurationError(f"service {binding.service}: SOAPAction {binding.soap_action} is bound twice")
-            actions[binding.soap_action] = binding
+            actions[binding.soap_action] = served
         xml.append(binding)
 
     @property
     def bindings(self) -> list[InboundBinding]:
         """Every binding served."""
-        return [*self._json.values(), *(b for group in self._xml.values() for b in group)]
+        return [*(s.binding for s in self._json.values()), *(b for group in self._xml.values() for b in group)]
 
     def routes(self) -> list[Route]:
         """The routes: ``POST/GET {soap_prefix}/{service}`` and ``POST {json_prefix}/{service}/{operation}``, and
@@ -207,11 +218,6 @@ class InboundEndpoints:
         system = self.auth.authenticate(headers, request.client.host if request.client else None)
         require_system(system, headers.get(SOURCE_SYSTEM_HEADER))
         return system
-
-    async def _read(self, request: Request, headers: Mapping[str, str]) -> bytes:
-        limit = self.settings.max_body_bytes
-        check_content_length(headers.get("content-length"), limit)
-        return await receive_limited(request.receive, limit)
 
     def _trace(self, headers: Mapping[str, str], authenticated: str | None, soap: Mapping[str, str]) -> _Trace:
         claimed = soap.get("sourceSystem") or headers.get(SOURCE_SYSTEM_HEADER)
@@ -255,14 +261,14 @@ class InboundEndpoints:
             return AcceptResult(stored[0].id, stored[0].correlation_id, True, stored[0].state)
         return None
 
+    @staticmethod
     def _message(
-        self, binding: InboundBinding, payload: ParsedPayload, trace: _Trace, content_type: str,
-        headers: dict[str, str],
+        served: _Served, payload: ParsedPayload, trace: _Trace, content_type: str, headers: dict[str, str],
     ) -> InboundMessage:
         """The message handed to ``engine.accept`` once the binding's checks passed; raises ValidationError
         (InvalidBodyError for a typed route's body)."""
         return checked_message(
-            binding, payload, self.engine.routes, content_type=content_type, correlation_id=trace.correlation_id,
+            served.binding, served.route, payload, content_type=content_type, correlation_id=trace.correlation_id,
             source_system=trace.source_system, process_id=trace.process_id, message_timestamp=trace.timestamp,
             headers=headers, traceparent=trace.traceparent,
         )
@@ -310,19 +316,19 @@ class InboundEndpoints:
                 raise unsupported
             if version is SOAP11:
                 action = (headers.get("soapaction") or "").strip().strip('"') or None
-            body = await self._read(request, headers)
+            body = await read_body(request.receive, headers.get("content-length"), self.settings.max_body_bytes)
             root = parse_xml(body, self.settings.max_depth)
             envelope = read_envelope(root, version)
             correlation_id = envelope.trace.get("correlationId") or headers.get(CORRELATION_HEADER)
-            binding = self._dispatch(service, envelope.body_element, action)
+            served = self._dispatch(service, envelope.body_element, action)
             payload = envelope.payload()
             trace = self._trace(headers, authenticated, envelope.trace)
             correlation_id = trace.correlation_id
             stored_headers = {"endpoint": "soap", "soapVersion": version.name}
             if action:
                 stored_headers["soapAction"] = action[:255]
-            resent = None if self.throttling is None else await self._throttle(trace, binding.operation)
-            inbound = self._message(binding, payload, trace, "application/xml", stored_headers)
+            resent = None if self.throttling is None else await self._throttle(trace, served.binding.operation)
+            inbound = self._message(served, payload, trace, "application/xml", stored_headers)
             # the two documents are freed now, while warm, and the collector does not meet their proxies while the
             # accept waits for its commit with the requests in flight
             del root, envelope, payload
@@ -345,20 +351,21 @@ class InboundEndpoints:
             200, result, _SOAP_CONTENT_TYPES[version.name],
         )
 
-    def _dispatch(self, service: str, element: etree._Element, action: str | None) -> InboundBinding:
+    def _dispatch(self, service: str, element: etree._Element, action: str | None) -> _Served:
         qname = element.tag  # {namespace}local, as the bindings are keyed
-        binding = self._by_element[service].get(qname)
-        if binding is None and action:
+        served = self._by_element[service].get(qname)
+        if served is None and action:
             candidate = self._by_action[service].get(action)
-            if candidate is not None and candidate.request_element is None:
-                binding = candidate
-        if binding is None:
+            if candidate is not None and candidate.binding.request_element is None:
+                served = candidate
+        if served is None:
             raise UnknownOperationError(service, qname)
-        if binding.soap_action and action and action != binding.soap_action:
+        expected = served.binding.soap_action
+        if expected and action and action != expected:
             raise ValidationError(
-                f"SOAPAction {action!r} does not match the body element {qname} (expects {binding.soap_action!r})"
+                f"SOAPAction {action!r} does not match the body element {qname} (expects {expected!r})"
             )
-        return binding
+        return served
 
     async def wsdl(self, request: Request) -> Response:
         """``GET {soap_prefix}/{service}?wsdl``: the WSDL of the service's SOAP operations (no authentication)."""
@@ -381,16 +388,16 @@ class InboundEndpoints:
         correlation_id = headers.get(CORRELATION_HEADER)
         try:
             authenticated = self._authenticate(headers, request)
-            binding = self._json.get((service, operation))
-            if binding is None:
+            served = self._json.get((service, operation))
+            if served is None:
                 raise UnknownOperationError(service, operation)
-            _check_json_type(headers.get("content-type"))
-            body = await self._read(request, headers)
+            check_json_type(headers.get("content-type"))
+            body = await read_body(request.receive, headers.get("content-length"), self.settings.max_body_bytes)
             text, document = parse_json(body, self.settings.max_depth)
             trace = self._trace(headers, authenticated, {})
             correlation_id = trace.correlation_id
-            resent = None if self.throttling is None else await self._throttle(trace, binding.operation)
-            inbound = self._message(binding, ParsedPayload("json", text, json=document), trace, "application/json",
+            resent = None if self.throttling is None else await self._throttle(trace, operation)
+            inbound = self._message(served, ParsedPayload("json", text, json=document), trace, "application/json",
                                     {"endpoint": "json"})
             del document  # as the SOAP endpoint's documents: not kept while the accept waits
             result = resent or await self.engine.accept(inbound)
@@ -508,19 +515,6 @@ def _error_headers(error: BaseException) -> dict[str, str]:
     if isinstance(retry_after, int):
         return {"Retry-After": str(retry_after)}
     return {}
-
-
-def _check_json_type(content_type: str | None) -> None:
-    if not content_type:
-        raise UnsupportedMediaTypeError("a JSON request needs Content-Type: application/json")
-    media, _, rest = content_type.partition(";")
-    media = media.strip().lower()
-    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-        raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not JSON (application/json)")
-    for item in rest.split(";"):
-        name, _, value = item.partition("=")
-        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in {"utf-8", "utf8"}:
-            raise UnsupportedMediaTypeError(f"JSON must be UTF-8, got charset {value.strip()!r}")
 
 
 def bindings_for(routes: Iterable[Any], explicit: Iterable[InboundBinding] = ()) -> list[InboundBinding]:

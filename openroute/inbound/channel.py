@@ -34,6 +34,7 @@ from openroute.auth.errors import BodyTooLargeError, MalformedPayloadError, stat
 from openroute.definitions.binding import ChannelBinding, ParsedPayload
 from openroute.definitions.errors import ConfigurationError, DeploymentError, ValidationError
 from openroute.definitions.message import InboundMessage
+from openroute.definitions.route import Route
 from openroute.engine import AcceptResult, Engine
 from openroute.inbound.app import InboundSettings
 from openroute.inbound.asyncapi import DescribedChannel
@@ -83,6 +84,8 @@ class _Channel:
     options: ChannelOptions
     connector: str
     config: ChannelConfig
+    #: the binding's route, resolved once here (the accept looks it up for each message: the channel does not)
+    route: Route
     stats: ChannelStats = field(default_factory=ChannelStats)
 
 
@@ -153,7 +156,8 @@ class ChannelInbound:
             except DeploymentError as error:
                 problems.extend(error.problems)
                 continue
-            self._channels[binding.channel] = _Channel(binding, options, config_of.connector, config_of)
+            self._channels[binding.channel] = _Channel(binding, options, config_of.connector, config_of,
+                                                       engine.routes.get(binding.service, binding.operation))
             if options.dead_letter_channel and options.dead_letter_channel not in self._dead_letters:
                 self._dead_letters[options.dead_letter_channel] = self.app.emitter(
                     options.dead_letter_channel, overflow=OnOverflow.UNBOUNDED_BUFFER)
@@ -373,7 +377,7 @@ class ChannelInbound:
         if meta.message_id:
             stored_headers["messageId"] = meta.message_id[:255]
         return checked_message(
-            inbound_binding, payload, self.engine.routes, content_type=content_type, correlation_id=correlation,
+            inbound_binding, channel.route, payload, content_type=content_type, correlation_id=correlation,
             source_system=source, process_id=_header_text(headers, options.process_header),
             message_timestamp=parse_timestamp(_header_text(headers, options.timestamp_header)),
             headers=stored_headers,

@@ -20,13 +20,13 @@ from openroute.auth.errors import (
     MalformedPayloadError,
     NestingTooDeepError,
     NumberTooLongError,
+    UnsupportedMediaTypeError,
 )
 from openroute.definitions.binding import InboundBinding, ParsedPayload
-from openroute.definitions.body import Body
 from openroute.definitions.clock import aware_datetime
 from openroute.definitions.errors import ValidationError
 from openroute.definitions.message import InboundMessage
-from openroute.definitions.route import RouteRegistry
+from openroute.definitions.route import Route
 from openroute.definitions.schema import secure_parser
 
 _MAX_REASON = 300
@@ -62,6 +62,29 @@ def check_content_length(value: str | None, limit: int) -> None:
         raise MalformedPayloadError(f"invalid Content-Length {value[:40]!r}")
     if size > limit:
         raise BodyTooLargeError(limit, size)
+
+
+async def read_body(receive: Callable[[], Awaitable[Mapping[str, Any]]], content_length: str | None,
+                    limit: int) -> bytes:
+    """The body of an ASGI request, refused before any of it is read when its Content-Length header
+    (``content_length``) declares more than ``limit`` bytes, then read from ``receive`` (:func:`receive_limited`)."""
+    check_content_length(content_length, limit)
+    return await receive_limited(receive, limit)
+
+
+def check_json_type(content_type: str | None) -> None:
+    """Refuse a JSON request whose ``content_type`` is not JSON (``application/json`` or ``application/*+json``) in
+    UTF-8 (:class:`UnsupportedMediaTypeError`), before its body is read."""
+    if not content_type:
+        raise UnsupportedMediaTypeError("a JSON request needs Content-Type: application/json")
+    media, _, rest = content_type.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise UnsupportedMediaTypeError(f"Content-Type {media!r} is not JSON (application/json)")
+    for item in rest.split(";"):
+        name, _, value = item.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in {"utf-8", "utf8"}:
+            raise UnsupportedMediaTypeError(f"JSON must be UTF-8, got charset {value.strip()!r}")
 
 
 async def receive_limited(receive: Callable[[], Awaitable[Mapping[str, Any]]], limit: int) -> bytes:
@@ -234,25 +257,21 @@ def parse_timestamp(value: str | None) -> datetime | None:
     )
 
 
-def bound_body(body: Body | None, payload: ParsedPayload) -> Any:
-    """The payload bound to a typed route's model from the document already parsed (None for an untyped route), so
-    that ``Engine.accept`` does not parse the text again; raises
-    :class:`~openroute.definitions.body.InvalidBodyError`."""
-    if body is None:
-        return None
-    return body.from_xml(payload.xml) if payload.xml is not None else body.from_json(payload.json)
-
-
 def checked_message(
-    binding: InboundBinding, payload: ParsedPayload, routes: RouteRegistry, *, content_type: str,
-    correlation_id: str, source_system: str, process_id: str | None, message_timestamp: datetime | None,
-    headers: dict[str, str], traceparent: str | None,
+    binding: InboundBinding, route: Route, payload: ParsedPayload, *, content_type: str, correlation_id: str,
+    source_system: str, process_id: str | None, message_timestamp: datetime | None, headers: dict[str, str],
+    traceparent: str | None,
 ) -> InboundMessage:
     """The message handed to ``Engine.accept`` once ``binding``'s checks passed on ``payload``: what they extracted,
-    and the payload bound to its route's model (:func:`bound_body`). The HTTP and SOAP endpoints and the
-    channel-fed routes build their messages here. Raises ValidationError (InvalidBodyError for a typed route's
-    body, UnknownRouteError for a binding without its route)."""
+    and the payload bound to ``route``'s model from the document already parsed, so that the accept does not parse
+    the text again. ``route`` is the binding's, resolved once when the endpoint or channel was set up: the accept
+    looks it up for each message, this does not. The HTTP and SOAP endpoints and the channel-fed routes build
+    their messages here. Raises ValidationError (InvalidBodyError for a typed route's body)."""
     extracted = binding.check(payload)
+    model = route.body
+    body: Any = None
+    if model is not None:
+        body = model.from_xml(payload.xml) if payload.xml is not None else model.from_json(payload.json)
     return InboundMessage(
         service=binding.service,
         operation=binding.operation,
@@ -266,6 +285,6 @@ def checked_message(
         object_id=extracted.object_id,
         entity_type=extracted.entity_type,
         funnel_value=extracted.funnel_value,
-        body=bound_body(routes.get(binding.service, binding.operation).body, payload),
+        body=body,
         traceparent=traceparent,
     )

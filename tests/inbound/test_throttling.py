@@ -7,7 +7,6 @@ import asyncio
 import re
 import textwrap
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -156,35 +155,6 @@ async def test_a_throttled_re_send_of_an_accepted_message_is_answered_duplicate(
     assert [a.status_code for a in soap] == [200, 200]  # ERP's 1 a minute: the second is the re-send
     assert b"DUPLICATE" in soap[1].content and b"ACCEPTED" in soap[0].content
     assert sorted(row["correlation_id"] for row in stored(store)) == ["c-1", "c-2", "s-1"]
-
-
-def test_requests_counted_together_admit_the_first_ones_up_to_the_limit(store: MessageStore) -> None:
-    counters = ThrottleCounters(store)
-    window, later = 1_800_000_000_000, 1_800_000_060_000
-    assert counters.take_many([("CRM", "create", window, 5)] * 3) == [1, 2, 3]
-    batch = [("CRM", "create", window, 5), ("ERP", "create", window, 5), ("CRM", "create", window, 5),
-             ("CRM", "create", window, 5), ("CRM", "create", window, 5)]
-    assert counters.take_many(batch) == [4, 1, 5, None, None]  # the window fills in order; ERP counts apart
-    assert counters.take_many([("CRM", "create", window, 5)]) == [None]
-    assert counters.count("CRM", "create", window) == 5  # the refused ones were not counted
-    # more than the limit at once in a new window: the first ``limit`` pass, the earlier window's row goes
-    assert counters.take_many([("CRM", "create", later, 5)] * 7) == [1, 2, 3, 4, 5, None, None]
-    assert counters.count("CRM", "create", window) == 0
-    assert counters.count("ERP", "create", window) == 1  # another operation's rows stay
-    assert counters.take("ERP", "create", later, 1) == 1
-
-
-def test_concurrent_batches_admit_the_limit_exactly(store: MessageStore) -> None:
-    """Batches counted at once on many connections (PostgreSQL's row lock, SQLite's write lock): each count is
-    handed out once, and together they admit the limit, whichever batch meets the full window."""
-    counters = ThrottleCounters(store)
-    window, limit = 1_800_000_000_000, 50
-    with ThreadPoolExecutor(8) as pool:
-        batches = list(pool.map(lambda size: counters.take_many([("CRM", "create", window, limit)] * size),
-                                [3, 7, 1, 9, 4, 12, 6, 2, 8, 5, 10, 3]))  # 70 requests
-    admitted = [count for batch in batches for count in batch if count is not None]
-    assert sorted(admitted) == list(range(1, limit + 1))
-    assert counters.count("CRM", "create", window) == limit
 
 
 async def _admitted(throttling: Throttling, requests: int) -> int:

@@ -1,16 +1,12 @@
 """The payload search's index behind the commit (migration 0018, ``openroute.persistence.payload_index``): a stored
-message is found by its payload before and after its copy is indexed; moves are atomic, shared by sessions, and
-follow deletions; a serving node indexes what it accepts and tells how many wait."""
+message is found by its payload before and after its copy is indexed; moves follow deletions; a serving node indexes
+what it accepts and tells how many wait. The moves' own guarantees (atomic, shared by sessions) are
+tests/persistence/test_payload_index.py."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from datetime import timedelta
 
@@ -80,78 +76,6 @@ def test_a_message_is_found_by_its_payload_before_and_after_its_copy_is_indexed(
     assert _found(store, {"payload_text": 'id="4711"'}) == (expected, 2)
     # a text with a word every payload holds ("order"): the index is asked for the rare word only, same matches
     assert _found(store, {"payload_text": 'order id="4711"'}) == (expected, 2)
-
-
-def test_moves_from_several_sessions_copy_each_message_once(postgres_store: MessageStore) -> None:
-    """Four threads move 5,000 pending messages at once: none waits for another's batch (SKIP LOCKED), every
-    message is copied exactly once, nothing stays pending."""
-    store = postgres_store
-    store.insert_messages([_new(n) for n in range(5000)])
-    taken: list[int] = []
-    lock = threading.Lock()
-
-    def mover() -> None:
-        while moved := store.payload_index.move():
-            with lock:
-                taken.append(moved)
-
-    threads = [threading.Thread(target=mover) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert sum(taken) == 5000 and store.payload_index.pending() == 0
-    with store.engine.connect() as connection:
-        rows = connection.execute(sa.text(
-            "SELECT count(*), count(DISTINCT t.message_id), count(*) FILTER (WHERE t.payload = m.payload) "
-            "FROM message_payload_text t JOIN message m ON m.id = t.message_id")).one()
-    assert tuple(rows) == (5000, 5000, 5000)
-
-
-_MOVE_THEN_HANG = """
-import sys, time
-from openroute.persistence import MessageStore
-store = MessageStore(sys.argv[1])
-with store.engine.begin() as connection:
-    print(store.payload_index.move(connection), flush=True)
-    time.sleep(60)
-"""
-
-
-def _open_transactions(store: MessageStore) -> int:
-    """Other sessions of the store's database in an open transaction."""
-    with store.engine.connect() as connection:
-        return int(connection.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND state LIKE 'idle in transaction%'")).scalar_one())
-
-
-def test_a_mover_killed_mid_move_leaves_its_batch_pending(postgres_store: MessageStore) -> None:
-    """A process that moved a batch and is killed (SIGKILL) before its commit: the batch is pending again, no copy
-    is left, and the next move copies it."""
-    store = postgres_store
-    store.insert_messages([_new(n) for n in range(300)])
-    child = subprocess.Popen([sys.executable, "-c", _MOVE_THEN_HANG, store.url], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "300"  # moved in its open transaction
-        with store.engine.connect() as connection:  # not visible to others: still pending, nothing copied
-            assert connection.execute(sa.text("SELECT count(*) FROM message_payload_text")).scalar_one() == 0
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    # the server ends the killed session's transaction once it sees the socket closed; until then its batch is
-    # locked (another mover skips it) and still pending for a search
-    assert store.payload_index.pending() == 300 and _copies(store) == {}
-    deadline = time.monotonic() + 10
-    while _open_transactions(store) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _open_transactions(store) == 0
-    assert store.payload_index.pending() == 300 and _copies(store) == {}
-    assert store.payload_index.move() == 300 and len(_copies(store)) == 300
 
 
 def test_a_deleted_message_takes_its_copy_and_a_pending_id_of_a_deleted_message_is_dropped(

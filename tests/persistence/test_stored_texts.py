@@ -28,7 +28,7 @@ from openroute.persistence.stored_texts import STORED_TEXTS, mask_stored_texts
 
 from openroute.admin import parse_filters, search_messages
 from openroute.cli import main
-from tests.lifecycle.conftest import START
+from tests.persistence.conftest import START
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from openroute.persistence.models import message_transition_table
 from sqlalchemy.dialects import postgresql, sqlite
 
 from openroute.engine import states
-from tests.lifecycle.conftest import START
+from tests.persistence.conftest import START
 
 CEST = timezone(timedelta(hours=2))
 

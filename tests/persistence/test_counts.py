@@ -1,5 +1,5 @@
-"""The stored message counts (``persistence/counts.py``, ``openroute/jobs/counts.py``) equal a real GROUP BY of the
-message table, and the finished minutes a real GROUP BY of ``message_transition``, after random transitions, folds,
+"""The stored message counts (``persistence/counts.py``, ``store.counts``) equal a real GROUP BY of the message
+table, and the finished minutes a real GROUP BY of ``message_transition``, after random transitions, folds,
 deletions, truncations, two writers and commits out of order."""
 
 from __future__ import annotations
@@ -22,9 +22,6 @@ from openroute.persistence.models import (
     message_finished_minute_table,
     message_transition_table,
 )
-
-from openroute.definitions.errors import ConfigurationError
-from openroute.jobs import MessageCounts
 
 S = MessageState
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -313,28 +310,6 @@ def test_recount_rebuilds_the_finished_minutes(store: MessageStore) -> None:
 def test_finished_by_minute_refuses_a_naive_since(store: MessageStore) -> None:
     with pytest.raises(sa.exc.StatementError, match="naive"):
         store.counts.finished_by_minute(None, datetime(2026, 11, 27, 12, 0))
-
-
-def test_message_counts_are_exact_on_every_call_and_fold_a_long_tail(store: MessageStore) -> None:
-    ticks = [0.0]
-    counts = MessageCounts(store, route_ttl=5, max_tail=3, monotonic=lambda: ticks[0])
-    first = store.insert_message(_new(1)).message.id
-    assert counts.by_state().counts == {S.NEW: 1}
-    assert counts.open_by_route() == [("s", "o1", S.NEW, 1)]
-    _move(store, first, S.PROCESSING)
-    _move(store, first, S.OK)
-    assert counts.by_state().counts == {S.OK: 1}  # at once, no cache
-    assert counts.open_by_route() == [("s", "o1", S.NEW, 1)]  # the backlog per route is cached for route_ttl
-    ticks[0] = 6.0
-    assert counts.open_by_route() == []
-    for i in range(5):
-        store.insert_message(_new(10 + i))
-    assert counts.by_state().counts == {S.OK: 1, S.NEW: 5}  # 8 transitions after the mark: a fold starts
-    assert counts.wait_for_fold(timeout=30)
-    assert store.counts.by_state()[1] <= 8
-    assert counts.by_state().counts == {S.OK: 1, S.NEW: 5}
-    with pytest.raises(ConfigurationError, match="fold_interval=0"):
-        MessageCounts(store, fold_interval=0)
 
 
 def test_retention_deletions_are_counted(store: MessageStore) -> None:

@@ -1,0 +1,48 @@
+"""The message store (``persistence/store.py``, ``MessageStore``) on each real database: inserts and duplicates,
+external call records, the repoll's queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from openroute.persistence import (
+    ExternalCallStatus,
+    MessageState,
+    MessageStore,
+)
+
+from tests.persistence.conftest import START, new_message
+
+
+def test_insert_stores_new_and_duplicates_are_reported(store: MessageStore) -> None:
+    first = store.insert_message(new_message(headers={"h": "v"}, object_id="o-1"))
+    assert not first.duplicate
+    row = store.get(first.message.id)
+    assert row == first.message
+    assert row.state is MessageState.NEW and row.version == 0 and row.headers == {"h": "v"}
+    again = store.insert_message(new_message())
+    assert again.duplicate and again.message.id == first.message.id
+    other_source = store.insert_message(new_message(source="erp"))
+    assert not other_source.duplicate
+    assert store.count_by_state() == {MessageState.NEW: 2}
+
+
+def test_external_call_records(store: MessageStore) -> None:
+    message = store.insert_message(new_message()).message
+    assert store.calls.get(message.id, "k") is None
+    store.calls.record(message.id, "k", ExternalCallStatus.FAILED, START, error="down")
+    store.calls.record(message.id, "k", ExternalCallStatus.OK, START, result={"n": 1})
+    call = store.calls.get(message.id, "k")
+    assert call is not None and call.status is ExternalCallStatus.OK and call.attempts == 2 and call.result == {"n": 1}
+    # an OK record is never overwritten by a later write
+    store.calls.record(message.id, "k", ExternalCallStatus.FAILED, START, error="late")
+    assert store.calls.get(message.id, "k") == call
+
+
+def test_queries_of_the_repoll(store: MessageStore) -> None:
+    message = store.insert_message(new_message()).message
+    assert store.received_before(MessageState.NEW, START, 10) == [message]
+    assert store.received_before(MessageState.NEW, START - timedelta(seconds=1), 10) == []
+    assert store.due([MessageState.PARTLY_FAILED], START, 10) == []
+
+
