@@ -45,6 +45,7 @@ def openroute_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``openroute`` command line: its subcommands (run, demo, db, messages, spark) and their options."""
     parser = argparse.ArgumentParser(prog="openroute", description=__doc__.splitlines()[0], epilog=EXAMPLE,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"openroute {openroute_version()}")
@@ -94,6 +95,7 @@ def resolve_settings(args: argparse.Namespace) -> int | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names (default: ``sys.argv[1:]``) once its settings are resolved; the exit code."""
     args = build_parser().parse_args(argv)
     failed = resolve_settings(args)
     if failed is not None:

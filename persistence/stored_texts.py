@@ -45,6 +45,7 @@ class StoredText:
 
     @property
     def name(self) -> str:
+        """``table.column``."""
         return f"{self.table}.{self.column}"
 
 

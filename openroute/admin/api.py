@@ -54,6 +54,7 @@ class JsonAnswer(JSONResponse):
     as with the stdlib."""
 
     def render(self, content: Any) -> bytes:
+        """The JSON body, written by orjson (datetimes as ISO 8601)."""
         return orjson.dumps(content)
 
 

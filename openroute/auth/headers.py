@@ -39,6 +39,7 @@ class SecurityHeaders:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Add the security headers to the start of every HTTP response; other scopes pass through."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

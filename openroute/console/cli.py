@@ -329,6 +329,7 @@ class StoreBackend:
         self.cause = f"cli:{getpass.getuser()}@{socket.gethostname()}"[:255]
 
     def close(self) -> None:
+        """Release the store's connections."""
         self.store.dispose()
 
     def _page(self, params: dict[str, Any], cursor: str | None, limit: int) -> Any:
@@ -343,12 +344,14 @@ class StoreBackend:
 
     def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
                                                                                       str | None, int, bool]:
+        """One page of the messages ``params`` filters: (summaries, next cursor, count, whether the count is capped)."""
         from openroute.queries.messages import summaries
 
         page = self._page(params, cursor, limit)
         return summaries(page.rows), page.next_cursor, page.total, page.total_estimated
 
     def matching_ids(self, params: dict[str, Any]) -> Iterator[int]:
+        """The ids of every message ``params`` filters, page after page."""
         cursor, count = None, 0
         while True:
             page = self._page(params, cursor, 500)
@@ -362,6 +365,7 @@ class StoreBackend:
                 return
 
     def detail(self, message_id: int) -> dict[str, Any]:
+        """The admin API's view of one message; CliError when there is no such message."""
         from openroute.queries.messages import load_message_detail
 
         detail = load_message_detail(self.store, message_id)
@@ -370,6 +374,7 @@ class StoreBackend:
         return detail
 
     def act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        """Restart or cancel each of ``ids`` through an engine (not started); one result per id."""
         return asyncio.run(self._act(action, ids))
 
     async def _act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
@@ -415,6 +420,7 @@ class ServerBackend:
         self.http = httpx.Client(base_url=url.rstrip("/"), auth=(user, password), timeout=30)
 
     def close(self) -> None:
+        """Close the HTTP client."""
         self.http.close()
 
     def _get(self, path: str, params: Any = None) -> Any:
@@ -438,6 +444,7 @@ class ServerBackend:
 
     def search(self, params: dict[str, Any], cursor: str | None, limit: int) -> tuple[list[dict[str, Any]],
                                                                                       str | None, int, bool]:
+        """One page of the admin API's search: (summaries, next cursor, count, whether the count is capped)."""
         query = {**params, "page_size": str(limit)}
         if cursor is not None:
             query["cursor"] = cursor
@@ -445,6 +452,7 @@ class ServerBackend:
         return body["items"], body.get("nextCursor"), body["total"], bool(body.get("countEstimated"))
 
     def matching_ids(self, params: dict[str, Any]) -> Iterator[int]:
+        """The ids of every message the admin API's search returns for ``params``, page after page."""
         cursor, page, count = None, 1, 0
         while True:
             query = {**params, "page_size": "500"}
@@ -464,9 +472,11 @@ class ServerBackend:
             page += 1
 
     def detail(self, message_id: int) -> dict[str, Any]:
+        """The admin API's view of one message."""
         return dict(self._get(f"/admin/messages/{message_id}"))
 
     def act(self, action: str, ids: list[int]) -> list[dict[str, Any]]:
+        """Restart or cancel each of ``ids`` through the admin API; one result per id."""
         import httpx
 
         results = []

@@ -127,6 +127,7 @@ class OutboxWriter:
         self.rules = tuple(rules)
 
     def __call__(self, message: StoredMessage, connection: sa.Connection) -> None:
+        """Write the outcome events of the rules ``message`` matches, in the transaction that made it final."""
         rows = []
         for rule in self.rules:
             if rule.matches(message):

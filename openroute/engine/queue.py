@@ -49,11 +49,13 @@ class LoopPressure:
         return self.lag > self.threshold
 
     def start(self) -> None:
+        """Start ticking on the running loop."""
         loop = asyncio.get_running_loop()
         self._due = loop.time() + self.period
         self._handle = loop.call_at(self._due, self._tick)
 
     def stop(self) -> None:
+        """Stop ticking; the loop counts as not late."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

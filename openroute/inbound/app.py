@@ -446,6 +446,7 @@ class InboundDispatch:
         self._answer_headers = [item for item in self.headers if item[0] not in _ANSWER_HEADER_NAMES]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve an inbound POST straight from its endpoint table; everything else goes to the wrapped app."""
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
             found = self.endpoints.post_endpoint(scope["path"])
             if found is not None:

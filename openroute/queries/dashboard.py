@@ -58,10 +58,12 @@ class Dashboard:
 
     @property
     def total(self) -> int:
+        """Every message in the store."""
         return sum(self.by_state.values())
 
     @property
     def per_minute(self) -> float:
+        """Messages made final per minute over the last hour."""
         return sum(self.finished_last_hour.values()) / (THROUGHPUT_WINDOW.total_seconds() / 60)
 
     def route_rows(self) -> list[tuple[str, str, list[tuple[str, int]]]]:

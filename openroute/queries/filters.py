@@ -154,6 +154,7 @@ class SearchFilters:
 
     @property
     def has_text(self) -> bool:
+        """Whether the search asks for an error text or a payload text."""
         return self.error_text is not None or self.payload_text is not None
 
 
