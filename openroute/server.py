@@ -141,13 +141,13 @@ def _hook_final_states(
 ) -> None:
     """What a final state sets off: the metrics' counters; the outbox's events and the confirmation's row written in
     the transaction that makes the message final, each sent after its commit."""
-    engine.final_state_hooks.append(metrics.on_final_state)
+    engine.on_final_state(metrics.on_final_state)
     if outbox is not None:
-        engine.final_state_tx_hooks.append(outbox.writer())
-        engine.final_state_hooks.append(outbox.on_final_state)
+        engine.on_final_state_in_transaction(outbox.writer())
+        engine.on_final_state(outbox.on_final_state)
     if confirmation is not None:
-        engine.final_state_tx_hooks.append(confirmation.on_final_state_tx)
-        engine.final_state_hooks.append(confirmation.on_final_state)
+        engine.on_final_state_in_transaction(confirmation.on_final_state_tx)
+        engine.on_final_state(confirmation.on_final_state)
 
 
 @dataclass

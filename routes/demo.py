@@ -100,7 +100,7 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
     # declared, as openroute.toml would: their calls pass the breakers (closed all along: the demo is too short)
     declared = {name: ExternalSystem(name) for name in ("BILLING", "MNO")}
     async with RouteTestKit(application, database_url=database_url, external_systems=declared) as kit:
-        kit.engine.transition_listeners.append(trace)
+        kit.engine.on_transition(trace)
         say("openroute demo: reference routes on a temporary SQLite store, fake billing and MNO, manual clock\n")
         retried = await _steps_1_to_4(kit, systems, send, say)
         await _steps_5_to_8(kit, systems, send, say)
@@ -245,8 +245,7 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
     channels = ChannelInbound(kit.engine, application.channels, config, environ={})
     outbox = OutboxPublisher(kit.engine.store, outcome_rules(config), config, node_id=kit.engine.node_id,
                              clock=kit.clock, environ={})
-    writer = outbox.writer()
-    kit.engine.final_state_tx_hooks.append(writer)
+    remove_writer = kit.engine.on_final_state_in_transaction(outbox.writer())
     await channels.start()
     await outbox.start()
     try:
@@ -263,7 +262,7 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
             say(f"     event on crm-events: {event['service']}/{event['operation']} {event['correlationId']} "
                 f"{event['state']}")
     finally:
-        kit.engine.final_state_tx_hooks.remove(writer)
+        remove_writer()
         await outbox.stop()
         await channels.stop()
 

@@ -203,7 +203,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     external_calls = config.external_calls(store)
     engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
                     external_calls=external_calls)
-    engine.transition_listeners.append(log_transition)
+    engine.on_transition(log_transition)
     inbound_auth, admin_auth = config.auth.build()
     confirmation = config.confirmations.service(store, node_id=engine.node_id, messaging=config.messaging_config())
     channels = channel_inbound(engine, getattr(loaded, "channels", None) or (), config.messaging_config(),

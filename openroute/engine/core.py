@@ -28,17 +28,18 @@ from openroute.engine import outcome as outcomes
 from openroute.engine._work_signal import WorkSignal
 from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.accept import AcceptResult, check_inbound
-from openroute.engine.committed import AfterCommit, FinalStateHook, TransitionListener
+from openroute.engine.committed import AfterCommit
 from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.engine.feeder import Feeder
 from openroute.engine.funnel import FunnelQueue
+from openroute.engine.hooks import EngineHooks
 from openroute.engine.obsolete import ObsoleteCheck
 from openroute.engine.parking import Parking
 from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings, EngineStats
-from openroute.engine.writes import EngineWrites, FinalStateTxHook
+from openroute.engine.writes import EngineWrites
 from openroute.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -65,13 +66,13 @@ T = TypeVar("T")
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
 
-class Engine:
+class Engine(EngineHooks):
     """One node of the message lifecycle.
 
     ``store`` is a :class:`~persistence.MessageStore` or a database URL (the schema must exist: run
-    ``openroute db upgrade`` or ``MessageStore.create_schema()``). ``final_state_hooks`` are awaited once
-    per message after the commit that made it final (OK, FAILED, SKIPPED, CANCEL); ``final_state_tx_hooks``
-    run inside that very transaction (e.g. to insert the confirmation row), so they commit or fail with it.
+    ``openroute db upgrade`` or ``MessageStore.create_schema()``). Parts hear of its changes through the
+    methods of :class:`~openroute.engine.hooks.EngineHooks` (``on_final_state`` after the commit that made a message
+    final, ``on_final_state_in_transaction`` inside it, ``on_transition`` after every change).
     ``external_calls`` guards the calls of ``ext_call(..., system=...)`` steps (breaker, call records): an
     :class:`openroute.outbound.ExternalCalls`.
     """
@@ -101,10 +102,7 @@ class Engine:
         self._owns_store = not isinstance(store, MessageStore)
         self.routes = routes
         self.clock: Clock = clock or SystemClock()
-        self.final_state_hooks: list[FinalStateHook] = []
-        self.final_state_tx_hooks: list[FinalStateTxHook] = []
-        #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
-        self.transition_listeners: list[TransitionListener] = []
+        EngineHooks.__init__(self)
         self.stats = EngineStats()
         #: what an operator lets this node do (read at start and with every heartbeat; see set_node_state)
         self.node_state = NodeState.RUN
@@ -129,14 +127,14 @@ class Engine:
                                       lambda: self.node_state.picks_up_work, self._room_freed)
         self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id, self._queue.emit_claimed,
                                    self._give_back)
-        self._writes = EngineWrites(self.store, self.clock, self.node_id, self.final_state_tx_hooks, self._funnel)
+        self._writes = EngineWrites(self.store, self.clock, self.node_id, self._final_state_tx_hooks, self._funnel)
         self._insert_group: Grouped[NewMessage, InsertOutcome] = Grouped(
             lambda connection, batch: list(self.store.insert_messages(batch, connection, node_id=self.node_id)),
             "insert", urgent=True)
         self._claim_group = Grouped(self._writes.claim_many, "claim")
         self._finish_group = Grouped(self._writes.finish_many, "finish")
-        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel, self.final_state_hooks,
-                                         self.transition_listeners)
+        self._after_commit = AfterCommit(self.stats, self._writes, self._funnel, self._final_state_hooks,
+                                         self._transition_listeners)
         self._feeder = Feeder(self._writes, self._writer, self._queue, self.clock, settings, self.stats,
                               self._waited, self._give_back)
         self._signal = WorkSignal(self.store, self.node_id, self._feeder.wanted)

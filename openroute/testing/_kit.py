@@ -121,7 +121,7 @@ class RouteTestKit:
         self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors),
                              external_calls=self.calls)
         self._transition = asyncio.Event()
-        self.engine.transition_listeners.append(lambda _previous, _message: self._transition.set())
+        self.engine.on_transition(lambda _previous, _message: self._transition.set())
         self.app = create_app(self.engine, found, manage_engine=False)
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://kit")
         self._started = False
