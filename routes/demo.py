@@ -234,6 +234,7 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
     from openroute.engine.outbox import OutboxPublisher, outcome_rules
     from openroute.inbound.channel import ChannelDelivery, ChannelInbound
     from openroute.messaging import Message
+    from openroute.node import Node
 
     config = {
         "openroute.messaging.incoming.crm-customers.connector": "in-memory",
@@ -242,13 +243,11 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
         "openroute.messaging.outgoing.crm-events.outcome-events": "final",
     }
     say("\n9. setCustomer C-900 from the queue crm-customers: stored, then acked; its outcome event published")
-    channels = ChannelInbound(kit.engine, application.channels, config, environ={})
     outbox = OutboxPublisher(kit.engine.store, outcome_rules(config), config, node_id=kit.engine.node_id,
                              clock=kit.clock, environ={})
-    remove_writer = kit.engine.on_final_state_in_transaction(outbox.writer())
-    await channels.start()
-    await outbox.start()
-    try:
+    channels = ChannelInbound(kit.engine, application.channels, config, environ={})
+    # the kit's engine with the two parts of a node that serves a queue and publishes outcome events
+    async with Node(kit.engine, manage_engine=False, channels=channels, outbox=outbox).running():
         sending[:] = ["setCustomer C-900 (queue)"]
         body = json.dumps({"customerId": "C-900", "msisdn": "420777000900"})
         delivery = ChannelDelivery(message_id="demo-9", content_type="application/json")
@@ -261,10 +260,6 @@ async def _from_a_queue(kit: Any, application: Any, say: Callable[[str], None], 
             event = json.loads(payload)
             say(f"     event on crm-events: {event['service']}/{event['operation']} {event['correlationId']} "
                 f"{event['state']}")
-    finally:
-        remove_writer()
-        await outbox.stop()
-        await channels.stop()
 
 
 def main() -> int:
