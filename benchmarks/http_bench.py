@@ -104,8 +104,8 @@ def floor_app(url: str):  # type: ignore[no-untyped-def]
 def openroute_app(url: str):  # type: ignore[no-untyped-def]
     from openroute.engine import Engine, EngineSettings
     from openroute.inbound import InboundBinding, QName
+    from openroute.node import Node
     from openroute.route import Route, RouteRegistry
-    from openroute.server import create_app
 
     registry = RouteRegistry([Route("bench", "submit", [lambda exchange: None])])
     bindings = [
@@ -116,7 +116,7 @@ def openroute_app(url: str):  # type: ignore[no-untyped-def]
     ]
     # the engine only accepts here (no workers started): the benchmark measures the inbound path
     engine = Engine(url, registry, EngineSettings(repoll_interval=None, node_id="bench"))
-    app = create_app(engine, bindings, manage_engine=False)
+    app = Node(engine, bindings, manage_engine=False).app
     app.state.writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
     return app
 
