@@ -5,8 +5,8 @@ Where a part comes together with the others: :meth:`Node.from_config` builds the
 plain settings values; :class:`Node` builds the node's own (metrics, message counts, payload index, inbound
 endpoints, admin API, console, the ASGI app), registers their engine hooks by method, and lists the lifespan's
 parts in start order (:mod:`openroute.node_parts`). Adding a part touches this module only: a parameter of
-:class:`Node` (and its line in :meth:`Node.from_config` when the configuration builds it), its hooks in
-:meth:`Node._hook_final_states`, its place in :meth:`Node._lifespan_parts`.
+:class:`Node` and its key in :class:`NodeOptions` (and its line in :meth:`Node.from_config` when the configuration
+builds it), its hooks in :meth:`Node._hook_final_states`, its place in :meth:`Node._lifespan_parts`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -53,9 +53,33 @@ if TYPE_CHECKING:
     from openroute.inbound.channel import ChannelInbound
     from openroute.inbound.throttling import Throttling
 
-__all__ = ["Node"]
+__all__ = ["Node", "NodeOptions"]
 
 log = logging.getLogger("openroute.server")
+
+
+class NodeOptions(TypedDict, total=False):
+    """The keyword parameters of :class:`Node` (each documented there), for the callers that pass them on
+    (:func:`openroute.server.create_app`): a new part is added here and to :class:`Node` side by side."""
+
+    inbound_auth: SourceSystemAuth | None
+    admin_auth: AdminAuth | None
+    settings: InboundSettings | None
+    channel_counters: Callable[[], Mapping[str, int]] | None
+    manage_engine: bool
+    owns_store: bool
+    confirmation: ConfirmationService | None
+    confirmation_interval: float
+    mounts: Sequence[tuple[str, ASGIApp]]
+    retention: RetentionPolicy | None
+    channels: ChannelInbound | None
+    outbox: OutboxPublisher | None
+    allowed_origins: Iterable[str]
+    metrics_auth: bool
+    alerts: AlertEvaluator | None
+    throttling: Throttling | None
+    counts: MessageCounts | None
+    payload_indexer: PayloadIndexer | None
 
 
 class Node:
