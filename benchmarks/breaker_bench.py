@@ -57,7 +57,7 @@ async def run(url: str, variant: str, count: int, senders: int) -> float:
         if finished == count:
             done.set()
 
-    engine.final_state_hooks.append(on_final)
+    engine.on_final_state(on_final)
     await engine.start()
 
     async def send(i: int) -> None:

@@ -105,7 +105,7 @@ def openroute_app(url: str):  # type: ignore[no-untyped-def]
     from openroute.definitions.route import Route, RouteRegistry
     from openroute.engine import Engine, EngineSettings
     from openroute.inbound import InboundBinding, QName
-    from openroute.server import create_app
+    from openroute.node import Node
 
     registry = RouteRegistry([Route("bench", "submit", [lambda exchange: None])])
     bindings = [
@@ -116,8 +116,8 @@ def openroute_app(url: str):  # type: ignore[no-untyped-def]
     ]
     # the engine only accepts here (no workers started): the benchmark measures the inbound path
     engine = Engine(url, registry, EngineSettings(repoll_interval=None, node_id="bench"))
-    app = create_app(engine, bindings, manage_engine=False)
-    app.state.writer = engine._pipeline.writer  # the group-commit writer's counters (internal: a benchmark may look)
+    app = Node(engine, bindings, manage_engine=False).app
+    app.state.writer = engine._writer  # the group-commit writer's own counters (internal: a benchmark may look)
     return app
 
 

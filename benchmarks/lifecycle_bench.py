@@ -249,7 +249,7 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
             if completed == count:
                 done.set()
 
-    engine.final_state_hooks.append(on_final)
+    engine.on_final_state(on_final)
     await engine.start()
     gc.freeze()  # as `openroute run` does once it serves (unfrozen after the run, so the runs stay independent)
     latencies: list[float] = []

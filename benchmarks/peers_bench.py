@@ -201,7 +201,7 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
     routes = RouteRegistry([Route("bench", "noop", [lambda exchange: None])])
     engine = Engine(store, routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
                     external_calls=config.external_calls(store))
-    engine.transition_listeners.append(log_transition)
+    engine.on_transition(log_transition)
     inbound_auth, admin_auth = config.auth.build()
     app = create_app(engine, inbound_auth=inbound_auth, admin_auth=admin_auth, settings=config.inbound.settings(),
                      confirmation=config.confirmations.service(store, node_id=engine.node_id,

@@ -31,7 +31,7 @@ from benchmarks._common import arguments, concurrently, fresh_database
 from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.inbound.throttling import Throttling
-from openroute.server import create_app
+from openroute.node import Node
 
 
 async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[float, float]:
@@ -40,7 +40,7 @@ async def run(url: str, count: int, senders: int, throttled: bool) -> tuple[floa
     engine = Engine(store, RouteRegistry([Route("orders", "create", [lambda exchange: None])]),
                     EngineSettings(node_id="bench", repoll_interval=timedelta(seconds=30)))
     throttling = Throttling.from_rules({"*.*": "1000000/60"}, store) if throttled else None
-    app = create_app(engine, manage_engine=False, throttling=throttling)
+    app = Node(engine, manage_engine=False, throttling=throttling).app
     await engine.start()
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node") as http:

@@ -103,7 +103,7 @@ async def run_demo(out: TextIO = sys.stdout, database_url: str | None = None) ->
     # declared, as openroute.toml would: their calls pass the breakers (closed all along: the demo is too short)
     declared = {name: ExternalSystem(name) for name in ("BILLING", "MNO")}
     async with RouteTestKit(application, database_url=database_url, external_systems=declared) as kit:
-        kit.engine.transition_listeners.append(trace)
+        kit.engine.on_transition(trace)
         say("openroute demo: reference routes on a temporary SQLite store, fake billing and MNO, manual clock\n")
         retried = await _steps_1_to_4(kit, systems, send, say)
         await _steps_5_to_8(kit, systems, send, say)

@@ -60,7 +60,7 @@ def root_logging() -> Iterator[None]:
 
 async def test_every_state_change_is_one_info_line(route_test_kit, caplog: pytest.LogCaptureFixture) -> None:
     kit = await route_test_kit(_application(), interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(TransitionLog())
+    kit.engine.on_transition(TransitionLog())
     caplog.set_level(logging.DEBUG, logger="openroute")
     ok = await kit.send_json("shop", "order", {"n": 1}, correlation_id="c-ok")
     pay = await kit.send_json("shop", "pay", {"n": 2}, correlation_id="c-pay")
@@ -107,7 +107,7 @@ async def test_an_unexpected_error_logs_its_traceback_once_and_stores_it(route_t
     app = Application(route("shop", "bug").json().retry(max_attempts=3, interval=timedelta(seconds=60))
                       .process(_broken))
     kit = await route_test_kit(app, interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(TransitionLog())
+    kit.engine.on_transition(TransitionLog())
     caplog.set_level(logging.INFO, logger="openroute")
     sent = await kit.send_json("shop", "bug", {"n": 1}, correlation_id="c-bug")
     await kit.settle()
@@ -129,7 +129,7 @@ async def test_an_unexpected_error_logs_its_traceback_once_and_stores_it(route_t
 async def test_a_business_error_is_one_line_without_a_traceback(route_test_kit,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     kit = await route_test_kit(_application(), interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(TransitionLog())
+    kit.engine.on_transition(TransitionLog())
     caplog.set_level(logging.INFO, logger="openroute")
     sent = await kit.send_json("shop", "refund", {"n": 3}, correlation_id="c-refund")
     await kit.settle()
@@ -173,7 +173,7 @@ async def test_200_messages_with_a_failing_remote_log_at_most_3_lines_each(
     app = Application(route("hlr", "lookup").json().retry(max_attempts=2, interval=timedelta(seconds=60))
                       .process(ask_hlr))
     kit = await route_test_kit(app, interceptors=[AttemptFailureLog()])
-    kit.engine.transition_listeners.append(TransitionLog())
+    kit.engine.on_transition(TransitionLog())
     stream = io.StringIO()
     configure_logging("INFO", "text", stream)
     try:
@@ -255,7 +255,7 @@ async def test_a_restart_by_the_cli_is_its_own_line_and_the_server_logs_what_fol
 
     kit = await route_test_kit(Application(route("shop", "pay").json().process(check)),
                                start=datetime.now(UTC) - timedelta(minutes=1))
-    kit.engine.transition_listeners.append(TransitionLog())
+    kit.engine.on_transition(TransitionLog())
     caplog.set_level(logging.INFO, logger="openroute")
     sent = await kit.send_json("shop", "pay", {"n": 1}, correlation_id="c-cli")
     await kit.settle()
@@ -362,8 +362,8 @@ async def test_an_engine_loop_failing_unexpectedly_shows_one_traceback(caplog: p
         raise TypeError("listener bug")
 
     monkeypatch.setattr("openroute.engine.repoll.repeated_errors", RepeatedErrors())
-    monkeypatch.setattr("openroute.engine.pipeline.repeated_errors", RepeatedErrors())
-    engine.transition_listeners.append(broken_listener)
+    monkeypatch.setattr("openroute.engine.committed.repeated_errors", RepeatedErrors())
+    engine.on_transition(broken_listener)
     caplog.set_level(logging.ERROR, logger="openroute.engine")
     await engine.start()
     try:

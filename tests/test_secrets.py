@@ -240,7 +240,7 @@ async def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
             routes = RouteRegistry([Route("shop", "order", [bill], retry_policy=RetryPolicy(max_attempts=1))])
             engine = Engine(store, routes, EngineSettings(repoll_interval=None, node_id="secrets"),
                             interceptors=[AttemptFailureLog()], external_calls=ExternalCalls(store, [system]))
-            engine.transition_listeners.append(log_transition)
+            engine.on_transition(log_transition)
             confirm = HttpJsonConfirmation("CRM", f"{base}/confirm?apikey={S['Confirm']}")
             confirmation = ConfirmationService(store, DelegateConfirmationCallback([confirm]),
                                                ConfirmationPolicy(max_attempts=1), node_id="secrets")

@@ -15,7 +15,7 @@ import logging
 import socket
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openroute.commands import (
     EXIT_APPLICATION,
@@ -28,6 +28,15 @@ from openroute.commands import (
     EXIT_SERVICES,
 )
 from openroute.commands.db import _first_line, _safe
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.types import ASGIApp
+
+    from openroute.config import ServerConfig
+    from openroute.dsl import Application
+    from openroute.persistence import MessageStore
 
 log = logging.getLogger("openroute.run")
 
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if server.started else EXIT_FAILED
 
 
-def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
+def prepare(args: argparse.Namespace) -> tuple[uvicorn.Server, socket.socket]:
     """Every start-up check in order; returns the uvicorn server and its bound listening socket.
 
     Raises StartupError with the exit code of the first check that fails."""
@@ -135,7 +144,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, socket.socket]:
     raise failure
 
 
-def _load_application(routes: str | None) -> Any:
+def _load_application(routes: str | None) -> Application:
     from openroute.definitions.errors import ConfigurationError, DeploymentError
     from openroute.loading import DEFAULT_ROUTES, load_application
 
@@ -152,7 +161,7 @@ def _load_application(routes: str | None) -> Any:
         raise StartupError(EXIT_APPLICATION, str(error)) from None
 
 
-def _open_store(url: str, *, migrate: bool) -> Any:
+def _open_store(url: str, *, migrate: bool) -> MessageStore:
     """The store at this version's schema: an empty database gets it, an older one needs ``--migrate``."""
     import sqlalchemy as sa
 
@@ -190,35 +199,16 @@ def _open_store(url: str, *, migrate: bool) -> Any:
                                     f"{shown}` or start with `openroute run --migrate`")
 
 
-def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
+def _server(config: ServerConfig, loaded: Application, store: MessageStore, sock: socket.socket) -> uvicorn.Server:
     import uvicorn
 
-    from openroute.engine import Engine
-    from openroute.runtime.logs import AttemptFailureLog, log_transition
-    from openroute.server import channel_inbound, create_app, inbound_throttling
+    from openroute.node import Node
     from openroute.wire.header_limits import limit_headers
     from openroute.wire.proxy_headers import ProxyHeaders
     from openroute.wire.request_deadline import request_deadline_protocol
 
-    external_calls = config.external_calls(store)
-    engine = Engine(store, loaded.routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
-                    external_calls=external_calls)
-    engine.transition_listeners.append(log_transition)
-    inbound_auth, admin_auth = config.auth.build()
-    confirmation = config.confirmations.service(store, node_id=engine.node_id, messaging=config.messaging_config())
-    channels = channel_inbound(engine, getattr(loaded, "channels", None) or (), config.messaging_config(),
-                               config.inbound.settings())
-    from openroute.engine.outbox import OutboxPublisher, outcome_rules
-
-    rules = outcome_rules(config.messaging_config())
-    outbox = OutboxPublisher(store, rules, config.messaging_config(), node_id=engine.node_id) if rules else None
-    app = create_app(engine, loaded.bindings, inbound_auth=inbound_auth, admin_auth=admin_auth,
-                     settings=config.inbound.settings(), confirmation=confirmation,
-                     confirmation_interval=config.confirmations.interval.total_seconds(), mounts=loaded.mounts,
-                     retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
-                     metrics_auth=config.admin.metrics_auth, channels=channels, outbox=outbox,
-                     alerts=config.alerts.evaluator(store, engine.node_id),
-                     throttling=inbound_throttling(config.throttling_rules(), store))
+    node = Node.from_config(config, loaded, store)
+    app, channels = node.app, node.channels
     host, port = sock.getsockname()[:2]
     spec = config.routes or "openroute_reference:registry"
     started = (f"serving {len(loaded.routes)} routes of {spec} on http://{host}:{port} "
@@ -227,15 +217,15 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
     inner = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
-    async def lifespan(served: Any) -> AsyncIterator[Any]:
-        async with inner(served) as state:
+    async def lifespan(served: Starlette) -> AsyncIterator[None]:
+        async with inner(served):
             for note in loaded.notes:
                 log.info("%s", note)
             log.info("%s", started)  # only once the engine runs and the port is ours
             # what start-up loaded (modules, routes, the app) lives as long as the process: out of the collector's
             # reach, a full collection walks only what serving creates (~5 % of a message's CPU on SQLite)
             gc.freeze()
-            yield state
+            yield
         if config.tracing.enabled:  # after the engine stopped: its last spans are exported too
             import asyncio
 
@@ -254,7 +244,7 @@ def _server(config: Any, loaded: Any, store: Any, sock: socket.socket) -> Any:
                          config.inbound.header_limits())
     access_log = config.log.access or config.log.level == "DEBUG"
     proxies = list(config.server.forwarded_allow_ips)
-    served: Any = ProxyHeaders(app, proxies) if proxies else app
+    served: ASGIApp = ProxyHeaders(app, proxies) if proxies else app
     return uvicorn.Server(uvicorn.Config(StartFailureInOneLine(served), log_config=None,
                                          log_level=config.log.level.lower(), http=http, access_log=access_log,
                                          proxy_headers=False))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, PasswordSection, Section
 from openroute.definitions.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from openroute.alerts import AlertEvaluator, Notifier
+    from openroute.persistence import MessageStore
 
 
 class NotifierConfig(PasswordSection):
@@ -33,7 +37,7 @@ class NotifierConfig(PasswordSection):
             raise ValueError("an smtp notifier needs host and recipients")
         return self
 
-    def notifier(self, name: str) -> Any:
+    def notifier(self, name: str) -> Notifier:
         """The :class:`~openroute.alerts.Notifier` of these settings."""
         from openroute.alerts import LogNotifier, SmtpNotifier, WebhookNotifier
 
@@ -71,7 +75,7 @@ class AlertsConfig(Section):
     notifiers: dict[str, NotifierConfig] = {}
     rules: dict[str, AlertRuleConfig] = {}
 
-    def evaluator(self, store: Any, node_id: str) -> Any:
+    def evaluator(self, store: MessageStore, node_id: str) -> AlertEvaluator | None:
         """The :class:`~openroute.alerts.AlertEvaluator` of these settings (None without enabled rules).
 
         Raises ConfigurationError for a rule or notifier that cannot work (named)."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import Field, model_validator
 
 from openroute.config.values import Duration, PasswordSection, Section
 from openroute.definitions.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from openroute.inbound import AdminAuth, ApiKey, BasicCredentials, SourceSystemAuth
 
 
 class _Login(PasswordSection):
@@ -63,7 +66,7 @@ class AuthConfig(Section):
     max_failed_logins_per_address: int = Field(50, ge=1)
     failed_login_window: Duration = timedelta(minutes=1)
 
-    def build(self) -> tuple[Any, Any]:
+    def build(self) -> tuple[SourceSystemAuth | None, AdminAuth | None]:
         """``(SourceSystemAuth | None, AdminAuth | None)``, sharing one :class:`~openroute.inbound.LoginLimiter`."""
         from openroute.inbound import AdminAuth, AdminUser, ApiKey, BasicCredentials, LoginLimiter, SourceSystemAuth
 
@@ -72,9 +75,9 @@ class AuthConfig(Section):
 
         inbound = None
         if self.source_systems:
-            systems: dict[str, list[Any]] = {}
+            systems: dict[str, list[BasicCredentials | ApiKey]] = {}
             for name, system in self.source_systems.items():
-                items: list[Any] = []
+                items: list[BasicCredentials | ApiKey] = []
                 if system.basic is not None:
                     items.append(BasicCredentials(system.basic.username, system.basic.password or ""))
                 if system.api_key is not None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from openroute.config.values import Duration, Section
+
+if TYPE_CHECKING:
+    from openroute.outbound import BreakerSettings, ExternalSystem
 
 
 class BreakerConfig(Section):
@@ -22,7 +25,7 @@ class BreakerConfig(Section):
     trial_timeout: Duration = timedelta(seconds=30)
     refresh: Duration = timedelta(seconds=1)
 
-    def settings(self) -> Any:
+    def settings(self) -> BreakerSettings | None:
         """The :class:`~openroute.outbound.BreakerSettings` (None when the breaker is off)."""
         if not self.enabled:
             return None
@@ -57,7 +60,7 @@ class ExternalSystemConfig(Section):
     #: call starts per second per node (default: no limit)
     max_calls_per_second: float | None = Field(None, gt=0)
 
-    def system(self, name: str) -> Any:
+    def system(self, name: str) -> ExternalSystem:
         """The :class:`~openroute.outbound.ExternalSystem` of these settings."""
         from openroute.outbound import CallRecordSettings, ExternalSystem
 

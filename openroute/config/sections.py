@@ -14,7 +14,13 @@ from openroute.config.values import Duration, Section
 from openroute.definitions.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from openroute.confirmation import ConfirmationService
+    from openroute.confirmation import ConfirmationCallback, ConfirmationService
+    from openroute.definitions.retry import RetryPolicy
+    from openroute.engine import EngineSettings
+    from openroute.inbound import InboundSettings
+    from openroute.persistence import MessageStore
+    from openroute.runtime.retention import RetentionPolicy
+    from openroute.wire.header_limits import HeaderLimits
 
 
 class RetryConfig(Section):
@@ -34,7 +40,7 @@ class RetryConfig(Section):
             raise ValueError(f"max_interval {self.max_interval} is shorter than interval {self.interval}")
         return self
 
-    def policy(self) -> Any:
+    def policy(self) -> RetryPolicy:
         """The :class:`~openroute.definitions.retry.RetryPolicy` of these settings."""
         from openroute.definitions.retry import RetryPolicy
 
@@ -79,7 +85,7 @@ class EngineConfig(Section):
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
         return self
 
-    def settings(self) -> Any:
+    def settings(self) -> EngineSettings:
         """The :class:`~openroute.engine.EngineSettings` of these settings."""
         from openroute.engine import EngineSettings
 
@@ -107,12 +113,13 @@ class InboundConfig(Section):
             raise ValueError(f"request_deadline must be positive, got {self.request_deadline}")
         return self
 
-    def settings(self) -> Any:
+    def settings(self) -> InboundSettings:
+        """The :class:`~openroute.inbound.InboundSettings` of the node's inbound endpoints."""
         from openroute.inbound import InboundSettings
 
         return InboundSettings(max_body_bytes=self.max_body_bytes, max_depth=self.max_depth)
 
-    def header_limits(self) -> Any:
+    def header_limits(self) -> HeaderLimits:
         """The :class:`~openroute.wire.header_limits.HeaderLimits` of every request to the node."""
         from openroute.wire.header_limits import HeaderLimits
 
@@ -203,7 +210,7 @@ class ConfirmationsConfig(Section):
                 raise ValueError(f"{name} must be positive")
         return self
 
-    def service(self, store: Any, node_id: str | None = None,
+    def service(self, store: MessageStore, node_id: str | None = None,
                 messaging: Mapping[str, Any] | None = None) -> ConfirmationService:
         """The :class:`~openroute.confirmation.ConfirmationService` of these settings over ``store`` (``messaging``:
         the ``openroute.messaging.*`` keys the channel targets are configured by)."""
@@ -217,7 +224,7 @@ class ConfirmationsConfig(Section):
                                    send_timeout=self.send_timeout.total_seconds(), node_id=node_id,
                                    span=confirmation_span, error_log=repeated_errors)
 
-    def callback(self, messaging: Mapping[str, Any] | None = None) -> Any:
+    def callback(self, messaging: Mapping[str, Any] | None = None) -> ConfirmationCallback:
         """The :class:`~openroute.confirmation.ConfirmationCallback` of these settings (``messaging``: the
         ``openroute.messaging.*`` keys the channel targets are configured by)."""
         from openroute.confirmation import (
@@ -267,7 +274,7 @@ class RetentionConfig(Section):
         self.policy()  # the policy's own checks: final states only, non-negative keep times
         return self
 
-    def policy(self) -> Any:
+    def policy(self) -> RetentionPolicy | None:
         """The :class:`~openroute.runtime.retention.RetentionPolicy` (None when ``keep`` is empty)."""
         if not self.keep:
             return None

@@ -31,7 +31,8 @@ from openroute.definitions.errors import ConfigurationError
 from openroute.persistence import DEFAULT_DATABASE_URL
 
 if TYPE_CHECKING:
-    from openroute.outbound import ExternalCalls
+    from openroute.inbound.throttling import ThrottleRule
+    from openroute.outbound import ExternalCalls, ExternalSystem
     from openroute.persistence import MessageStore
 
 
@@ -139,7 +140,7 @@ class ServerConfig(DatabaseConfig):
                 raise ValueError(f"routes must be 'module:attribute', got {self.routes!r}")
         return self
 
-    def external_system_list(self) -> list[Any]:
+    def external_system_list(self) -> list[ExternalSystem]:
         """The declared :class:`~openroute.outbound.ExternalSystem` objects (ConfigurationError naming the system for a
         value that cannot work)."""
         systems, problems = [], []
@@ -159,7 +160,7 @@ class ServerConfig(DatabaseConfig):
 
         return ExternalCalls(store, self.external_system_list())
 
-    def throttling_rules(self) -> list[Any]:
+    def throttling_rules(self) -> list[ThrottleRule]:
         """The :class:`~openroute.inbound.throttling.ThrottleRule` list of ``throttling`` (ConfigurationError if
         one is malformed)."""
         from openroute.inbound.throttling import parse_rules

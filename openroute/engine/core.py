@@ -42,14 +42,14 @@ from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.engine.feeder import Feeder
 from openroute.engine.funnel import FunnelQueue
+from openroute.engine.hooks import EngineHooks
 from openroute.engine.obsolete import ObsoleteCheck
 from openroute.engine.parking import Parking
-from openroute.engine.pipeline import CommitPipeline, FinalStateHook, TransitionListener
+from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
 from openroute.engine.reads import StoreReads
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings
-from openroute.engine.writes import FinalStateTxHook
 from openroute.persistence import MessageState, MessageStore, NodeState, StoredMessage
 from openroute.runtime import tracing
 from openroute.runtime.logs import repeated_errors
@@ -61,13 +61,13 @@ log = logging.getLogger("openroute.engine")
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
 
-class Engine:
+class Engine(EngineHooks):
     """One node of the message lifecycle.
 
     ``store`` is a :class:`~persistence.MessageStore` or a database URL (the schema must exist: run
-    ``openroute db upgrade`` or ``MessageStore.create_schema()``). ``final_state_hooks`` are awaited once
-    per message after the commit that made it final (OK, FAILED, SKIPPED, CANCEL); ``final_state_tx_hooks``
-    run inside that very transaction (e.g. to insert the confirmation row), so they commit or fail with it.
+    ``openroute db upgrade`` or ``MessageStore.create_schema()``). Parts hear of its changes through the
+    methods of :class:`~openroute.engine.hooks.EngineHooks` (``on_final_state`` after the commit that made a message
+    final, ``on_final_state_in_transaction`` inside it, ``on_transition`` after every change).
     ``external_calls`` guards the calls of ``ext_call(..., system=...)`` steps (breaker, call records): an
     :class:`openroute.outbound.ExternalCalls`.
     """
@@ -97,10 +97,7 @@ class Engine:
         self._owns_store = not isinstance(store, MessageStore)
         self.routes = routes
         self.clock: Clock = clock or SystemClock()
-        self.final_state_hooks: list[FinalStateHook] = []
-        self.final_state_tx_hooks: list[FinalStateTxHook] = []
-        #: called on the event loop after every committed state change of this node (tracing, demos, metrics)
-        self.transition_listeners: list[TransitionListener] = []
+        EngineHooks.__init__(self)
         #: breaker and records of calls to declared external systems (``ext_call(..., system=...)``)
         self.external_calls = external_calls
         self._reads = StoreReads(settings.db_threads, self.node_id)
@@ -108,7 +105,8 @@ class Engine:
         self._queue = ProcessingQueue(settings.concurrency, settings.queue_size)
         self._funnel = FunnelQueue(self.store, routes, self.clock, self.node_id)
         self._pipeline = CommitPipeline(self.store, self.clock, settings, self._queue, self._funnel,
-                                        self.final_state_hooks, self.final_state_tx_hooks, self.transition_listeners)
+                                        self._final_state_hooks, self._final_state_tx_hooks,
+                                        self._transition_listeners)
         #: the counters of this node (the commit pipeline's own)
         self.stats = self._pipeline.stats
         # what every exchange may ask of this engine: the same for all of them, so built once

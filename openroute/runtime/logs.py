@@ -3,7 +3,7 @@
     from openroute.runtime.logs import configure_logging, log_transition, AttemptFailureLog
     configure_logging("INFO", "json")
     engine = Engine(store, routes, interceptors=[AttemptFailureLog()])
-    engine.transition_listeners.append(log_transition)
+    engine.on_transition(log_transition)
 
 A state change reads ``message 12 crm/setCustomer PROCESSING -> PARTLY_FAILED attempt 1 error TIMEOUT (billing is
 down) correlation c-7``: a failed attempt is that one line, with its error code and cause; in JSON the same values are

@@ -18,7 +18,7 @@ wires them here, on the kit's engine, store and clock, usually over the in-memor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -41,17 +41,18 @@ class KitChannels:
         self.outbox = OutboxPublisher(kit.store, outcome_rules(config), dict(config), node_id=kit.engine.node_id,
                                       clock=kit.clock, environ={})
         self._writer = self.outbox.writer()
+        self._unhook: Callable[[], None] = lambda: None
 
     async def __aenter__(self) -> Self:
         # the outcome events are written in the final state's transaction, as create_app wires them for a server
-        self._kit.engine.final_state_tx_hooks.append(self._writer)
+        self._unhook = self._kit.engine.on_final_state_in_transaction(self._writer)
         await self.inbound.start()
         await self.outbox.start()
         return self
 
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         trace: TracebackType | None) -> None:
-        self._kit.engine.final_state_tx_hooks.remove(self._writer)
+        self._unhook()
         await self.outbox.stop()
         await self.inbound.stop()
 

@@ -100,7 +100,7 @@ class RouteTestKit:
         config: str | None = None,
     ) -> None:
         from openroute.loading import routes_and_bindings
-        from openroute.server import create_app
+        from openroute.node import Node
 
         routes, found = routes_and_bindings(application, "the kit's application")
         if bindings is not None:
@@ -121,8 +121,10 @@ class RouteTestKit:
         self.engine = Engine(self.store, routes, base, clock=self.clock, interceptors=tuple(interceptors),
                              external_calls=self.calls)
         self._transition = asyncio.Event()
-        self.engine.transition_listeners.append(lambda _previous, _message: self._transition.set())
-        self.app = create_app(self.engine, found, manage_engine=False)
+        self.engine.on_transition(lambda _previous, _message: self._transition.set())
+        #: the node around the engine, as ``openroute run`` builds it (the kit starts and stops the engine itself)
+        self.node = Node(self.engine, found, manage_engine=False)
+        self.app = self.node.app
         self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://kit")
         self._started = False
 

@@ -83,8 +83,8 @@ async def world(store: MessageStore) -> AsyncIterator[World]:
     async def on_final(message: StoredMessage) -> None:
         finals.append(message)
 
-    node.final_state_tx_hooks.append(lambda message, connection: tx_finals.append(message))
-    node.final_state_hooks.append(on_final)
+    node.on_final_state_in_transaction(lambda message, connection: tx_finals.append(message))
+    node.on_final_state(on_final)
     yield World(node, ids, tx_finals, finals)
     await node.stop()
 
@@ -283,7 +283,7 @@ async def test_cancel_non_final_message_runs_final_hooks(
 async def test_admin_cancel_goes_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
     """Stats and transition listeners of the engine hear of an operator's cancel and restart (#13 item 3)."""
     heard: list[tuple[MessageState | None, MessageState, int]] = []
-    world.engine.transition_listeners.append(lambda previous, message: heard.append((previous, message.state,
+    world.engine.on_transition(lambda previous, message: heard.append((previous, message.state,
                                                                                      message.id)))
     message_id = world.ids["new2"]
     before = world.engine.stats.outcomes[MessageState.CANCEL]

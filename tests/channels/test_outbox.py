@@ -58,8 +58,8 @@ async def node(store: MessageStore) -> AsyncIterator[tuple[Engine, OutboxPublish
     engine = Engine(store, ROUTES, EngineSettings(repoll_interval=None, node_id="node-1"))
     publisher = OutboxPublisher(store, [OutcomeEvents("events", routes=("crm/setCustomer",))], MEMORY,
                                 node_id="node-1", settings=OutboxSettings(interval=0.05), environ={})
-    engine.final_state_tx_hooks.append(publisher.writer())
-    engine.final_state_hooks.append(publisher.on_final_state)
+    engine.on_final_state_in_transaction(publisher.writer())
+    engine.on_final_state(publisher.on_final_state)
     await engine.start()
     await publisher.start()
     stop = asyncio.Event()
@@ -105,7 +105,7 @@ async def test_a_rolled_back_final_state_leaves_no_event(node: Any) -> None:
         if stored.correlation_id == "c-rolled-back":
             raise RuntimeError("the transaction fails after the event row was written")
 
-    engine.final_state_tx_hooks.append(refuse)
+    engine.on_final_state_in_transaction(refuse)
     await engine.accept(message("c-rolled-back"))
     await engine.accept(message("c-ok"))
     await engine.wait_idle(10)
@@ -186,8 +186,8 @@ async def test_a_database_outage_keeps_the_events_and_rolls_back_the_changes_it_
         engine = Engine(store, routes, EngineSettings(repoll_interval=timedelta(seconds=0.2), node_id="outage-node"))
         publisher = OutboxPublisher(store, [OutcomeEvents("events")], MEMORY, node_id="outage-node",
                                     settings=OutboxSettings(interval=0.05), environ={})
-        engine.final_state_tx_hooks.append(publisher.writer())
-        engine.final_state_hooks.append(publisher.on_final_state)
+        engine.on_final_state_in_transaction(publisher.writer())
+        engine.on_final_state(publisher.on_final_state)
         sink = publisher.app.connector("in-memory").sink("events")
         await engine.start()
         await publisher.start()
@@ -228,7 +228,7 @@ async def test_only_the_configured_states_and_routes_are_published(store: Messag
     config = {**MEMORY, "openroute.messaging.outgoing.events.outcome-events": "FAILED",
               "openroute.messaging.outgoing.events.outcome-routes": "crm/setCustomer"}
     publisher = OutboxPublisher(store, outcome_rules(config), config, node_id="node-1", environ={})
-    engine.final_state_tx_hooks.append(publisher.writer())
+    engine.on_final_state_in_transaction(publisher.writer())
     await engine.start()
     await publisher.start()
     try:

@@ -114,7 +114,7 @@ def served(sqlite_url: str) -> Iterator[Served]:
     async def on_final(message: StoredMessage) -> None:
         finals.setdefault(message.id, threading.Event()).set()
 
-    engine.final_state_hooks.append(on_final)
+    engine.on_final_state(on_final)
     # confirmations on: a message that ends OK is confirmed (the default callback logs it) right after its commit
     confirmation = ConfirmationService(store, DefaultConfirmationCallback())
     # orders also come from an in-memory channel (its dead letters to another): the dashboard shows its counters

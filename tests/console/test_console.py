@@ -149,7 +149,7 @@ def test_pretty_payload_leaves_what_it_cannot_read() -> None:
 
 async def test_restart_and_cancel_go_through_the_engine(client: httpx.AsyncClient, world: World) -> None:
     heard: list[tuple[MessageState | None, MessageState]] = []
-    world.engine.transition_listeners.append(lambda previous, message: heard.append((previous, message.state)))
+    world.engine.on_transition(lambda previous, message: heard.append((previous, message.state)))
     failed, new = world.ids["failed1"], world.ids["new"]
     token = csrf_of(await page(client, f"/console/messages/{failed}"))
     response = await client.post(f"/console/messages/{failed}/restart", data={"csrf": token}, headers=ADMIN)

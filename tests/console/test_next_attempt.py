@@ -115,7 +115,7 @@ async def test_a_sent_confirmation_shows_no_next_attempt(client: httpx.AsyncClie
     """The service sends the confirmation of a message that ended OK; its row is SENT and has no next attempt (the
     claim's lease used to stay as a time in the future)."""
     service = ConfirmationService(world.store, DefaultConfirmationCallback())
-    world.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    world.engine.on_final_state_in_transaction(service.on_final_state_tx)
     await world.engine.start()
     try:
         accepted = await world.engine.accept(inbound("w-confirmed"))

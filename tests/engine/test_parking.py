@@ -91,7 +91,7 @@ async def test_parked_messages_wait_for_the_breaker_and_are_released_when_it_clo
     remote = Remote()
     system = ExternalSystem("REMOTE", breaker=BREAKER, max_concurrent_calls=3)
     engine = _engine(store, remote, system)
-    engine.transition_listeners.append(TransitionLog())  # as `openroute run` attaches it
+    engine.on_transition(TransitionLog())  # as `openroute run` attaches it
     await engine.start()
     try:
         ids = [(await engine.accept(_inbound(f"m-{i:02}"))).message_id for i in range(30)]

@@ -33,7 +33,7 @@ def served(store: MessageStore) -> Iterator[Served]:
         final.append(message)
         finished.set()
 
-    engine.final_state_hooks.append(on_final)
+    engine.on_final_state(on_final)
     app = create_app(engine, BINDINGS, inbound_auth=AUTH, settings=INBOUND_SETTINGS)  # lifespan runs the engine
     with serving(app) as url:  # asserts that uvicorn started, and stopped after the block
         yield Served(engine, url, finished, final)

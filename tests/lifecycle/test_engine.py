@@ -263,8 +263,8 @@ async def test_final_state_hooks_run_once_per_message(store: MessageStore, make_
             raise BusinessError("B", "bad")
 
     engine = make_engine(_route(step))
-    engine.final_state_hooks.append(hook)
-    engine.final_state_tx_hooks.append(tx_hook)
+    engine.on_final_state(hook)
+    engine.on_final_state_in_transaction(tx_hook)
     await engine.start()
     good = await engine.accept(inbound("good"))
     bad = await engine.accept(inbound("bad", payload="bad"))
@@ -280,7 +280,7 @@ async def test_failing_transaction_hook_rolls_back_the_final_state(
         raise RuntimeError("confirmation table unavailable")
 
     engine = make_engine(_route(lambda ex: None))
-    engine.final_state_tx_hooks.append(tx_hook)
+    engine.on_final_state_in_transaction(tx_hook)
     # never half-written: the message stays PROCESSING and the lease repair will retry it
     assert (await _one_message(engine, store)).state is S.PROCESSING
 
@@ -467,7 +467,7 @@ async def test_a_worker_takes_its_next_message_while_the_outcome_is_written(
         await gate.wait()
 
     engine = make_engine(_route(lambda ex: steps.append(ex.message.correlation_id)), concurrency=1, queue_size=1)
-    engine.final_state_hooks.append(hook)
+    engine.on_final_state(hook)
     await engine.start()
     await engine.accept(inbound("b-0"))
     await engine.accept(inbound("b-1"))
@@ -497,7 +497,7 @@ async def test_stop_waits_for_outcomes_written_in_the_background(
         done.append(message.correlation_id)
 
     engine = make_engine(_route(lambda ex: None), concurrency=2)
-    engine.final_state_hooks.append(hook)
+    engine.on_final_state(hook)
     await engine.start()
     await engine.accept(inbound("w-0"))
     await _until(lambda: store.count_by_state() == {S.OK: 1})
@@ -609,7 +609,7 @@ async def test_cancel_and_restart(store: MessageStore, make_engine: EngineFactor
             raise ValidationError("bad")
 
     engine = make_engine(_route(step))
-    engine.final_state_hooks.append(hook)
+    engine.on_final_state(hook)
     waiting = (await engine.accept(inbound("waiting"))).message_id  # not started: stays NEW
     cancelled = await engine.cancel(waiting)
     assert cancelled.state is S.CANCEL and store.get(waiting) == cancelled

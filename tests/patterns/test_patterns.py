@@ -186,7 +186,7 @@ async def test_split_children_in_order_then_parent_ok_and_confirmed_once(kit_on:
     async def hook(message: Any) -> None:
         finals.append((message.id, message.state))
 
-    kit.engine.final_state_hooks.append(hook)
+    kit.engine.on_final_state(hook)
     sent = await kit.send_json("shop", "createOrder", {"lines": [{"no": 1}, {"no": 2}, {"no": 3}]},
                                correlation_id="O-1")
     await kit.settle()

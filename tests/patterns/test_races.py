@@ -64,7 +64,7 @@ def test_two_children_finishing_at_once_end_the_parent_exactly_once(postgres_sto
     ])
     engine = Engine(store, routes, EngineSettings(node_id="n1", repoll_interval=None))
     tx_hook_calls: list[tuple[int, MessageState]] = []
-    engine.final_state_tx_hooks.append(lambda message, connection: tx_hook_calls.append((message.id, message.state)))
+    engine.on_final_state_in_transaction(lambda message, connection: tx_hook_calls.append((message.id, message.state)))
     parent = _insert(store, "P", "order", funnel_value=None)
     children = [_insert(store, f"P:{n}", "line", funnel_value=None, parent_id=parent) for n in (1, 2)]
     set_state(store, parent, MessageState.WAITING_FOR_CHILDREN)

@@ -63,7 +63,7 @@ async def test_after_the_outage_the_backlog_drains_at_once_and_nothing_waits_by_
         max_attempts=5, interval=timedelta(seconds=30), backoff=2.0))
     engine = Engine(store, RouteRegistry([route]), EngineSettings(repoll_interval=None, node_id="n1"), clock=clock,
                     external_calls=ExternalCalls(store, [REMOTE], clock=clock))
-    engine.transition_listeners.append(TransitionLog())
+    engine.on_transition(TransitionLog())
     caplog.set_level(logging.INFO, logger="openroute")
     await engine.start()
     sent = 0

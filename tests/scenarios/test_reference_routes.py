@@ -63,7 +63,7 @@ async def test_soap_fault_fails_the_message_with_a_business_error_and_a_confirma
     kit: Any, systems: ReferenceSystems
 ) -> None:
     service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
-    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
     sent = await kit.send_json("crm", "setCustomer", {"customerId": "blocked-7", "msisdn": "420777000222"},
                                source_system="CRM")
     await kit.settle()
@@ -118,7 +118,7 @@ async def test_order_is_split_into_lines_and_ends_ok(kit: Any) -> None:
 
 async def test_order_with_a_bad_line_fails_and_is_confirmed_once(kit: Any) -> None:
     service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
-    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
+    kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
     order = {"orderId": "O-2", "lines": [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]}
     sent = await kit.send_json("shop", "createOrder", order, source_system="SHOP")
     await kit.settle()
@@ -157,8 +157,8 @@ async def test_each_final_message_is_confirmed_exactly_once(kit: Any, systems: R
     assert systems.mno_fake is not None
     recorder = _Recorder(fail_first=2)
     service = ConfirmationService(kit.store, recorder, clock=kit.clock)
-    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
-    kit.engine.final_state_hooks.append(service.on_final_state)
+    kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
+    kit.engine.on_final_state(service.on_final_state)
     ok = await kit.send_soap("crm", _customer("C-10"), correlation_id="ok", source_system="CRM")
     await kit.settle()
     kit.clock.advance(timedelta(seconds=1))

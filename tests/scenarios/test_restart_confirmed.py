@@ -64,8 +64,8 @@ async def _kit_with_confirmations(route_test_kit: Any, stock: Stock) -> tuple[An
     kit = await route_test_kit(_application(stock))
     recorder = Recorder()
     service = ConfirmationService(kit.store, recorder, clock=kit.clock)
-    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)
-    kit.engine.final_state_hooks.append(service.on_final_state)
+    kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
+    kit.engine.on_final_state(service.on_final_state)
     return kit, recorder, Admin(kit.engine)
 
 

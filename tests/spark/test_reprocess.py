@@ -321,8 +321,8 @@ async def test_skip_obsolete_confirms_like_the_engine_ending_a_restarted_message
         .process(customer)), database_url=database_url)
     recorder = Recorder()
     service = ConfirmationService(kit.store, recorder, clock=kit.clock)
-    kit.engine.final_state_tx_hooks.append(service.on_final_state_tx)  # as create_app wires confirmations
-    kit.engine.final_state_hooks.append(service.on_final_state)
+    kit.engine.on_final_state_in_transaction(service.on_final_state_tx)  # as create_app wires confirmations
+    kit.engine.on_final_state(service.on_final_state)
     failed: dict[str, int] = {}
     for path, customer_id in (("engine", "C-1"), ("job", "C-2")):  # per path: FAILED, then a newer one OK
         older = await kit.send_json("crm", "setCustomer", {"customer": customer_id, "blocked": True},
