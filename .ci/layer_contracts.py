@@ -21,6 +21,7 @@ class StandardLibraryOnlyContract(Contract):
     allowed = fields.ListField(subfield=fields.ModuleField(), required=False)
 
     def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
+        """Kept when every direct import of the sources is standard library, allowed, or inside the sources."""
         sources = [module.name for module in self.source_modules]  # type: ignore[attr-defined]
         allowed = [module.name for module in (self.allowed or [])]  # type: ignore[attr-defined]
         allowed += sources
@@ -38,6 +39,7 @@ class StandardLibraryOnlyContract(Contract):
         return ContractCheck(kept=not bad, metadata={"bad": bad})
 
     def render_broken_contract(self, check: ContractCheck) -> None:
+        """One line per import outside the standard library, with its line numbers."""
         for importer, imported, lines in check.metadata["bad"]:
             where = ", ".join(f"l.{line}" for line in lines)
             output.print_error(f"{importer} imports {imported} ({where}): not the standard library")

@@ -14,6 +14,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
+    """Send the sample SOAP and JSON requests to the server at ``--base`` and print each answer."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="http://127.0.0.1:8080")
     base = parser.parse_args().base

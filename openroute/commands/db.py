@@ -40,6 +40,7 @@ def _store_options(parser: Any) -> None:
 
 
 def add_parser(subparsers: Any) -> None:
+    """Add ``openroute db`` (``upgrade``, ``mask-secrets``) to the command line."""
     db = subparsers.add_parser("db", help="database schema and data", description=__doc__, epilog=EXAMPLE,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = db.add_subparsers(dest="db_command", required=True)
@@ -56,6 +57,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the ``openroute db`` subcommand ``args`` name; the exit code."""
     if args.db_command == "mask-secrets":
         return _mask_secrets(args)
     return _upgrade(args)

@@ -15,11 +15,13 @@ EXAMPLE = """example:
 
 
 def add_parser(subparsers: Any) -> None:
+    """Add ``openroute demo`` to the command line."""
     subparsers.add_parser("demo", help="show messages going through every state on a temporary SQLite store",
                           description=__doc__, epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the reference application's demo; 0 when every state was shown."""
     try:  # the demo belongs to the reference app, loaded by name like `run` loads its routes
         demo = importlib.import_module("openroute_reference.demo")
     except ImportError as error:

@@ -53,6 +53,7 @@ Exit codes: 2 configuration, 3 application, 4 database unreachable, 5 schema not
 
 
 def add_parser(subparsers: Any) -> None:
+    """Add ``openroute run`` and its options to the command line."""
     run = subparsers.add_parser("run", help="serve the routes of an application (default: the reference app)",
                                 description=__doc__, epilog=EXAMPLE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -261,6 +262,7 @@ class StartFailureInOneLine:
         self.failure: str | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Pass every scope on; a lifespan start that fails is reported as one line (``failure``)."""
         if scope["type"] != "lifespan":
             await self.app(scope, receive, send)
             return

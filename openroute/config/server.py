@@ -89,6 +89,7 @@ class DatabaseConfig(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The sources in their order: the command line over the environment over the TOML file."""
         # command line (init) over environment over the file; no .env file, no secrets directory
         return init_settings, env_settings, _FileSource(settings_cls, _FILE_VALUES.get(cls, {}))
 
