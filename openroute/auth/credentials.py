@@ -136,11 +136,17 @@ class SourceSystemAuth:
         """The configured source systems."""
         return frozenset(s for _, s in self._basic.values()) | frozenset(s for _, s in self._keys)
 
-    def authenticate(self, headers: Mapping[str, str], client: str | None = None) -> str:
+    def authenticate(self, headers: Mapping[str, str], client: str | None = None, *, claimed: str | None = None) -> str:
         """The source system proven by ``headers`` (lower-case names) sent from the address ``client``.
 
         Raises AuthenticationError for missing or wrong credentials, TooManyFailedLoginsError while the user (an API
-        key counts as the user ``"api key"``) at ``client``, or ``client`` itself, failed too often."""
+        key counts as the user ``"api key"``) at ``client``, or ``client`` itself, failed too often, and
+        ForbiddenError when the request ``claimed`` to speak for another source system (:func:`require_system`)."""
+        system = self._proven(headers, client)
+        require_system(system, claimed)
+        return system
+
+    def _proven(self, headers: Mapping[str, str], client: str | None) -> str:
         key = _api_key(headers)
         if key is not None:
             self.limiter.check("api key", client)

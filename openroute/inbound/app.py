@@ -215,14 +215,14 @@ class InboundEndpoints:
     def _authenticate(self, headers: Mapping[str, str], request: Request) -> str | None:
         if self.auth is None:
             return None
-        system = self.auth.authenticate(headers, request.client.host if request.client else None)
-        require_system(system, headers.get(SOURCE_SYSTEM_HEADER))
-        return system
+        return self.auth.authenticate(headers, request.client.host if request.client else None,
+                                      claimed=headers.get(SOURCE_SYSTEM_HEADER))
 
     def _trace(self, headers: Mapping[str, str], authenticated: str | None, soap: Mapping[str, str]) -> _Trace:
         claimed = soap.get("sourceSystem") or headers.get(SOURCE_SYSTEM_HEADER)
         if authenticated is not None:
-            require_system(authenticated, claimed)
+            if soap:  # the header's claim was checked with the credentials; a SOAP trace header claims on its own
+                require_system(authenticated, claimed)
             source = authenticated
         elif claimed:
             source = claimed
