@@ -202,15 +202,6 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = Engine(store, routes, config.engine.settings(), interceptors=[AttemptFailureLog()],
                     external_calls=config.external_calls(store))
     engine.on_transition(log_transition)
-    inbound_auth, admin_auth = config.auth.build()
-    app = create_app(engine, inbound_auth=inbound_auth, admin_auth=admin_auth, settings=config.inbound.settings(),
-                     confirmation=config.confirmations.service(store, node_id=engine.node_id,
-                                                               messaging=config.messaging_config()),
-                     confirmation_interval=config.confirmations.interval.total_seconds(),
-                     retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
-                     metrics_auth=config.admin.metrics_auth, alerts=config.alerts.evaluator(store, engine.node_id),
-                     throttling=inbound_throttling(config.throttling_rules(), store))
-    load = Load(args.count, args.senders)
     final = asyncio.Event()
     finals = 0
 
@@ -220,7 +211,16 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
         if finals == args.count:
             final.set()
 
-    engine.final_state_hooks.insert(0, on_final)  # the OK's commit, not the confirmation's send
+    engine.on_final_state(on_final)  # before the node's own hooks: the OK's commit, not the confirmation's send
+    inbound_auth, admin_auth = config.auth.build()
+    app = create_app(engine, inbound_auth=inbound_auth, admin_auth=admin_auth, settings=config.inbound.settings(),
+                     confirmation=config.confirmations.service(store, node_id=engine.node_id,
+                                                               messaging=config.messaging_config()),
+                     confirmation_interval=config.confirmations.interval.total_seconds(),
+                     retention=config.retention.policy(), allowed_origins=config.admin.allowed_origins,
+                     metrics_auth=config.admin.metrics_auth, alerts=config.alerts.evaluator(store, engine.node_id),
+                     throttling=inbound_throttling(config.throttling_rules(), store))
+    load = Load(args.count, args.senders)
 
     async def send(i: int) -> None:
         await engine.accept(InboundMessage("bench", "noop", PAYLOAD, "text/xml", f"b-{i}", "bench"))

@@ -362,7 +362,7 @@ async def test_an_engine_loop_failing_unexpectedly_shows_one_traceback(caplog: p
         raise TypeError("listener bug")
 
     monkeypatch.setattr("openroute.engine.repoll.repeated_errors", RepeatedErrors())
-    monkeypatch.setattr("openroute.engine.committed.repeated_errors", RepeatedErrors())
+    monkeypatch.setattr("openroute.engine.pipeline.repeated_errors", RepeatedErrors())
     engine.on_transition(broken_listener)
     caplog.set_level(logging.ERROR, logger="openroute.engine")
     await engine.start()
