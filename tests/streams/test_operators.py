@@ -679,3 +679,35 @@ async def test_a_generator_source_is_used_up_by_the_first_run() -> None:
     runner = rs.from_iterable(x for x in (1, 2)).to_list()
     assert await result(runner) == [1, 2]
     assert await result(runner) == []
+
+
+@pytest.mark.parametrize("plan", ["bare", "fused"])
+def test_an_iterable_source_lets_a_subscriber_failure_in_on_next_out_of_its_request(plan: str) -> None:
+    """A subscriber's on_next that raises breaks rule 2.13: the iterable source does not turn that into the stream's
+    on_error (it was not the source's failure); it propagates from the ``request`` that drove the emission."""
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    class Faulty(Subscriber[int]):
+        def on_subscribe(self, subscription: Subscription) -> None:
+            self.subscription = subscription
+
+        def on_next(self, item: int) -> None:
+            seen.append(item)
+            if item == 2:
+                raise RuntimeError("subscriber bug")
+
+        def on_error(self, error: BaseException) -> None:
+            errors.append(error)
+
+        def on_complete(self) -> None:
+            errors.append(AssertionError("completed"))
+
+    source = rs.from_iterable([1, 2, 3])
+    if plan == "fused":
+        source = source.map(lambda x: x * 1)
+    subscriber = Faulty()
+    source.build().subscribe(subscriber)
+    with pytest.raises(RuntimeError, match="subscriber bug"):
+        subscriber.subscription.request(5)
+    assert seen == [1, 2] and errors == []
