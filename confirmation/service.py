@@ -26,7 +26,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, cast
 
@@ -205,15 +205,27 @@ class ConfirmationService:
         reset to PENDING with the new outcome and a new confirmation id, so the source system is confirmed again.
         A message held for an operator (error code CALL_IN_DOUBT) gets no row until it reaches its real outcome.
         """
-        state = self._owed(message)
-        if state is None:
+        self.on_final_states_tx([message], connection)
+
+    def on_final_states_tx(self, messages: Sequence[Any], connection: sa.Connection) -> None:
+        """:meth:`on_final_state_tx` for every message one transaction made final (the engine's group commit makes
+        many): their rows inserted in one statement."""
+        now = self.now()
+        owed = {}
+        for message in messages:
+            state = self._owed(message)
+            if state is not None:
+                owed[message.id] = table.pending_row(message.id, message.source_system, state, now)
+        if not owed:
             return
-        # no savepoint (two round trips in the engine's group commit): the message row is in this transaction, so
+        # no savepoint (two round trips in the engine's group commit): the message rows are in this transaction, so
         # the insert cannot fail on its foreign key, and a row already there is no error
-        if not table.add_pending(connection, [table.pending_row(message.id, message.source_system, state, self.now())]):
-            # a row made before this transaction belongs to an earlier final state: the message was restarted
-            # since, and the source system is told the new outcome (the row starts over, PENDING)
-            table.reset_pending(connection, message.id, state, self.now())
+        inserted = table.inserted_pending(connection, list(owed.values()))
+        for message_id, row in owed.items():
+            if message_id not in inserted:
+                # a row made before this transaction belongs to an earlier final state: the message was restarted
+                # since, and the source system is told the new outcome (the row starts over, PENDING)
+                table.reset_pending(connection, message_id, row["outcome_state"].value, now)
 
     def _owed(self, message: Any) -> str | None:
         """The state ``message`` owes its source a confirmation of (None: SKIPPED, a child, held, unconfirmed)."""

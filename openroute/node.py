@@ -276,7 +276,7 @@ class Node:
             engine.on_final_state_in_transaction(self.outbox.writer())
             engine.on_final_state(self.outbox.on_final_state)
         if self.confirmation is not None:
-            engine.on_final_state_in_transaction(self.confirmation.on_final_state_tx)
+            engine.on_final_states_in_transaction(self.confirmation.on_final_states_tx)
             engine.on_final_state(self.confirmation.on_final_state)
 
     def _asgi_app(self, admin_auth: AdminAuth | None, allowed_origins: Iterable[str],

@@ -10,7 +10,7 @@ from openroute.engine.core import Engine
 from openroute.engine.exchange import AttemptRuntime, ChildMessage, Exchange
 from openroute.engine.pipeline import FinalStateHook
 from openroute.engine.settings import EngineSettings, EngineStats, default_node_id
-from openroute.engine.writes import FinalStateTxHook
+from openroute.engine.writes import FinalStatesTxHook, FinalStateTxHook
 
 __all__ = [
     "AcceptResult",
@@ -22,5 +22,6 @@ __all__ = [
     "Exchange",
     "FinalStateHook",
     "FinalStateTxHook",
+    "FinalStatesTxHook",
     "default_node_id",
 ]

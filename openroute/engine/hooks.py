@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import sqlalchemy as sa
 
 from openroute.engine.pipeline import FinalStateHook, TransitionListener
-from openroute.engine.writes import FinalStateTxHook
+from openroute.engine.writes import FinalStatesTxHook, FinalStateTxHook
+from openroute.persistence import StoredMessage
 
 __all__ = ["EngineHooks"]
 
@@ -20,7 +23,7 @@ class EngineHooks:
 
     def __init__(self) -> None:
         self._final_state_hooks: list[FinalStateHook] = []
-        self._final_state_tx_hooks: list[FinalStateTxHook] = []
+        self._final_state_tx_hooks: list[FinalStatesTxHook] = []
         self._transition_listeners: list[TransitionListener] = []
 
     def on_final_state(self, hook: FinalStateHook) -> Callable[[], None]:
@@ -32,6 +35,17 @@ class EngineHooks:
     def on_final_state_in_transaction(self, hook: FinalStateTxHook) -> Callable[[], None]:
         """Call ``hook(message, connection)`` inside the very transaction that makes a message final (e.g. to insert
         its confirmation row): it commits or fails with it."""
+
+        def each(messages: Sequence[StoredMessage], connection: sa.Connection) -> None:
+            for message in messages:
+                hook(message, connection)
+
+        return self.on_final_states_in_transaction(each)
+
+    def on_final_states_in_transaction(self, hook: FinalStatesTxHook) -> Callable[[], None]:
+        """Call ``hook(messages, connection)`` once per transaction that makes messages final, with all of them in
+        the order they were made final (a group commit makes many): what
+        :meth:`on_final_state_in_transaction` does, for a hook that writes their rows in one statement."""
         self._final_state_tx_hooks.append(hook)
         return functools.partial(self._final_state_tx_hooks.remove, hook)
 

@@ -26,7 +26,7 @@ from openroute.engine._writer import GroupCommitWriter, Grouped
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings, EngineStats
-from openroute.engine.writes import EngineWrites, FinalStateTxHook
+from openroute.engine.writes import EngineWrites, FinalStatesTxHook
 from openroute.persistence import (
     CallEnd,
     CallStart,
@@ -61,7 +61,7 @@ class CommitPipeline:
 
     def __init__(self, store: MessageStore, clock: Clock, settings: EngineSettings, queue: ProcessingQueue,
                  funnel: FunnelQueue, final_state_hooks: list[FinalStateHook],
-                 final_state_tx_hooks: list[FinalStateTxHook], transition_listeners: list[TransitionListener]) -> None:
+                 final_state_tx_hooks: list[FinalStatesTxHook], transition_listeners: list[TransitionListener]) -> None:
         self.store = store
         self.clock = clock
         #: the counters of this node (read as ``Engine.stats``)

@@ -11,7 +11,7 @@ here runs in the writer thread, on the connection of the transaction it joins; t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,9 +36,11 @@ from openroute.persistence import (
     StoredMessage,
 )
 
-__all__ = ["EngineWrites", "FinalStateTxHook"]
+__all__ = ["EngineWrites", "FinalStateTxHook", "FinalStatesTxHook"]
 
 FinalStateTxHook = Callable[[StoredMessage, sa.Connection], None]
+#: a hook hearing every message one transaction made final, in the order they were made final (see run_tx_hooks)
+FinalStatesTxHook = Callable[[Sequence[StoredMessage], sa.Connection], None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,7 +53,7 @@ class EngineWrites:
     store: MessageStore
     clock: Clock
     node_id: str
-    final_state_tx_hooks: list[FinalStateTxHook]
+    final_state_tx_hooks: list[FinalStatesTxHook]
     funnel: FunnelQueue
     #: parent messages a child's final transition completed, by child id
     completed_parents: dict[int, StoredMessage] = field(default_factory=dict)
@@ -157,6 +159,7 @@ class EngineWrites:
         """Write a group of outcomes; final ones run the transaction hooks in the same commit."""
         results: list[Any] = []
         releases: list[StoredMessage] = []
+        finals: list[StoredMessage] = []
         for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
                                    strict=True):
             if isinstance(result, Exception):
@@ -165,18 +168,28 @@ class EngineWrites:
             if result.funnel_value is not None and FunnelQueue.releases(request[0].state, result):
                 releases.append(result)
             if states.is_final(result.state):
-                self.run_tx_hooks(result, connection)
+                finals.append(result)
                 if result.parent_id is not None:
-                    parent = self.complete_parent(result.parent_id, result.last_update_ts, connection)
+                    parent = self._end_parent(result.parent_id, result.last_update_ts, connection)
                     if parent is not None:
+                        finals.append(parent)  # after its last child, as it was made final
                         self.completed_parents[result.id] = parent
             results.append(result)
+        if finals:
+            self.run_tx_hooks(finals, connection)
         if releases:
             self.funnel.hand_off_many(releases, connection)
         return results
 
     def complete_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:
-        """In a child's final transaction: end the waiting parent when its children decide it (row-locked)."""
+        """In a child's final transaction: end the waiting parent when its children decide it (row-locked), its
+        final-state transaction hooks run."""
+        parent = self._end_parent(parent_id, now, connection)
+        if parent is not None:
+            self.run_tx_hooks([parent], connection)
+        return parent
+
+    def _end_parent(self, parent_id: int, now: datetime, connection: sa.Connection) -> StoredMessage | None:
         parent = self.store.lock_message(parent_id, connection)
         if parent is None or parent.state is not MessageState.WAITING_FOR_CHILDREN:
             return None
@@ -185,12 +198,12 @@ class EngineWrites:
             return None
         updated = states.transition(self.store, parent, decision.target, now, dict(decision.changes), connection,
                                     node_id=self.node_id)
-        self.run_tx_hooks(updated, connection)
         if updated.funnel_value is not None:  # a guaranteed-order funnel may have waited for the parent to end
             self.funnel.hand_off(updated, connection)
         return updated
 
-    def run_tx_hooks(self, message: StoredMessage, connection: sa.Connection) -> None:
-        """The final-state transaction hooks of ``message``, in the transaction that made it final."""
+    def run_tx_hooks(self, messages: Sequence[StoredMessage], connection: sa.Connection) -> None:
+        """The final-state transaction hooks of ``messages`` (the ones a group commit made final, in the order they
+        were), in that transaction: each hook once for all of them (a confirmation row each in one INSERT)."""
         for hook in self.final_state_tx_hooks:
-            hook(message, connection)
+            hook(messages, connection)

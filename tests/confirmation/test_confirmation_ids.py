@@ -81,6 +81,42 @@ async def test_a_restarted_message_confirmed_again_gets_a_new_id(store: MessageS
     assert row_of(store, mid).confirmation_id not in (None, first)
 
 
+async def test_the_messages_of_one_group_commit_get_their_rows_in_one_statement(
+    store: MessageStore, clock: FakeClock
+) -> None:
+    """The engine's hook for a whole group commit: a row for each message owed one, inserted by one statement; a
+    restarted message's row started over; a SKIPPED one and a held one get none."""
+    class Quiet(ConfirmationCallback):
+        async def confirm(self, request: ConfirmationRequest) -> None:
+            return None
+
+    service = ConfirmationService(store, Quiet(), clock=clock)
+    ok, failed = add_message(store, 11), add_message(store, 12, MessageState.FAILED)
+    restarted = add_message(store, 13, MessageState.OK)
+    skipped = add_message(store, 14, MessageState.SKIPPED)
+    held = add_message(store, 15, MessageState.FAILED, last_error_code="CALL_IN_DOUBT")
+    with store.begin() as connection:
+        service.on_final_state_tx(store.get(restarted, connection), connection)  # its earlier outcome
+    earlier = row_of(store, restarted).confirmation_id
+    inserts: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO CONFIRMATION"):
+            inserts.append(statement)
+
+    sa.event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        with store.begin() as connection:
+            group = [store.get(mid, connection) for mid in (ok, failed, restarted, skipped, held)]
+            service.on_final_states_tx(group, connection)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", count)
+    assert len(inserts) == 1, inserts
+    assert row_of(store, ok).status == row_of(store, failed).status == "PENDING"
+    assert row_of(store, restarted).confirmation_id not in (None, earlier)
+    assert await service.get(skipped) is None and await service.get(held) is None
+
+
 async def test_a_message_held_for_an_operator_is_not_confirmed_yet(store: MessageStore, clock: FakeClock) -> None:
     class Quiet(ConfirmationCallback):
         async def confirm(self, request: ConfirmationRequest) -> None:

@@ -4,6 +4,7 @@ follows a commit and in which order, and a write another writer beat."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,8 +28,8 @@ def _pipeline(store: MessageStore, events: list[tuple[Any, ...]]) -> CommitPipel
     """A pipeline whose transaction hook, listener and final-state hook note what they hear, in order."""
     clock = ManualClock(START)
 
-    def in_transaction(message: StoredMessage, connection: sa.Connection) -> None:
-        events.append(("in the transaction", message.state))
+    def in_transaction(messages: Sequence[StoredMessage], connection: sa.Connection) -> None:
+        events.extend(("in the transaction", message.state) for message in messages)
 
     def listener(previous: MessageState | None, message: StoredMessage) -> None:
         events.append(("listener", previous, message.state))
@@ -83,3 +84,29 @@ async def test_a_write_another_writer_beat_is_counted_and_nobody_hears_of_it(sto
     assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
     stored = store.get(claimed.id)
     assert stored is not None and stored.state is MessageState.OK
+
+
+async def test_the_outcomes_of_one_transaction_reach_its_transaction_hook_together_in_order(
+    store: MessageStore
+) -> None:
+    """A group commit's final messages reach a transaction hook in one call (a confirmation row each in one
+    statement), in the order they were made final; a message that stays open is not among them."""
+    heard: list[list[int]] = []
+
+    def together(messages: Sequence[StoredMessage], connection: sa.Connection) -> None:
+        heard.append([message.id for message in messages])
+
+    pipeline = _pipeline(store, [])
+    pipeline.writes.final_state_tx_hooks.append(together)
+    try:
+        first, second, third = [await _claimed(pipeline, f"c-{n}") for n in range(3)]
+        with store.begin() as connection:
+            results = pipeline.writes.finish_many(connection, [
+                (second, MessageState.OK, START, {}),
+                (first, MessageState.PARTLY_FAILED, START, {"next_attempt_at": START}),
+                (third, MessageState.FAILED, START, {}),
+            ])
+    finally:
+        await _closed(pipeline)
+    assert [result.state for result in results] == [MessageState.OK, MessageState.PARTLY_FAILED, MessageState.FAILED]
+    assert heard == [[second.id, third.id]]
