@@ -1,11 +1,12 @@
 """Throughput of openroute.streams against reactivex (RxPY) and plain async generators.
 
-Pushes N ints (default 1,000,000) through ``map -> filter -> collect`` in each, and through an openroute
+Pushes N ints (default 3,000,000: a run of about a second, long enough that a hiccup of the machine does not decide
+a repetition's ratio, as it did at 1,000,000) through ``map -> filter -> collect`` in each, and through an openroute
 subscriber that requests in batches of 1 and of 256. The cases run interleaved, ``--repeat`` times (each
 repetition runs every case once, in a rotated order); prints items/s (min / median / max) and each ratio's
 min / median / max over the repetitions. Each run has the garbage collector off, as ``timeit`` does.
 
-    python benchmarks/streams_bench.py [--n 1000000] [--repeat 5]
+    python benchmarks/streams_bench.py [--n 3000000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def spread(values: list[float]) -> str:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--n", type=int, default=3_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     cases: list[tuple[str, Callable[[int], Any]]] = [
