@@ -135,6 +135,9 @@ class DeliverySender(Generic[C]):
         self._retry_at = retry_at
         self._now = now
         self._lease = lease
+        # attempts done and waiting for their record: those that end while a record is written share the next one
+        self._to_settle: list[tuple[C, str | None, asyncio.Future[Attempt]]] = []
+        self._settling: asyncio.Future[None] | None = None
 
     def claim(self, now: datetime, limit: int, after_id: int = 0) -> Claimed[C]:
         """Lease up to ``limit`` due rows to this node (blocking)."""
@@ -145,8 +148,12 @@ class DeliverySender(Generic[C]):
 
     async def attempt(self, claim: C, sending: Awaitable[str | None], what: str) -> tuple[Attempt, str | None]:
         """Await ``sending`` (None: delivered, else why not) while this node's lease on ``claim`` is renewed every
-        third of a lease, then record its outcome on its own; returns it with the error (``what`` names the row in
-        the log)."""
+        third of a lease, then record its outcome; returns it with the error (``what`` names the row in the log).
+
+        Each attempt is sent on its own (a slow receiver holds up no other); the outcomes of the attempts that end
+        while a record is being written are recorded together in the next transaction (a group commit: one per
+        attempt cost the node a transaction per confirmation). A record that fails for the group is written again
+        one by one, so one row's failure is its own."""
         keeper = asyncio.create_task(self._keep(claim, what), name=f"lease-{what}")
         try:
             error = await sending
@@ -154,15 +161,45 @@ class DeliverySender(Generic[C]):
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
-        settled = await asyncio.to_thread(self._settle_one, claim, error)
-        return settled, error
+        recorded: asyncio.Future[Attempt] = asyncio.get_running_loop().create_future()
+        self._to_settle.append((claim, error, recorded))
+        if self._settling is None:
+            self._settling = asyncio.ensure_future(self._settle_waiting())
+        return await recorded, error
 
-    def _settle_one(self, claim: C, error: str | None) -> Attempt:
+    async def _settle_waiting(self) -> None:
+        try:
+            while self._to_settle:
+                group, self._to_settle = self._to_settle, []
+                pairs = [(claim, error) for claim, error, _ in group]
+                try:
+                    results: list[Attempt | BaseException] = list(await asyncio.to_thread(self._settle, pairs))
+                except Exception as failure:
+                    # written one by one again, so that one row's failure stays its own
+                    results = [failure] if len(group) == 1 else [await self._settle_alone(pair) for pair in pairs]
+                for (_claim, _error, recorded), result in zip(group, results, strict=True):
+                    if recorded.done():  # its caller was cancelled
+                        continue
+                    if isinstance(result, BaseException):
+                        recorded.set_exception(result)
+                    else:
+                        recorded.set_result(result)
+        finally:
+            self._settling = None
+
+    async def _settle_alone(self, pair: tuple[C, str | None]) -> Attempt | BaseException:
+        try:
+            return (await asyncio.to_thread(self._settle, [pair]))[0]
+        except Exception as failure:
+            return failure
+
+    def _settle(self, pairs: Sequence[tuple[C, str | None]]) -> list[Attempt]:
         now = self._now()
-        outcome = self._outcome(claim, error, now)
-        if not self.leases.settle(now, [outcome])[0]:
-            return Attempt.LOST
-        return Attempt.SENT if error is None else Attempt.RETRY if outcome[2] is not None else Attempt.FAILED
+        outcomes = [self._outcome(claim, error, now) for claim, error in pairs]
+        held = self.leases.settle(now, outcomes)
+        return [Attempt.LOST if not still_held else Attempt.SENT if error is None
+                else Attempt.RETRY if retry_at is not None else Attempt.FAILED
+                for still_held, (_claim, error, retry_at) in zip(held, outcomes, strict=True)]
 
     async def _keep(self, claim: C, what: str) -> None:
         period = self._lease().total_seconds() / 3

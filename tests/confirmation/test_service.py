@@ -529,8 +529,7 @@ async def test_an_unwritable_outcome_is_retried_after_the_lease(
     settle = leases.settle
 
     def flaky(now: Any, outcomes: Any) -> list[bool]:  # writing the outcome of the unlucky one's first attempt fails
-        [(claim, _error, _retry_at)] = outcomes
-        if claim.row.message_id == unlucky and claim.attempt == 1:
+        if any(claim.row.message_id == unlucky and claim.attempt == 1 for claim, _error, _retry_at in outcomes):
             raise sa.exc.OperationalError("UPDATE confirmation", {}, Exception("database went away"))
         return settle(now, outcomes)
 

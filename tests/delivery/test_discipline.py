@@ -162,6 +162,45 @@ async def test_a_round_is_sent_together_and_settled_at_once(store: MessageStore,
     assert len(sender.claim(at(61), 10).claims) == 1
 
 
+async def test_attempts_that_end_together_are_recorded_together_each_with_its_outcome(
+    store: MessageStore, kind: Kind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempts sent one by one (as the confirmations are) that end while a record is written share the next
+    transaction; each still gets its own outcome, and a record failing for the group is written again one by one,
+    so one row's failure stays its own."""
+    written(store, kind, 6)
+    leases = node(store, kind, "node-a")
+    sender = DeliverySender(leases, lambda _claim, now: now + LEASE, lambda: at(1), lambda: LEASE)
+    claims = sender.claim(at(0), 10).claims
+    unlucky = claims[4]
+    settle = leases.settle
+    transactions: list[int] = []
+
+    def counted(now: datetime, outcomes: Any) -> list[bool]:
+        transactions.append(len(outcomes))
+        if len(outcomes) > 1 and any(claim is unlucky for claim, _error, _retry in outcomes):
+            raise sa.exc.OperationalError("UPDATE", {}, Exception("the group's record failed"))
+        if any(claim is unlucky for claim, _error, _retry in outcomes):
+            raise sa.exc.OperationalError("UPDATE", {}, Exception("this row's record failed"))
+        return settle(now, outcomes)
+
+    monkeypatch.setattr(leases, "settle", counted)
+
+    async def send(claim: Any) -> str | None:
+        return "refused" if claim is claims[1] else None
+
+    results = await asyncio.gather(*(sender.attempt(claim, send(claim), f"row {n}") for n, claim in enumerate(claims)),
+                                   return_exceptions=True)
+    assert [r if isinstance(r, tuple) else type(r) for r in results] == [
+        (Attempt.SENT, None), (Attempt.RETRY, "refused"), (Attempt.SENT, None), (Attempt.SENT, None),
+        sa.exc.OperationalError, (Attempt.SENT, None)]
+    # the six ended in one turn of the loop: one record for all, failed for the group, then one by one
+    assert transactions == [6, 1, 1, 1, 1, 1, 1]
+    monkeypatch.setattr(leases, "settle", settle)
+    # due again: the refused one at its retry time, the unlucky one once its lease ran out; the sent ones never
+    assert len(sender.claim(at(61), 10).claims) == 2
+
+
 def _real_now() -> datetime:
     return datetime.now(UTC)
 
