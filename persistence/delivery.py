@@ -178,7 +178,7 @@ class DeliverySender(Generic[C]):
                     # written one by one again, so that one row's failure stays its own
                     results = [failure] if len(group) == 1 else [await self._settle_alone(pair) for pair in pairs]
                 for (_claim, _error, recorded), result in zip(group, results, strict=True):
-                    if recorded.done():  # its caller was cancelled
+                    if recorded.done() or recorded.get_loop().is_closed():  # its caller was cancelled, or its loop
                         continue
                     if isinstance(result, BaseException):
                         recorded.set_exception(result)
