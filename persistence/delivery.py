@@ -216,7 +216,5 @@ class DeliverySender(Generic[C]):
         """Send every claim at once (each: None when delivered, else why not), then record every outcome in one
         transaction; returns the errors in the order of ``claims``."""
         errors = list(await asyncio.gather(*(send(claim) for claim in claims)))
-        now = self._now()
-        outcomes = [self._outcome(claim, error, now) for claim, error in zip(claims, errors, strict=True)]
-        await asyncio.to_thread(self.leases.settle, now, outcomes)
+        await asyncio.to_thread(self._settle, list(zip(claims, errors, strict=True)))
         return errors
