@@ -3,7 +3,7 @@
     python benchmarks/peers_bench.py [--count 5000] [--repeat 5] [--senders 64] [--pool 10]
                                      [--pgqueuer-batch-size 10] [--procrastinate-concurrency 64]
                                      [--loop uvloop|asyncio] [--log-level LEVEL]
-                                     [--systems openroute,pgqueuer,procrastinate]
+                                     [--systems openroute,pgqueuer,procrastinate] [--profile FOLDER]
 
 The peers are an optional extra (``pip install -e '.[bench]'``: ``pgqueuer[asyncpg]`` and ``procrastinate``); without
 them the script says so and exits 2.
@@ -81,6 +81,7 @@ import importlib.util
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -398,6 +399,11 @@ def one_run(system: str, args: argparse.Namespace, folder: Path) -> dict[str, An
                "--loop", args.loop, "--pgqueuer-batch-size", str(args.pgqueuer_batch_size),
                "--procrastinate-concurrency", str(args.procrastinate_concurrency),
                *(["--log-level", args.log_level] if args.log_level else [])]
+    if args.profile:  # py-spy's raw samples of the run's process (flame-graph input: one stack and its count a line)
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        samples = Path(args.profile) / f"{system}-{uuid.uuid4().hex[:6]}.txt"
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))  # a venv's, not on PATH
+        command = [spy, "record", "--gil", "--idle", "-f", "raw", "-o", str(samples), "--", *command]
     with database as url, log.open("wb") as output:  # the process's log lines (stdout and stderr) go to a file
         done = subprocess.run([*command, "--url", url], stdout=output, stderr=subprocess.STDOUT, cwd=ROOT,
                               timeout=900, check=False)
@@ -419,6 +425,8 @@ def arguments() -> argparse.ArgumentParser:
                         help="which of openroute, pgqueuer, procrastinate to run (default: all three)")
     parser.add_argument("--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                         help="one log level for the three (default: each as its own command sets it, INFO)")
+    parser.add_argument("--profile", metavar="FOLDER",
+                        help="run each process under py-spy (record --gil --idle -f raw), its samples in FOLDER")
     parser.add_argument("--admin-url", default=admin_url(), help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
