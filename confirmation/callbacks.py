@@ -16,8 +16,21 @@ class ConfirmationCallback(abc.ABC):
 
     :meth:`confirm` returns normally when the confirmation was delivered and raises (typically
     :class:`~confirmation.ConfirmationSendError`) when it was not; the :class:`~confirmation.ConfirmationService`
-    then retries it on its own schedule.
+    then retries it on its own schedule, from the durable row it keeps per confirmation (see :attr:`durable`).
     """
+
+    @property
+    def durable(self) -> bool:
+        """Whether its confirmations are kept as rows: written in the transaction that makes the message final, sent
+        after the commit, leased, retried on failure and recorded SENT, so none is lost to a crash or a failed send
+        (the default).
+
+        ``False`` for a callback whose confirmation cannot fail and needs no retry, such as a log line: it is called
+        once per confirmed message straight from the final-state hook after the commit, with no row, no claim and
+        no record; an exception it raises is logged and not retried, and a node that dies between the final commit
+        and the call leaves that confirmation unmade.
+        """
+        return True
 
     @abc.abstractmethod
     async def confirm(self, request: ConfirmationRequest) -> None:
@@ -40,14 +53,26 @@ class ConfirmationCallback(abc.ABC):
 
 
 class DefaultConfirmationCallback(ConfirmationCallback):
-    """Confirms by logging the outcome (the default when no external system is configured)."""
+    """Confirms by logging the outcome (the default when no external system is configured): not :attr:`durable`, a
+    log line needs no row, lease or retry.
 
-    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO) -> None:
+    The line is at DEBUG by default: at INFO the transition log's line of the final state already says the outcome
+    once per message (``openroute.runtime.logs.TransitionLog``); give ``level=logging.INFO`` to have both.
+    """
+
+    def __init__(self, logger: logging.Logger | None = None, level: int = logging.DEBUG) -> None:
         self._log = logger or log
         self._level = level
 
+    @property
+    def durable(self) -> bool:
+        """``False``: a log line cannot fail and needs no retry (no confirmation row is kept)."""
+        return False
+
     async def confirm(self, request: ConfirmationRequest) -> None:
         """Log the outcome of the message; never fails."""
+        if not self._log.isEnabledFor(self._level):
+            return
         codes = ",".join(e.code for e in request.business_errors)
         self._log.log(
             self._level,
@@ -83,7 +108,8 @@ class DelegateConfirmationCallback(ConfirmationCallback):
     """Picks the :class:`ExternalSystemConfirmation` registered for the request's source system.
 
     Source systems without a registered confirmation are not confirmed: :meth:`confirms` is ``False`` for them, so
-    the :class:`~confirmation.ConfirmationService` never creates a confirmation for their messages.
+    the :class:`~confirmation.ConfirmationService` never creates a confirmation for their messages. The registered
+    ones are :attr:`durable` (a remote call can fail): their messages get rows.
     """
 
     def __init__(self, confirmations: Iterable[ExternalSystemConfirmation] = ()) -> None:

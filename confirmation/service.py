@@ -18,6 +18,11 @@ confirmed again with a new outcome). Delivery is at-least-once at the transport 
 peer accepted but before SENT is committed, the row is sent again after the lease with the same confirmation id, so
 a source system that drops repeats by that id sees each confirmation at most once. Messages held for an operator
 (error code ``CALL_IN_DOUBT``) are not confirmed until they reach their real outcome.
+
+Only a :attr:`~confirmation.ConfirmationCallback.durable` callback's confirmations get rows. One that is not (the
+default, which logs) is called once per confirmed message from :meth:`ConfirmationService.on_final_state`, right
+after the final commit: no row, no claim, no SENT record, no retry and no repair sweep, since there is nothing to
+deliver that could fail; a node that dies between the final commit and that call leaves its line unwritten.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from openroute.confirmation.model import (
 )
 from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.confirmation.ports import ConfirmationSpan, ErrorLog, PlainErrorLog, no_span
-from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, requests_for
+from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, request_from_message, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.confirmations import ConfirmationClaim
 from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, Leases
@@ -142,6 +147,8 @@ class ConfirmationService:
         self._span = span or no_span
         self._errors = error_log or PlainErrorLog()
         self.callback = callback
+        #: whether confirmations are kept as rows (the callback's :attr:`~ConfirmationCallback.durable`, read once)
+        self.durable = callback.durable
         self.policy = policy or ConfirmationPolicy()
         self._now = _now_function(clock)
         #: confirmations claimed per query (:meth:`process_due`), and per group of immediate sends
@@ -209,7 +216,9 @@ class ConfirmationService:
 
     def on_final_states_tx(self, messages: Sequence[Any], connection: sa.Connection) -> None:
         """:meth:`on_final_state_tx` for every message one transaction made final (the engine's group commit makes
-        many): their rows inserted in one statement."""
+        many): their rows inserted in one statement. Nothing for a callback that is not :attr:`durable`."""
+        if not self.durable:
+            return
         now = self.now()
         owed = {}
         for message in messages:
@@ -236,12 +245,17 @@ class ConfirmationService:
     async def on_final_state(self, message: Any) -> None:
         """Engine hook awaited after the final commit: sends the confirmation at once, with those of the other
         messages made final meanwhile (:class:`~openroute.confirmation.immediate.ImmediateSends`: one transaction
-        claims the group's rows); a message without a row gets one first (idempotent).
+        claims the group's rows); a message without a row gets one first (idempotent). A callback that is not
+        :attr:`durable` is called here once, with no row (:meth:`confirm_without_row`).
 
         Never raises: a failure here leaves a PENDING row (or a final message the sweep finds) that
         :meth:`process_due` / :meth:`run` picks up.
         """
-        if self._owed(message) is None:
+        state = self._owed(message)
+        if state is None:
+            return
+        if not self.durable:
+            await self.confirm_without_row(message, state)
             return
         try:
             await self._immediate.send(message)
@@ -250,11 +264,23 @@ class ConfirmationService:
                 self._errors.log(log, "immediate confirmation of message %s failed; it is retried by process_due",
                                     message.id, error=error)
 
+    async def confirm_without_row(self, message: Any, state: str) -> None:
+        """Call the callback once for ``message`` (final in ``state``), keeping no row: the confirmation of a callback
+        that is not :attr:`durable`. Never raises: an error of the callback is logged, and not retried."""
+        request = request_from_message(message, state)
+        try:
+            with self._span(request.traceparent, message.id, request.source_system, state, 1):
+                await self.callback.confirm(request)
+        except Exception as error:  # nothing to retry from: the callback said its confirmations need no row
+            self._errors.log(log, "confirmation callback raised for message %s; not retried (its callback keeps no "
+                             "rows)", message.id, error=error)
+
     async def sweep_missing(self, limit: int = 1000, *, updated_since: datetime | None = None) -> int:
         """Create the confirmations of final (OK / FAILED / CANCEL) messages that have none; return how many.
 
         Repairs "never lost": a node that died between a message's final commit and :meth:`enqueue` leaves no row.
-        Messages of source systems the callback does not confirm are left alone. At most ``limit`` per call;
+        Messages of source systems the callback does not confirm are left alone, and a callback that is not
+        :attr:`durable` gets no rows (0). At most ``limit`` per call;
         ``updated_since`` restricts the scan to messages whose last update is at or after it (cheaper on a big
         store, e.g. the last day).
         """
@@ -264,7 +290,7 @@ class ConfirmationService:
             raise InvalidConfirmationError(f"updated_since must be an aware datetime, got {updated_since!r}")
         now = self.now()
         systems = self.callback.confirmed_systems()
-        if systems is not None and not systems:
+        if not self.durable or (systems is not None and not systems):
             return 0
 
         def work() -> int:

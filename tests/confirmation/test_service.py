@@ -87,12 +87,22 @@ def request_for(message_id: int, state: str = "OK", source_system: str = "CRM") 
     )
 
 
+class Durable(ConfirmationCallback):
+    """A callback whose confirmations keep their rows and always arrive (the rows' own mechanics)."""
+
+    def __init__(self) -> None:
+        self.sent: list[int | str] = []
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        self.sent.append(request.message_id)
+
+
 def accepted_ids(receiver: Receiver) -> list[str]:
     return sorted(str(r["messageId"]) for r in receiver.snapshot())
 
 
 async def test_enqueue_persists_pending_once(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     mid = add_message(store, 1, MessageState.FAILED)
     assert await service.enqueue(request_for(mid, "FAILED")) is True
     assert await service.enqueue(request_for(mid, "FAILED")) is False  # idempotent per message
@@ -104,7 +114,7 @@ async def test_enqueue_persists_pending_once(store: MessageStore, clock: FakeClo
 
 
 async def test_enqueue_in_joins_the_callers_transaction(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     mid = add_message(store, 1, MessageState.PROCESSING)
     with pytest.raises(RuntimeError), store.begin() as connection:
         assert store.transitions.apply((mid, 1, MessageState.PROCESSING, MessageState.OK, START, {}), connection)
@@ -118,7 +128,7 @@ async def test_enqueue_in_joins_the_callers_transaction(store: MessageStore, clo
 
 
 async def test_enqueue_rejects_bad_input(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     with pytest.raises(InvalidConfirmationError, match="not in the store"):
         await service.enqueue(request_for(424242))
     with pytest.raises(InvalidConfirmationError, match="positive integer"):
@@ -353,7 +363,7 @@ async def test_a_claim_of_a_dead_node_expires_and_the_confirmation_is_not_lost(
 
 
 async def test_sweep_creates_only_the_missing_confirmations(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     final = {state: add_message(store, n, state)
              for n, state in enumerate([MessageState.OK, MessageState.FAILED, MessageState.CANCEL])}
     skipped = add_message(store, 10, MessageState.SKIPPED)
@@ -394,7 +404,7 @@ def finished_at(store: MessageStore, n: int, at: datetime) -> int:
 async def test_sweep_recent_reads_every_message_until_caught_up_then_the_recently_updated(
     store: MessageStore, clock: FakeClock
 ) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     for n in range(3):
         finished_at(store, n, START - timedelta(days=30))
     assert await service.sweep_recent(limit=2) == 2  # a full batch: not caught up, the next sweep is full too
@@ -406,7 +416,7 @@ async def test_sweep_recent_reads_every_message_until_caught_up_then_the_recentl
     assert await service.sweep_recent() == 2
     assert await service.get(in_overlap) and await service.get(recent)
     assert await service.get(old) is None
-    restarted = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    restarted = ConfirmationService(store, Durable(), clock=clock)
     assert await restarted.sweep_recent() == 1  # a new service (a start) sweeps every message first
 
 
@@ -464,7 +474,7 @@ async def test_run_sends_nothing_while_paused_and_catches_up_after(store: Messag
 
 
 async def test_admin_queries(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     mid = add_message(store, 1)
     await service.enqueue(request_for(mid))
     assert [i.status for i in await service.find("PENDING")] == ["PENDING"]
@@ -543,7 +553,7 @@ async def test_an_unwritable_outcome_is_retried_after_the_lease(
 
 
 async def test_sweep_window_and_bad_arguments(store: MessageStore, clock: FakeClock) -> None:
-    service = ConfirmationService(store, DefaultConfirmationCallback(), clock=clock)
+    service = ConfirmationService(store, Durable(), clock=clock)
     old = add_message(store, 1)  # last updated at START
     assert await service.sweep_missing(updated_since=START + timedelta(seconds=1)) == 0
     assert await service.sweep_missing(updated_since=START) == 1
@@ -578,3 +588,76 @@ async def test_engine_hooks(
     ghost = store.get(after).evolve(id=987654)  # type: ignore[union-attr]
     await service.on_final_state(ghost)  # never raises into the engine
     assert "immediate confirmation of message 987654 failed" in caplog.text
+
+
+class Fragile(ConfirmationCallback):
+    """A callback that keeps no rows and fails for one message."""
+
+    def __init__(self, failing: int) -> None:
+        self.failing, self.called = failing, []
+
+    @property
+    def durable(self) -> bool:
+        return False
+
+    async def confirm(self, request: ConfirmationRequest) -> None:
+        self.called.append(request.message_id)
+        if request.message_id == self.failing:
+            raise ConfirmationSendError("the log is full")
+
+
+def child_of(store: MessageStore, parent: int, n: int) -> int:
+    """A child message of ``parent`` (a split's) that ended OK."""
+    child = store.insert_message(NewMessage(
+        service="customer", operation="create", payload="{}", content_type="application/json",
+        correlation_id=f"corr-{n}", source_system="CRM", receive_ts=START, parent_id=parent)).message.id
+    assert store.transitions.apply((child, 0, MessageState.NEW, MessageState.OK, START, {}))
+    return child
+
+
+async def test_the_log_callback_confirms_each_owed_outcome_once_without_a_row(
+    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = ConfirmationService(store, DefaultConfirmationCallback(level=logging.INFO), clock=clock)
+    owed = [add_message(store, 1, MessageState.OK), add_message(store, 2, MessageState.CANCEL),
+            add_message(store, 3, MessageState.FAILED, last_error_code="E1", last_error_text="boom")]
+    skipped = add_message(store, 4, MessageState.SKIPPED)
+    held = add_message(store, 5, MessageState.FAILED, last_error_code="CALL_IN_DOUBT")
+    child = child_of(store, owed[0], 6)
+    finals = [*owed, skipped, held, child]
+    with store.begin() as connection:  # the engine's final transaction: no row is written for any of them
+        service.on_final_states_tx([store.get(i, connection) for i in finals], connection)
+    caplog.set_level(logging.DEBUG, logger="openroute.confirmation")
+
+    for message_id in finals:  # the engine's hook after the commit
+        await service.on_final_state(store.get(message_id))
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "openroute.confirmation"]
+    assert lines == [
+        f"confirmation: message {owed[0]} (correlation corr-1) from CRM ended OK",
+        f"confirmation: message {owed[1]} (correlation corr-2) from CRM ended CANCEL",
+        f"confirmation: message {owed[2]} (correlation corr-3) from CRM ended FAILED error E1: boom",
+    ]
+    assert await service.counts() == {"PENDING": 0, "SENT": 0, "FAILED": 0}
+    with store.engine.connect() as connection:
+        assert connection.execute(sa.select(sa.func.count()).select_from(confirmation_table)).scalar_one() == 0
+    assert await service.sweep_missing() == 0  # nothing to repair: no row is owed
+    assert (await service.process_due()).attempted == 0
+
+
+async def test_a_callback_without_rows_that_raises_is_logged_once_and_not_retried(
+    store: MessageStore, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    first, second = add_message(store, 1), add_message(store, 2)
+    callback = Fragile(failing=first)
+    service = ConfirmationService(store, callback, clock=clock)
+    caplog.set_level(logging.INFO, logger="openroute.confirmation")
+    for message_id in (first, second):
+        await service.on_final_state(store.get(message_id))  # never raises
+    assert callback.called == [first, second]
+    errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in errors] == [
+        f"confirmation callback raised for message {first}; not retried (its callback keeps no rows)"]
+    assert await service.counts() == {"PENDING": 0, "SENT": 0, "FAILED": 0}
+    clock.advance(3600)
+    assert (await service.process_due()).attempted == 0 and callback.called == [first, second]

@@ -202,10 +202,23 @@ def test_receiver_parser_refuses_entities() -> None:
 
 
 async def test_default_callback_logs(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="openroute.confirmation"):
+    with caplog.at_level(logging.DEBUG, logger="openroute.confirmation"):
         await DefaultConfirmationCallback().confirm(request())
     assert "message 7 (correlation corr-7) from CRM ended FAILED" in caplog.text
     assert "business errors [E1,E2]" in caplog.text
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+
+
+async def test_default_callback_logs_at_debug_unless_given_a_level_and_keeps_no_rows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger="openroute.confirmation"):
+        await DefaultConfirmationCallback().confirm(request())  # the transition log's line of the outcome says it
+        assert caplog.records == []
+        await DefaultConfirmationCallback(level=logging.INFO).confirm(request())
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert DefaultConfirmationCallback().durable is False
+    assert DelegateConfirmationCallback().durable is True
 
 
 async def test_delegate_picks_the_system_confirmation(receiver: Receiver) -> None:

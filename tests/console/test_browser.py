@@ -43,6 +43,14 @@ WAIT = 20
 CRM = {"down": True}
 
 
+class KeptLog(DefaultConfirmationCallback):
+    """The log's confirmation kept as rows, as a remote system's is (the console shows a confirmation's row)."""
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+
 def chromium_problem() -> str | None:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
     if missing:
@@ -115,8 +123,8 @@ def served(sqlite_url: str) -> Iterator[Served]:
         finals.setdefault(message.id, threading.Event()).set()
 
     engine.on_final_state(on_final)
-    # confirmations on: a message that ends OK is confirmed (the default callback logs it) right after its commit
-    confirmation = ConfirmationService(store, DefaultConfirmationCallback())
+    # confirmations kept as rows: a message that ends OK is confirmed (to the log) right after its commit, its row SENT
+    confirmation = ConfirmationService(store, KeptLog())
     # orders also come from an in-memory channel (its dead letters to another): the dashboard shows its counters
     channels = ChannelInbound(engine, [ChannelBinding("orders-in", "orders", "create", json=InboundBinding(
         "orders", "create", "json", required=("$.order",)))], CHANNELS, environ={})

@@ -19,6 +19,14 @@ from tests.console.conftest import ADMIN, World, inbound
 from tests.console.test_cli import Tty
 
 
+class KeptLog(DefaultConfirmationCallback):
+    """The log's confirmation kept as rows, as a remote system's is (the console shows a confirmation's row)."""
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+
 def _new(world: World, correlation_id: str) -> StoredMessage:
     return world.store.insert_message(NewMessage(
         service="orders", operation="create", payload="{}", content_type="application/json",
@@ -114,7 +122,7 @@ async def test_the_bulk_actions_are_above_the_result_table(client: httpx.AsyncCl
 async def test_a_sent_confirmation_shows_no_next_attempt(client: httpx.AsyncClient, world: World) -> None:
     """The service sends the confirmation of a message that ended OK; its row is SENT and has no next attempt (the
     claim's lease used to stay as a time in the future)."""
-    service = ConfirmationService(world.store, DefaultConfirmationCallback())
+    service = ConfirmationService(world.store, KeptLog())
     world.engine.on_final_state_in_transaction(service.on_final_state_tx)
     await world.engine.start()
     try:

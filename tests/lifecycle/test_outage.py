@@ -45,6 +45,14 @@ LOOPS = ("message store", "message store (confirmation loop)", "message store (r
          "message store (work signal listener)", "message store (message counts)", "message store (payload indexer)")
 
 
+class KeptLog(DefaultConfirmationCallback):
+    """The log's confirmation kept as rows, as a remote system's is (the confirmation loop reads them)."""
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+
 async def test_after_an_outage_only_messages_abandoned_before_it_ended_are_repaired(store: MessageStore) -> None:
     """The repoll's first run after an outage repairs this node's PROCESSING messages that left its pipeline (their
     outcome could not be written). A message accepted and claimed while that run reads the store (the store is back,
@@ -153,7 +161,7 @@ async def test_every_loop_of_a_node_logs_a_real_outage_once_and_recovers(
         engine = Engine(store, RouteRegistry([Route("orders", "create", [_ok])]),
                         EngineSettings(node_id="outage-loops", repoll_interval=timedelta(seconds=tick),
                                        heartbeat_interval=timedelta(seconds=tick)))
-        confirmation = ConfirmationService(store, DefaultConfirmationCallback(), node_id="outage-loops")
+        confirmation = ConfirmationService(store, KeptLog(), node_id="outage-loops")
         outbox = OutboxPublisher(store, [OutcomeEvents("events")],
                                  {"openroute.messaging.outgoing.events.connector": "in-memory"},
                                  node_id="outage-loops", settings=OutboxSettings(interval=tick), environ={})

@@ -12,7 +12,6 @@ from openroute.confirmation import (
     ConfirmationRequest,
     ConfirmationSendError,
     ConfirmationService,
-    DefaultConfirmationCallback,
 )
 from openroute.persistence import MessageState
 from openroute_reference import ReferenceSystems, build_application, external_systems
@@ -62,7 +61,7 @@ async def test_mno_down_once_then_only_the_mno_is_called_again(kit: Any, systems
 async def test_soap_fault_fails_the_message_with_a_business_error_and_a_confirmation(
     kit: Any, systems: ReferenceSystems
 ) -> None:
-    service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
+    service = ConfirmationService(kit.store, _Recorder(fail_first=0), clock=kit.clock)  # keeps rows
     kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
     sent = await kit.send_json("crm", "setCustomer", {"customerId": "blocked-7", "msisdn": "420777000222"},
                                source_system="CRM")
@@ -117,7 +116,7 @@ async def test_order_is_split_into_lines_and_ends_ok(kit: Any) -> None:
 
 
 async def test_order_with_a_bad_line_fails_and_is_confirmed_once(kit: Any) -> None:
-    service = ConfirmationService(kit.store, DefaultConfirmationCallback(), clock=kit.clock)
+    service = ConfirmationService(kit.store, _Recorder(fail_first=0), clock=kit.clock)  # keeps rows
     kit.engine.on_final_state_in_transaction(service.on_final_state_tx)
     order = {"orderId": "O-2", "lines": [{"sku": "A", "quantity": 1}, {"sku": "B", "quantity": 0}]}
     sent = await kit.send_json("shop", "createOrder", order, source_system="SHOP")
