@@ -127,8 +127,10 @@ _WAITING_CODES = frozenset({"FUNNEL", "CIRCUIT_OPEN"})
 
 
 class TransitionLog:
-    """Engine transition listener: one line per committed state change (INFO; a claim, and a message that waits for
-    its funnel or parks on an open breaker, at DEBUG).
+    """Engine transition listener: one line per committed state change, at INFO what an operator follows a message
+    by: its final outcome (OK, FAILED, SKIPPED, CANCEL), a failed attempt to retry, a restart, a hold; at DEBUG its
+    acceptance (NEW: the caller's answer and the store say it), its claim, and its waiting for a funnel or an open
+    breaker. A message that runs once is one INFO line.
 
     It remembers each claimed message's attempt number until its outcome, so an outcome line names the attempt
     that ran, as the store's transition row does (a failed count after a failure counts that failure already).
@@ -142,7 +144,9 @@ class TransitionLog:
     def __call__(self, previous: MessageState | None, message: StoredMessage) -> None:
         """Log the change of ``message`` from ``previous`` (None: just stored) to its current state, in one line."""
         target = message.state.value
-        if target == "PROCESSING":
+        if previous is None:  # accepted: one line for its outcome is enough at INFO
+            level = logging.DEBUG
+        elif target == "PROCESSING":
             if len(self._attempts) >= self._REMEMBERED:  # outcomes lost to another writer: forget the oldest
                 for key in list(self._attempts)[: self._REMEMBERED // 10]:
                     del self._attempts[key]
