@@ -223,6 +223,8 @@ class Metrics:
         )
         self.registry.register(_EngineCollector(engine, channel_counters, self.counts, channel_deliveries))
         self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._final_children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._processing_children: dict[tuple[str, str, str], Any] = {}
 
     def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:
         """Count one inbound request and its duration."""
@@ -238,11 +240,16 @@ class Metrics:
     async def on_final_state(self, message: StoredMessage) -> None:
         """Engine final-state hook: observe the message's latency and last processing time."""
         labels = (message.service, message.operation, message.state.value)
-        self.finals.labels(*labels).inc()
-        self.latency.labels(*labels).observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
+        children = self._final_children.get(labels)  # as for the requests: labels() checks and locks every call
+        if children is None:
+            children = self._final_children[labels] = (self.finals.labels(*labels), self.latency.labels(*labels))
+        children[0].inc()
+        children[1].observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
         if message.start_process_ts is not None:
-            seconds = (message.last_update_ts - message.start_process_ts).total_seconds()
-            self.processing.labels(*labels).observe(max(seconds, 0.0))
+            processing = self._processing_children.get(labels)  # made once a message of them was processed
+            if processing is None:
+                processing = self._processing_children[labels] = self.processing.labels(*labels)
+            processing.observe(max((message.last_update_ts - message.start_process_ts).total_seconds(), 0.0))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (reads the store: call it off the event loop)."""
