@@ -18,8 +18,8 @@ returns at once): it is far above what any of the three completes. Each run is a
 fresh database made for it and dropped after it; a repetition runs every system once, the order rotated from one
 repetition to the next. Every process runs the same event loop (``--loop``, default uvloop: ``pgq run`` and
 ``openroute run``, through uvicorn, both pick it when it is installed, and pgqueuer depends on it) and sets Python's
-logging as each system's own command does by default, to a file: INFO, which is three lines per message for
-openroute (NEW, OK, the confirmation sent), two for procrastinate (``Starting job``, ``ended with status``) and none
+logging as each system's own command does by default, to a file: INFO, which is one line per message for
+openroute (its outcome, ``PROCESSING -> OK``), two for procrastinate (``Starting job``, ``ended with status``) and none
 for PgQueuer (its per-job lines are DEBUG); ``--log-level`` sets one level for the three.
 
 What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` on, every table logged):
@@ -27,15 +27,15 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
 * **openroute** runs as ``openroute run`` does (``openroute/commands/run.py``), minus the HTTP server: the default
   configuration (``load_config``), the engine at its default settings (concurrency 64, repoll every 10 s, heartbeat),
   the attempt-failure log and the transition log, the app of ``create_app`` with its lifespan running: the metrics'
-  final-state hook, the confirmations (without ``[confirmations.systems]`` an outcome is confirmed by a log line, but
-  through the same rows), the message counts folded every 2 s, the payload search's index filled every 0.5 s; tracing
+  final-state hook, the confirmations (without ``[confirmations.systems]`` an outcome is confirmed by a log line at
+  DEBUG, made from the final-state hook with no row: a log line cannot fail), the message counts folded every 2 s, the payload search's index filled every 0.5 s; tracing
   off; ``gc.freeze()`` once started. The producers call ``Engine.accept`` of a trivial route (an XML payload, a
   correlation id): the ``message`` INSERT (``ON CONFLICT (source_system, correlation_id) DO NOTHING``: accept is
   idempotent; a trigger adds the id to ``message_payload_pending``) and its NEW ``message_transition`` row; the claim
-  UPDATE (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row; the outcome UPDATE (-> OK), its row and
-  the ``confirmation`` row: seven statements, every one through the engine's group-commit writer (one connection; the
-  writes queued meanwhile share a commit). Behind the OK's commit: the confirmation claimed and marked SENT (grouped
-  transactions), the payload copied into the index, three INFO lines (NEW, OK, the confirmation sent).
+  UPDATE (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row; the outcome UPDATE (-> OK) and its row:
+  six statements, every one through the engine's group-commit writer (one connection; the writes queued meanwhile
+  share a commit). Behind the OK's commit: the metrics' counters, the confirmation's (DEBUG) line, the payload copied
+  into the index (a batch every 0.5 s), one INFO line (the OK).
   The clock stops at the commit of the last OK (the benchmark's final-state hook runs first).
 * **PgQueuer** (asyncpg) as its documentation recommends for throughput (docs/guides/performance-tuning.md): the
   producers call ``Queries.enqueue`` on an ``AsyncpgPoolDriver`` (a pool of ``--pool`` connections), the consumer
@@ -55,8 +55,8 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
   (``procrastinate_fetch_job_v2``: one job -> ``doing``, ``SKIP LOCKED``, an event row) and the finish
   (``procrastinate_finish_job_v1``: -> ``succeeded``, an event row).
 
-So openroute writes the most rows per message (three transition rows, the confirmation and the payload index besides
-the message, and the idempotency check of the correlation id) and the fewest commits; PgQueuer one commit per
+So openroute writes the most rows per message (three transition rows and the payload index besides the message, and
+the idempotency check of the correlation id) and the fewest commits; PgQueuer one commit per
 message plus its batches; procrastinate three commits per message.
 
 When a run is final: openroute's final-state hook runs after the commit of the OK; for the peers, once the step ran

@@ -87,9 +87,10 @@ class Node:
     ``metrics``, ``confirmation``, ``retention``, ``channels``, ``outbox``, ``alerts``, ``counts``,
     ``payload_indexer``).
 
-    With ``confirmation`` every final state is confirmed to the source system: the row is written in the
-    transaction that makes the message final, sent right after the commit, and the service's retry/repair loop runs
-    every ``confirmation_interval`` seconds. The lifespan folds the store's message counts every 2 s (``counts``,
+    With ``confirmation`` every final state is confirmed to the source system: for a durable callback (configured
+    systems) the row is written in the transaction that makes the message final, sent right after the commit, and the
+    service's retry/repair loop runs every ``confirmation_interval`` seconds; the log's callback (no systems) keeps
+    no row and logs once right after the commit. The lifespan folds the store's message counts every 2 s (``counts``,
     default a :class:`~openroute.jobs.counts.MessageCounts`, shared by the admin API and ``/metrics``) and, on
     PostgreSQL, copies the stored payloads into the payload search's index every 0.5 s (``payload_indexer``).
     With ``retention`` the lifespan runs the :class:`~openroute.runtime.retention.RetentionJob`, with ``alerts`` the
