@@ -22,7 +22,9 @@ a source system that drops repeats by that id sees each confirmation at most onc
 Only a :attr:`~confirmation.ConfirmationCallback.durable` callback's confirmations get rows. One that is not (the
 default, which logs) is called once per confirmed message from :meth:`ConfirmationService.on_final_state`, right
 after the final commit: no row, no claim, no SENT record, no retry and no repair sweep, since there is nothing to
-deliver that could fail; a node that dies between the final commit and that call leaves its line unwritten.
+deliver that could fail; a node that dies between the final commit and that call leaves its line unwritten. Rows
+that exist all the same (made by an earlier version, which kept rows for the log too, or by :meth:`enqueue`) are
+still sent by :meth:`~ConfirmationService.process_due`.
 """
 
 from __future__ import annotations
