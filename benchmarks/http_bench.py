@@ -27,8 +27,7 @@ floor's server CPU per request over the endpoint's, what the rate ratio would be
 (steadier on a machine whose speed moves between runs). Each run's CPU per request is also split into the server's
 main thread (HTTP, parsing, the inbound layer), its other threads (the group-commit writer) and, against a local
 PostgreSQL, the database's processes; at 32 in flight these add up along one commit cycle (:func:`cycle_parts`), so
-their sums say where an
-endpoint's distance to the floor sits.
+their sums say where an endpoint's distance to the floor sits.
 """
 
 from __future__ import annotations
