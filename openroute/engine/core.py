@@ -256,8 +256,8 @@ class Engine(EngineHooks):
             raise NodeNotAcceptingError(self.node_id, node_state.value)
         self.check_inbound(inbound)
         new = inbound.to_new_message(self.clock.now(), traceparent=traceparent)
-        # a worker is free and no funnel turn is to be taken: claimed for this node in the same transaction, it goes to
-        # the worker claimed (one writer round and one statement fewer than a claim of its own)
+        # the queue has room and no funnel turn is to be taken: claimed for this node in the same transaction, it goes
+        # to a worker claimed (one writer round and one statement fewer than a claim of its own)
         claiming = new.funnel_value is None and self._running and not self._stopping and self._queue.reserve()
         try:
             outcome = await (self._pipeline.insert_claimed(new) if claiming else self._pipeline.insert(new))

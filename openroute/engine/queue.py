@@ -6,9 +6,9 @@ hands the outcome to the writer and takes its next message meanwhile, :meth:`Pro
 waits for room: a message that finds none stays in the store (NEW, or due) and the feeder (``feeder.py``) takes it
 when room frees, so accepting never waits behind processing. A message claimed for this node before it was queued
 (by the feeder, or by a funnel release that handed it the funnel) is queued past the bound, which its claim already
-counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker. An accepted message that finds a
-free worker is stored claimed for this node in its accept's own transaction: the accept reserves its room first
-(:meth:`ProcessingQueue.reserve`), so the bound holds while the commit is under way.
+counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker. An accepted message that finds room
+is stored claimed for this node in its accept's own transaction and queued claimed: the accept reserves its room
+first (:meth:`ProcessingQueue.reserve`), so the bound holds while the commit is under way.
 """
 
 from __future__ import annotations
@@ -187,14 +187,11 @@ class ProcessingQueue:
         return self._send(message)
 
     def reserve(self) -> bool:
-        """Hold room for a message about to be stored claimed for this node (in its accept's transaction): True when
-        a worker is free for it (fewer messages queued, in flight or reserved than workers; those whose outcome is
-        being written do not hold a worker) and the bound has room; False otherwise, or when the node takes no work
-        (the message is stored NEW and queued as before). The holder ends the reservation with :meth:`release`,
-        before it queues the message (:meth:`emit_claimed`) or when it will not."""
-        if (self._pending - len(self._writing) + self._reserved >= self.concurrency
-                or self._pending + self._reserved >= self.limit or not self.open
-                or not self.node_state.picks_up_work):
+        """Hold room in the bound for a message about to be stored claimed for this node (in its accept's
+        transaction): True when the bound has room, as :meth:`emit` would queue it; False when it has none or the node
+        takes no work (the message is stored NEW and waits for the feeder, as before). The holder ends the
+        reservation with :meth:`release`, before it queues the message (:meth:`emit_claimed`) or when it will not."""
+        if self._pending + self._reserved >= self.limit or not self.open or not self.node_state.picks_up_work:
             return False
         self._reserved += 1
         return True
