@@ -236,8 +236,11 @@ class Engine(EngineHooks):
     async def accept(self, inbound: InboundMessage) -> AcceptResult:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 
-        Returns after the commit. A repeated (source system, correlation id) is answered with
-        ``duplicate=True`` and the existing message; nothing is stored twice. Raises
+        When this node's queue has room for it and it has no funnel value, it is claimed for this node in the same
+        transaction (stored PROCESSING, with both transition rows) and queued claimed; the answer's ``state`` is NEW
+        all the same, the state the message entered the store in. Returns after the commit. A repeated (source
+        system, correlation id) is answered with ``duplicate=True`` and the existing message; nothing is stored twice
+        (nor claimed). Raises
         :class:`UnknownRouteError`, :class:`ValidationError` or :class:`PayloadTooLargeError` (nothing stored),
         :class:`NodeNotAcceptingError` when an operator drained or stopped this node,
         :class:`StoreUnavailableError` while the database cannot be reached (nothing stored; logged once per outage).
