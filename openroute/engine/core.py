@@ -322,8 +322,7 @@ class Engine(EngineHooks):
                                       and message.version == 1 and message.id not in self._queue.ids):
             self._queue.release(unused=True)  # stored before by another accept, or processed already
             return
-        if not outcome.duplicate:
-            self.stats.accepted += 1
+        self.stats.accepted += 1  # stored by this node's accept (the cancelled one, or this insert)
         if self._transition_listeners:
             self._pipeline.notify(None, _as_stored_new(message))
         self._queued_claimed(message)
