@@ -61,6 +61,7 @@ log = logging.getLogger("openroute.engine")
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
 
+
 def _as_stored_new(claimed: StoredMessage) -> StoredMessage:
     """The NEW snapshot of a message its accept stored claimed (PROCESSING, version 1): what the transition listeners
     hear of the accept, as they did when the claim came after it."""
