@@ -22,8 +22,11 @@ Two measurements per store, interleaved (one repetition runs every database x mo
   (PROCESSING -> OK by id + version, executemany), plus the ``message_transition`` rows the engine writes per
   message (measured from a warm-up run, 0 before they exist), through the raw driver on the store's own
   engine (same pragmas, same durability), and grouped per commit as the engine's writer grouped them in the same
-  repetition (its writes per commit / 3: a message is three writer operations, insert, claim and outcome, each with
-  its transition row), or ``--floor-group`` messages per commit;
+  repetition (its writes per commit over its writes per message: a message is three writer operations, insert,
+  claim and outcome, each with its transition rows, or two when its accept found a free worker and stored it
+  claimed), or ``--floor-group`` messages per commit. The share of the engine's messages claimed at their accept
+  is inserted claimed by the floor too (PROCESSING, with the claim's columns, in a multi-row INSERT of their own,
+  and no claim UPDATE);
 * the **engine**: ``senders`` concurrent clients accept ``count`` messages of a trivial route while one node
   (default settings; start-up objects frozen out of the garbage collector's reach, as ``openroute run`` does)
   processes them (NEW -> PROCESSING -> OK); completed msgs/s = messages that reached a final state / time
@@ -143,8 +146,10 @@ def _sql(dialect: str, text: str) -> str:
     return text.replace("?", "%s") if dialect == "postgresql" else text
 
 
-def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> float:
-    """Messages/s of the engine's statements alone, the whole work of ``chunk`` messages per commit."""
+def floor(url: str, count: int, chunk: int, transitions_per_message: int, claimed_share: float = 0.0) -> float:
+    """Messages/s of the engine's statements alone, the whole work of ``chunk`` messages per commit; the first
+    ``claimed_share`` of each chunk's messages are inserted claimed (as an accept that found a free worker stores them),
+    the others NEW and claimed by their UPDATE."""
     store = MessageStore(url)
     engine = store.engine
     dialect = store.dialect
@@ -160,27 +165,46 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> flo
     steps = [(None, "NEW"), ("NEW", "PROCESSING"), ("PROCESSING", "OK")][:transitions_per_message]
 
     def record(cursor: Any, ids: list[int], step: int) -> None:
-        if step < len(steps):
+        if step < len(steps) and ids:
             before, after = steps[step]
             cursor.executemany(transition, [(i, before, after, now, "bench", i, None, "engine") for i in ids])
+
+    def insert(cursor: Any, rows: list[Any], n: int) -> list[int]:
+        if not n:
+            return []
+        cursor.execute(_sql(dialect, f"INSERT INTO message ({', '.join(INSERT_COLUMNS)}) VALUES "
+                                     f"{', '.join([row_marks] * n)} ON CONFLICT (source_system, correlation_id) "
+                                     "DO NOTHING RETURNING id"), rows)
+        return [row[0] for row in cursor.fetchall()]
 
     started = time.perf_counter()
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
+        claimed_n = round(n * claimed_share)
         now = datetime.now(UTC)
+        claimed_rows: list[Any] = []
         rows: list[Any] = []
         for i in range(first, first + n):
-            rows.extend((f"f-{i}", "bench", None, "bench", "noop", None, None, None, "<order/>", "text/xml", json_obj,
-                         "NEW", 0, now, None, None, now, None, None, json_obj, json_list, None, None, None, 0, None))
+            if i - first < claimed_n:  # the claim's columns written by the INSERT: PROCESSING, version 1
+                claimed_rows.extend((f"f-{i}", "bench", None, "bench", "noop", None, None, None, "<order/>",
+                                     "text/xml", json_obj, "PROCESSING", 0, now, None, now, now, None, "bench",
+                                     json_obj, json_list, None, None, None, 1, None))
+            else:
+                rows.extend((f"f-{i}", "bench", None, "bench", "noop", None, None, None, "<order/>", "text/xml",
+                             json_obj, "NEW", 0, now, None, None, now, None, None, json_obj, json_list, None, None,
+                             None, 0, None))
         with engine.begin() as connection:
             cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            cursor.execute(_sql(dialect, f"INSERT INTO message ({', '.join(INSERT_COLUMNS)}) VALUES "
-                                         f"{', '.join([row_marks] * n)} ON CONFLICT (source_system, correlation_id) "
-                                         "DO NOTHING RETURNING id"), rows)
-            ids = [row[0] for row in cursor.fetchall()]
-            record(cursor, ids, 0)
-            if dialect == "postgresql":  # the store's own text: the id and version arrays joined, SKIP LOCKED
+            claimed = insert(cursor, claimed_rows, claimed_n)
+            ids = insert(cursor, rows, n - claimed_n)
+            record(cursor, claimed + ids, 0)
+            record(cursor, claimed, 1)
+            won: list[int] = []
+            if not ids:
+                pass
+            elif dialect == "postgresql":  # the store's own text: the id and version arrays joined, SKIP LOCKED
                 cursor.execute(POSTGRES_CLAIM, ["PROCESSING", "bench", now, now, ids, [0] * len(ids)])
+                won = [row[0] for row in cursor.fetchall()]
             else:
                 pairs = ", ".join("(?, ?)" for _ in ids)
                 claim = _sql(dialect, "UPDATE message SET state = ?, start_process_ts = ?, last_update_ts = ?, "
@@ -188,10 +212,11 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int) -> flo
                                       f"WHERE {claim_where.format(ids=', '.join('?' for _ in ids), pairs=pairs)} "
                                       "RETURNING id")
                 cursor.execute(claim, ["PROCESSING", now, now, "bench", *ids, *[v for i in ids for v in (i, 0)]])
-            won = [row[0] for row in cursor.fetchall()]
+                won = [row[0] for row in cursor.fetchall()]
             record(cursor, won, 1)
-            cursor.executemany(outcome, [("OK", 2, now, i, 1) for i in won])
-            record(cursor, won, 2)
+            processing = claimed + won
+            cursor.executemany(outcome, [("OK", 2, now, i, 1) for i in processing])
+            record(cursor, processing, 2)
             cursor.close()
     elapsed = time.perf_counter() - started
     with engine.connect() as connection:
@@ -276,6 +301,7 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
             transitions = 0
     writer = engine._pipeline.writer  # the group-commit writer's own counters (internal: a benchmark may look)
     writer_cpu, commits, writes = writer.cpu_seconds, writer.transactions, writer.operations
+    claimed_at_accept = engine.stats.claimed_at_accept
     await engine.stop()
     gc.unfreeze()
     if ok != count:
@@ -292,6 +318,10 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
         "p50": statistics.median(latencies) * 1000,
         "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
         "transitions_per_message": transitions / count,
+        # how the engine wrote them: writer operations per message (insert, claim, outcome; the claim is the
+        # insert's for a message claimed at its accept) and the share claimed at accept, which the floor mirrors
+        "writes_per_message": writes / max(finals, 1),
+        "claimed_at_accept": claimed_at_accept / max(finals, 1),
     }
 
 
@@ -378,9 +408,11 @@ def main() -> None:
                                                                "ratio", "writer_us", "per_commit")})
                     with templates.copy(kind, mode) as url:
                         run = asyncio.run(engine_run(url, args.count, args.senders))
-                    group = args.floor_group or round(run["per_commit"] / 3)  # 3 writer operations a message
+                    # the messages of a commit: its writer operations over those of a message (3: insert, claim,
+                    # outcome; 2 for a message claimed in its accept's insert)
+                    group = args.floor_group or round(run["per_commit"] / run["writes_per_message"])
                     with templates.copy(kind, mode) as url:
-                        base = floor(url, args.count, group, per_message[kind])
+                        base = floor(url, args.count, group, per_message[kind], run["claimed_at_accept"])
                     entry["floor"].append(base)
                     for key in ("completed", "accepted", "p50", "p99", "writer_us", "per_commit"):
                         entry[key].append(run[key])
@@ -388,7 +420,8 @@ def main() -> None:
                     print(f"  rep {rep + 1} {kind:8} {mode:8} floor {base:7.0f} msg/s | engine {run['completed']:7.0f}"
                           f" msg/s | ratio {run['completed'] / base:4.2f} | backlog messages done "
                           f"{run['backlog_done']:.0f} | writer CPU {run['writer_us']:.0f} us/msg, "
-                          f"{run['per_commit']:.0f} writes/commit; floor {group} messages/commit", flush=True)
+                          f"{run['per_commit']:.0f} writes/commit, {run['claimed_at_accept']:.0%} claimed at accept;"
+                          f" floor {group} messages/commit", flush=True)
     print(f"\n{'database':9} {'store':8} {'floor msg/s':>20} {'completed msg/s':>20} {'accept p50 ms':>18} "
           f"{'p99 ms':>18} {'writer CPU us/msg':>18} {'engine/floor':>17}   (min / median / max)")
     for (kind, mode), entry in results.items():

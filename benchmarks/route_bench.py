@@ -14,7 +14,8 @@ one of:
 * ``node``: ``openroute run`` (default settings, one node) on the database;
 * ``floor``: this script in ``floor`` mode, one asyncio process with the same HTTP server stack (Starlette on
   uvicorn) doing the node's SQL statements and HTTP calls with nothing around them: accept (the ``message`` INSERT
-  and its NEW transition row, answered after the commit), claim (the store's claim UPDATE and the PROCESSING row),
+  and its NEW transition row, answered after the commit), claim (the store's claim UPDATE and the PROCESSING row;
+  with room in the bound, as the node, the INSERT stores the message claimed with both rows and no claim follows),
   the call's STARTED record (``external_call`` INSERT ... ON CONFLICT DO NOTHING), the call with httpx (the node's
   network transport, the same body and ``Idempotency-Key``), its outcome (``external_call`` UPDATE; with records the
   ``call_record`` INSERT), the final state (``message`` UPDATE, the OK row, the ``confirmation`` INSERT), then the
@@ -167,12 +168,21 @@ class FloorStatements:
     def _transitions(self, cursor: Any, ids: Sequence[int], before: str | None, after: str, at: Any) -> None:
         cursor.executemany(self.transition, [(i, before, after, at, self.node_id, 1, i, "engine") for i in ids])
 
-    def insert(self, connection: sa.Connection, items: list[tuple[str, str, datetime]]) -> list[int]:
-        """Accept: the ``message`` rows (payload, correlation id, received at) and their NEW transition rows."""
+    def insert(self, connection: sa.Connection, items: list[tuple[str, str, datetime]],
+               claimed: bool = False) -> list[int]:
+        """Accept: the ``message`` rows (payload, correlation id, received at) and their NEW transition rows;
+        ``claimed``: stored claimed for the node as well (PROCESSING, the claim's columns, the PROCESSING rows), as
+        the node stores a message whose accept found room in its queue."""
         cursor = self._cursor(connection)
         rows = []
+        claimed_at = self.at(datetime.now(UTC)) if claimed else None
         for payload, correlation_id, now in items:
             at = self.at(now)
+            if claimed:
+                rows.append([correlation_id, SOURCE, None, "bench", "plain", None, None, None, payload,
+                             "application/json", '{"endpoint": "json"}', "PROCESSING", 0, at, None, claimed_at,
+                             claimed_at, None, self.node_id, "{}", "[]", None, None, None, 1, None])
+                continue
             rows.append([correlation_id, SOURCE, None, "bench", "plain", None, None, None, payload,
                          "application/json", '{"endpoint": "json"}', "NEW", 0, at, None, None, at, None, None, "{}",
                          "[]", None, None, None, 0, None])
@@ -195,8 +205,14 @@ class FloorStatements:
                 ids.extend(made[row[0]] for row in chunk)
                 first += size
         self._transitions(cursor, ids, None, "NEW", self.at(items[0][2]))
+        if claimed_at is not None:
+            self._transitions(cursor, ids, "NEW", "PROCESSING", claimed_at)
         cursor.close()
         return ids
+
+    def insert_claimed(self, connection: sa.Connection, items: list[tuple[str, str, datetime]]) -> list[int]:
+        """:meth:`insert` claimed for the node."""
+        return self.insert(connection, items, claimed=True)
 
     def claim(self, connection: sa.Connection, ids: list[int]) -> list[bool]:
         """NEW -> PROCESSING by id and version (the store's claim) and the PROCESSING transition rows."""
@@ -310,11 +326,12 @@ class Floor:
         self.sql = sql = FloorStatements(self.store.dialect == "postgresql", "floor", records)
         self.records = records
         self.writer = GroupCommitWriter(self.store.engine)
-        self.groups = {name: Grouped(run, name, urgent=name == "insert") for name, run in (
-            ("insert", sql.insert), ("claim", sql.claim), ("call start", sql.call_start), ("call end", sql.call_end),
+        self.groups = {name: Grouped(run, name, urgent=name.startswith("insert")) for name, run in (
+            ("insert", sql.insert), ("insert claimed", sql.insert_claimed), ("claim", sql.claim),
+            ("call start", sql.call_start), ("call end", sql.call_end),
             ("finish", sql.finish), ("confirmation claim", sql.confirmation_claim),
             ("confirmation sent", sql.confirmation_sent))}
-        self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int, str, bool]] = asyncio.Queue()
         self.room = asyncio.Semaphore(CONCURRENCY + QUEUE_SIZE)
         self.remote_url = f"http://127.0.0.1:{remote_port}/call"
         self.receiver_url = f"http://127.0.0.1:{receiver_port}/confirm"
@@ -343,8 +360,19 @@ class Floor:
             cursor.close()
 
     async def accept(self, payload: str, correlation_id: str) -> int:
-        message_id: int = await self.submit("insert", (payload, correlation_id, datetime.now(UTC)))
-        self.queue.put_nowait((message_id, correlation_id))
+        """The node's accept: with room in the bound the message is stored claimed (its room taken now, its worker
+        makes no claim), else stored NEW for a worker's claim once room frees."""
+        claimed = not self.room.locked()
+        if claimed:
+            await self.room.acquire()  # free: returns at once
+        try:
+            message_id: int = await self.submit("insert claimed" if claimed else "insert",
+                                                (payload, correlation_id, datetime.now(UTC)))
+        except BaseException:
+            if claimed:
+                self.room.release()
+            raise
+        self.queue.put_nowait((message_id, correlation_id, claimed))
         return message_id
 
     async def work(self) -> None:
@@ -360,14 +388,15 @@ class Floor:
 
     async def _work(self) -> None:
         while True:
-            await self.room.acquire()
-            message_id, correlation_id = await self.queue.get()
+            message_id, correlation_id, claimed = await self.queue.get()
+            if not claimed:
+                await self.room.acquire()
             try:
-                if not await self.submit("claim", message_id):
+                if not claimed and not await self.submit("claim", message_id):
                     # its row was locked for a moment (SKIP LOCKED: the payload indexer's insert holds a key-share
                     # lock on it): taken again later, as the node's feeder takes a lost claim from the store
                     self.room.release()
-                    self.queue.put_nowait((message_id, correlation_id))
+                    self.queue.put_nowait((message_id, correlation_id, False))
                     await asyncio.sleep(0.01)
                     continue
                 await self.call(message_id, correlation_id)

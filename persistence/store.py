@@ -79,20 +79,38 @@ class MessageStore(Database):
 
     def insert_messages(
         self, batch: Sequence[NewMessage], connection: sa.Connection | None = None, *, node_id: str | None = None,
-        cause: str = "engine",
+        cause: str = "engine", claimed_at: datetime | None = None,
     ) -> list[InsertOutcome]:
-        """:meth:`insert_message` for many messages with one multi-row INSERT; one outcome per item, in order."""
+        """:meth:`insert_message` for many messages with one multi-row INSERT; one outcome per item, in order.
+
+        With ``claimed_at`` the messages are stored claimed for ``node_id`` as well, as if claimed at that time in the
+        same transaction (the engine's accept, when the node has room for them): PROCESSING, version 1, with the
+        claim's node and start time, and both transition rows (None -> NEW at the receive time, NEW -> PROCESSING at
+        ``claimed_at``); the outcome's snapshot is the PROCESSING one. A duplicate is not claimed: its outcome is the
+        message stored before, as it is.
+        """
         if not batch:
             return []
         rows = [insert_values(new) for new in batch]
+        if claimed_at is not None:
+            if node_id is None:
+                raise ValueError("claimed_at needs the node_id the messages are claimed for")
+            claim = {"state": MessageState.PROCESSING, "version": 1, "node_id": node_id,
+                     "start_process_ts": claimed_at, "last_update_ts": claimed_at}
+            for values in rows:
+                values.update(claim)
         c = message_table.c
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
             ids = self._hot.insert_messages(conn, rows)
-            self.transitions.record(conn, [
+            history = [
                 transition_row(new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause)
                 for new, new_id in zip(batch, ids, strict=True) if new_id is not None
-            ])
+            ]
+            if claimed_at is not None:  # after the NEW rows: the history reads in the order it happened
+                history.extend([transition_row(row[0], MessageState.NEW, MessageState.PROCESSING, claimed_at, node_id,
+                                               None, cause) for row in list(history)])
+            self.transitions.record(conn, history)
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 key = (new.source_system, new.correlation_id)

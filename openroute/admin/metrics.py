@@ -76,6 +76,8 @@ class _EngineCollector(Collector):
             ("openroute_accepted", "Messages accepted (stored NEW) by this node", stats.accepted),
             ("openroute_duplicates", "Duplicate messages answered by this node", stats.duplicates),
             ("openroute_claims", "Messages claimed for processing by this node", stats.claimed),
+            ("openroute_claims_at_accept", "Of the claims: messages claimed in their accept's transaction",
+             stats.claimed_at_accept),
             ("openroute_lost_claims", "Claims lost to another node", stats.lost_claims),
             ("openroute_retries", "Attempts that ended PARTLY_FAILED (a retry is due)",
              stats.outcomes.get(MessageState.PARTLY_FAILED, 0)),

@@ -17,7 +17,9 @@ __all__ = ["AcceptResult", "check_inbound"]
 
 @dataclass(frozen=True)
 class AcceptResult:
-    """The answer to an accept: the stored message (or the one it duplicates) and its current state."""
+    """The answer to an accept: the stored message (or the one it duplicates) and its state: NEW for a message this
+    accept stored (the state it entered the store in, also when the node claimed it in the same transaction), the
+    current one of a duplicate."""
 
     message_id: int
     correlation_id: str

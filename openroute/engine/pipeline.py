@@ -81,6 +81,10 @@ class CommitPipeline:
         #: ``insert(new)``: store an accepted message as NEW; the future of its outcome, settled after the commit
         self.insert: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
             self.writer.enqueue_grouped, Grouped(self.writes.insert_many, "insert", urgent=True))
+        #: ``insert_claimed(new)``: store an accepted message claimed for this node in the same transaction
+        #: (PROCESSING; a duplicate is not claimed); the future of its outcome, settled after the commit
+        self.insert_claimed: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
+            self.writer.enqueue_grouped, Grouped(self.writes.insert_claimed_many, "insert claimed", urgent=True))
         #: ``claim(message)``: claim a queued message for this node; the future of the claimed snapshot (None when
         #: another writer had it; the POSTPONED snapshot when it waits in its funnel's queue instead)
         self.claim: Callable[[StoredMessage], asyncio.Future[StoredMessage | None]] = functools.partial(
@@ -179,8 +183,13 @@ class CommitPipeline:
             return
         log.debug("funnel %r: message %s handed on while this node takes no work; given back", claimed.funnel_value,
                   claimed.id)
+        self.give_back_soon(claimed, "after its funnel was handed to it")
+
+    def give_back_soon(self, claimed: StoredMessage, when: str) -> None:
+        """:meth:`give_back` in the background, for a caller that must not wait for it; a failure is logged (``when``
+        says when it was claimed) and leaves the message PROCESSING, for the lease's repair."""
         task = asyncio.ensure_future(self.give_back(claimed))
-        task.add_done_callback(functools.partial(_given_back, claimed.id))
+        task.add_done_callback(functools.partial(_given_back, claimed.id, when))
 
     def notify(self, previous: MessageState | None, message: StoredMessage) -> None:
         """Tell the transition listeners (a failing listener is logged, the others still hear it)."""
@@ -200,8 +209,7 @@ class CommitPipeline:
                 repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
 
 
-def _given_back(message_id: int, done: asyncio.Future[Any]) -> None:
+def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
     error = None if done.cancelled() else done.exception()
     if error is not None:  # it stays PROCESSING: the lease's repair gives it back
-        log.warning("message %s could not be given back after its funnel was handed to it: %s: %s", message_id,
-                    type(error).__name__, error)
+        log.warning("message %s could not be given back %s: %s: %s", message_id, when, type(error).__name__, error)

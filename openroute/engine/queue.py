@@ -6,7 +6,9 @@ hands the outcome to the writer and takes its next message meanwhile, :meth:`Pro
 waits for room: a message that finds none stays in the store (NEW, or due) and the feeder (``feeder.py``) takes it
 when room frees, so accepting never waits behind processing. A message claimed for this node before it was queued
 (by the feeder, or by a funnel release that handed it the funnel) is queued past the bound, which its claim already
-counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker.
+counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker. An accepted message that finds room
+is stored claimed for this node in its accept's own transaction and queued claimed: the accept reserves its room
+first (:meth:`ProcessingQueue.reserve`), so the bound holds while the commit is under way.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class ProcessingQueue:
         self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see writing())
         self._pending = 0
         self._in_flight = 0
+        self._reserved = 0  # room held by accepts storing their message claimed for this node (see reserve())
         self._idle = asyncio.Event()
         self._idle.set()
         self.open = False
@@ -169,7 +172,7 @@ class ProcessingQueue:
     @property
     def room(self) -> int:
         """How many more messages the bound lets in now."""
-        return max(self.limit - self._pending, 0)
+        return max(self.limit - self._pending - self._reserved, 0)
 
     async def wait_idle(self, timeout: float) -> None:
         """Wait until nothing is queued or in flight; TimeoutError after ``timeout`` seconds."""
@@ -179,9 +182,26 @@ class ProcessingQueue:
     def emit(self, message: StoredMessage) -> bool:
         """Queue ``message`` if the bound has room; False when it has none, the message is queued already, or the node
         takes no work (the message stays in the store)."""
-        if self._pending >= self.limit:
+        if self._pending + self._reserved >= self.limit:
             return False
         return self._send(message)
+
+    def reserve(self) -> bool:
+        """Hold room in the bound for a message about to be stored claimed for this node (in its accept's
+        transaction): True when the bound has room, as :meth:`emit` would queue it; False when it has none or the node
+        takes no work (the message is stored NEW and waits for the feeder, as before). The holder ends the
+        reservation with :meth:`release`, before it queues the message (:meth:`emit_claimed`) or when it will not."""
+        if self._pending + self._reserved >= self.limit or not self.open or not self.node_state.picks_up_work:
+            return False
+        self._reserved += 1
+        return True
+
+    def release(self, unused: bool = False) -> None:
+        """End a reservation of :meth:`reserve`; ``unused``: no message takes its room (a duplicate, a failed
+        insert), which the feeder may then take."""
+        self._reserved -= 1
+        if unused and self.open and self._room_freed is not None:
+            self._room_freed()
 
     def emit_claimed(self, previous: MessageState, claimed: StoredMessage) -> bool:
         """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not

@@ -91,6 +91,8 @@ class EngineStats:
     accepted: int = 0
     duplicates: int = 0
     claimed: int = 0
+    #: of ``claimed``: messages stored claimed in their accept's own transaction (the queue had room for them)
+    claimed_at_accept: int = 0
     lost_claims: int = 0
     stale_writes: int = 0
     repaired: int = 0

@@ -1,5 +1,6 @@
-"""What the engine's group-commit writer does inside one transaction: inserts, claims, outcomes and what goes with
-them (funnels, parents, call records).
+"""What the engine's group-commit writer does inside one transaction: inserts (claimed for this node in the same
+transaction when the accept had room for them), claims, outcomes and what goes with them (funnels, parents, call
+records).
 
 A claim decides the funnel turn of each funnel message in its own transaction (it takes the funnel, or it waits in
 the funnel's queue without running, :class:`~openroute.engine.funnel.FunnelQueue`); the feeder's claim reads the
@@ -61,6 +62,12 @@ class EngineWrites:
     def insert_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[InsertOutcome]:
         """Store a group of accepted messages as NEW (a duplicate's outcome names the message stored before)."""
         return self.store.insert_messages(batch, connection, node_id=self.node_id)
+
+    def insert_claimed_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[InsertOutcome]:
+        """Store a group of accepted messages claimed for this node in the same transaction (PROCESSING, both
+        transition rows: ``MessageStore.insert_messages`` with ``claimed_at``); a duplicate is not claimed. The
+        accept chose them: no funnel to take a turn in, and room in this node's queue (``Engine._accept``)."""
+        return self.store.insert_messages(batch, connection, node_id=self.node_id, claimed_at=self.clock.now())
 
     def begin_calls(self, connection: sa.Connection,
                     starts: list[CallStart]) -> list[tuple[ExternalCall | None, bool]]:

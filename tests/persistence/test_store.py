@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from openroute.persistence import (
     ExternalCallStatus,
     MessageState,
@@ -25,6 +26,29 @@ def test_insert_stores_new_and_duplicates_are_reported(store: MessageStore) -> N
     other_source = store.insert_message(new_message(source="erp"))
     assert not other_source.duplicate
     assert store.count_by_state() == {MessageState.NEW: 2}
+
+
+def test_insert_claimed_stores_processing_for_the_node_with_both_transition_rows(store: MessageStore) -> None:
+    claimed_at = START + timedelta(milliseconds=3)
+    stored = store.insert_messages([new_message("c-1"), new_message("c-2")], node_id="node-1", claimed_at=claimed_at)
+    assert [outcome.duplicate for outcome in stored] == [False, False]
+    for outcome in stored:
+        row = store.get(outcome.message.id)
+        assert row == outcome.message  # the snapshot is the row as stored
+        assert (row.state, row.version, row.node_id, row.start_process_ts, row.last_update_ts, row.receive_ts) == (
+            MessageState.PROCESSING, 1, "node-1", claimed_at, claimed_at, START)
+        assert [(t["from_state"], t["to_state"], t["at"], t["node_id"], t["attempt"])
+                for t in store.transitions.of(row.id)] == [
+            (None, MessageState.NEW, START, "node-1", 1),
+            (MessageState.NEW, MessageState.PROCESSING, claimed_at, "node-1", 1)]
+    # a duplicate is not claimed: the message stored before, as it is
+    plain = store.insert_message(new_message("c-3"))
+    again = store.insert_messages([new_message("c-3")], node_id="node-1", claimed_at=claimed_at)[0]
+    assert again.duplicate and again.message == store.get(plain.message.id)
+    assert again.message.state is MessageState.NEW and len(store.transitions.of(plain.message.id)) == 1
+    with pytest.raises(ValueError, match="node_id"):
+        store.insert_messages([new_message("c-4")], claimed_at=claimed_at)
+    assert store.count_by_state() == {MessageState.PROCESSING: 2, MessageState.NEW: 1}
 
 
 def test_external_call_records(store: MessageStore) -> None:
