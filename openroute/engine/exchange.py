@@ -210,7 +210,7 @@ class Exchange:
     def _entity_scoped(self, scope: ExtCallScope | Literal["message", "entity"] | None) -> bool:
         if scope is None:
             scope = self.route.ext_call_scope if self.route is not None else "message"
-        if scope not in tuple(ExtCallScope):
+        if scope not in _SCOPES:
             raise ValueError(f"scope must be 'message' or 'entity', got {scope!r}")
         return scope == "entity" and self.message.object_id is not None
 
@@ -451,6 +451,9 @@ class Exchange:
         if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
         return self.runtime
+
+
+_SCOPES = tuple(ExtCallScope)  # a tuple: an unhashable scope is refused with the ValueError, not a TypeError
 
 
 def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) -> list[Any]:
