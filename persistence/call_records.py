@@ -4,11 +4,13 @@ outcome. They go with their message (``ON DELETE CASCADE``), so the retention jo
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from openroute.persistence._call_path import CallPath
 from openroute.persistence.models import call_record_table
 from openroute.persistence.store import MessageStore
 
@@ -53,17 +55,26 @@ class CallRecord:
 
 
 class CallRecordStore:
-    """The ``call_record`` table of ``store``."""
+    """The ``call_record`` table of ``store``.
+
+    A record is written as SQL text on the driver's cursor (:mod:`._call_path`: the values through the columns' own
+    bind processors, the rows SQLAlchemy Core would write); a node writes its records in its group commit
+    (:meth:`add_many`), a group's in one pass, with no transaction of their own.
+    """
 
     def __init__(self, store: MessageStore) -> None:
         self.store = store
+        self._path = CallPath(store.engine.dialect)
 
     def add(self, record: CallRecord, connection: sa.Connection | None = None) -> int:
         """Store ``record``; returns its id."""
-        # the record's fields are the table's columns; the id is the database's
-        values = {field.name: getattr(record, field.name) for field in fields(record) if field.name != "id"}
-        statement = sa.insert(call_record_table).values(**values).returning(call_record_table.c.id)
-        return int(self.store.run(lambda c: c.execute(statement).scalar_one(), connection))
+        return self.store.run(lambda c: self.add_many(c, [record])[0], connection)
+
+    def add_many(self, connection: sa.Connection, records: Sequence[CallRecord]) -> list[int]:
+        """Store ``records`` in ``connection``'s transaction; returns their ids, in order."""
+        return self._path.add_records(connection, [
+            (r.message_id, r.system, r.call_key, r.started_at, r.duration_ms, r.outcome, r.request, r.response,
+             r.error) for r in records])
 
     def of_message(self, message_id: int, connection: sa.Connection | None = None) -> list[CallRecord]:
         """The records of ``message_id``'s calls, oldest first."""

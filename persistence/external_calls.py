@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from openroute.persistence._call_path import CallPath
 from openroute.persistence.database import Database, StorePart
 from openroute.persistence.models import ExternalCallStatus, entity_call_table, external_call_table
 
@@ -98,29 +99,21 @@ class ExternalCallStore(StorePart):
     """The ``external_call`` and ``entity_call`` tables of ``database``.
 
     A node's group commit records the calls of many messages at once (:meth:`begin_many`, :meth:`finish_many`): a
-    group's first starts are one INSERT and its ends one UPDATE run for every row, with statements built once per
-    store, where a call recorded alone costs SQLAlchemy the building and compiling of its statements each time.
+    group's first starts are one INSERT and its ends one UPDATE run for every row, as SQL text on the driver's cursor
+    (:mod:`._call_path`), where a call recorded through SQLAlchemy Core costs the building of its statement's
+    parameters and execution context each time.
     """
 
     def __init__(self, database: Database) -> None:
         super().__init__(database)
-        c = external_call_table.c
-        self._first_starts = (
-            database.upsert(external_call_table).on_conflict_do_nothing(index_elements=[c.message_id, c.call_key])
-            .returning(c.message_id, c.call_key))
-        self._ends = sa.update(external_call_table).where(
-            c.message_id == sa.bindparam("b_message_id"), c.call_key == sa.bindparam("b_call_key"),
-            c.status == ExternalCallStatus.STARTED,
-        ).values(status=sa.bindparam("b_status", type_=c.status.type),
-                 result=sa.bindparam("b_result", type_=c.result.type), last_error=sa.bindparam("b_error"),
-                 updated_at=sa.bindparam("b_at", type_=c.updated_at.type))
+        self._path = CallPath(database.engine.dialect)
 
     def begin_many(self, connection: sa.Connection,
                    starts: Sequence[CallStart]) -> list[tuple[ExternalCall | None, bool]]:
         """:meth:`begin` for each of ``starts`` in ``connection``'s transaction: the calls recorded for the first time
         in one INSERT, each call recorded before (a retry, a call in doubt, one done) read and decided on alone."""
-        inserted = {(row.message_id, row.call_key)
-                    for row in connection.execute(self._first_starts, [_first_row(s) for s in starts])}
+        inserted = self._path.start(
+            connection, [(s.message_id, s.call_key, s.idempotency_key, s.node_id, s.at) for s in starts])
         return [(None, True) if (s.message_id, s.call_key) in inserted else self._start_again(connection, s)
                 for s in starts]
 
@@ -149,10 +142,9 @@ class ExternalCallStore(StorePart):
     def finish_many(self, connection: sa.Connection, ends: Sequence[CallEnd]) -> list[None]:
         """:meth:`finish` for each of ``ends`` in ``connection``'s transaction, one UPDATE run for every row (a call no
         longer STARTED is left as it is)."""
-        connection.execute(self._ends, [
-            {"b_message_id": e.message_id, "b_call_key": e.call_key, "b_error": e.error, "b_at": e.at,
-             "b_status": ExternalCallStatus.OK if e.ok else ExternalCallStatus.FAILED, "b_result": e.result}
-            for e in ends])
+        ok, failed = ExternalCallStatus.OK, ExternalCallStatus.FAILED
+        self._path.finish(connection, [(e.message_id, e.call_key, ok if e.ok else failed, e.result, e.error, e.at)
+                                       for e in ends])
         return [None] * len(ends)
 
     def get(

@@ -121,6 +121,7 @@ class Engine(EngineHooks):
         self._runtime = AttemptRuntime(
             self.store, self.clock, self.routes, settings.processing_lease, self._reads.run, self._pipeline.submit,
             self._pipeline.start_call, self._pipeline.end_call, self.node_id, external_calls,
+            self._pipeline.add_call_record,
         )
         # how messages wait: the feeder takes the ready ones as room frees, parking holds them on open breakers
         self._feeder = Feeder(self._pipeline, self._queue, self.clock, settings)

@@ -51,6 +51,7 @@ from openroute.persistence import (
     mask_secrets,
 )
 from openroute.persistence.breaker import BreakerOutlook
+from openroute.persistence.call_records import CallRecord
 from openroute.runtime import tracing
 
 __all__ = ["AttemptRuntime", "CallGuard", "ChildMessage", "Exchange", "ExtCallScope"]
@@ -63,9 +64,11 @@ class CallGuard(Protocol):
     """What stands around a call to a declared external system (``ext_call(..., system=...)``): its circuit breaker
     and its call records. The application gives one to the engine (:class:`openroute.outbound.ExternalCalls`)."""
 
-    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
+    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any], *,
+                    record: Callable[[CallRecord], Awaitable[object]] | None = None) -> Any:
         """Make ``call`` (sync or async) for ``message`` unless the breaker of ``system`` refuses it
-        (:class:`~openroute.definitions.errors.CircuitOpenError`), and return its result."""
+        (:class:`~openroute.definitions.errors.CircuitOpenError`), and return its result. ``record(call_record)``
+        stores the call's record when the system's records are on (None: the guard stores it itself)."""
         ...
 
     def watch(self, listener: Callable[[str], None]) -> None:
@@ -85,7 +88,7 @@ class AttemptRuntime:
     short ``operation(connection)`` in the node's group commit (a transaction shared with other messages' writes)
     and returns its result after the commit. ``start_call`` and ``end_call`` record a call's start and outcome in the
     group commit too, a group's in a few statements (``ExternalCallStore.begin_many``, ``finish_many``): the records
-    of a call cost no commit of their own.
+    of a call cost no commit of their own; so do the call records of ``add_call_record``.
     """
 
     store: MessageStore
@@ -101,6 +104,8 @@ class AttemptRuntime:
     node_id: str
     #: breaker and records of calls to declared external systems (None: such calls are made unguarded)
     calls: CallGuard | None = None
+    #: stores a call record in the group commit, awaited until it is committed (None: the guard stores it itself)
+    add_call_record: Callable[[CallRecord], Awaitable[object]] | None = None
 
 
 @dataclass
@@ -205,7 +210,7 @@ class Exchange:
     def _entity_scoped(self, scope: ExtCallScope | Literal["message", "entity"] | None) -> bool:
         if scope is None:
             scope = self.route.ext_call_scope if self.route is not None else "message"
-        if scope not in tuple(ExtCallScope):
+        if scope not in _SCOPES:
             raise ValueError(f"scope must be 'message' or 'entity', got {scope!r}")
         return scope == "entity" and self.message.object_id is not None
 
@@ -416,11 +421,13 @@ class Exchange:
         """``call`` behind the breaker and the records of ``system`` (made as it is when the engine has no guard)."""
         if not isinstance(system, str) or not system:
             raise ValueError(f"system must be a non-empty name, got {system!r}")
-        guard = self._require_runtime().calls
+        runtime = self._require_runtime()
+        guard = runtime.calls
         if guard is None:
             _warn_unguarded(system)
             return call
         message = self.message
+        record = runtime.add_call_record
 
         def keyed() -> Any:  # the guard makes a call of no argument: the key is handed on as _invoke would
             how = _key_parameter(call)
@@ -431,7 +438,7 @@ class Exchange:
 
         async def guarded() -> Any:
             try:
-                return await guard.guard(system, key, message, keyed)
+                return await guard.guard(system, key, message, keyed, record=record)
             except (BusinessError, ValidationError, CircuitOpenError):
                 raise  # an answer, or a call not made: not a failure of the system
             except Exception:
@@ -444,6 +451,9 @@ class Exchange:
         if self.runtime is None:
             raise RuntimeError("this exchange is not attached to an engine")
         return self.runtime
+
+
+_SCOPES = tuple(ExtCallScope)  # a tuple: an unhashable scope is refused with the ValueError, not a TypeError
 
 
 def _store_children(store: MessageStore, batch: list[NewMessage], node_id: str) -> list[Any]:

@@ -38,6 +38,7 @@ from openroute.persistence import (
     NewMessage,
     StoredMessage,
 )
+from openroute.persistence.call_records import CallRecord, CallRecordStore
 from openroute.runtime.logs import repeated_errors
 
 __all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
@@ -77,6 +78,7 @@ class CommitPipeline:
         self._finish: Grouped[states.TransitionRequest, StoredMessage] = Grouped(self.writes.finish_many, "finish")
         self._call_starts = Grouped(self.writes.begin_calls, "call start")
         self._call_ends = Grouped(self.writes.finish_calls, "call end")
+        self._call_records = Grouped(CallRecordStore(store).add_many, "call record")
         # the accept's insert and the claim pass here once per message: bound once, not a method call each
         #: ``insert(new)``: store an accepted message as NEW; the future of its outcome, settled after the commit
         self.insert: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
@@ -131,6 +133,10 @@ class CommitPipeline:
     def end_call(self, end: CallEnd) -> asyncio.Future[None]:
         """Record the outcome of an external call in the group commit (``AttemptRuntime.end_call``)."""
         return self.writer.enqueue_grouped(self._call_ends, end)
+
+    def add_call_record(self, record: CallRecord) -> asyncio.Future[int]:
+        """Store a call record in the group commit (``AttemptRuntime.add_call_record``); the future of its id."""
+        return self.writer.enqueue_grouped(self._call_records, record)
 
     # -- after the commit -------------------------------------------------------------------------------------------
     async def written(

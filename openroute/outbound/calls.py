@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -140,19 +140,23 @@ class ExternalCalls:
             found = self._undeclared[name] = ExternalSystem(name)
         return found
 
-    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
+    async def guard(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any], *,
+                    record: Callable[[CallRecord], Awaitable[object]] | None = None) -> Any:
         """Make ``call`` for ``message`` through the breaker of ``system``; returns its result, raises its error.
 
         Raises :class:`CircuitOpenError` (the call not made) when the breaker refuses it, and
         :class:`TechnicalError` code TIMEOUT when it takes longer than the system's ``call_timeout`` (or a trial
-        call longer than the breaker's ``trial_timeout``)."""
+        call longer than the breaker's ``trial_timeout``). With the system's records on, the call's record is stored
+        before the call's outcome is returned: by ``record(call_record)`` (the engine's group commit), else in a
+        transaction of its own."""
         bulkhead = self.bulkhead(system)
         if not bulkhead.limits:
-            return await self._guarded(system, key, message, call)
+            return await self._guarded(system, key, message, call, record)
         async with bulkhead.slot():  # the breaker is asked once the call's turn has come
-            return await self._guarded(system, key, message, call)
+            return await self._guarded(system, key, message, call, record)
 
-    async def _guarded(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any]) -> Any:
+    async def _guarded(self, system: str, key: str, message: StoredMessage, call: Callable[[], Any],
+                       record: Callable[[CallRecord], Awaitable[object]] | None) -> Any:
         settings = self.system(system)
         trial: datetime | None = None
         if settings.breaker is not None:
@@ -193,7 +197,7 @@ class ExternalCalls:
             except Exception as broken:  # the call was made: its outcome stands even if the breaker cannot count it
                 log.warning("breaker %s could not count a call: %s: %s", system, type(broken).__name__, broken)
         if settings.records.records(key):
-            await self._record(settings, context, message.id, key, started, millis, outcome, result, error)
+            await self._record(settings, context, message.id, key, started, millis, outcome, result, error, record)
         if error is not None:
             raise error
         return result
@@ -327,8 +331,9 @@ class ExternalCalls:
     # -- call records ---------------------------------------------------------------------------
     async def _record(self, system: ExternalSystem, context: CallContext, message_id: int, key: str,
                       started: datetime, millis: int, outcome: CallOutcome, result: Any,
-                      error: BaseException | None) -> None:
-        """Store the call record; a failure to record is logged in one line and never fails the call."""
+                      error: BaseException | None, store: Callable[[CallRecord], Awaitable[object]] | None) -> None:
+        """Store the call record (through ``store``, else in a transaction of its own); a failure to record is
+        logged in one line and never fails the call."""
         try:
             settings = system.records
             response = context.response
@@ -339,7 +344,10 @@ class ExternalCalls:
                 outcome=outcome, request=settings.clean(context.request), response=settings.clean(response),
                 error=None if error is None else settings.clean(f"{type(error).__name__}: {error}"),
             )
-            await asyncio.to_thread(self.records.add, record)
+            if store is not None:
+                await store(record)
+            else:
+                await asyncio.to_thread(self.records.add, record)
         except Exception as broken:
             log.warning("call %s %s for message %s was not recorded: %s: %s", system.name, key, message_id,
                         type(broken).__name__, _short(str(broken)))

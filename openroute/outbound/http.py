@@ -46,6 +46,8 @@ IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 
 _TECHNICAL_STATUSES = frozenset({408, 429})
 _MAX_TEXT = 1000
+#: the URLs a client keeps, by path
+_KEPT_PATHS = 64
 
 
 class ExternalHttpClient:
@@ -65,6 +67,9 @@ class ExternalHttpClient:
         else:
             raise ConfigurationError(f"ExternalHttpClient needs a system name or an ExternalSystem, got {system!r}")
         self._client = tracing.propagate_from(httpx.AsyncClient(transport=transport or network_transport()))
+        # what a call derives from the settings alone, kept for the settings it was derived from: the timeouts and
+        # the URL of each path (a route calls a few paths, each call built them anew)
+        self._derived: tuple[ExternalSystem, httpx.Timeout, dict[str, str]] | None = None
 
     def settings(self) -> ExternalSystem:
         """The system's settings: given to the constructor, else those of the ``ext_call`` in progress.
@@ -102,7 +107,7 @@ class ExternalHttpClient:
         Raises TechnicalError (code TIMEOUT, CONNECTION_ERROR or HTTP_<status> for 5xx/408/429) or BusinessError
         (code HTTP_<status> for another 4xx)."""
         settings = self.settings()
-        url = urljoin(settings.base_url or "", path.lstrip("/")) if path else settings.base_url or ""
+        url, timeout = self._target(settings, path)
         sent = dict(settings.headers)
         sent.update(headers or {})
         if idempotency_key is not None:
@@ -115,7 +120,6 @@ class ExternalHttpClient:
             sent.setdefault("Content-Type", "application/json")
         elif content is not None:
             body = content.encode() if isinstance(content, str) else content
-        timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout or settings.timeout)
         context = current_call()
         if context is not None:
             context.request = _record_text(settings, f"{method.upper()} {url}", body)
@@ -139,6 +143,20 @@ class ExternalHttpClient:
         if status >= 400:
             raise BusinessError(f"HTTP_{status}", f"{where}: {_short(response.text)}")
         return response
+
+    def _target(self, settings: ExternalSystem, path: str) -> tuple[str, httpx.Timeout]:
+        """The URL of ``path`` and the timeouts of ``settings``, derived once per settings (and path)."""
+        derived = self._derived
+        if derived is None or derived[0] is not settings:
+            timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout or settings.timeout)
+            derived = self._derived = (settings, timeout, {})
+        urls = derived[2]
+        url = urls.get(path)
+        if url is None:
+            url = urljoin(settings.base_url or "", path.lstrip("/")) if path else settings.base_url or ""
+            if len(urls) < _KEPT_PATHS:  # paths built per call (ids in them) are joined each time, not kept
+                urls[path] = url
+        return url, derived[1]
 
     async def get_json(self, path: str = "", *, params: Mapping[str, str] | None = None,
                        headers: Mapping[str, str] | None = None) -> Any:

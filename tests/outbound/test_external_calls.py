@@ -1,5 +1,6 @@
 """Calls to declared external systems (openroute/outbound/calls.py): every state change of the circuit breaker on
-SQLite and PostgreSQL, the breaker shared by two nodes on one PostgreSQL database, call records with masking."""
+SQLite and PostgreSQL, the breaker shared by two nodes on one PostgreSQL database, call records with masking (stored
+by the guard, or by the caller's writer: an engine's group commit)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from openroute.persistence import MessageState, MessageStore, StoredMessage
 from openroute.persistence.breaker import BreakerStore
-from openroute.persistence.call_records import CallRecordStore
+from openroute.persistence.call_records import CallRecord, CallRecordStore
 
 from openroute import BusinessError, TechnicalError
 from openroute.definitions.clock import ManualClock
@@ -186,6 +187,63 @@ async def test_calls_are_recorded_masked_and_a_failure_to_record_never_fails_the
     caplog.set_level(logging.WARNING, "openroute.outbound")
     assert await calls.guard("HLR", "activateSim", message, lambda: "answer") == "answer"
     assert "was not recorded: RuntimeError: disk full" in caplog.text
+
+
+async def test_a_record_handed_to_the_caller_s_writer_is_awaited_before_the_outcome_and_its_failure_logged(
+    store: MessageStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    calls = ExternalCalls(store, [HLR], clock=ManualClock(NOW))
+    message = stored_message(store)
+    handed: list[CallRecord] = []
+    stored = asyncio.Event()
+
+    async def record(call_record: CallRecord) -> None:
+        await asyncio.sleep(0)  # the group commit's future settles later: the guard waits for it
+        handed.append(call_record)
+        stored.set()
+
+    assert await calls.guard("HLR", "activateSim", message, lambda: {"pin": "1234"}, record=record) == {"pin": "1234"}
+    assert stored.is_set(), "the record was stored before the call's result came back"
+    assert [(r.message_id, r.call_key, r.outcome, r.response) for r in handed] == [
+        (message.id, "activateSim", "OK", '{"pin": "***"}')]
+    assert CallRecordStore(store).of_message(message.id) == [], "the guard wrote nothing itself"
+
+    async def broken(_record: CallRecord) -> None:
+        raise RuntimeError("writer closed")
+
+    caplog.set_level(logging.WARNING, "openroute.outbound")
+    assert await calls.guard("HLR", "activateSim", message, lambda: "answer", record=broken) == "answer"
+    assert "was not recorded: RuntimeError: writer closed" in caplog.text
+
+
+async def test_an_engine_writes_its_call_records_in_its_group_commit(store: MessageStore) -> None:
+    from openroute.definitions.route import Route, RouteRegistry
+    from openroute.engine import Engine, EngineSettings
+
+    calls = ExternalCalls(store, [HLR], clock=ManualClock(NOW))
+
+    def own_transaction(_record: Any, connection: Any = None) -> int:
+        raise AssertionError("a node's call record has no transaction of its own")
+
+    calls.records.add = own_transaction  # type: ignore[method-assign]
+
+    async def activate(exchange: Any) -> None:
+        await exchange.ext_call("activate", lambda: {"ok": True}, system="HLR")
+
+    engine = Engine(store, RouteRegistry([Route("crm", "activate", [activate])]),
+                    EngineSettings(repoll_interval=None, node_id="n1"), external_calls=calls)
+    await engine.start()
+    try:
+        ids = [(await engine.accept(InboundMessage(
+            service="crm", operation="activate", payload="{}", content_type="application/json",
+            correlation_id=f"c-{n}", source_system="crm"))).message_id for n in range(5)]
+        await engine.wait_idle(10)
+    finally:
+        await engine.stop()
+    for message_id in ids:
+        assert store.get(message_id).state is MessageState.OK  # type: ignore[union-attr]
+        [record] = CallRecordStore(store).of_message(message_id)
+        assert (record.call_key, record.outcome, record.response) == ("activate", "OK", '{"ok": true}')
 
 
 def test_masking_covers_json_xml_and_form_fields() -> None:
