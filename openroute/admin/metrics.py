@@ -223,6 +223,7 @@ class Metrics:
         )
         self.registry.register(_EngineCollector(engine, channel_counters, self.counts, channel_deliveries))
         self._request_children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._final_children: dict[tuple[str, str, MessageState], list[Any]] = {}
 
     def observe_request(self, endpoint: str, outcome: str, _status: int, seconds: float) -> None:
         """Count one inbound request and its duration."""
@@ -237,12 +238,24 @@ class Metrics:
 
     async def on_final_state(self, message: StoredMessage) -> None:
         """Engine final-state hook: observe the message's latency and last processing time."""
-        labels = (message.service, message.operation, message.state.value)
-        self.finals.labels(*labels).inc()
-        self.latency.labels(*labels).observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
+        # the labelled children are kept, as observe_request's (labels() checks and locks on every call: three
+        # calls a message cost more than the observations)
+        key = (message.service, message.operation, message.state)
+        children = self._final_children.get(key)
+        if children is None:
+            labels = (message.service, message.operation, message.state.value)
+            # the processing time's series only once a message of these labels was processed (a cancelled one never
+            # was): /metrics shows no empty series
+            children = self._final_children[key] = [self.finals.labels(*labels), self.latency.labels(*labels), None]
+        children[0].inc()
+        children[1].observe(max((message.last_update_ts - message.receive_ts).total_seconds(), 0.0))
         if message.start_process_ts is not None:
             seconds = (message.last_update_ts - message.start_process_ts).total_seconds()
-            self.processing.labels(*labels).observe(max(seconds, 0.0))
+            processing = children[2]
+            if processing is None:
+                processing = children[2] = self.processing.labels(message.service, message.operation,
+                                                                  message.state.value)
+            processing.observe(max(seconds, 0.0))
 
     def render(self) -> bytes:
         """The Prometheus text exposition (reads the store: call it off the event loop)."""
