@@ -128,7 +128,8 @@ class ChannelTap(_OneUpstream, Processor[Message[Any], Message[Any]], _OneDownst
             subscription.request(demand)
 
     def on_next(self, item: Message[Any]) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # rule 2.13; the check inline: every message of a channel passes here
+            refuse_none(item, "on_next")
         down = self._down
         if self._done or down is None:
             if isinstance(item, Message):
@@ -216,7 +217,8 @@ class ConsumerSubscriber(_OneUpstream, Subscriber[Message[Any]]):
         subscription.request(self._concurrency + self._prefetch)
 
     def on_next(self, item: Message[Any]) -> None:
-        refuse_none(item, "on_next")
+        if item is None:  # rule 2.13; the check inline: every message of a channel passes here
+            refuse_none(item, "on_next")
         if self._cancelled:
             item.nack(ChannelClosedError(f"channel '{self.channel}' consumer was stopped"))
             return
