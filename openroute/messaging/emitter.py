@@ -278,7 +278,9 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
 
     def _schedule(self) -> None:
         loop = self._loop
-        if loop is None:
+        if loop is None or self._scheduled:
+            # scheduled already (read without the lock, as every message sent in a burst asks: a stale True is safe,
+            # the drain clears the flag before it reads the buffer, so it delivers what was added before)
             return
         with self._lock:
             if self._scheduled:
