@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -30,6 +30,7 @@ log = logging.getLogger("openroute.engine")
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
+T_contra = TypeVar("T_contra", contravariant=True)
 Operation = Callable[[sa.Connection], Any]
 
 
@@ -40,6 +41,20 @@ class Failure:
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+class Receiver(Protocol[T_contra]):
+    """What takes an operation's result on the loop: an :class:`asyncio.Future`, or an object that acts on the result
+    at once (:meth:`GroupCommitWriter.deliver_grouped`)."""
+
+    def done(self) -> bool:
+        """True when the result is not wanted any more (a cancelled future)."""
+
+    def set_result(self, result: T_contra, /) -> None:
+        """The operation's result, after its commit."""
+
+    def set_exception(self, error: BaseException, /) -> None:
+        """The operation failed (its transaction was rolled back)."""
 
 
 class Grouped(Generic[ItemT, T]):
@@ -132,6 +147,22 @@ class GroupCommitWriter:
             loop.call_soon(self._ring, loop)
         return future
 
+    def deliver_grouped(self, group: Grouped[ItemT, T], item: ItemT, receiver: Receiver[T]) -> None:
+        """:meth:`enqueue_grouped` handing ``item``'s result to ``receiver`` instead of a future: its ``set_result`` or
+        ``set_exception`` is called on the running loop, in the callback that settles the whole commit (skipped once
+        ``receiver.done()``). No future is made and no loop callback scheduled for this item alone: a caller with
+        work to do right after the commit (the commit pipeline's follow-up of an outcome) saves both."""
+        loop = asyncio.get_running_loop()
+        with self._gate:
+            if self._closed:
+                raise RuntimeError("the writer is closed")
+            if not self._started:
+                self.start()
+            (self._urgent if group.urgent else self._queue).put(((group, item), receiver, loop))
+        if loop not in self._ringing:
+            self._ringing.add(loop)
+            loop.call_soon(self._ring, loop)
+
     def _enqueue(self, entry: Any, loop: asyncio.AbstractEventLoop) -> None:
         with self._gate:
             if self._closed:
@@ -207,7 +238,7 @@ class GroupCommitWriter:
             batch.append(item)
         return batch, False
 
-    def _execute(self, batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]]) -> None:
+    def _execute(self, batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]]) -> None:
         results: list[Any] = [None] * len(batch)
         groups: dict[int, tuple[Grouped[Any, Any], list[int]]] = {}
         try:
@@ -258,11 +289,11 @@ class GroupCommitWriter:
 
     @staticmethod
     def _deliver(
-        batch: list[tuple[Operation, asyncio.Future[Any], asyncio.AbstractEventLoop]],
+        batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]],
         outcomes: list[tuple[Any, BaseException | None]],
     ) -> None:
         """Hand the outcomes back with one wake-up per loop: waking the loop costs more than the statements."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any, BaseException | None]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Receiver[Any], Any, BaseException | None]]] = {}
         for (_operation, future, loop), (result, error) in zip(batch, outcomes, strict=True):
             by_loop.setdefault(loop, []).append((future, result, error))
 
@@ -273,11 +304,15 @@ class GroupCommitWriter:
                 pass  # the caller's loop is closed: nobody is waiting any more
 
 
-def _settle(settled: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+def _settle(settled: list[tuple[Receiver[Any], Any, BaseException | None]]) -> None:
+    # a receiver that is not a future acts here (deliver_grouped): one failing must not keep the others unsettled
     for future, result, error in settled:
         if future.done():
             continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
+        try:
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+        except Exception:  # a receiver's bug: the other operations of the commit still get their results
+            log.exception("settling %r after a commit failed", future)

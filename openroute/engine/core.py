@@ -508,7 +508,7 @@ class Engine(EngineHooks):
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         self._wake_later(error, decision, now)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
-            return asyncio.ensure_future(self._pipeline.apply(claimed, decision, now))
+            return self._pipeline.apply_in_background(claimed, decision, now)
         finished = await self._pipeline.apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)

@@ -12,11 +12,12 @@ The pipeline owns the node's counters; the engine, the feeder, the repoll and th
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from openroute.definitions.clock import Clock
 from openroute.definitions.errors import StaleMessageError
@@ -138,31 +139,60 @@ class CommitPipeline:
         """Store a call record in the group commit (``AttemptRuntime.add_call_record``); the future of its id."""
         return self.writer.enqueue_grouped(self._call_records, record)
 
+    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision,
+                            now: datetime) -> asyncio.Future[StoredMessage | None]:
+        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message): the future of what
+        awaiting :meth:`apply` returns, settled once the follow-up is over. No task runs the follow-up: the commit's
+        own settle callback does (:class:`_FollowUp`), and a final-state hook that suspends continues in a task from
+        there; a message whose outcome and hooks ask nothing of the loop costs no task and no callback of its own."""
+        done: asyncio.Future[StoredMessage | None] = asyncio.get_running_loop().create_future()
+        self.writer.deliver_grouped(self._finish, (message, decision.target, now, dict(decision.changes), "engine"),
+                                    _FollowUp(self, message, decision.target, done, contextvars.copy_context()))
+        return done
+
     # -- after the commit -------------------------------------------------------------------------------------------
     async def written(
         self, message: StoredMessage, target: MessageState, written: asyncio.Future[StoredMessage]
     ) -> StoredMessage | None:
         """The rest of a transition once ``written`` (the writer's future of it) is settled: counters, listeners,
         final-state hooks, a parent the change completed; None when another writer changed the message first."""
-        final = states.is_final(target)
         try:
             updated = await written
-        except StaleMessageError:
-            # a repoll on another node repaired it meanwhile (lease too short for this route?)
-            self.writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
-            self.funnel.discard(message.id)
-            self.stats.stale_writes += 1
-            log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
+        except BaseException as error:
+            self.not_written(message, target, error)
             return None
-        except BaseException:
-            self.writes.completed_parents.pop(message.id, None)
-            self.funnel.discard(message.id)
-            raise
+        parent = self.committed(message, target, updated)
+        if states.is_final(target):
+            await self.run_final_hooks(updated)
+        if parent is not None:
+            await self.parent_completed(parent)
+        return updated
+
+    def not_written(self, message: StoredMessage, target: MessageState, error: BaseException) -> None:
+        """The write of ``message``'s change to ``target`` failed with ``error``: a stale write is counted and logged
+        (returns), any other error raised again."""
+        self.writes.completed_parents.pop(message.id, None)  # left by a group that was rolled back
+        self.funnel.discard(message.id)
+        if not isinstance(error, StaleMessageError):
+            raise error
+        # a repoll on another node repaired it meanwhile (lease too short for this route?)
+        self.stats.stale_writes += 1
+        log.warning("outcome %s of message %s lost: another writer changed it first", target.value, message.id)
+
+    def committed(self, message: StoredMessage, target: MessageState, updated: StoredMessage) -> StoredMessage | None:
+        """What follows the commit of ``message``'s change to ``updated`` at once (counters, listeners, the funnel's
+        hand-on); returns the parent the change completed, if any (its follow-up comes after the hooks)."""
         self.stats.outcomes[target] += 1
-        self.notify(message.state, updated)
+        if self.transition_listeners:
+            self.notify(message.state, updated)
         if updated.funnel_value is not None:
             self._hand_on(updated)
-        parent = self.writes.completed_parents.pop(updated.id, None)
+        completed_parents = self.writes.completed_parents
+        return completed_parents.pop(updated.id, None) if completed_parents else None
+
+    async def hooks_and_parent(self, updated: StoredMessage, final: bool, parent: StoredMessage | None) -> \
+            StoredMessage:
+        """The final-state hooks of ``updated`` (if ``final``), then the completion of its ``parent`` (if any)."""
         if final:
             await self.run_final_hooks(updated)
         if parent is not None:
@@ -219,3 +249,125 @@ def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
     error = None if done.cancelled() else done.exception()
     if error is not None:  # it stays PROCESSING: the lease's repair gives it back
         log.warning("message %s could not be given back %s: %s: %s", message_id, when, type(error).__name__, error)
+
+
+class _FollowUp:
+    """The receiver of one background outcome write (:meth:`CommitPipeline.apply_in_background`): the writer's settle
+    callback hands it the result, and it runs :meth:`CommitPipeline.written`'s follow-up right there, in the context
+    the write was queued from (as a task made there would), then settles ``result``."""
+
+    __slots__ = ("context", "message", "pipeline", "result", "target")
+
+    def __init__(self, pipeline: CommitPipeline, message: StoredMessage, target: MessageState,
+                 done: asyncio.Future[StoredMessage | None], context: contextvars.Context) -> None:
+        self.pipeline = pipeline
+        self.message = message
+        self.target = target
+        self.result = done
+        self.context = context
+
+    def __repr__(self) -> str:
+        return f"<follow-up of message {self.message.id} -> {self.target.value}>"
+
+    def done(self) -> bool:
+        """True once nobody waits for the follow-up (its future was cancelled): the writer skips it then."""
+        return self.result.done()
+
+    def set_result(self, updated: StoredMessage) -> None:
+        """The change was committed: its follow-up."""
+        self.context.run(self._committed, updated)
+
+    def set_exception(self, error: BaseException) -> None:
+        """The write failed."""
+        self.context.run(self._failed, error)
+
+    def _committed(self, updated: StoredMessage) -> None:
+        done, pipeline, target = self.result, self.pipeline, self.target
+        try:
+            parent = pipeline.committed(self.message, target, updated)
+            final = states.is_final(target)
+            if (final and pipeline.final_state_hooks) or parent is not None:
+                run_eagerly(pipeline.hooks_and_parent(updated, final, parent), done, self.context)
+                return
+        except Exception as error:
+            done.set_exception(error)
+            return
+        done.set_result(updated)
+
+    def _failed(self, error: BaseException) -> None:
+        try:
+            self.pipeline.not_written(self.message, self.target, error)
+        except BaseException as raised:
+            self.result.set_exception(raised)
+            return
+        self.result.set_result(None)
+
+
+def run_eagerly(coroutine: Coroutine[Any, Any, T], done: asyncio.Future[T], context: contextvars.Context) -> None:
+    """Run ``coroutine`` here until it first suspends, then in a task (made in ``context``); ``done`` gets its result
+    (Python 3.12's eager tasks, for a coroutine that seldom suspends: final-state hooks mostly return at once, and a
+    task for each would cost more than the hooks). Cancelling ``done`` cancels the task."""
+    try:
+        waiting = coroutine.send(None)
+    except StopIteration as returned:
+        if not done.done():
+            done.set_result(returned.value)
+        return
+    except BaseException as error:
+        if not done.done():
+            done.set_exception(error)
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        return
+    task = asyncio.get_running_loop().create_task(_carry_on(coroutine, waiting), context=context)
+    task.add_done_callback(functools.partial(_copy_outcome, done))
+    done.add_done_callback(functools.partial(_cancel_with, task))
+
+
+async def _carry_on(coroutine: Coroutine[Any, Any, T], waiting: Any) -> T:
+    return await _Suspended(coroutine, waiting)
+
+
+class _Suspended(Generic[T]):
+    """A coroutine suspended on ``waiting``, as an awaitable: the task awaiting it waits on ``waiting`` first, then
+    drives the coroutine on (sends, throws and closes passed to it)."""
+
+    __slots__ = ("coroutine", "waiting")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, T], waiting: Any) -> None:
+        self.coroutine = coroutine
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coroutine, waiting = self.coroutine, self.waiting
+        while True:
+            thrown: BaseException | None = None
+            sent = None
+            try:
+                sent = yield waiting
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as error:  # the task's cancellation: the coroutine's to handle
+                thrown = error
+            try:
+                waiting = coroutine.send(sent) if thrown is None else coroutine.throw(thrown)
+            except StopIteration as returned:
+                value: T = returned.value
+                return value
+
+
+def _copy_outcome(done: asyncio.Future[Any], task: asyncio.Future[Any]) -> None:
+    if done.done():
+        return
+    if task.cancelled():
+        done.cancel()
+    elif task.exception() is not None:
+        done.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        done.set_result(task.result())
+
+
+def _cancel_with(task: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
+    if done.cancelled():
+        task.cancel()

@@ -42,13 +42,11 @@ class LoopPressure:
         self.longest_wait = longest_wait
         #: the lateness of the last tick (seconds)
         self.lag = 0.0
+        #: whether the loop ran the last tick later than ``threshold`` (set by the tick: every worker reads it before
+        #: every message)
+        self.busy = False
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
-
-    @property
-    def busy(self) -> bool:
-        """Whether the loop ran the last tick later than ``threshold``."""
-        return self.lag > self.threshold
 
     def start(self) -> None:
         """Start ticking on the running loop."""
@@ -62,11 +60,13 @@ class LoopPressure:
             self._handle.cancel()
             self._handle = None
         self.lag = 0.0
+        self.busy = False
 
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         self.lag = max(now - self._due, 0.0)
+        self.busy = self.lag > self.threshold
         self._due = now + self.period
         self._handle = loop.call_at(self._due, self._tick)
 

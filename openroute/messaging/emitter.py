@@ -20,7 +20,7 @@ from openroute.messaging._drain import DrainLoop
 from openroute.messaging._stages import may_attach
 from openroute.messaging.errors import ChannelClosedError, EmitterOverflowError, MessageDroppedError
 from openroute.messaging.message import DONE, Message
-from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription, add_demand
+from openroute.streams.protocol import UNBOUNDED, Publisher, Subscriber, Subscription
 
 T = TypeVar("T")
 
@@ -130,7 +130,8 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
         with self._lock:
             if self._cancelled:
                 return
-            self._demand = add_demand(self._demand, n)
+            demand = self._demand + n  # add_demand inline (each consumed message requests one more)
+            self._demand = UNBOUNDED if demand >= UNBOUNDED else demand
         self._drain()
 
     def cancel(self) -> None:
@@ -277,7 +278,9 @@ class Emitter(DrainLoop, Publisher[Message[T]], Subscription, Generic[T]):
 
     def _schedule(self) -> None:
         loop = self._loop
-        if loop is None:
+        if loop is None or self._scheduled:
+            # scheduled already (read without the lock, as every message sent in a burst asks: a stale True is safe,
+            # the drain clears the flag before it reads the buffer, so it delivers what was added before)
             return
         with self._lock:
             if self._scheduled:

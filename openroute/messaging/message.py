@@ -159,7 +159,8 @@ class Message(Generic[T]):
         if payload is None:
             raise TypeError("a message payload must not be None")
         self._payload = payload
-        self._metadata = Metadata.from_(metadata)
+        # most messages have none (the processing channel's, one a message): no call for them
+        self._metadata = EMPTY_METADATA if metadata is None else Metadata.from_(metadata)
         self._state = _AckState(ack, nack)
 
     @classmethod

@@ -4,6 +4,7 @@ follows a commit and in which order, and a write another writer beat."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -110,3 +111,74 @@ async def test_the_outcomes_of_one_transaction_reach_its_transaction_hook_togeth
         await _closed(pipeline)
     assert [result.state for result in results] == [MessageState.OK, MessageState.PARTLY_FAILED, MessageState.FAILED]
     assert heard == [[second.id, third.id]]
+
+
+async def test_an_outcome_written_in_the_background_is_followed_as_an_awaited_one(store: MessageStore) -> None:
+    """``apply_in_background`` (a worker's outcome: no task of its own) runs the same follow-up in the same order,
+    and its future is settled only once the final-state hooks are over."""
+    events: list[tuple[Any, ...]] = []
+    pipeline = _pipeline(store, events)
+    try:
+        claimed = await _claimed(pipeline, "c-1")
+        done = await pipeline.apply_in_background(claimed, OK, START)
+    finally:
+        await _closed(pipeline)
+    assert done is not None and done.state is MessageState.OK and done.version == claimed.version + 1
+    assert events == [("in the transaction", MessageState.OK), ("listener", MessageState.PROCESSING, MessageState.OK),
+                      ("final-state hook", MessageState.OK)]
+    assert pipeline.stats.outcomes[MessageState.OK] == 1
+    stored = store.get(claimed.id)
+    assert stored is not None and stored.state is MessageState.OK
+
+
+async def test_a_final_state_hook_that_waits_holds_the_background_outcome_until_it_is_done(
+    store: MessageStore
+) -> None:
+    """A hook that suspends (a confirmation sent at once) goes on in a task, in the context the outcome was written
+    from; the hooks after it run after it, and the outcome's future waits for them."""
+    events: list[tuple[Any, ...]] = []
+    pipeline = _pipeline(store, events)
+    released = asyncio.Event()
+    entered = asyncio.Event()
+    caller: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
+
+    async def waiting(message: StoredMessage) -> None:
+        events.append(("waiting hook starts", caller.get()))
+        entered.set()
+        await released.wait()
+        events.append(("waiting hook ends", caller.get()))
+
+    async def last(message: StoredMessage) -> None:
+        events.append(("last hook", message.state))
+
+    pipeline.final_state_hooks[:] = [waiting, last]
+    try:
+        claimed = await _claimed(pipeline, "c-1")
+        caller.set("worker")
+        done = pipeline.apply_in_background(claimed, OK, START)
+        await entered.wait()
+        assert not done.done(), "the outcome's future waits for its hooks"
+        released.set()
+        updated = await done
+    finally:
+        await _closed(pipeline)
+    assert updated is not None and updated.state is MessageState.OK
+    assert events[-3:] == [("waiting hook starts", "worker"), ("waiting hook ends", "worker"),
+                           ("last hook", MessageState.OK)]
+
+
+async def test_a_background_outcome_another_writer_beat_is_counted_and_nobody_hears_of_it(
+    store: MessageStore
+) -> None:
+    events: list[tuple[Any, ...]] = []
+    pipeline = _pipeline(store, events)
+    try:
+        claimed = await _claimed(pipeline, "c-1")
+        assert await pipeline.apply(claimed, OK, START) is not None
+        events.clear()
+        lost = await pipeline.apply_in_background(claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}),
+                                                  START)
+    finally:
+        await _closed(pipeline)
+    assert lost is None and events == []
+    assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
