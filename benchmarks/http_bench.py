@@ -325,8 +325,9 @@ def report(db: str, database: str, count: int, concurrency: int, repeat: int) ->
         cpu = [r["server_us"] for r in runs[kind] if "server_us" in r]
         # the floor's CPU per request over this server's, repetition by repetition: what the rate ratio would be for
         # a server bound by its own CPU (one interpreter), steadier than the rates on a machine whose speed moves
+        # (a run too short for the clock's ticks, 10 ms, reads 0 CPU: no ratio from it)
         cpu_ratios = [f["server_us"] / r["server_us"] for r, f in zip(runs[kind], runs["floor"], strict=True)
-                      if "server_us" in r and "server_us" in f]
+                      if r.get("server_us", 0) > 0 and "server_us" in f]
         batches = [r["batch"] for r in runs[kind] if "batch" in r]
         print(f"{db:10} {kind:5} {spread([r['rps'] for r in runs[kind]]):>20} "
               f"{spread([r['p50_ms'] for r in runs[kind]], 1):>20} "
@@ -367,7 +368,8 @@ def cycle_parts(db: str, runs: dict[str, list[dict[str, float]]]) -> None:
     print(f"{db:10} {'':5} {header}  {'sum us/req':>10}  {'floor sum / sum':>15}   (medians)")
     for kind, measured in runs.items():
         parts = "  ".join(f"{statistics.median(r[key] for r in measured):13.0f}" for key, _ in present)
-        print(f"{db:10} {kind:5} {parts}  {sums[kind]:10.0f}  {sums['floor'] / sums[kind]:15.2f}")
+        ratio = f"{sums['floor'] / sums[kind]:15.2f}" if sums[kind] > 0 else f"{'?':>15}"
+        print(f"{db:10} {kind:5} {parts}  {sums[kind]:10.0f}  {ratio}")
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Lifecycle benchmark: completed messages per second against a fair floor, on fresh and aged stores.
 
     python benchmarks/lifecycle_bench.py [--count 20000] [--repeat 3] [--senders 64] [--databases sqlite,postgres]
-                                         [--modes fresh,aged,backlog] [--transition-cost] [--call-start-cost]
+                                         [--modes fresh,aged,backlog] [--aged-rows 100000]
+                                         [--transition-cost] [--call-start-cost]
 
 ``--call-start-cost`` measures instead what the STARTED record of each external call costs (issue 23): the engine
 on fresh stores with a route making two ``ext_call`` s per message to an instant in-process remote (the worst case:
@@ -11,7 +12,8 @@ after the call) and once as they are (STARTED committed before the call, outcome
 Store modes (each run gets its own database, copied from a prepared template so aging costs nothing per run):
 
 * ``fresh``: an empty, migrated store;
-* ``aged``: 100,000 OK messages, then ANALYZE (what autovacuum gives any live table: the planner has statistics);
+* ``aged``: ``--aged-rows`` OK messages (100,000 by default; issue #45 measures PostgreSQL on 1,000,000), then
+  ANALYZE (what autovacuum gives any live table: the planner has statistics);
 * ``backlog``: ``aged`` plus 10,000 NEW messages left waiting (nobody queues them: repoll is off).
 
 Two measurements per store, interleaved (one repetition runs every database x mode x {floor, engine} once):
@@ -73,6 +75,7 @@ from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+#: the store modes: (OK messages aged in, NEW messages of the benchmark's route waiting); ``--aged-rows`` sets the first
 MODES = {"fresh": (0, 0), "aged": (100_000, 0), "backlog": (100_000, 10_000)}
 
 TRANSITION_COLUMNS = ("message_id", "from_state", "to_state", "at", "node_id", "attempt", "error_code", "cause")
@@ -82,7 +85,8 @@ class Templates:
     """One prepared (migrated, aged) database per database kind and mode; each run gets a copy. Used as a context
     manager: its temporary folder and its PostgreSQL templates are removed on exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, aged_rows: int = 100_000) -> None:
+        self.aged_rows = aged_rows
         self.folder = Path(tempfile.mkdtemp(prefix="openroute-bench-"))
         self.made: dict[tuple[str, str], str] = {}
         self.admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
@@ -98,6 +102,7 @@ class Templates:
         key = (kind, mode)
         if key not in self.made:
             final, backlog = MODES[mode]
+            final = self.aged_rows if final else 0
             if kind == "sqlite":
                 url = f"sqlite:///{self.folder / f'template-{mode}.db'}"
             else:
@@ -376,6 +381,8 @@ def main() -> None:
     parser.add_argument("--floor-group", type=int, default=None, metavar="MESSAGES",
                         help="messages per floor commit (default: as the engine grouped them in the same repetition)")
     parser.add_argument("--modes", default="fresh,aged,backlog")
+    parser.add_argument("--aged-rows", type=int, default=100_000, metavar="MESSAGES",
+                        help="OK messages in the aged and backlog stores (default 100,000)")
     parser.add_argument("--transition-cost", action="store_true",
                         help="instead: the floor with and without its message_transition rows (fresh stores, "
                              "--floor-group or 63 messages per commit), what keeping the history costs the database")
@@ -394,7 +401,7 @@ def main() -> None:
           f"{args.floor_group or 'as many messages as the engine did'} at a time")
     per_message: dict[str, int] = {}
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
-    with Templates() as templates:
+    with Templates(args.aged_rows) as templates:
         for kind in kinds:
             with templates.copy(kind, "fresh") as url:  # warm-up: how many transition rows the engine writes
                 per_message[kind] = round(asyncio.run(engine_run(url, 200, args.senders))["transitions_per_message"])
