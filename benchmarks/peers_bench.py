@@ -32,9 +32,10 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
   the payload search's index filled every 0.5 s; tracing off; ``gc.freeze()`` once started. The producers call
   ``Engine.accept`` of a trivial route (an XML payload, a correlation id): the ``message`` INSERT (``ON CONFLICT
   (source_system, correlation_id) DO NOTHING``: accept is idempotent; a trigger adds the id to
-  ``message_payload_pending``) and its NEW ``message_transition`` row; the claim UPDATE (NEW -> PROCESSING, by id and
-  version, ``SKIP LOCKED``) and its row; the outcome UPDATE (-> OK) and its row: six statements, every one through
-  the engine's group-commit writer (one connection; the writes queued meanwhile share a commit). Behind the OK's
+  ``message_payload_pending``) and its NEW ``message_transition`` row; while the node's queue has room the same
+  INSERT stores the message claimed for the node (PROCESSING) with its PROCESSING row, otherwise a claim UPDATE
+  (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row follow; then the outcome UPDATE (-> OK) and
+  its row: every statement through the engine's group-commit writer (one connection; the writes queued meanwhile share a commit). Behind the OK's
   commit: the metrics' counters, the confirmation's (DEBUG) line, one INFO line (the OK); the payload is copied into
   the index by the indexer's batch every 0.5 s. The clock stops at the commit of the last OK (the benchmark's
   final-state hook runs first).
