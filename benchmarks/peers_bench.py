@@ -35,10 +35,10 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
   ``message_payload_pending``) and its NEW ``message_transition`` row; while the node's queue has room the same
   INSERT stores the message claimed for the node (PROCESSING) with its PROCESSING row, otherwise a claim UPDATE
   (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row follow; then the outcome UPDATE (-> OK) and
-  its row: every statement through the engine's group-commit writer (one connection; the writes queued meanwhile share a commit). Behind the OK's
-  commit: the metrics' counters, the confirmation's (DEBUG) line, one INFO line (the OK); the payload is copied into
-  the index by the indexer's batch every 0.5 s. The clock stops at the commit of the last OK (the benchmark's
-  final-state hook runs first).
+  its row: every statement through the engine's group-commit writer (one connection; the writes queued meanwhile
+  share a commit). Behind the OK's commit: the metrics' counters, the confirmation's (DEBUG) line, one INFO line
+  (the OK); the payload is copied into the index by the indexer's batch every 0.5 s. The clock stops at the commit
+  of the last OK (the benchmark's final-state hook runs first).
 * **PgQueuer** (asyncpg) as its documentation recommends for throughput (docs/guides/performance-tuning.md): the
   producers call ``Queries.enqueue`` on an ``AsyncpgPoolDriver`` (a pool of ``--pool`` connections), the consumer
   is ``PgQueuer.run`` (its ``QueueManager`` and scheduler, as ``pgq run`` starts them) on a dedicated asyncpg
