@@ -29,6 +29,10 @@ Two measurements per store, interleaved (one repetition runs every database x mo
   claimed), or ``--floor-group`` messages per commit. The share of the engine's messages claimed at their accept
   is inserted claimed by the floor too (PROCESSING, with the claim's columns, in a multi-row INSERT of their own,
   and no claim UPDATE);
+Beside both, the node's background jobs that ``openroute run`` runs by default (:func:`node_jobs`: the message
+counts folded every 2 s, the payload search's index filled every 0.5 s on PostgreSQL), so that both pay their
+database work.
+
 * the **engine**: ``senders`` concurrent clients accept ``count`` messages of a trivial route while one node
   (default settings; start-up objects frozen out of the garbage collector's reach, as ``openroute run`` does)
   processes them (NEW -> PROCESSING -> OK); completed msgs/s = messages that reached a final state / time
@@ -53,6 +57,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -73,12 +78,43 @@ from benchmarks.store_fill import age
 from openroute.definitions.message import InboundMessage
 from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
+from openroute.jobs.counts import MessageCounts
+from openroute.jobs.payload_indexer import PayloadIndexer
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 #: the store modes: (OK messages aged in, NEW messages of the benchmark's route waiting); ``--aged-rows`` sets the first
 MODES = {"fresh": (0, 0), "aged": (100_000, 0), "backlog": (100_000, 10_000)}
 
 TRANSITION_COLUMNS = ("message_id", "from_state", "to_state", "at", "node_id", "attempt", "error_code", "cause")
+
+
+@contextmanager
+def node_jobs(url: str) -> Iterator[None]:
+    """The node's background jobs that ``openroute run`` runs by default, beside a run of the engine or of the floor
+    alike: the message counts folded every 2 s and the payload search's index filled every 0.5 s (PostgreSQL), in a
+    thread of their own (their work is the database's and their worker threads'; on the node's loop they took under
+    1 % of its samples each)."""
+    store = MessageStore(url)
+    ready, stopping = threading.Event(), threading.Event()
+
+    async def jobs() -> None:
+        stop = asyncio.Event()
+        running = [asyncio.create_task(MessageCounts(store).run(stop)),
+                   asyncio.create_task(PayloadIndexer(store).run(stop))]
+        ready.set()
+        await asyncio.to_thread(stopping.wait)
+        stop.set()
+        await asyncio.gather(*running)
+
+    thread = threading.Thread(target=asyncio.run, args=(jobs(),), name="node-jobs", daemon=True)
+    thread.start()
+    ready.wait(30)
+    try:
+        yield
+    finally:
+        stopping.set()
+        thread.join(60)
+        store.dispose()
 
 
 class Templates:
@@ -413,12 +449,12 @@ def main() -> None:
                     entry = results.setdefault((kind, mode), {k: [] for k in
                                                               ("floor", "completed", "accepted", "p50", "p99",
                                                                "ratio", "writer_us", "per_commit")})
-                    with templates.copy(kind, mode) as url:
+                    with templates.copy(kind, mode) as url, node_jobs(url):
                         run = asyncio.run(engine_run(url, args.count, args.senders))
                     # the messages of a commit: its writer operations over those of a message (3: insert, claim,
                     # outcome; 2 for a message claimed in its accept's insert)
                     group = args.floor_group or round(run["per_commit"] / run["writes_per_message"])
-                    with templates.copy(kind, mode) as url:
+                    with templates.copy(kind, mode) as url, node_jobs(url):
                         base = floor(url, args.count, group, per_message[kind], run["claimed_at_accept"])
                     entry["floor"].append(base)
                     for key in ("completed", "accepted", "p50", "p99", "writer_us", "per_commit"):
