@@ -132,26 +132,19 @@ class GroupCommitWriter:
     def enqueue_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> asyncio.Future[T]:
         """:meth:`submit_grouped` without waiting: the future of ``item``'s result, set after its commit.
 
-        Every message passes here three times (insert, claim, outcome), so :meth:`start` and :meth:`_enqueue` are
-        written out inline."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        with self._gate:
-            if self._closed:
-                raise RuntimeError("the writer is closed")
-            if not self._started:
-                self.start()
-            (self._urgent if group.urgent else self._queue).put(((group, item), future, loop))
-        if loop not in self._ringing:
-            self._ringing.add(loop)
-            loop.call_soon(self._ring, loop)
+        A future is the plainest :class:`Receiver` of :meth:`deliver_grouped`."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.deliver_grouped(group, item, future)
         return future
 
     def deliver_grouped(self, group: Grouped[ItemT, T], item: ItemT, receiver: Receiver[T]) -> None:
         """:meth:`enqueue_grouped` handing ``item``'s result to ``receiver`` instead of a future: its ``set_result`` or
         ``set_exception`` is called on the running loop, in the callback that settles the whole commit (skipped once
         ``receiver.done()``). No future is made and no loop callback scheduled for this item alone: a caller with
-        work to do right after the commit (the commit pipeline's follow-up of an outcome) saves both."""
+        work to do right after the commit (the commit pipeline's follow-up of an outcome) saves both.
+
+        Every message passes here two or three times (insert, claim, outcome), so :meth:`start` and
+        :meth:`_enqueue` are written out inline."""
         loop = asyncio.get_running_loop()
         with self._gate:
             if self._closed:
