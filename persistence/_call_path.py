@@ -62,10 +62,6 @@ class CallPath:
         self.record = (f"INSERT INTO call_record ({', '.join(RECORD_COLUMNS)}) VALUES "  # noqa: S608  names are the schema's constants; values are bound parameters
                        f"({', '.join(mark for _ in RECORD_COLUMNS)}) RETURNING id")
 
-    @staticmethod
-    def _cursor(connection: sa.Connection) -> Any:
-        return connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-
     def start(self, connection: sa.Connection, rows: Sequence[StartRow]) -> set[tuple[int, str]]:
         """INSERT the first STARTED rows of calls (attempts 1, refused 0); the (message id, call key) of those
         inserted. A call that has its row already is left as it is (``ON CONFLICT DO NOTHING``)."""
@@ -80,7 +76,7 @@ class CallPath:
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._start_head, error) from error
         inserted: set[tuple[int, str]] = set()
-        cursor = self._cursor(connection)
+        cursor = HotPath._cursor(connection)
         try:
             if self.postgres:  # one text for any group: psycopg prepares it once and pipelines the executemany
                 sql = self._start_head + self._start_row + self._start_tail
@@ -116,7 +112,7 @@ class CallPath:
                           for message_id, call_key, outcome, value, error, now in rows]
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self.end, error) from error
-        cursor = self._cursor(connection)
+        cursor = HotPath._cursor(connection)
         try:
             if len(parameters) == 1:
                 HotPath._run(connection, cursor, self.end, parameters[0], False)
@@ -135,7 +131,7 @@ class CallPath:
                           for message_id, system, call_key, started, millis, outcome, request, response, error in rows]
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self.record, error) from error
-        cursor = self._cursor(connection)
+        cursor = HotPath._cursor(connection)
         try:
             if self.postgres and len(parameters) > 1:  # pipelined, each row's id kept
                 HotPath._run(connection, cursor, self.record, parameters, True, returning=True)

@@ -162,11 +162,7 @@ class CommitPipeline:
             self.not_written(message, target, error)
             return None
         parent = self.committed(message, target, updated)
-        if states.is_final(target):
-            await self.run_final_hooks(updated)
-        if parent is not None:
-            await self.parent_completed(parent)
-        return updated
+        return await self.hooks_and_parent(updated, states.is_final(target), parent)
 
     def not_written(self, message: StoredMessage, target: MessageState, error: BaseException) -> None:
         """The write of ``message``'s change to ``target`` failed with ``error``: a stale write is counted and logged
