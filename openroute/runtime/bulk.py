@@ -19,8 +19,10 @@ __all__ = ["SPARK_PAYS_OFF_AT", "spark_suggestion", "sql_suggestion"]
 
 #: messages of one bulk restart above which ``openroute spark reprocess`` is quicker than ``openroute messages``:
 #: the cold crossing (a JVM and a session per command) of the plan + apply lines against plain SQL's, measured at
-#: 100k and 1M messages on 2026-11-27 (``--repeat 2``, load 1-4): ~20M messages in the store, ~1,000,000 selected;
-#: on a warm Connect server it is ~226,000-312,000 selected (docs/spark.md)
+#: 100k and 1M messages on 2026-11-27 (``--repeat 2``, load 1-4): ~20M messages in the store, ~1,000,000 selected.
+#: A quiet ``--repeat 3`` run (2026-12-06) found the warm lines parallel to the set-based script's within their noise
+#: (no crossing at those sizes); ``openroute messages`` is slower than that script, so the value stays until a 10M
+#: run pins the lines down (docs/spark.md)
 SPARK_PAYS_OFF_AT = 1_000_000
 
 
