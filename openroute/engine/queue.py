@@ -110,6 +110,7 @@ class ProcessingQueue:
         self._context: contextvars.Context | None = None  # each message runs in a copy of it (see the module doc)
         self._waiting: deque[StoredMessage] = deque()  # emitted, not yet taken by a worker
         self._sleeping: deque[asyncio.Future[None]] = deque()  # the wake-ups of the idle workers
+        self._woken = 0  # workers woken for the waiting messages that have not run yet (see _wake_one)
         self._workers: set[asyncio.Task[None]] = set()
         self._draining = False  # stop(): the workers take what is waiting, then end
         self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see writing())
@@ -233,19 +234,33 @@ class ProcessingQueue:
         self._pending += 1
         self._idle.clear()
         self._waiting.append(message)
+        if not self._woken:
+            self._wake_one()
+        return True
+
+    def _wake_one(self) -> None:
+        """Wake an idle worker for the waiting messages. One is enough: it takes them one after the other, and when one
+        of them suspends (:meth:`_suspended`) the next idle worker is woken for the rest. A burst of accepts settled by
+        one commit so costs one wake-up, not one a message."""
         sleeping = self._sleeping
-        while sleeping:  # one idle worker for this message (a wake-up whose worker was cancelled is skipped)
+        while sleeping:  # a wake-up whose worker was cancelled is skipped
             wake = sleeping.popleft()
             if not wake.done():
                 wake.set_result(None)
-                break
-        return True
+                self._woken += 1
+                return
+
+    def _suspended(self) -> None:
+        """A worker's message waits for something: another worker takes the waiting messages meanwhile."""
+        if self._waiting and not self._woken:
+            self._wake_one()
 
     def _wake_all(self) -> None:
         sleeping, self._sleeping = self._sleeping, deque()
         for wake in sleeping:
             if not wake.done():
                 wake.set_result(None)
+                self._woken += 1
 
     async def _work(self) -> None:
         """One worker: the waiting messages one after the other, each in a fresh copy of the queue's context; asleep
@@ -258,7 +273,11 @@ class ProcessingQueue:
                     return
                 wake = loop.create_future()
                 self._sleeping.append(wake)
-                await wake
+                try:
+                    await wake
+                finally:
+                    if wake.done() and not wake.cancelled():
+                        self._woken -= 1
                 continue
             message = waiting.popleft()
             consume, context = self._consume, self._context
@@ -267,8 +286,9 @@ class ProcessingQueue:
             self._in_flight += 1
             try:
                 if pressure.busy:  # the accepts first: this message waits for a quieter loop
+                    self._suspended()
                     await pressure.quiet()
-                await _InContext(consume(message), context.copy())
+                await _InContext(consume(message), context.copy(), self._suspended)
             except Exception:  # consume never raises (every outcome is in the store): a bug, the worker goes on
                 log.exception("processing message %s failed in the processing channel", message.id)
             finally:
@@ -306,14 +326,17 @@ class _InContext:
     in that context (a worker's next message gets a fresh copy), while the worker stays the current task (a step's
     ``asyncio.timeout`` and cancel scopes see the task they run in, and cancelling the worker cancels the message)."""
 
-    __slots__ = ("context", "coroutine")
+    __slots__ = ("context", "coroutine", "suspended")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, None], context: contextvars.Context) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, None], context: contextvars.Context,
+                 suspended: Callable[[], None]) -> None:
         self.coroutine = coroutine
         self.context = context
+        #: called each time the coroutine waits (the queue wakes another worker for the waiting messages)
+        self.suspended = suspended
 
     def __await__(self) -> Generator[Any, Any, None]:
-        coroutine, run = self.coroutine, self.context.run
+        coroutine, run, suspended = self.coroutine, self.context.run, self.suspended
         sent: Any = None
         thrown: BaseException | None = None
         while True:
@@ -322,6 +345,7 @@ class _InContext:
             except StopIteration:
                 return
             sent = thrown = None
+            suspended()
             try:
                 sent = yield waiting
             except GeneratorExit:

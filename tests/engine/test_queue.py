@@ -162,3 +162,33 @@ async def test_stop_cancels_a_message_still_in_flight_after_the_timeout() -> Non
     await queue.stop(0.05)
     await _until(lambda: queue.in_flight == 0)
     assert sorted(ended) == ["1 cancelled", "2 cancelled"] and not queue.ids
+
+
+async def test_while_a_message_waits_another_worker_takes_the_next_ones() -> None:
+    """An idle worker is woken for a burst of messages and takes them one after the other; when one of them waits,
+    another worker takes the rest, up to ``concurrency`` at a time."""
+    queue = ProcessingQueue(2, 8)
+    gate = asyncio.Event()
+    started: list[int] = []
+    finished: list[int] = []
+
+    async def consume(message: Any) -> None:
+        started.append(message.id)
+        if message.id in (1, 2):
+            await gate.wait()
+        finished.append(message.id)
+        queue.done_with(message.id)
+
+    await queue.start(consume)
+    try:
+        for number in range(1, 6):
+            assert queue.emit(_message(number))
+        await _until(lambda: started == [1, 2])
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert started == [1, 2] and queue.in_flight == 2 and queue.queued == 3, "two workers, both waiting"
+        gate.set()
+        await _until(lambda: sorted(finished) == [1, 2, 3, 4, 5])
+        await queue.wait_idle(1)
+    finally:
+        await queue.stop(1)
