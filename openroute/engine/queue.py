@@ -22,8 +22,8 @@ and none of an accept's reach a worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -113,7 +113,9 @@ class ProcessingQueue:
         self._woken = 0  # workers woken for the waiting messages that have not run yet (see _wake_one)
         self._workers: set[asyncio.Task[None]] = set()
         self._draining = False  # stop(): the workers take what is waiting, then end
-        self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see writing())
+        self._writing = 0  # outcomes written in the background (see writing())
+        self._written_all = asyncio.Event()  # set while none is
+        self._written_all.set()
         self._pending = 0
         self._in_flight = 0
         self._reserved = 0  # room held by accepts storing their message claimed for this node (see reserve())
@@ -161,7 +163,8 @@ class ProcessingQueue:
             for worker in late:
                 worker.cancel()
         if self._writing:
-            await asyncio.wait(set(self._writing), timeout=timeout)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._written_all.wait(), timeout)
         self._consume = None
         self._waiting.clear()
         self.ids.clear()
@@ -294,20 +297,20 @@ class ProcessingQueue:
             finally:
                 self._in_flight -= 1
 
-    def writing(self, message_id: int, written: asyncio.Future[Any], ended: Callable[[asyncio.Future[Any]], None]) \
-            -> None:
-        """The outcome of ``message_id`` is being written in the background: its room is freed once ``written`` is
-        done (after ``ended(written)``)."""
-        self._writing.add(written)
-        written.add_done_callback(functools.partial(self._written, message_id, ended))
+    def writing(self) -> None:
+        """An outcome is being written in the background: its message keeps its room until :meth:`written`, and
+        :meth:`stop` waits for it."""
+        self._writing += 1
+        if self._writing == 1:
+            self._written_all.clear()
 
-    def _written(self, message_id: int, ended: Callable[[asyncio.Future[Any]], None],
-                 done: asyncio.Future[Any]) -> None:
-        self._writing.discard(done)
-        try:
-            ended(done)
-        finally:
-            self.done_with(message_id)
+    def written(self, message_id: int) -> None:
+        """The background write of ``message_id``'s outcome (see :meth:`writing`) and its follow-up are over: its room
+        is free."""
+        self._writing -= 1
+        if not self._writing:
+            self._written_all.set()
+        self.done_with(message_id)
 
     def done_with(self, message_id: int) -> None:
         """``message_id`` left the pipeline (outcome committed, skipped or refused): its room is free."""
