@@ -180,6 +180,7 @@ class Engine(EngineHooks):
         picked up by any node's repoll; queued messages claimed for this node are given back (due at once).
         """
         if not self._running:
+            await self._queue.stop(0)  # a start that failed after the workers started: they end with it
             await self._close_resources()
             return
         self._stopping = True
