@@ -286,8 +286,11 @@ class _FollowUp:
         try:
             parent = pipeline.committed(self.message, target, updated)
             final = states.is_final(target)
-            if (final and pipeline.final_state_hooks) or parent is not None:
+            if parent is not None:
                 run_eagerly(pipeline.hooks_and_parent(updated, final, parent), self._over, self.context)
+                return
+            if final and pipeline.final_state_hooks:  # the hooks alone (one coroutine fewer than hooks_and_parent)
+                run_eagerly(pipeline.run_final_hooks(updated), self._over, self.context)
                 return
         except Exception as error:
             self._over(error)
