@@ -270,6 +270,7 @@ class ProcessingQueue:
         while none waits; it ends once :meth:`stop` drains the queue (or cancels it)."""
         waiting, pressure = self._waiting, self.pressure
         loop = asyncio.get_running_loop()
+        in_a_row = 0  # messages taken since the worker last gave the loop a turn
         while True:
             if not waiting:
                 if self._draining:
@@ -281,7 +282,16 @@ class ProcessingQueue:
                 finally:
                     if wake.done() and not wake.cancelled():
                         self._woken -= 1
+                in_a_row = 0
                 continue
+            if in_a_row >= self.concurrency:
+                # a burst that never waits (a backlog of short routes) gives the loop a turn every `concurrency`
+                # messages, as a task per message did (one loop iteration ran at most that many): the accepts, whose
+                # requests are read between iterations, keep their share
+                in_a_row = 0
+                await asyncio.sleep(0)
+                continue
+            in_a_row += 1
             message = waiting.popleft()
             consume, context = self._consume, self._context
             if consume is None or context is None:  # stopped meanwhile

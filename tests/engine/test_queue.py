@@ -192,3 +192,27 @@ async def test_while_a_message_waits_another_worker_takes_the_next_ones() -> Non
         await queue.wait_idle(1)
     finally:
         await queue.stop(1)
+
+
+async def test_a_burst_that_never_waits_gives_the_loop_a_turn_every_concurrency_messages() -> None:
+    """A worker takes the waiting messages one after the other without the loop in between, but not more than
+    ``concurrency`` of them (as many as a task per message ran in one loop iteration): what the loop had ready
+    meanwhile (a request read, an accept) runs before the rest."""
+    queue = ProcessingQueue(2, 8)
+    order: list[Any] = []
+
+    async def consume(message: Any) -> None:
+        order.append(message.id)
+        queue.done_with(message.id)
+
+    await queue.start(consume)
+    try:
+        assert queue.emit(_message(0))
+        await _until(lambda: order == [0])  # both workers started, and asleep
+        for number in range(1, 7):
+            assert queue.emit(_message(number))
+        asyncio.get_running_loop().call_soon(order.append, "loop")
+        await _until(lambda: len(order) == 8)
+        assert order == [0, 1, 2, "loop", 3, 4, 5, 6], "one worker woken for the burst, a loop turn every 2"
+    finally:
+        await queue.stop(1)
