@@ -26,7 +26,7 @@ import contextlib
 import contextvars
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from openroute.persistence import MessageState, NodeState, StoredMessage
@@ -106,7 +106,7 @@ class ProcessingQueue:
         self.ids: set[int] = set()
         #: messages claimed for this node before they were queued: id -> (state before the claim, claimed snapshot)
         self.claimed: dict[int, tuple[MessageState, StoredMessage]] = {}
-        self._consume: Callable[[StoredMessage], Awaitable[None]] | None = None
+        self._consume: Callable[[StoredMessage], Coroutine[Any, Any, None]] | None = None
         self._context: contextvars.Context | None = None  # each message runs in a copy of it (see the module doc)
         self._waiting: deque[StoredMessage] = deque()  # emitted, not yet taken by a worker
         self._sleeping: deque[asyncio.Future[None]] = deque()  # the wake-ups of the idle workers
@@ -131,7 +131,7 @@ class ProcessingQueue:
         self._room_freed = listener
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    async def start(self, consume: Callable[[StoredMessage], Awaitable[None]]) -> None:
+    async def start(self, consume: Callable[[StoredMessage], Coroutine[Any, Any, None]]) -> None:
         """Start ``concurrency`` workers, each running ``consume(message)`` for one message after the other."""
         self._consume = consume
         self._context = contextvars.copy_context()
