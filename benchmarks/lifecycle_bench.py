@@ -3,11 +3,17 @@
     python benchmarks/lifecycle_bench.py [--count 20000] [--repeat 3] [--senders 64] [--databases sqlite,postgres]
                                          [--modes fresh,aged,backlog] [--aged-rows 100000]
                                          [--transition-cost] [--call-start-cost]
+                                         [--only engine|floor [--floor-group 63] [--claimed-share 1.0]]
 
 ``--call-start-cost`` measures instead what the STARTED record of each external call costs (issue 23): the engine
 on fresh stores with a route making two ``ext_call`` s per message to an instant in-process remote (the worst case:
 a real remote's latency hides the record), once with the call records as they were before (outcome only, written
 after the call) and once as they are (STARTED committed before the call, outcome after), interleaved.
+
+``--only engine`` or ``--only floor`` runs one side alone (``--repeat`` times, the first of ``--databases`` and
+``--modes``), without the node's background jobs and the loop-lag pacing, whose work follows the clock rather than
+the messages: for counting instructions per message, e.g. ``valgrind --tool=callgrind`` over ``--count 2000`` and
+``--count 4000``, the difference over 2,000.
 
 Store modes (each run gets its own database, copied from a prepared template so aging costs nothing per run):
 
@@ -296,14 +302,18 @@ def _records_before_issue_23(store: MessageStore) -> None:
     store.calls.finish = finish  # type: ignore[method-assign]
 
 
-async def engine_run(url: str, count: int, senders: int, calls: str | None = None) -> dict[str, float]:
-    """One engine run; ``calls``: None (trivial route), "before" or "after" (two ext_calls per message)."""
+async def engine_run(url: str, count: int, senders: int, calls: str | None = None, *,
+                     pacing: bool = True) -> dict[str, float]:
+    """One engine run; ``calls``: None (trivial route), "before" or "after" (two ext_calls per message); without
+    ``pacing`` the node's loop-lag timer is not started (``--only``: its ticks follow the clock, not the messages)."""
     store = MessageStore(url)
     if calls == "before":
         _records_before_issue_23(store)
     step = _two_calls if calls is not None else (lambda exchange: None)
     routes = RouteRegistry([Route("bench", "noop", [step])])
     engine = Engine(store, routes, EngineSettings(node_id="bench", repoll_interval=None))
+    if not pacing:  # internal, as the writer's counters below: a benchmark may look
+        engine._queue.pressure.start = lambda: None  # type: ignore[method-assign]
     done = asyncio.Event()
     completed = finals = 0
 
@@ -410,6 +420,43 @@ def call_start_cost(kinds: list[str], count: int, repeat: int, senders: int) -> 
               f"cost of the start record {cost:.1%} of the median (goal < 10 % on PostgreSQL)")
 
 
+def only(side: str, kind: str, mode: str, count: int, repeat: int, senders: int, group: int,
+         claimed_share: float, aged_rows: int) -> None:
+    """``--only``: ``repeat`` runs of one side alone on one database and store mode, for counting its instructions
+    per message (``valgrind --tool=callgrind`` or ``perf stat -e instructions`` over two counts, the difference over
+    the extra messages): no node jobs beside it and no loop-lag pacing, whose work follows the clock rather than the
+    messages (under callgrind the clock runs 50x slower). The floor writes 3 transition rows a message, as the
+    engine does."""
+    with Templates(aged_rows) as templates:
+        for rep in range(repeat):
+            with templates.copy(kind, mode) as url:
+                if side == "engine":
+                    run = asyncio.run(engine_run(url, count, senders, pacing=False))
+                    print(f"  rep {rep + 1} {kind} {mode} engine {run['completed']:7.0f} msg/s | writer CPU "
+                          f"{run['writer_us']:.0f} us/msg, {run['per_commit']:.0f} writes/commit, "
+                          f"{run['writes_per_message']:.2f} writes/message, {run['claimed_at_accept']:.0%} claimed "
+                          "at accept", flush=True)
+                else:
+                    base = floor(url, count, group, 3, claimed_share)
+                    print(f"  rep {rep + 1} {kind} {mode} floor {base:7.0f} msg/s ({group} messages/commit, "
+                          f"{claimed_share:.0%} inserted claimed)", flush=True)
+
+
+def _instead(args: Any, kinds: list[str], modes: list[str]) -> bool:
+    """Run what ``--only``, ``--call-start-cost`` or ``--transition-cost`` asks instead of the comparison; False when
+    none of them is given."""
+    if args.only:
+        only(args.only, kinds[0], modes[0], args.count, args.repeat, args.senders, args.floor_group or 63,
+             args.claimed_share, args.aged_rows)
+    elif args.call_start_cost:
+        call_start_cost(kinds, args.count, args.repeat, args.senders)
+    elif args.transition_cost:
+        transition_cost(kinds, args.count, args.repeat, args.floor_group or 63)
+    else:
+        return False
+    return True
+
+
 def main() -> None:
     # runs of a few seconds at least: on SQLite a short run is dominated by its first WAL checkpoint into the store
     # file (costlier on an aged store), which a longer run, like a server's, amortises
@@ -424,13 +471,15 @@ def main() -> None:
                              "--floor-group or 63 messages per commit), what keeping the history costs the database")
     parser.add_argument("--call-start-cost", action="store_true",
                         help="instead: two ext_calls per message, call records before / after the STARTED record")
+    parser.add_argument("--only", choices=("engine", "floor"), default=None,
+                        help="instead: one side alone on the first database and mode, --repeat runs, no node jobs and "
+                             "no loop-lag pacing (for instruction counts: run it under callgrind for two counts)")
+    parser.add_argument("--claimed-share", type=float, default=1.0, metavar="SHARE",
+                        help="with --only floor: the share of messages inserted claimed (default 1.0, as the engine "
+                             "claims every message at its accept while its queue has room)")
     args = parser.parse_args()
     kinds, modes = args.databases.split(","), args.modes.split(",")
-    if args.call_start_cost:
-        call_start_cost(kinds, args.count, args.repeat, args.senders)
-        return
-    if args.transition_cost:
-        transition_cost(kinds, args.count, args.repeat, args.floor_group or 63)
+    if _instead(args, kinds, modes):
         return
     print(f"lifecycle benchmark: {args.count} messages per run, {args.senders} concurrent senders, trivial route, "
           f"{args.repeat} interleaved repetitions; the floor commits "

@@ -36,12 +36,9 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
     """
     if not isinstance(inbound, InboundMessage):
         raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
-    _check_text("service", inbound.service, 100)
-    _check_text("operation", inbound.operation, 100)
+    _check_texts(inbound, _ROUTE_TEXTS)
     route = routes.get(inbound.service, inbound.operation)
-    _check_text("correlation_id", inbound.correlation_id, 255)
-    _check_text("source_system", inbound.source_system, 100)
-    _check_text("content_type", inbound.content_type, 100)
+    _check_texts(inbound, _REQUIRED_TEXTS)
     for name, limit in _OPTIONAL_TEXTS:
         value = getattr(inbound, name)
         if value is not None:
@@ -55,7 +52,7 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
         if size > limit:
             raise PayloadTooLargeError(size, limit)
     headers = inbound.headers
-    if not isinstance(headers, Mapping) or (headers and not all(
+    if not (headers.__class__ is dict or isinstance(headers, Mapping)) or (headers and not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     )):
         raise ValidationError("headers must map strings to strings")
@@ -70,8 +67,22 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
     return route
 
 
+#: the text fields of an inbound message that name its route, checked before the route is looked up, and the other
+#: required ones, with their column sizes
+_ROUTE_TEXTS = (("service", 100), ("operation", 100))
+_REQUIRED_TEXTS = (("correlation_id", 255), ("source_system", 100), ("content_type", 100))
 #: the optional text fields of an inbound message and their column sizes
 _OPTIONAL_TEXTS = (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255))
+
+
+def _check_texts(inbound: InboundMessage, fields: tuple[tuple[str, int], ...]) -> None:
+    """The required text ``fields`` of ``inbound`` (name, column size): every accept passes here, so a text that is
+    plainly fine is checked inline, anything else by :func:`_check_text` (the precise error; a str subclass passes)."""
+    for name, limit in fields:
+        value = getattr(inbound, name)
+        if not (value.__class__ is str and value and len(value) <= limit and "\x00" not in value
+                and not value.isspace()):
+            _check_text(name, value, limit)
 
 
 def _check_text(name: str, value: Any, limit: int) -> None:

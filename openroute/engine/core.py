@@ -13,11 +13,9 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
@@ -60,6 +58,13 @@ log = logging.getLogger("openroute.engine")
 
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
+
+
+class _InBackground:
+    """What an attempt returns when its outcome is written in the background (``Engine._consume``)."""
+
+
+_IN_BACKGROUND = _InBackground()
 
 
 def _as_stored_new(claimed: StoredMessage) -> StoredMessage:
@@ -175,6 +180,7 @@ class Engine(EngineHooks):
         picked up by any node's repoll; queued messages claimed for this node are given back (due at once).
         """
         if not self._running:
+            await self._queue.stop(0)  # a start that failed after the workers started: they end with it
             await self._close_resources()
             return
         self._stopping = True
@@ -396,39 +402,37 @@ class Engine(EngineHooks):
         hooks complete in the background while the worker takes its next message, so one commit carries the
         outcomes of some messages with the claims of the next ones (each message costs a worker one commit's wait
         instead of two). Until its outcome is committed the message keeps its room in the queue bound, and
-        :meth:`wait_idle` and :meth:`stop` wait for it.
+        :meth:`wait_idle` and :meth:`stop` wait for it (``ProcessingQueue.writing``; :meth:`_written` ends it).
         """
-        written: asyncio.Future[Any] | None = None
+        in_background = False
         try:
             if not self._stopping:
-                result = await self._process(message, background=True)
-                if isinstance(result, asyncio.Future):
-                    written = result
+                in_background = await self._process(message, background=True) is _IN_BACKGROUND
         except Exception as error:
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
             else:
                 repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
         finally:
-            if written is None:
+            if not in_background:
                 self._queue.done_with(message.id)
-            else:
-                self._queue.writing(message.id, written, functools.partial(self._written, message.id))
 
-    def _written(self, message_id: int, done: asyncio.Future[Any]) -> None:
-        """A background outcome write (see :meth:`_consume`) is over."""
-        error = None if done.cancelled() else done.exception()
-        if error is not None and not self.store.outage.failed(error, "writing an outcome"):
-            repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
+    def _written(self, message_id: int, error: BaseException | None) -> None:
+        """A background outcome write (see :meth:`_consume`) and its follow-up are over."""
+        try:
+            if error is not None and not self.store.outage.failed(error, "writing an outcome"):
+                repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
+        finally:
+            self._queue.written(message_id)
 
     # -- processing -----------------------------------------------------------------------------
     async def _process(
         self, message: StoredMessage, *, background: bool = False
-    ) -> StoredMessage | asyncio.Future[StoredMessage | None] | None:
+    ) -> StoredMessage | _InBackground | None:
         """Claim ``message``, run its route and store the outcome; None if another writer had it.
 
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
-        to the writer and the future of its completion returned at once (see :meth:`_consume`).
+        to the writer and ``_IN_BACKGROUND`` returned at once (see :meth:`_consume`).
         """
         previous = message.state
         claimed: StoredMessage | None
@@ -465,7 +469,7 @@ class Engine(EngineHooks):
 
     async def _attempt(
         self, claimed: StoredMessage, background: bool
-    ) -> StoredMessage | asyncio.Future[StoredMessage | None] | None:
+    ) -> StoredMessage | _InBackground | None:
         """The attempt of a claimed message: obsolete check and funnel, the route's steps, the outcome (see
         :meth:`_process`)."""
         try:
@@ -508,7 +512,9 @@ class Engine(EngineHooks):
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         self._wake_later(error, decision, now)
         if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
-            return self._pipeline.apply_in_background(claimed, decision, now)
+            self._pipeline.apply_in_background(claimed, decision, now, self._written)
+            self._queue.writing()  # before the next loop iteration, the earliest the write can end
+            return _IN_BACKGROUND
         finished = await self._pipeline.apply(claimed, decision, now)
         if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
             await self._run_children(finished)

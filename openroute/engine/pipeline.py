@@ -42,7 +42,7 @@ from openroute.persistence import (
 from openroute.persistence.call_records import CallRecord, CallRecordStore
 from openroute.runtime.logs import repeated_errors
 
-__all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
+__all__ = ["BackgroundEnded", "CommitPipeline", "FinalStateHook", "TransitionListener"]
 
 log = logging.getLogger("openroute.engine")
 
@@ -51,6 +51,9 @@ T = TypeVar("T")
 FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
 #: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
+#: ``ended(message_id, error)``: the follow-up of an outcome written in the background is over
+#: (:meth:`CommitPipeline.apply_in_background`)
+BackgroundEnded = Callable[[int, "BaseException | None"], None]
 
 
 class CommitPipeline:
@@ -139,16 +142,17 @@ class CommitPipeline:
         """Store a call record in the group commit (``AttemptRuntime.add_call_record``); the future of its id."""
         return self.writer.enqueue_grouped(self._call_records, record)
 
-    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision,
-                            now: datetime) -> asyncio.Future[StoredMessage | None]:
-        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message): the future of what
-        awaiting :meth:`apply` returns, settled once the follow-up is over. No task runs the follow-up: the commit's
-        own settle callback does (:class:`_FollowUp`), and a final-state hook that suspends continues in a task from
-        there; a message whose outcome and hooks ask nothing of the loop costs no task and no callback of its own."""
-        done: asyncio.Future[StoredMessage | None] = asyncio.get_running_loop().create_future()
+    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision, now: datetime,
+                            ended: BackgroundEnded) -> None:
+        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message): ``ended(message.id,
+        error)`` is called once the follow-up is over (``error`` None: written, or lost to another writer as
+        :meth:`apply`'s None; else what awaiting :meth:`apply` raises). No task runs the follow-up and no future
+        carries its end: the commit's own settle callback runs it (:class:`_FollowUp`) and calls ``ended``, and a
+        final-state hook that suspends continues in a task from there; a message whose outcome and hooks ask nothing
+        of the loop costs no task, no future and no callback of its own. Raises RuntimeError when the writer is
+        closed (``ended`` is not called then)."""
         self.writer.deliver_grouped(self._finish, (message, decision.target, now, dict(decision.changes), "engine"),
-                                    _FollowUp(self, message, decision.target, done, contextvars.copy_context()))
-        return done
+                                    _FollowUp(self, message, decision.target, ended, contextvars.copy_context()))
 
     # -- after the commit -------------------------------------------------------------------------------------------
     async def written(
@@ -250,24 +254,24 @@ def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
 class _FollowUp:
     """The receiver of one background outcome write (:meth:`CommitPipeline.apply_in_background`): the writer's settle
     callback hands it the result, and it runs :meth:`CommitPipeline.written`'s follow-up right there, in the context
-    the write was queued from (as a task made there would), then settles ``result``."""
+    the write was queued from (as a task made there would), then calls ``ended``."""
 
-    __slots__ = ("context", "message", "pipeline", "result", "target")
+    __slots__ = ("context", "ended", "message", "pipeline", "target")
 
     def __init__(self, pipeline: CommitPipeline, message: StoredMessage, target: MessageState,
-                 done: asyncio.Future[StoredMessage | None], context: contextvars.Context) -> None:
+                 ended: BackgroundEnded, context: contextvars.Context) -> None:
         self.pipeline = pipeline
         self.message = message
         self.target = target
-        self.result = done
+        self.ended = ended
         self.context = context
 
     def __repr__(self) -> str:
         return f"<follow-up of message {self.message.id} -> {self.target.value}>"
 
     def done(self) -> bool:
-        """True once nobody waits for the follow-up (its future was cancelled): the writer skips it then."""
-        return self.result.done()
+        """Always False: a background write's follow-up is always wanted (nothing cancels it)."""
+        return False
 
     def set_result(self, updated: StoredMessage) -> None:
         """The change was committed: its follow-up."""
@@ -278,46 +282,50 @@ class _FollowUp:
         self.context.run(self._failed, error)
 
     def _committed(self, updated: StoredMessage) -> None:
-        done, pipeline, target = self.result, self.pipeline, self.target
+        pipeline, target = self.pipeline, self.target
         try:
             parent = pipeline.committed(self.message, target, updated)
             final = states.is_final(target)
-            if (final and pipeline.final_state_hooks) or parent is not None:
-                run_eagerly(pipeline.hooks_and_parent(updated, final, parent), done, self.context)
+            if parent is not None:
+                run_eagerly(pipeline.hooks_and_parent(updated, final, parent), self._over, self.context)
+                return
+            if final and pipeline.final_state_hooks:  # the hooks alone (one coroutine fewer than hooks_and_parent)
+                run_eagerly(pipeline.run_final_hooks(updated), self._over, self.context)
                 return
         except Exception as error:
-            done.set_exception(error)
+            self._over(error)
             return
-        done.set_result(updated)
+        self._over(None)
 
     def _failed(self, error: BaseException) -> None:
         try:
             self.pipeline.not_written(self.message, self.target, error)
         except BaseException as raised:
-            self.result.set_exception(raised)
+            self._over(raised)
             return
-        self.result.set_result(None)
+        self._over(None)
+
+    def _over(self, error: BaseException | None) -> None:
+        self.ended(self.message.id, error)
 
 
-def run_eagerly(coroutine: Coroutine[Any, Any, T], done: asyncio.Future[T], context: contextvars.Context) -> None:
-    """Run ``coroutine`` here until it first suspends, then in a task (made in ``context``); ``done`` gets its result
-    (Python 3.12's eager tasks, for a coroutine that seldom suspends: final-state hooks mostly return at once, and a
-    task for each would cost more than the hooks). Cancelling ``done`` cancels the task."""
+def run_eagerly(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseException | None], None],
+                context: contextvars.Context) -> None:
+    """Run ``coroutine`` here until it first suspends, then in a task (made in ``context``); ``over(error)`` once it
+    is over (``error`` None: it returned or its task was cancelled). Python 3.12's eager tasks, for a coroutine that
+    seldom suspends: final-state hooks mostly return at once, and a task for each would cost more than the hooks."""
     try:
         waiting = coroutine.send(None)
-    except StopIteration as returned:
-        if not done.done():
-            done.set_result(returned.value)
+    except StopIteration:
+        over(None)
         return
     except BaseException as error:
-        if not done.done():
-            done.set_exception(error)
+        over(error)
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
         return
     task = asyncio.get_running_loop().create_task(_carry_on(coroutine, waiting), context=context)
-    task.add_done_callback(functools.partial(_copy_outcome, done))
-    done.add_done_callback(functools.partial(_cancel_with, task))
+    task.add_done_callback(functools.partial(_task_over, over))
 
 
 async def _carry_on(coroutine: Coroutine[Any, Any, T], waiting: Any) -> T:
@@ -353,17 +361,5 @@ class _Suspended(Generic[T]):
                 return value
 
 
-def _copy_outcome(done: asyncio.Future[Any], task: asyncio.Future[Any]) -> None:
-    if done.done():
-        return
-    if task.cancelled():
-        done.cancel()
-    elif task.exception() is not None:
-        done.set_exception(task.exception())  # type: ignore[arg-type]
-    else:
-        done.set_result(task.result())
-
-
-def _cancel_with(task: asyncio.Future[Any], done: asyncio.Future[Any]) -> None:
-    if done.cancelled():
-        task.cancel()
+def _task_over(over: Callable[[BaseException | None], None], task: asyncio.Future[Any]) -> None:
+    over(None if task.cancelled() else task.exception())

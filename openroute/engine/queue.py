@@ -9,24 +9,33 @@ when room frees, so accepting never waits behind processing. A message claimed f
 counted; its snapshot waits in :attr:`ProcessingQueue.claimed` for the worker. An accepted message that finds room
 is stored claimed for this node in its accept's own transaction and queued claimed: the accept reserves its room
 first (:meth:`ProcessingQueue.reserve`), so the bound holds while the commit is under way.
+
+The channel is a queue of messages and ``concurrency`` long-lived workers: tasks started with the queue, each taking
+the next message as soon as it is done with one (an idle worker is woken by the message it is to take). A task per
+message, and the reactive channel's machinery around it (a ``Message`` envelope, the emitter's buffer and demand,
+the consumer's task and its completion callback), cost more of the event loop than the message's own attempt when the
+route is short. Each message runs in a fresh copy of the context the queue started in (:class:`_InContext`): context
+variables a message's attempt sets (tracing, the current call, a route's own) end with it, as they ended with its task,
+and none of an accept's reach a worker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from openroute.messaging import Emitter, Message, MessagingApp, OnOverflow
 from openroute.persistence import MessageState, NodeState, StoredMessage
 
 __all__ = ["PROCESSING_CHANNEL", "LoopPressure", "ProcessingQueue"]
 
 log = logging.getLogger("openroute.engine")
 
-#: the in-process channel between accept / feeder (emitter) and the workers (incoming, concurrency=N)
+#: the name of the in-process channel between accept / feeder and the workers (its workers' task names start with it)
 PROCESSING_CHANNEL = "processing"
 
 
@@ -97,9 +106,16 @@ class ProcessingQueue:
         self.ids: set[int] = set()
         #: messages claimed for this node before they were queued: id -> (state before the claim, claimed snapshot)
         self.claimed: dict[int, tuple[MessageState, StoredMessage]] = {}
-        self._app: MessagingApp | None = None
-        self._emitter: Emitter[StoredMessage] | None = None
-        self._writing: set[asyncio.Future[Any]] = set()  # outcomes written in the background (see writing())
+        self._consume: Callable[[StoredMessage], Coroutine[Any, Any, None]] | None = None
+        self._context: contextvars.Context | None = None  # each message runs in a copy of it (see the module doc)
+        self._waiting: deque[StoredMessage] = deque()  # emitted, not yet taken by a worker
+        self._sleeping: deque[asyncio.Future[None]] = deque()  # the wake-ups of the idle workers
+        self._woken = 0  # workers woken for the waiting messages that have not run yet (see _wake_one)
+        self._workers: set[asyncio.Task[None]] = set()
+        self._draining = False  # stop(): the workers take what is waiting, then end
+        self._writing = 0  # outcomes written in the background (see writing())
+        self._written_all = asyncio.Event()  # set while none is
+        self._written_all.set()
         self._pending = 0
         self._in_flight = 0
         self._reserved = 0  # room held by accepts storing their message claimed for this node (see reserve())
@@ -115,26 +131,16 @@ class ProcessingQueue:
         self._room_freed = listener
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    async def start(self, consume: Callable[[StoredMessage], Awaitable[None]]) -> None:
-        """Start the channel and ``concurrency`` workers, each running ``consume(message)``."""
-        app = MessagingApp({}, environ={})
-        # claimed messages may pass the bound by the few accepts between a feed's room check and its commit
-        self._emitter = app.emitter(PROCESSING_CHANNEL, overflow=OnOverflow.UNBOUNDED_BUFFER)
-
-        pressure = self.pressure
-
-        async def process(message):  # type: ignore[no-untyped-def]  # a payload consumer, acked when it returns
-            self._in_flight += 1
-            try:
-                if pressure.busy:  # the accepts first: this message waits for a quieter loop
-                    await pressure.quiet()
-                await consume(message)
-            finally:
-                self._in_flight -= 1
-
-        app.incoming(PROCESSING_CHANNEL, concurrency=self.concurrency)(process)
-        await app.start()
-        self._app = app
+    async def start(self, consume: Callable[[StoredMessage], Coroutine[Any, Any, None]]) -> None:
+        """Start ``concurrency`` workers, each running ``consume(message)`` for one message after the other."""
+        self._consume = consume
+        self._context = contextvars.copy_context()
+        self._draining = False
+        loop = asyncio.get_running_loop()
+        for number in range(self.concurrency):
+            worker = loop.create_task(self._work(), name=f"{PROCESSING_CHANNEL}-worker-{number + 1}")
+            self._workers.add(worker)
+            worker.add_done_callback(self._workers.discard)
         self._idle.set()
         self.open = True
         self.pressure.start()
@@ -148,12 +154,19 @@ class ProcessingQueue:
         being written; forget the rest."""
         self.open = False
         self.pressure.stop()
-        if self._app is not None:
-            await self._app.stop(timeout=timeout)
+        workers = set(self._workers)
+        if workers:
+            # the workers take what is waiting (the engine's consume skips it now: it stays in the store), then end
+            self._draining = True
+            self._wake_all()
+            _done, late = await asyncio.wait(workers, timeout=timeout)
+            for worker in late:
+                worker.cancel()
         if self._writing:
-            await asyncio.wait(set(self._writing), timeout=timeout)
-        self._app = None
-        self._emitter = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._written_all.wait(), timeout)
+        self._consume = None
+        self._waiting.clear()
         self.ids.clear()
         self._pending = 0
         self._idle.set()
@@ -207,7 +220,7 @@ class ProcessingQueue:
         """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not
         refuse it. A copy already queued (as it was before the claim) takes the claimed snapshot when it starts.
         False when the node takes no work (the caller gives the claim back)."""
-        if not self.open or self._emitter is None or not self.node_state.picks_up_work:
+        if not self.open or self._consume is None or not self.node_state.picks_up_work:
             return False
         self.claimed[claimed.id] = (previous, claimed)
         if claimed.id in self.ids:
@@ -218,39 +231,96 @@ class ProcessingQueue:
         return True
 
     def _send(self, message: StoredMessage) -> bool:
-        emitter = self._emitter
-        if not self.open or emitter is None or message.id in self.ids or not self.node_state.picks_up_work:
+        if not self.open or self._consume is None or message.id in self.ids or not self.node_state.picks_up_work:
             return False
         self.ids.add(message.id)
         self._pending += 1
         self._idle.clear()
-        try:
-            # no ack callback: the room is given back by done_with, once the outcome is committed
-            emitter.send_message(Message(message, nack=functools.partial(self._refused, message.id)))
-        except Exception:
-            self.done_with(message.id)
-            raise
+        self._waiting.append(message)
+        if not self._woken:
+            self._wake_one()
         return True
 
-    def _refused(self, message_id: int, reason: BaseException) -> None:
-        """The nack of a queued message: its room is free again (the message stays in the store)."""
+    def _wake_one(self) -> None:
+        """Wake an idle worker for the waiting messages. One is enough: it takes them one after the other, and when one
+        of them suspends (:meth:`_suspended`) the next idle worker is woken for the rest. A burst of accepts settled by
+        one commit so costs one wake-up, not one a message."""
+        sleeping = self._sleeping
+        while sleeping:  # a wake-up whose worker was cancelled is skipped
+            wake = sleeping.popleft()
+            if not wake.done():
+                wake.set_result(None)
+                self._woken += 1
+                return
+
+    def _suspended(self) -> None:
+        """A worker's message waits for something: another worker takes the waiting messages meanwhile."""
+        if self._waiting and not self._woken:
+            self._wake_one()
+
+    def _wake_all(self) -> None:
+        sleeping, self._sleeping = self._sleeping, deque()
+        for wake in sleeping:
+            if not wake.done():
+                wake.set_result(None)
+                self._woken += 1
+
+    async def _work(self) -> None:
+        """One worker: the waiting messages one after the other, each in a fresh copy of the queue's context; asleep
+        while none waits; it ends once :meth:`stop` drains the queue (or cancels it)."""
+        waiting, pressure = self._waiting, self.pressure
+        loop = asyncio.get_running_loop()
+        in_a_row = 0  # messages taken since the worker last gave the loop a turn
+        while True:
+            if not waiting:
+                if self._draining:
+                    return
+                wake = loop.create_future()
+                self._sleeping.append(wake)
+                try:
+                    await wake
+                finally:
+                    if wake.done() and not wake.cancelled():
+                        self._woken -= 1
+                in_a_row = 0
+                continue
+            if in_a_row >= self.concurrency:
+                # a burst that never waits (a backlog of short routes) gives the loop a turn every `concurrency`
+                # messages, as a task per message did (one loop iteration ran at most that many): the accepts, whose
+                # requests are read between iterations, keep their share
+                in_a_row = 0
+                await asyncio.sleep(0)
+                continue
+            in_a_row += 1
+            message = waiting.popleft()
+            consume, context = self._consume, self._context
+            if consume is None or context is None:  # stopped meanwhile
+                return
+            self._in_flight += 1
+            try:
+                if pressure.busy:  # the accepts first: this message waits for a quieter loop
+                    self._suspended()
+                    await pressure.quiet()
+                await _InContext(consume(message), context.copy(), self._suspended)
+            except Exception:  # consume never raises (every outcome is in the store): a bug, the worker goes on
+                log.exception("processing message %s failed in the processing channel", message.id)
+            finally:
+                self._in_flight -= 1
+
+    def writing(self) -> None:
+        """An outcome is being written in the background: its message keeps its room until :meth:`written`, and
+        :meth:`stop` waits for it."""
+        self._writing += 1
+        if self._writing == 1:
+            self._written_all.clear()
+
+    def written(self, message_id: int) -> None:
+        """The background write of ``message_id``'s outcome (see :meth:`writing`) and its follow-up are over: its room
+        is free."""
+        self._writing -= 1
+        if not self._writing:
+            self._written_all.set()
         self.done_with(message_id)
-        log.warning("processing channel refused message %s: %r", message_id, reason)
-
-    def writing(self, message_id: int, written: asyncio.Future[Any], ended: Callable[[asyncio.Future[Any]], None]) \
-            -> None:
-        """The outcome of ``message_id`` is being written in the background: its room is freed once ``written`` is
-        done (after ``ended(written)``)."""
-        self._writing.add(written)
-        written.add_done_callback(functools.partial(self._written, message_id, ended))
-
-    def _written(self, message_id: int, ended: Callable[[asyncio.Future[Any]], None],
-                 done: asyncio.Future[Any]) -> None:
-        self._writing.discard(done)
-        try:
-            ended(done)
-        finally:
-            self.done_with(message_id)
 
     def done_with(self, message_id: int) -> None:
         """``message_id`` left the pipeline (outcome committed, skipped or refused): its room is free."""
@@ -262,3 +332,37 @@ class ProcessingQueue:
             self._idle.set()
         if self.open and self._room_freed is not None:  # a closed queue takes nothing: no feed while the node stops
             self._room_freed()
+
+
+class _InContext:
+    """``coroutine`` awaited by a worker, every step of it run in ``context``: what it sets in context variables stays
+    in that context (a worker's next message gets a fresh copy), while the worker stays the current task (a step's
+    ``asyncio.timeout`` and cancel scopes see the task they run in, and cancelling the worker cancels the message)."""
+
+    __slots__ = ("context", "coroutine", "suspended")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, None], context: contextvars.Context,
+                 suspended: Callable[[], None]) -> None:
+        self.coroutine = coroutine
+        self.context = context
+        #: called each time the coroutine waits (the queue wakes another worker for the waiting messages)
+        self.suspended = suspended
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coroutine, run, suspended = self.coroutine, self.context.run, self.suspended
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            try:
+                waiting = run(coroutine.send, sent) if thrown is None else run(coroutine.throw, thrown)
+            except StopIteration:
+                return
+            sent = thrown = None
+            suspended()
+            try:
+                sent = yield waiting
+            except GeneratorExit:
+                run(coroutine.close)
+                raise
+            except BaseException as error:  # the worker's cancellation: the message's to handle
+                thrown = error

@@ -113,22 +113,31 @@ async def test_the_outcomes_of_one_transaction_reach_its_transaction_hook_togeth
     assert heard == [[second.id, third.id]]
 
 
+def _in_background(pipeline: CommitPipeline, claimed: StoredMessage, decision: Decision) \
+        -> asyncio.Future[tuple[int, BaseException | None]]:
+    """``apply_in_background``'s end as a future: (message id, error) once its follow-up is over."""
+    over: asyncio.Future[tuple[int, BaseException | None]] = asyncio.get_running_loop().create_future()
+    pipeline.apply_in_background(claimed, decision, START, lambda message_id, error: over.set_result((message_id,
+                                                                                                       error)))
+    return over
+
+
 async def test_an_outcome_written_in_the_background_is_followed_as_an_awaited_one(store: MessageStore) -> None:
     """``apply_in_background`` (a worker's outcome: no task of its own) runs the same follow-up in the same order,
-    and its future is settled only once the final-state hooks are over."""
+    and tells its end only once the final-state hooks are over."""
     events: list[tuple[Any, ...]] = []
     pipeline = _pipeline(store, events)
     try:
         claimed = await _claimed(pipeline, "c-1")
-        done = await pipeline.apply_in_background(claimed, OK, START)
+        ended = await _in_background(pipeline, claimed, OK)
     finally:
         await _closed(pipeline)
-    assert done is not None and done.state is MessageState.OK and done.version == claimed.version + 1
+    assert ended == (claimed.id, None)
     assert events == [("in the transaction", MessageState.OK), ("listener", MessageState.PROCESSING, MessageState.OK),
                       ("final-state hook", MessageState.OK)]
     assert pipeline.stats.outcomes[MessageState.OK] == 1
     stored = store.get(claimed.id)
-    assert stored is not None and stored.state is MessageState.OK
+    assert stored is not None and stored.state is MessageState.OK and stored.version == claimed.version + 1
 
 
 async def test_a_final_state_hook_that_waits_holds_the_background_outcome_until_it_is_done(
@@ -155,14 +164,14 @@ async def test_a_final_state_hook_that_waits_holds_the_background_outcome_until_
     try:
         claimed = await _claimed(pipeline, "c-1")
         caller.set("worker")
-        done = pipeline.apply_in_background(claimed, OK, START)
+        done = _in_background(pipeline, claimed, OK)
         await entered.wait()
-        assert not done.done(), "the outcome's future waits for its hooks"
+        assert not done.done(), "the outcome's end waits for its hooks"
         released.set()
-        updated = await done
+        ended = await done
     finally:
         await _closed(pipeline)
-    assert updated is not None and updated.state is MessageState.OK
+    assert ended == (claimed.id, None)
     assert events[-3:] == [("waiting hook starts", "worker"), ("waiting hook ends", "worker"),
                            ("last hook", MessageState.OK)]
 
@@ -176,9 +185,8 @@ async def test_a_background_outcome_another_writer_beat_is_counted_and_nobody_he
         claimed = await _claimed(pipeline, "c-1")
         assert await pipeline.apply(claimed, OK, START) is not None
         events.clear()
-        lost = await pipeline.apply_in_background(claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}),
-                                                  START)
+        lost = await _in_background(pipeline, claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}))
     finally:
         await _closed(pipeline)
-    assert lost is None and events == []
+    assert lost == (claimed.id, None) and events == []
     assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0

@@ -4,6 +4,7 @@ room listener, idleness and the operator's node state, without an engine around 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from types import SimpleNamespace
 from typing import Any
 
@@ -83,5 +84,135 @@ async def test_a_node_an_operator_stopped_queues_nothing_and_a_closed_queue_free
         queue.done_with(3)
         assert freed == [], "no feed while the node stops"
         await queue.wait_idle(1)
+    finally:
+        await queue.stop(1)
+
+
+_seen_by: contextvars.ContextVar[str] = contextvars.ContextVar("seen_by", default="nobody")
+
+
+async def test_a_worker_runs_each_message_in_a_context_of_its_own() -> None:
+    """One long-lived worker takes both messages: what the first one's attempt set in a context variable is gone for
+    the second, and what the code that queued them had set reaches neither; the worker is the current task, so a
+    step's ``asyncio.timeout`` works."""
+    queue = ProcessingQueue(1, 4)
+    seen: list[tuple[int, str, asyncio.Task[Any] | None]] = []
+
+    async def consume(message: Any) -> None:
+        async with asyncio.timeout(5):  # needs a current task
+            seen.append((message.id, _seen_by.get(), asyncio.current_task()))
+            _seen_by.set(f"message {message.id}")
+            await asyncio.sleep(0)  # suspended once: the rest of the message runs in its context too
+            assert _seen_by.get() == f"message {message.id}"
+
+    await queue.start(consume)
+    try:
+        token = _seen_by.set("the accept")
+        assert queue.emit(_message(1)) and queue.emit(_message(2))
+        _seen_by.reset(token)
+        await _until(lambda: len(seen) == 2)
+        assert [(number, value) for number, value, _task in seen] == [(1, "nobody"), (2, "nobody")]
+        assert seen[0][2] is seen[1][2] is not None, "one long-lived worker took both"
+        assert _seen_by.get() == "nobody"
+    finally:
+        await queue.stop(1)
+
+
+async def test_stop_lets_the_workers_finish_then_hands_them_the_waiting_messages() -> None:
+    """stop(): the message in flight finishes within the timeout, then the waiting ones reach the consumer (the
+    engine's skips them: they stay in the store) and the workers end."""
+    queue = ProcessingQueue(1, 4)
+    gate = asyncio.Event()
+    consumed: list[int] = []
+
+    async def consume(message: Any) -> None:
+        if message.id == 1:
+            await gate.wait()
+        consumed.append(message.id)
+        queue.done_with(message.id)
+
+    await queue.start(consume)
+    assert queue.emit(_message(1)) and queue.emit(_message(2)) and queue.emit(_message(3))
+    await _until(lambda: queue.in_flight == 1)
+    queue.close()
+    assert not queue.emit(_message(4))
+    stopping = asyncio.create_task(queue.stop(5))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not stopping.done() and consumed == []
+    gate.set()
+    await asyncio.wait_for(stopping, 5)
+    assert consumed == [1, 2, 3] and queue.in_flight == 0 and queue.queued == 0 and not queue.ids
+
+
+async def test_stop_cancels_a_message_still_in_flight_after_the_timeout() -> None:
+    queue = ProcessingQueue(2, 0)
+    ended: list[str] = []
+
+    async def consume(message: Any) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append(f"{message.id} cancelled")
+            raise
+
+    await queue.start(consume)
+    assert queue.emit(_message(1)) and queue.emit(_message(2))
+    await _until(lambda: queue.in_flight == 2)
+    await queue.stop(0.05)
+    await _until(lambda: queue.in_flight == 0)
+    assert sorted(ended) == ["1 cancelled", "2 cancelled"] and not queue.ids
+
+
+async def test_while_a_message_waits_another_worker_takes_the_next_ones() -> None:
+    """An idle worker is woken for a burst of messages and takes them one after the other; when one of them waits,
+    another worker takes the rest, up to ``concurrency`` at a time."""
+    queue = ProcessingQueue(2, 8)
+    gate = asyncio.Event()
+    started: list[int] = []
+    finished: list[int] = []
+
+    async def consume(message: Any) -> None:
+        started.append(message.id)
+        if message.id in (1, 2):
+            await gate.wait()
+        finished.append(message.id)
+        queue.done_with(message.id)
+
+    await queue.start(consume)
+    try:
+        for number in range(1, 6):
+            assert queue.emit(_message(number))
+        await _until(lambda: started == [1, 2])
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert started == [1, 2] and queue.in_flight == 2 and queue.queued == 3, "two workers, both waiting"
+        gate.set()
+        await _until(lambda: sorted(finished) == [1, 2, 3, 4, 5])
+        await queue.wait_idle(1)
+    finally:
+        await queue.stop(1)
+
+
+async def test_a_burst_that_never_waits_gives_the_loop_a_turn_every_concurrency_messages() -> None:
+    """A worker takes the waiting messages one after the other without the loop in between, but not more than
+    ``concurrency`` of them (as many as a task per message ran in one loop iteration): what the loop had ready
+    meanwhile (a request read, an accept) runs before the rest."""
+    queue = ProcessingQueue(2, 8)
+    order: list[Any] = []
+
+    async def consume(message: Any) -> None:
+        order.append(message.id)
+        queue.done_with(message.id)
+
+    await queue.start(consume)
+    try:
+        assert queue.emit(_message(0))
+        await _until(lambda: order == [0])  # both workers started, and asleep
+        for number in range(1, 7):
+            assert queue.emit(_message(number))
+        asyncio.get_running_loop().call_soon(order.append, "loop")
+        await _until(lambda: len(order) == 8)
+        assert order == [0, 1, 2, "loop", 3, 4, 5, 6], "one worker woken for the burst, a loop turn every 2"
     finally:
         await queue.stop(1)
