@@ -383,7 +383,8 @@ def database_wal(url: str, start: int, end: int, oid: int) -> tuple[int, int, in
             connection.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
             row = connection.execute(sa.text(
                 "SELECT count(*), coalesce(sum(record_length), 0), coalesce(sum(fpi_length), 0) "
-                "FROM pg_get_wal_records_info(:start::pg_lsn, least(:end::pg_lsn, pg_current_wal_flush_lsn())) "
+                "FROM pg_get_wal_records_info(CAST(:start AS pg_lsn), "
+                "least(CAST(:end AS pg_lsn), pg_current_wal_flush_lsn())) "
                 "WHERE block_ref LIKE :pattern"),
                 {"start": _lsn(start), "end": _lsn(end), "pattern": f"%/{oid}/%"}).one()
             return int(row[0]), int(row[1]), int(row[2])
