@@ -151,6 +151,37 @@ def test_a_fold_never_passes_a_transaction_that_commits_later(postgres_store: Me
         (_minute(now - timedelta(minutes=3)), S.FAILED): 1, (_minute(now - timedelta(minutes=2)), S.OK): 1}
 
 
+@pytest.mark.parametrize("joins", ["as the planner picks", "nested loops only"])
+def test_the_routes_of_a_fold_are_looked_up_once_a_message_whatever_the_plan(postgres_store: MessageStore,
+                                                                            joins: str) -> None:
+    """The fold's transitions by route (PostgreSQL) read each message's route once, by its primary key, and never
+    again: on a fresh, never analyzed store (the range estimated at one row) the routes looked up were joined back
+    to the transitions by a nested loop that re-ran every lookup for every transition (3,000 transitions: 9,000,000
+    lookups, 11.7 s of database CPU in one fold of a node)."""
+    store = postgres_store
+    ids = [outcome.message.id for outcome in store.insert_messages([_new(i) for i in range(120)])]
+    for message_id in ids[:40]:  # some messages with two transitions in the range
+        _move(store, message_id, S.PROCESSING)
+    statement = counts_module._transitions(0, 1_000_000, by_route=True, lateral=True)  # a fold's range: (low, high]
+    with store.engine.connect() as connection, connection.begin():
+        if joins == "nested loops only":
+            connection.exec_driver_sql("SET LOCAL enable_hashjoin = off")
+            connection.exec_driver_sql("SET LOCAL enable_mergejoin = off")
+        compiled = statement.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True})
+        plan = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}").scalar_one()
+        rows = connection.execute(statement).all()
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *(below for child in node.get("Plans", []) for below in nodes(child))]
+
+    lookups = sum(node["Actual Loops"] * node["Actual Rows"] for node in nodes(plan[0]["Plan"])
+                  if node.get("Relation Name") == "message")
+    assert lookups == len(ids), plan
+    assert sorted((service, operation, to_state, from_state, n) for service, operation, to_state, from_state, n
+                  in rows) == [("s", "o0", "NEW", None, 60), ("s", "o0", "PROCESSING", "NEW", 20),
+                               ("s", "o1", "NEW", None, 60), ("s", "o1", "PROCESSING", "NEW", 20)]
+
+
 def test_two_nodes_writing_and_folding_at_once_keep_the_counts_exact(postgres_url: str) -> None:
     nodes = [MessageStore(postgres_url) for _ in range(2)]
     nodes[0].create_schema()

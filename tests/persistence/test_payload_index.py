@@ -11,9 +11,10 @@ import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence import MessageStore, NewMessage
+from openroute.persistence import MessageStore, NewMessage, payload_index
 
 from tests.persistence.conftest import START
 
@@ -99,3 +100,26 @@ def test_a_mover_killed_mid_move_leaves_its_batch_pending(postgres_store: Messag
     assert _open_transactions(store) == 0
     assert store.payload_index.pending() == 300 and _copies(store) == {}
     assert store.payload_index.move() == 300 and len(_copies(store)) == 300
+
+
+def test_a_move_reads_each_payload_by_its_primary_key_on_a_never_analyzed_store(postgres_store: MessageStore) -> None:
+    """A move reads the payloads of its batch by the messages' primary key, however many messages the store holds:
+    as a join, a message table never analyzed (a fresh store) was hashed whole for every batch, a sequential scan of
+    every message every pass of the indexer."""
+    store = postgres_store
+    ids = [outcome.message.id for outcome in store.insert_messages([_new(n) for n in range(3000)])]
+    with store.engine.begin() as connection:  # the older ones moved already, as with an indexer keeping up
+        connection.execute(sa.text("DELETE FROM message_payload_pending WHERE message_id <= :last"),
+                           {"last": ids[-101]})
+    statement = payload_index._MOVE.text.replace(":batch", str(store.payload_index.batch))
+    with store.engine.connect() as connection:
+        plan = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}").scalar_one()
+        connection.rollback()
+
+    def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+        return [node, *(below for child in node.get("Plans", []) for below in nodes(child))]
+
+    reads = [node for node in nodes(plan[0]["Plan"]) if node.get("Relation Name") == "message"]
+    assert [node["Node Type"] for node in reads] == ["Index Scan"], plan
+    assert reads[0]["Actual Loops"] * reads[0]["Actual Rows"] == 100, plan
+    assert store.payload_index.move() == 100 and len(_copies(store)) == 100
