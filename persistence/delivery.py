@@ -189,13 +189,11 @@ class DeliverySender(Generic[C]):
         while a record is being written are recorded together in the next transaction (a group commit: one per
         attempt cost the node a transaction per confirmation). A record that fails for the group is written again
         one by one, so one row's failure is its own."""
-        keeper = asyncio.create_task(self._keep(claim, what), name=f"lease-{what}")
+        keeper = _Keeper(self, claim, what)
         try:
             error = await sending
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await keeper.stop()
         recorded: asyncio.Future[Attempt] = asyncio.get_running_loop().create_future()
         self._to_settle.append((claim, error, recorded))
         if self._settling is None:
@@ -241,15 +239,16 @@ class DeliverySender(Generic[C]):
                 for still_held, (_claim, error, retry_at) in zip(held, outcomes, strict=True)]
 
     async def _keep(self, claim: C, what: str) -> None:
+        """Renew the lease on ``claim`` now and every third of a lease after (a third of a lease has passed)."""
         period = self._lease().total_seconds() / 3
         while True:
-            await asyncio.sleep(period)
             try:
                 if not await asyncio.to_thread(self.leases.renew, claim, self._now(), self._lease()):
                     log.warning("%s: claim lost while sending", what)
                     return
             except sa.exc.SQLAlchemyError as error:  # the database briefly away: try again next period
                 log.warning("%s: claim not renewed: %s", what, str(error).splitlines()[0][:200])
+            await asyncio.sleep(period)
 
     async def round(self, claims: Sequence[C], send: Callable[[C], Awaitable[str | None]]) -> list[str | None]:
         """Send every claim at once (each: None when delivered, else why not), then record every outcome in one
@@ -257,3 +256,28 @@ class DeliverySender(Generic[C]):
         errors = list(await asyncio.gather(*(send(claim) for claim in claims)))
         await self._record(list(zip(claims, errors, strict=True)))
         return errors
+
+
+class _Keeper(Generic[C]):
+    """The lease renewals of one attempt: a timer until a third of a lease has passed, then a task renewing every
+    third of a lease (:meth:`DeliverySender._keep`) until :meth:`stop`. Nearly every send ends long before, so it
+    costs a timer set and cancelled, not a task made, run, cancelled and awaited per send."""
+
+    __slots__ = ("_claim", "_sender", "_task", "_timer", "_what")
+
+    def __init__(self, sender: DeliverySender[C], claim: C, what: str) -> None:
+        self._sender, self._claim, self._what = sender, claim, what
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(sender._lease().total_seconds() / 3, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._sender._keep(self._claim, self._what))
+
+    async def stop(self) -> None:
+        """No renewal after this returns (one under way is cancelled)."""
+        self._timer.cancel()
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
