@@ -108,34 +108,37 @@ def _transitions(
     """(service, operation,) to state, from state, rows: the transitions with an id in (low, high], grouped (one
     range scan of the primary key; each counts one for the state it reached, minus one for the state it left).
 
-    ``lateral`` (PostgreSQL): the route of each message with transitions in the range is looked up once, by its
-    primary key, in a LATERAL subquery (``OFFSET 0`` keeps it one); as a plain join, the planner hashed the whole
-    message table for 10,000 transitions (31,000 buffers instead of ~4.6 per message)."""
+    ``lateral`` (PostgreSQL): each message with transitions in the range is taken once (one range scan of the
+    primary key), then its route looked up by the message's primary key and its transitions in the range by
+    ``ix_message_transition_message``, each in a LATERAL subquery (``OFFSET 0`` keeps them subqueries): every join
+    is a nested loop over those messages, one lookup each, whatever the planner estimates. As a plain join the
+    planner hashed the whole message table for 10,000 transitions (31,000 buffers instead of ~4.6 per message); with
+    the transitions joined back to the messages' routes, a table without statistics yet (a young store: every range
+    estimated at one row) ran the routes' subquery once per transition, quadratic (5.9 M index scans, 10.8 s, for
+    4,200 transitions)."""
     t = message_transition_table.c
     m = message_table.c
     window = [t.id > low] if high is None else [t.id > low, t.id <= high]
     if not by_route:
         rows = sa.func.count()
         return sa.select(t.to_state, t.from_state, rows, rows).where(*window).group_by(t.to_state, t.from_state)
-    if lateral:  # each message once (it has several transitions in a few seconds), then joined back by id
+    if lateral:  # each message once (it has several transitions in a few seconds), its route and moves by index
         ids = sa.select(t.message_id).where(*window).distinct().subquery("ids")
         route = sa.select(m.service, m.operation).where(m.id == ids.c.message_id).offset(0).lateral("route")
-        routes = (  # OFFSET 0 again: one lookup per message, not per transition joined to its id first
-            sa.select(ids.c.message_id, route.c.service, route.c.operation)
-            .select_from(ids.join(route, sa.true()))
-            .offset(0)
-            .subquery("routes")
+        moves = (
+            sa.select(t.to_state, t.from_state).where(t.message_id == ids.c.message_id, *window).offset(0)
+            .lateral("moves")
         )
-        service, operation = routes.c.service, routes.c.operation
-        source: Any = message_transition_table.join(routes, routes.c.message_id == t.message_id)
-    else:
-        service, operation = m.service, m.operation
-        source = message_transition_table.join(message_table, m.id == t.message_id)
+        return (
+            sa.select(route.c.service, route.c.operation, moves.c.to_state, moves.c.from_state, sa.func.count())
+            .select_from(ids.join(route, sa.true()).join(moves, sa.true()))
+            .group_by(route.c.service, route.c.operation, moves.c.to_state, moves.c.from_state)
+        )
     return (
-        sa.select(service, operation, t.to_state, t.from_state, sa.func.count())
-        .select_from(source)
+        sa.select(m.service, m.operation, t.to_state, t.from_state, sa.func.count())
+        .select_from(message_transition_table.join(message_table, m.id == t.message_id))
         .where(*window)
-        .group_by(service, operation, t.to_state, t.from_state)
+        .group_by(m.service, m.operation, t.to_state, t.from_state)
     )
 
 
