@@ -21,9 +21,10 @@ one of:
   ``call_record`` INSERT), the final state (``message`` UPDATE, the OK row, the ``confirmation`` INSERT), then the
   confirmation's claim (``confirmation`` UPDATE ... RETURNING and the message rows), its HTTP POST and its record
   (``confirmation`` UPDATE to SENT); the breaker's row read at most once a second, as a node whose calls succeed
-  reads it. Every write goes through one group-commit writer (the engine's own ``GroupCommitWriter``: one thread,
-  the operations queued meanwhile in one transaction, each kind as one statement or one executemany), with the
-  node's concurrency: 64 messages in their route, 320 between the claim and the confirmation's record.
+  reads it; the node's payload indexer and its fold of the message counts (every 2 s) run beside. Every write goes
+  through one group-commit writer (the engine's own ``GroupCommitWriter``: one thread, the operations queued
+  meanwhile in one transaction, each kind as one statement or one executemany), with the node's concurrency: 64
+  messages in their route, 320 between the claim and the confirmation's record.
 
 The load generator (this process) is a raw asyncio HTTP/1.1 client: ``--senders`` keep-alive connections, each
 sending its next request once the previous one was answered (closed loop), ``--count`` requests after a warm-up.
@@ -474,17 +475,20 @@ def floor_app(url: str, remote_port: int, receiver_port: int, records: bool) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
+        from openroute.jobs.counts import MessageCounts
         from openroute.jobs.payload_indexer import PayloadIndexer
 
         await asyncio.to_thread(floor.read_breaker)
         workers = [asyncio.ensure_future(floor.work()) for _ in range(CONCURRENCY)]
-        # the payload search's index, written behind the commit by the node's indexer: the same database work
+        # the payload search's index, written behind the commit by the node's indexer, and the message counts folded
+        # every 2 s by the node's loop: the same database work
         stop = asyncio.Event()
-        indexing = asyncio.create_task(PayloadIndexer(floor.store).run(stop))
+        jobs = [asyncio.create_task(PayloadIndexer(floor.store).run(stop)),
+                asyncio.create_task(MessageCounts(floor.store).run(stop))]
         gc.freeze()  # as `openroute run` does once it serves
         yield
         stop.set()
-        await indexing
+        await asyncio.gather(*jobs)
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
