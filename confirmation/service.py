@@ -365,7 +365,9 @@ class ConfirmationService:
             span = self._span(request.traceparent, row.message_id, request.source_system, request.state, attempt)
             try:
                 with span:  # while tracing is on: a span of the message's trace, its failure recorded
-                    await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the send in a task of its own
+                    async with asyncio.timeout(self._send_timeout):
+                        await self.callback.confirm(request)
                 error = None
             except ConfirmationSendError as failure:
                 error = failure.reason
