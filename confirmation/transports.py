@@ -106,9 +106,9 @@ class SoapConfirmation(_HttpConfirmation):
         self.address = self.endpoint
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
-            transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
+            zeep_transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
             # zeep's default settings already forbid DTDs and entities in answers (no XXE)
-            self._zeep = zeep.AsyncClient(str(wsdl), transport=transport)
+            self._zeep = zeep.AsyncClient(str(wsdl), transport=zeep_transport)
         # zeep's create_service() returns a synchronous proxy even on an AsyncClient, so bind the async one here
         self._service = AsyncServiceProxy(self._zeep, self._zeep.wsdl.bindings[_BINDING], address=self.address)
 
