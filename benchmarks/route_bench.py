@@ -19,11 +19,12 @@ one of:
   the call's STARTED record (``external_call`` INSERT ... ON CONFLICT DO NOTHING), the call with httpx (the node's
   network transport, the same body and ``Idempotency-Key``), its outcome (``external_call`` UPDATE; with records the
   ``call_record`` INSERT), the final state (``message`` UPDATE, the OK row, the ``confirmation`` INSERT), then the
-  confirmation's claim (``confirmation`` UPDATE ... RETURNING and the message rows), its HTTP POST and its record
-  (``confirmation`` UPDATE to SENT); the breaker's row read at most once a second, as a node whose calls succeed
-  reads it. Every write goes through one group-commit writer (the engine's own ``GroupCommitWriter``: one thread,
-  the operations queued meanwhile in one transaction, each kind as one statement or one executemany), with the
-  node's concurrency: 64 messages in their route, 320 between the claim and the confirmation's record.
+  confirmation's claim (``confirmation`` UPDATE ... RETURNING and the message rows), its HTTP POST (on the network
+  transport too) and its record (``confirmation`` UPDATE to SENT); the breaker's row read at most once a second, as a
+  node whose calls succeed reads it; the node's payload indexer and its fold of the message counts (every 2 s) run
+  beside. Every write goes through one group-commit writer (the engine's own ``GroupCommitWriter``: one thread, the
+  operations queued meanwhile in one transaction, each kind as one statement or one executemany), with the node's
+  concurrency: 64 messages in their route, 320 between the claim and the confirmation's record.
 
 The load generator (this process) is a raw asyncio HTTP/1.1 client: ``--senders`` keep-alive connections, each
 sending its next request once the previous one was answered (closed loop), ``--count`` requests after a warm-up.
@@ -335,9 +336,9 @@ class Floor:
         self.room = asyncio.Semaphore(CONCURRENCY + QUEUE_SIZE)
         self.remote_url = f"http://127.0.0.1:{remote_port}/call"
         self.receiver_url = f"http://127.0.0.1:{receiver_port}/confirm"
-        # the node's clients: ExternalHttpClient's (httpx on openroute's network transport) and the confirmation's
+        # the node's clients: ExternalHttpClient's and the confirmation's, both httpx on openroute's network transport
         self.remote = httpx.AsyncClient(transport=network_transport())
-        self.receiver = httpx.AsyncClient(timeout=10)
+        self.receiver = httpx.AsyncClient(timeout=10, transport=network_transport())
         self.timeout = httpx.Timeout(5.0)
         self.breaker_read_at = float("-inf")
         self.tasks: set[asyncio.Future[Any]] = set()
@@ -474,17 +475,20 @@ def floor_app(url: str, remote_port: int, receiver_port: int, records: bool) -> 
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> Any:
+        from openroute.jobs.counts import MessageCounts
         from openroute.jobs.payload_indexer import PayloadIndexer
 
         await asyncio.to_thread(floor.read_breaker)
         workers = [asyncio.ensure_future(floor.work()) for _ in range(CONCURRENCY)]
-        # the payload search's index, written behind the commit by the node's indexer: the same database work
+        # the payload search's index, written behind the commit by the node's indexer, and the message counts folded
+        # every 2 s by the node's loop: the same database work
         stop = asyncio.Event()
-        indexing = asyncio.create_task(PayloadIndexer(floor.store).run(stop))
+        jobs = [asyncio.create_task(PayloadIndexer(floor.store).run(stop)),
+                asyncio.create_task(MessageCounts(floor.store).run(stop))]
         gc.freeze()  # as `openroute run` does once it serves
         yield
         stop.set()
-        await indexing
+        await asyncio.gather(*jobs)
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)

@@ -6,6 +6,8 @@ exists, read it, claim it, read the message, record the outcome), three of them 
 messages made final while a claim runs wait for the next one, and one transaction claims every due row of the group
 (one ``UPDATE ... RETURNING``) and reads their messages; each confirmation is then sent and recorded on its own, as
 :meth:`~openroute.confirmation.ConfirmationService.process_due` does, so a slow source system holds up no other.
+The claim's transaction is the service's :attr:`~openroute.confirmation.ConfirmationService.transact`: in a node, the
+engine's group commit (the claim shares the transaction that writes the messages, no commit of its own).
 
 A message whose row the claim did not find (none made in its final transaction, or another node's pass claimed it
 first) takes the one-message path: the row is made if missing, then sent if due.
@@ -14,6 +16,7 @@ first) takes the one-message path: the row is made if missing, then sent if due.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable
 from datetime import datetime
 from typing import Any, Protocol
@@ -23,6 +26,7 @@ from openroute.confirmation.model import ConfirmationRequest
 from openroute.confirmation.policy import ConfirmationPolicy
 from openroute.confirmation.requests import request_from_message, requests_for
 from openroute.persistence import confirmations as table
+from openroute.persistence.delivery import Transact
 from openroute.persistence.models import MessageState
 
 __all__ = ["ImmediateSends"]
@@ -33,6 +37,7 @@ class Sender(Protocol):
 
     engine: sa.Engine
     node_id: str
+    transact: Transact
     policy: ConfirmationPolicy
     batch_size: int
 
@@ -70,7 +75,7 @@ class ImmediateSends:
                 ids = list(self._waiting)[: self._service.batch_size]
                 group = {message_id: self._waiting.pop(message_id) for message_id in ids}
                 try:
-                    claimed, requests = await asyncio.to_thread(self._claim, ids)
+                    claimed, requests = await self._service.transact(functools.partial(self._claim, ids))
                 except Exception as error:
                     for _message, futures in group.values():
                         _settle(futures, error)
@@ -83,14 +88,13 @@ class ImmediateSends:
         finally:
             self._claiming = None
 
-    def _claim(self, ids: list[int]) -> tuple[list[sa.Row[Any]], dict[int, ConfirmationRequest | str]]:
-        """One transaction: the due rows of ``ids`` claimed for this node, and what to send for each."""
+    def _claim(self, ids: list[int],
+               connection: sa.Connection) -> tuple[list[sa.Row[Any]], dict[int, ConfirmationRequest | str]]:
+        """In the caller's transaction: the due rows of ``ids`` claimed for this node, and what to send for each."""
         service = self._service
         now = service.now()
-        with service.engine.begin() as connection:
-            claimed = table.claim_of_messages(connection, ids, now, now + service.policy.claim_timeout,
-                                              service.node_id)
-            messages = table.messages(connection, [row.message_id for row in claimed]) if claimed else {}
+        claimed = table.claim_of_messages(connection, ids, now, now + service.policy.claim_timeout, service.node_id)
+        messages = table.messages(connection, [row.message_id for row in claimed]) if claimed else {}
         return claimed, requests_for(claimed, messages)
 
     async def _one(self, message: Any) -> None:

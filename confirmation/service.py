@@ -53,7 +53,7 @@ from openroute.confirmation.ports import ConfirmationSpan, ErrorLog, PlainErrorL
 from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, request_from_message, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.confirmations import ConfirmationClaim
-from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, Leases
+from openroute.persistence.delivery import Attempt, Claimed, DeliverySender, Leases, Transact, on_thread
 from openroute.persistence.models import ConfirmationStatus, MessageState
 from openroute.persistence.outage import StoreOutage, describe_error, is_store_unreachable, run_passes
 from openroute.persistence.secrets import mask_secrets
@@ -161,10 +161,21 @@ class ConfirmationService:
         self._sweep_from: datetime | None = None
         #: whether the confirmation loop finds the store unreachable (persistence/outage.py)
         self.outage = StoreOutage.of_loop("confirmation loop")
+        #: where the immediate sends' claims and every attempt's outcome are written (see :meth:`write_through`)
+        self.transact: Transact = on_thread(self.engine)
         self._immediate = ImmediateSends(self)
         #: the delivery family's sender over the confirmation rows (persistence/delivery.py)
         self._sender = DeliverySender(Leases(self.engine, table.ConfirmationRows(), self.node_id), self._retry_at,
-                                      self.now, self._lease)
+                                      self.now, self._lease, self.transact)
+
+    def write_through(self, transact: Transact) -> None:
+        """Write the immediate sends' claims and the outcomes of every attempt through ``transact`` (the composition
+        root gives the engine's group commit, ``Engine.transact``) instead of a transaction of their own each on a
+        worker thread: they share the transactions that write the messages, and commit with them.
+
+        Nothing else changes: a claim or a record that fails leaves its row PENDING (due again once its lease runs
+        out), and the passes of :meth:`process_due` claim in transactions of their own."""
+        self.transact = self._sender.transact = transact
 
     def now(self) -> datetime:
         """The service's current time (the injected clock), checked to be timezone-aware."""
@@ -354,7 +365,9 @@ class ConfirmationService:
             span = self._span(request.traceparent, row.message_id, request.source_system, request.state, attempt)
             try:
                 with span:  # while tracing is on: a span of the message's trace, its failure recorded
-                    await asyncio.wait_for(self.callback.confirm(request), self._send_timeout)
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the send in a task of its own
+                    async with asyncio.timeout(self._send_timeout):
+                        await self.callback.confirm(request)
                 error = None
             except ConfirmationSendError as failure:
                 error = failure.reason

@@ -60,11 +60,12 @@ class _HttpConfirmation(ExternalSystemConfirmation):
     def __init__(
         self, source_system: str, endpoint: str, what: str, timeout: float, connect_timeout: float | None,
         http_client: httpx.AsyncClient | None, prepare_client: PrepareClient | None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(source_system)
         self.endpoint = _check_url(endpoint, what)
         self._owns_client = http_client is None
-        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout))
+        client = http_client or httpx.AsyncClient(timeout=_timeout(timeout, connect_timeout), transport=transport)
         # e.g. tracing's request hook: every request carries the confirmation's span as its traceparent header
         self._client = client if prepare_client is None else prepare_client(client)
 
@@ -83,7 +84,9 @@ class SoapConfirmation(_HttpConfirmation):
     raise :class:`~confirmation.ConfirmationSendError` with the reason. ``timeout`` bounds each read/write/pool wait
     and ``connect_timeout`` (default: ``timeout``) the connection set-up, in seconds. Pass ``http_client`` to share
     an ``httpx.AsyncClient`` (its own timeouts then apply and :meth:`aclose` leaves it open); ``prepare_client``
-    is applied to the client first (the composition root gives ``tracing.propagate_from``).
+    is applied to the client first (the composition root gives ``tracing.propagate_from``). ``transport`` is the
+    transport of the client it makes (not with ``http_client``; the composition root gives openroute's network
+    transport, the one of ``ExternalHttpClient``: its pool's look at idle connections costs less).
     """
 
     def __init__(
@@ -96,14 +99,16 @@ class SoapConfirmation(_HttpConfirmation):
         wsdl: str | Path = DEFAULT_WSDL,
         http_client: httpx.AsyncClient | None = None,
         prepare_client: PrepareClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client, prepare_client)
+        super().__init__(source_system, address, "address", timeout, connect_timeout, http_client, prepare_client,
+                         transport)
         self.address = self.endpoint
         # the WSDL is read once, here, synchronously; the throw-away sync client only matters for a remote WSDL
         with httpx.Client(timeout=_timeout(timeout, connect_timeout)) as wsdl_client:
-            transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
+            zeep_transport = AsyncTransport(client=self._client, wsdl_client=wsdl_client)
             # zeep's default settings already forbid DTDs and entities in answers (no XXE)
-            self._zeep = zeep.AsyncClient(str(wsdl), transport=transport)
+            self._zeep = zeep.AsyncClient(str(wsdl), transport=zeep_transport)
         # zeep's create_service() returns a synchronous proxy even on an AsyncClient, so bind the async one here
         self._service = AsyncServiceProxy(self._zeep, self._zeep.wsdl.bindings[_BINDING], address=self.address)
 
@@ -139,8 +144,8 @@ class HttpJsonConfirmation(_HttpConfirmation):
 
     Another status, a timeout or a connection error raise :class:`~confirmation.ConfirmationSendError`.
     ``headers`` are sent with every request (e.g. an API key); the request's confirmation id goes in the body
-    (``confirmationId``) and in the ``Idempotency-Key`` and ``X-Confirmation-Id`` headers. ``http_client`` and
-    ``prepare_client`` as for :class:`SoapConfirmation`.
+    (``confirmationId``) and in the ``Idempotency-Key`` and ``X-Confirmation-Id`` headers. ``http_client``,
+    ``prepare_client`` and ``transport`` as for :class:`SoapConfirmation`.
     """
 
     def __init__(
@@ -153,8 +158,9 @@ class HttpJsonConfirmation(_HttpConfirmation):
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
         prepare_client: PrepareClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client, prepare_client)
+        super().__init__(source_system, url, "url", timeout, connect_timeout, http_client, prepare_client, transport)
         self.url = self.endpoint
         self._headers = dict(headers or {})
 

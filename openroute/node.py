@@ -279,6 +279,10 @@ class Node:
         if self.confirmation is not None:
             engine.on_final_states_in_transaction(self.confirmation.on_final_states_tx)
             engine.on_final_state(self.confirmation.on_final_state)
+            # the claims and records of the sends that follow a final commit: in the engine's group commit (a service
+            # given on another database keeps transactions of its own)
+            if self.confirmation.engine.url == engine.store.engine.url:
+                self.confirmation.write_through(engine.transact)
 
     def _asgi_app(self, admin_auth: AdminAuth | None, allowed_origins: Iterable[str],
                   mounts: Sequence[tuple[str, ASGIApp]]) -> Starlette:

@@ -19,7 +19,9 @@ The discipline, one transaction per step (:class:`Leases`):
 
 :class:`DeliverySender` is the one sender over it: one claim sent on its own with its lease renewed meanwhile and its
 outcome recorded at once (confirmations: a slow source system holds up no other), or a round sent together and
-settled in one transaction (outcome events).
+settled in one transaction (outcome events). Where a settle's transaction runs is the sender's :class:`Transact`:
+by default a transaction of its own on a worker thread (:func:`on_thread`); a node gives its confirmations the
+engine's group commit instead, so their records share the transactions that write the messages.
 """
 
 from __future__ import annotations
@@ -35,11 +37,36 @@ from typing import Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-__all__ = ["Attempt", "Claimed", "DeliverySender", "LeasedRows", "Leases", "backoff"]
+__all__ = ["Attempt", "Claimed", "DeliverySender", "LeasedRows", "Leases", "Transact", "backoff", "on_thread"]
 
 log = logging.getLogger("openroute.delivery")
 
 C = TypeVar("C")
+T = TypeVar("T")
+
+
+class Transact(Protocol):
+    """Runs ``work(connection)`` (blocking database work) in a transaction off the event loop; awaited: its result
+    once committed. A failure rolls the transaction back and is raised to the caller. :func:`on_thread` is the plain
+    one; the engine's group-commit writer (``GroupCommitWriter.submit``) is another, whose transaction ``work`` may
+    share with other writes."""
+
+    def __call__(self, work: Callable[[sa.Connection], T], /) -> Awaitable[T]:
+        """``work`` run in a transaction; its result after the commit."""
+        ...
+
+
+def on_thread(database: sa.Engine) -> Transact:
+    """The plain :class:`Transact` over ``database``: every call a transaction of its own on a worker thread."""
+
+    def transact(work: Callable[[sa.Connection], T], /) -> Awaitable[T]:
+        def run() -> T:
+            with database.begin() as connection:
+                return work(connection)
+
+        return asyncio.to_thread(run)
+
+    return transact
 
 
 @dataclass(frozen=True)
@@ -103,9 +130,14 @@ class Leases(Generic[C]):
         """Record what became of claims, in one transaction: per (claim, error, retry_at) sent when ``error`` is
         None, else failed and due at ``retry_at`` (None: given up). Per outcome, False when no longer this node's."""
         with self.database.begin() as connection:
-            sent = iter(self.rows.sent(connection, [claim for claim, error, _ in outcomes if error is None], now))
-            return [next(sent) if error is None else self.rows.failed(connection, claim, now, retry_at, error)
-                    for claim, error, retry_at in outcomes]
+            return self.settle_in(connection, now, outcomes)
+
+    def settle_in(self, connection: sa.Connection, now: datetime,
+                  outcomes: Sequence[tuple[C, str | None, datetime | None]]) -> list[bool]:
+        """:meth:`settle` in the caller's transaction."""
+        sent = iter(self.rows.sent(connection, [claim for claim, error, _ in outcomes if error is None], now))
+        return [next(sent) if error is None else self.rows.failed(connection, claim, now, retry_at, error)
+                for claim, error, retry_at in outcomes]
 
     def release(self, now: datetime, leased_before: datetime) -> int:
         """Make what this node leased before ``leased_before`` due ``now`` (it restarted); returns how many."""
@@ -127,14 +159,17 @@ class Attempt(StrEnum):
 
 class DeliverySender(Generic[C]):
     """The one sender of the family over ``leases``: ``retry_at(claim, error, now)`` is the kind's back-off (None:
-    give up); ``now`` its clock; ``lease()`` the lease a claim gets and a renewal adds."""
+    give up); ``now`` its clock; ``lease()`` the lease a claim gets and a renewal adds. ``transact`` runs the
+    transactions that record outcomes (default: :func:`on_thread` over the leases' database)."""
 
     def __init__(self, leases: Leases[C], retry_at: Callable[[C, datetime], datetime | None],
-                 now: Callable[[], datetime], lease: Callable[[], timedelta]) -> None:
+                 now: Callable[[], datetime], lease: Callable[[], timedelta], transact: Transact | None = None) -> None:
         self.leases = leases
         self._retry_at = retry_at
         self._now = now
         self._lease = lease
+        #: where outcomes are recorded (see :class:`Transact`)
+        self.transact: Transact = transact or on_thread(leases.database)
         # attempts done and waiting for their record: those that end while a record is written share the next one
         self._to_settle: list[tuple[C, str | None, asyncio.Future[Attempt]]] = []
         self._settling: asyncio.Future[None] | None = None
@@ -154,13 +189,11 @@ class DeliverySender(Generic[C]):
         while a record is being written are recorded together in the next transaction (a group commit: one per
         attempt cost the node a transaction per confirmation). A record that fails for the group is written again
         one by one, so one row's failure is its own."""
-        keeper = asyncio.create_task(self._keep(claim, what), name=f"lease-{what}")
+        keeper = _Keeper(self, claim, what)
         try:
             error = await sending
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await keeper.stop()
         recorded: asyncio.Future[Attempt] = asyncio.get_running_loop().create_future()
         self._to_settle.append((claim, error, recorded))
         if self._settling is None:
@@ -173,7 +206,7 @@ class DeliverySender(Generic[C]):
                 group, self._to_settle = self._to_settle, []
                 pairs = [(claim, error) for claim, error, _ in group]
                 try:
-                    results: list[Attempt | BaseException] = list(await asyncio.to_thread(self._settle, pairs))
+                    results: list[Attempt | BaseException] = list(await self._record(pairs))
                 except Exception as failure:
                     # written one by one again, so that one row's failure stays its own
                     results = [failure] if len(group) == 1 else [await self._settle_alone(pair) for pair in pairs]
@@ -189,32 +222,62 @@ class DeliverySender(Generic[C]):
 
     async def _settle_alone(self, pair: tuple[C, str | None]) -> Attempt | BaseException:
         try:
-            return (await asyncio.to_thread(self._settle, [pair]))[0]
+            return (await self._record([pair]))[0]
         except Exception as failure:
             return failure
 
-    def _settle(self, pairs: Sequence[tuple[C, str | None]]) -> list[Attempt]:
+    def _record(self, pairs: Sequence[tuple[C, str | None]]) -> Awaitable[list[Attempt]]:
+        """The outcomes of ``pairs`` (claim, error) recorded in one transaction of :attr:`transact`."""
+        return self.transact(lambda connection: self._settle(connection, pairs))
+
+    def _settle(self, connection: sa.Connection, pairs: Sequence[tuple[C, str | None]]) -> list[Attempt]:
         now = self._now()
         outcomes = [self._outcome(claim, error, now) for claim, error in pairs]
-        held = self.leases.settle(now, outcomes)
+        held = self.leases.settle_in(connection, now, outcomes)
         return [Attempt.LOST if not still_held else Attempt.SENT if error is None
                 else Attempt.RETRY if retry_at is not None else Attempt.FAILED
                 for still_held, (_claim, error, retry_at) in zip(held, outcomes, strict=True)]
 
     async def _keep(self, claim: C, what: str) -> None:
+        """Renew the lease on ``claim`` now and every third of a lease after (a third of a lease has passed)."""
         period = self._lease().total_seconds() / 3
         while True:
-            await asyncio.sleep(period)
             try:
                 if not await asyncio.to_thread(self.leases.renew, claim, self._now(), self._lease()):
                     log.warning("%s: claim lost while sending", what)
                     return
             except sa.exc.SQLAlchemyError as error:  # the database briefly away: try again next period
                 log.warning("%s: claim not renewed: %s", what, str(error).splitlines()[0][:200])
+            await asyncio.sleep(period)
 
     async def round(self, claims: Sequence[C], send: Callable[[C], Awaitable[str | None]]) -> list[str | None]:
         """Send every claim at once (each: None when delivered, else why not), then record every outcome in one
         transaction; returns the errors in the order of ``claims``."""
         errors = list(await asyncio.gather(*(send(claim) for claim in claims)))
-        await asyncio.to_thread(self._settle, list(zip(claims, errors, strict=True)))
+        await self._record(list(zip(claims, errors, strict=True)))
         return errors
+
+
+class _Keeper(Generic[C]):
+    """The lease renewals of one attempt: a timer until a third of a lease has passed, then a task renewing every
+    third of a lease (:meth:`DeliverySender._keep`) until :meth:`stop`. Nearly every send ends long before, so it
+    costs a timer set and cancelled, not a task made, run, cancelled and awaited per send."""
+
+    __slots__ = ("_claim", "_sender", "_task", "_timer", "_what")
+
+    def __init__(self, sender: DeliverySender[C], claim: C, what: str) -> None:
+        self._sender, self._claim, self._what = sender, claim, what
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(sender._lease().total_seconds() / 3, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._sender._keep(self._claim, self._what))
+
+    async def stop(self) -> None:
+        """No renewal after this returns (one under way is cancelled)."""
+        self._timer.cancel()
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

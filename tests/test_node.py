@@ -122,3 +122,19 @@ async def test_the_lifespan_of_the_asgi_app_is_the_nodes(store: MessageStore) ->
     async with node.app.router.lifespan_context(node.app):
         assert node.started == EVERY_PART[1:]
     assert node.started == ()
+
+
+async def test_the_confirmations_write_through_the_engines_group_commit(store: MessageStore) -> None:
+    """The composition root gives the confirmation service the engine's group commit (its claims and records share
+    the writer's transactions); once the engine stopped, ``Engine.transact`` still runs work, in a transaction of its
+    own."""
+    node = Node.from_config(config(url_of(store)), application(), store)
+    assert node.confirmation is not None and node.confirmation.transact == node.engine.transact
+    writer = node.engine._pipeline.writer
+    async with node.running():
+        before = writer.operations
+        assert await node.engine.transact(lambda connection: connection.exec_driver_sql("SELECT 1").scalar()) == 1
+        assert writer.operations > before  # run by the writer, committed before its result came back
+    done = writer.operations
+    assert await node.engine.transact(lambda connection: connection.exec_driver_sql("SELECT 2").scalar()) == 2
+    assert writer.operations == done

@@ -235,6 +235,7 @@ class ConfirmationsConfig(Section):
             SoapConfirmation,
         )
         from openroute.messaging.publisher import ChannelPublisher
+        from openroute.outbound._connections import network_transport
         from openroute.runtime import tracing
 
         if not self.systems:
@@ -247,11 +248,13 @@ class ConfirmationsConfig(Section):
                     transports.append(ChannelConfirmation(system, target.channel, channels, timeout=target.timeout))
                 elif target.soap is not None:
                     transports.append(SoapConfirmation(system, target.soap, timeout=target.timeout,
-                                                       prepare_client=tracing.propagate_from))
+                                                       prepare_client=tracing.propagate_from,
+                                                       transport=network_transport()))
                 else:
                     transports.append(HttpJsonConfirmation(system, target.http or "", timeout=target.timeout,
                                                            headers=target.headers,
-                                                           prepare_client=tracing.propagate_from))
+                                                           prepare_client=tracing.propagate_from,
+                                                           transport=network_transport()))
             except (ValueError, TypeError) as error:  # the transports' own checks (URL, headers)
                 raise ConfigurationError(f"confirmations.systems.{system}: {error}") from None
         return DelegateConfirmationCallback(transports)

@@ -16,6 +16,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TypeVar
+
+import sqlalchemy as sa
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
@@ -53,6 +56,8 @@ from openroute.runtime import tracing
 from openroute.runtime.logs import repeated_errors
 
 __all__ = ["PROCESSING_CHANNEL", "Engine"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("openroute.engine")
 
@@ -207,6 +212,23 @@ class Engine(EngineHooks):
         self._reads.close()
         if self._owns_store:
             self.store.dispose()
+
+    async def transact(self, work: Callable[[sa.Connection], T], /) -> T:
+        """Run ``work(connection)`` (blocking database work) in one of this node's group-commit transactions, with the
+        messages' own writes; its result once committed. A failure rolls that transaction back, which is then
+        written again operation by operation, so ``work`` fails alone (its error raised here). Once the node has
+        stopped (its writer closed), ``work`` gets a transaction of its own on a worker thread.
+
+        The composition root hands this to the parts that write right after a message's final commit (the
+        confirmations' claims and records): one commit fewer each (a fsync on PostgreSQL)."""
+        if not self._closed:  # the writer closes after this is set (_close_resources): the operation is queued first
+            return await self._pipeline.submit(work)
+
+        def own() -> T:
+            with self.store.engine.begin() as connection:
+                return work(connection)
+
+        return await asyncio.to_thread(own)
 
     @property
     def queued(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -126,3 +127,88 @@ async def test_a_message_of_an_unconfirmed_system_costs_no_transaction(
     assert sizes == []
     assert await service.get(other) is None
     assert receiver.snapshot() == []
+
+
+class _Writer:
+    """The engine's group-commit writer as a node gives it to its confirmations (``Engine.transact``), counting the
+    operations it runs."""
+
+    def __init__(self, store: MessageStore) -> None:
+        from openroute.engine._writer import GroupCommitWriter
+
+        self.writer = GroupCommitWriter(store.engine)
+        self.operations = 0
+
+    async def transact(self, work: Any, /) -> Any:
+        self.operations += 1
+        return await self.writer.submit(work)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def test_through_the_group_commit_a_group_is_claimed_and_recorded_sent_in_the_writers_transactions(
+    store: MessageStore, clock: FakeClock, soap: DelegateConfirmationCallback, receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service = ConfirmationService(store, soap, clock=clock)
+    writer = _Writer(store)
+    service.write_through(writer.transact)
+    ids = _finals(store, service, 8)
+    sizes = _counting_claims(monkeypatch)
+    finals = [store.get(message_id) for message_id in ids]
+    own: list[object] = []
+    begin = service.engine.begin
+
+    def counted() -> Any:
+        own.append("begin")
+        return begin()
+
+    monkeypatch.setattr(service.engine, "begin", counted)  # the service opens no transaction of its own
+    try:
+        await asyncio.gather(*(service.on_final_state(message) for message in finals))
+    finally:
+        await asyncio.to_thread(writer.close)
+    monkeypatch.undo()
+
+    assert accepted_ids(receiver) == sorted(str(i) for i in ids)
+    assert sizes == [8] and own == []
+    # the claim, then the records: the sends that end together are recorded together
+    assert 2 <= writer.operations <= 1 + len(ids)
+    for message_id in ids:
+        row = await service.get(message_id)
+        assert row is not None and (row.status, row.attempts) == ("SENT", 1)
+
+
+async def test_a_grouped_claim_rolled_back_leaves_the_rows_pending_and_they_are_sent_later(
+    store: MessageStore, clock: FakeClock, soap: DelegateConfirmationCallback, receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    service = ConfirmationService(store, soap, clock=clock)
+    writer = _Writer(store)
+    service.write_through(writer.transact)
+    ids = _finals(store, service, 3)
+    claimed: list[int] = []
+    claim = table.claim_of_messages
+
+    def claim_then_fail(connection: sa.Connection, message_ids: list[int], *args: object) -> list[sa.Row[object]]:
+        claimed.extend(row.message_id for row in claim(connection, message_ids, *args))  # type: ignore[arg-type]
+        raise sa.exc.OperationalError("SELECT message", {}, ConnectionResetError("the store went away"))
+
+    monkeypatch.setattr(table, "claim_of_messages", claim_then_fail)
+    try:
+        with caplog.at_level(logging.WARNING):
+            await asyncio.gather(*(service.on_final_state(store.get(message_id)) for message_id in ids))
+        assert sorted(claimed) == sorted(ids)  # claimed in the writer's transaction, which was rolled back
+        assert receiver.snapshot() == []
+        for message_id in ids:
+            row = await service.get(message_id)
+            assert row is not None and (row.status, row.attempts, row.claimed_by) == ("PENDING", 0, None)
+        monkeypatch.undo()
+        report = await service.process_due()  # the service's pass sends them; its records go through the writer too
+    finally:
+        await asyncio.to_thread(writer.close)
+    assert report.sent == 3
+    assert accepted_ids(receiver) == sorted(str(i) for i in ids)
+    for message_id in ids:
+        assert (await service.get(message_id)).status == "SENT"  # type: ignore[union-attr]

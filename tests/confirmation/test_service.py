@@ -536,14 +536,14 @@ async def test_an_unwritable_outcome_is_retried_after_the_lease(
         await service.enqueue(request_for(mid))
     unlucky = ids[1]
     leases = service._sender.leases
-    settle = leases.settle
+    settle = leases.settle_in
 
-    def flaky(now: Any, outcomes: Any) -> list[bool]:  # writing the outcome of the unlucky one's first attempt fails
+    def flaky(connection: sa.Connection, now: Any, outcomes: Any) -> list[bool]:  # the unlucky one's first fails
         if any(claim.row.message_id == unlucky and claim.attempt == 1 for claim, _error, _retry_at in outcomes):
             raise sa.exc.OperationalError("UPDATE confirmation", {}, Exception("database went away"))
-        return settle(now, outcomes)
+        return settle(connection, now, outcomes)
 
-    monkeypatch.setattr(leases, "settle", flaky)
+    monkeypatch.setattr(leases, "settle_in", flaky)
     report = await service.process_due()
     assert (report.sent, report.errors) == (2, 1)
     assert (await service.get(unlucky)).status == "PENDING"  # type: ignore[union-attr]

@@ -282,3 +282,24 @@ def test_business_errors_list_becomes_tuple() -> None:
 def test_request_is_keyword_only() -> None:
     with pytest.raises(TypeError):
         ConfirmationRequest(1, "c", "CRM", "OK")  # type: ignore[misc]
+
+
+async def test_configured_http_confirmations_send_on_openroutes_network_transport(receiver: Receiver) -> None:
+    """The composition root gives the JSON and SOAP confirmations the network transport of ``ExternalHttpClient``
+    (its pool looks at idle connections for less); they send as before."""
+    from openroute.config.sections import ConfirmationsConfig
+    from openroute.outbound._connections import KeptSocketBackend
+
+    callback = ConfirmationsConfig.model_validate(
+        {"systems": {"CRM": {"http": receiver.url + "/json"}, "ERP": {"soap": receiver.url + "/soap"}}}).callback()
+    assert isinstance(callback, DelegateConfirmationCallback)
+    try:
+        for confirmation in callback._by_system.values():
+            assert isinstance(confirmation, HttpJsonConfirmation | SoapConfirmation)
+            pool = confirmation._client._transport._pool  # type: ignore[attr-defined]
+            assert isinstance(pool._network_backend, KeptSocketBackend)
+        await callback.confirm(request(1, source_system="CRM"))
+        await callback.confirm(request(2, source_system="ERP"))
+    finally:
+        await callback.aclose()
+    assert [(g["messageId"], g["sourceSystem"]) for g in receiver.snapshot()] == [(1, "CRM"), (2, "ERP")]

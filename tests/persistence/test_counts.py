@@ -490,3 +490,28 @@ def test_concurrent_deleters_of_the_same_routes_never_deadlock(postgres_store: M
             assert_exact(store)
     store.counts.fold()
     assert_exact(store)
+
+
+def test_the_fold_reads_each_message_once_on_a_table_without_statistics(postgres_store: MessageStore) -> None:
+    """A young store's tables have no statistics yet (every range estimated at one row): the fold's grouped read of
+    the transitions stays a few buffers per message (its route and its transitions looked up once each), where a
+    join of the transitions back to the messages' routes ran the routes' subquery once per transition."""
+    messages = 400
+    with postgres_store.begin() as connection:
+        connection.exec_driver_sql(
+            "INSERT INTO message (correlation_id, source_system, service, operation, payload, content_type, headers, "
+            "state, failed_count, receive_ts, last_update_ts, version, custom_data, business_errors) "
+            "SELECT 'c' || g, 'CRM', 'shop', 'order', '{}', 'application/json', '{}', 'OK', 0, now(), now(), 2, '{}', "
+            f"'[]' FROM generate_series(1, {messages}) g")
+        connection.exec_driver_sql(
+            "INSERT INTO message_transition (message_id, from_state, to_state, at, node_id, attempt, cause) "
+            "SELECT m.id, s.f, s.t, now(), 'n', 0, 'engine' FROM message m, (VALUES (NULL, 'NEW'), "
+            "('NEW', 'PROCESSING'), ('PROCESSING', 'OK')) s(f, t) ORDER BY m.id")
+        statement = counts_module._transitions(0, 3 * messages, by_route=True, lateral=True)
+        sql = str(statement.compile(dialect=connection.dialect, compile_kwargs={"literal_binds": True}))
+        plan = connection.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}").scalar_one()
+        rows = connection.execute(statement).all()
+    assert sorted((row[2], row[3], row[4]) for row in rows) == [("NEW", None, 400), ("OK", "PROCESSING", 400),
+                                                                ("PROCESSING", "NEW", 400)]
+    buffers = plan[0]["Plan"]["Shared Hit Blocks"] + plan[0]["Plan"]["Shared Read Blocks"]
+    assert buffers < 10 * messages  # ~6 per message; joined back per transition it was ~2,400 per message here

@@ -173,18 +173,18 @@ async def test_attempts_that_end_together_are_recorded_together_each_with_its_ou
     sender = DeliverySender(leases, lambda _claim, now: now + LEASE, lambda: at(1), lambda: LEASE)
     claims = sender.claim(at(0), 10).claims
     unlucky = claims[4]
-    settle = leases.settle
+    settle = leases.settle_in
     transactions: list[int] = []
 
-    def counted(now: datetime, outcomes: Any) -> list[bool]:
+    def counted(connection: sa.Connection, now: datetime, outcomes: Any) -> list[bool]:
         transactions.append(len(outcomes))
         if len(outcomes) > 1 and any(claim is unlucky for claim, _error, _retry in outcomes):
             raise sa.exc.OperationalError("UPDATE", {}, Exception("the group's record failed"))
         if any(claim is unlucky for claim, _error, _retry in outcomes):
             raise sa.exc.OperationalError("UPDATE", {}, Exception("this row's record failed"))
-        return settle(now, outcomes)
+        return settle(connection, now, outcomes)
 
-    monkeypatch.setattr(leases, "settle", counted)
+    monkeypatch.setattr(leases, "settle_in", counted)
 
     async def send(claim: Any) -> str | None:
         return "refused" if claim is claims[1] else None
@@ -196,7 +196,7 @@ async def test_attempts_that_end_together_are_recorded_together_each_with_its_ou
         sa.exc.OperationalError, (Attempt.SENT, None)]
     # the six ended in one turn of the loop: one record for all, failed for the group, then one by one
     assert transactions == [6, 1, 1, 1, 1, 1, 1]
-    monkeypatch.setattr(leases, "settle", settle)
+    monkeypatch.setattr(leases, "settle_in", settle)
     # due again: the refused one at its retry time, the unlucky one once its lease ran out; the sent ones never
     assert len(sender.claim(at(61), 10).claims) == 2
 
