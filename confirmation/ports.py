@@ -14,11 +14,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol
+from datetime import UTC, datetime
+from typing import Protocol, cast
 
 import httpx
+from openroute.confirmation.model import InvalidConfirmationError
 
-__all__ = ["ConfirmationSpan", "ErrorLog", "PlainErrorLog", "PrepareClient", "no_span"]
+__all__ = ["Clock", "ConfirmationSpan", "ErrorLog", "PlainErrorLog", "PrepareClient", "no_span", "now_function"]
 
 #: what a confirmation over HTTP does to its ``httpx.AsyncClient`` first (e.g. ``tracing.propagate_from``: every
 #: request carries the current span as its ``traceparent``)
@@ -54,3 +56,23 @@ class PlainErrorLog:
     def log(self, logger: logging.Logger, message: str, *args: object, error: BaseException) -> None:
         """``logger.error(message % args)`` with ``error``'s traceback."""
         logger.error(message, *args, exc_info=error)
+
+
+class Clock(Protocol):
+    """What the service reads the time from (e.g. ``openroute.definitions.clock.SystemClock``, or a test's clock)."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...
+
+
+def now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], datetime]:
+    """The function a service reads the time with: ``clock.now``, ``clock`` itself, or the UTC wall clock (None)."""
+    if clock is None:
+        return lambda: datetime.now(UTC)
+    now = getattr(clock, "now", None)
+    if callable(now):
+        return cast(Callable[[], datetime], now)
+    if callable(clock):
+        return clock
+    raise InvalidConfirmationError(f"clock must have now() or be callable, got {clock!r}")

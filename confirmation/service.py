@@ -34,8 +34,8 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from openroute.confirmation.callbacks import ConfirmationCallback
@@ -49,7 +49,7 @@ from openroute.confirmation.model import (
     ProcessReport,
 )
 from openroute.confirmation.policy import ConfirmationPolicy
-from openroute.confirmation.ports import ConfirmationSpan, ErrorLog, PlainErrorLog, no_span
+from openroute.confirmation.ports import Clock, ConfirmationSpan, ErrorLog, PlainErrorLog, no_span, now_function
 from openroute.confirmation.requests import HELD_ERROR_CODE, is_held, request_from_message, requests_for
 from openroute.persistence import confirmations as table
 from openroute.persistence.confirmations import ConfirmationClaim
@@ -82,25 +82,6 @@ def _engine_of(store_or_engine: object) -> sa.Engine:
     raise InvalidConfirmationError(
         f"expected a MessageStore (with .engine) or a sqlalchemy Engine, got {type(store_or_engine).__name__}"
     )
-
-
-class Clock(Protocol):
-    """What the service reads the time from (e.g. ``openroute.definitions.clock.SystemClock``, or a test's clock)."""
-
-    def now(self) -> datetime:
-        """The current time, timezone-aware."""
-        ...
-
-
-def _now_function(clock: Clock | Callable[[], datetime] | None) -> Callable[[], datetime]:
-    if clock is None:
-        return lambda: datetime.now(UTC)
-    now = getattr(clock, "now", None)
-    if callable(now):
-        return cast(Callable[[], datetime], now)
-    if callable(clock):
-        return clock
-    raise InvalidConfirmationError(f"clock must have now() or be callable, got {clock!r}")
 
 
 def _info(row: sa.Row[Any]) -> ConfirmationInfo:
@@ -152,7 +133,7 @@ class ConfirmationService:
         #: whether confirmations are kept as rows (the callback's :attr:`~ConfirmationCallback.durable`, read once)
         self.durable = callback.durable
         self.policy = policy or ConfirmationPolicy()
-        self._now = _now_function(clock)
+        self._now = now_function(clock)
         #: confirmations claimed per query (:meth:`process_due`), and per group of immediate sends
         self.batch_size = batch_size
         self._concurrency = concurrency

@@ -1,4 +1,5 @@
-"""The checks of an inbound message at accept, before anything is stored (``Engine.check_inbound``)."""
+"""The checks of an inbound message at accept, before anything is stored (``Engine.check_inbound``), and the
+answer and snapshot an accept gives."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 from openroute.definitions.errors import PayloadTooLargeError, ValidationError
 from openroute.definitions.message import InboundMessage
 from openroute.definitions.route import Route, RouteRegistry
-from openroute.persistence import MessageState
+from openroute.persistence import MessageState, StoredMessage
 
-__all__ = ["AcceptResult", "check_inbound"]
+__all__ = ["AcceptResult", "check_inbound", "stored_new"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,9 @@ def _check_text(name: str, value: Any, limit: int) -> None:
     if "\x00" in value:  # no database column stores it (PostgreSQL refuses the row, SQLite cuts the text)
         raise ValidationError(f"{name} holds a NUL character")
 
+
+def stored_new(claimed: StoredMessage) -> StoredMessage:
+    """The NEW snapshot of a message its accept stored claimed (PROCESSING, version 1): what the transition listeners
+    hear of the accept, as they did when the claim came after it."""
+    return claimed.evolve(state=MessageState.NEW, version=0, node_id=None, start_process_ts=None,
+                          last_update_ts=claimed.receive_ts)

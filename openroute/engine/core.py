@@ -16,9 +16,6 @@ import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TypeVar
-
-import sqlalchemy as sa
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
@@ -38,7 +35,7 @@ from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import outcome as outcomes
 from openroute.engine import states
 from openroute.engine._work_signal import WorkSignal
-from openroute.engine.accept import AcceptResult, check_inbound
+from openroute.engine.accept import AcceptResult, check_inbound, stored_new
 from openroute.engine.delivery import deliver
 from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
 from openroute.engine.feeder import Feeder
@@ -57,8 +54,6 @@ from openroute.runtime.logs import repeated_errors
 
 __all__ = ["PROCESSING_CHANNEL", "Engine"]
 
-T = TypeVar("T")
-
 log = logging.getLogger("openroute.engine")
 
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
@@ -70,13 +65,6 @@ class _InBackground:
 
 
 _IN_BACKGROUND = _InBackground()
-
-
-def _as_stored_new(claimed: StoredMessage) -> StoredMessage:
-    """The NEW snapshot of a message its accept stored claimed (PROCESSING, version 1): what the transition listeners
-    hear of the accept, as they did when the claim came after it."""
-    return claimed.evolve(state=MessageState.NEW, version=0, node_id=None, start_process_ts=None,
-                          last_update_ts=claimed.receive_ts)
 
 
 class Engine(EngineHooks):
@@ -142,6 +130,9 @@ class Engine(EngineHooks):
         # the scheduled jobs: repoll and heartbeat
         self._repoll = Repoll(self.store, routes, self.clock, settings, reads=self._reads, pipeline=self._pipeline,
                               queue=self._queue, feeder=self._feeder, funnel=self._funnel, parking=self._parking)
+        #: ``await transact(work)``: ``work(connection)`` in one of this node's group-commit transactions
+        #: (:meth:`CommitPipeline.transact <openroute.engine.pipeline.CommitPipeline.transact>`)
+        self.transact = self._pipeline.transact
         self._running = False
         self._stopping = False
         self._closed = False
@@ -196,10 +187,7 @@ class Engine(EngineHooks):
         # queued messages reach the consumer, which skips them now (they stay in the store); messages in
         # flight get stop_timeout to finish, then they are cancelled (PROCESSING, repaired later)
         await self._queue.stop(self.settings.stop_timeout)
-        with contextlib.suppress(Exception):  # the store is gone: the lease's repair gives them back later
-            for _previous, claimed in list(self._queue.claimed.values()):
-                await self._pipeline.give_back(claimed)
-        self._queue.claimed.clear()
+        await self._pipeline.give_back_claimed()
         self._running = False
         await self._signal.stop()
         with contextlib.suppress(Exception):
@@ -208,27 +196,10 @@ class Engine(EngineHooks):
 
     async def _close_resources(self) -> None:
         self._closed = True
-        await asyncio.get_running_loop().run_in_executor(None, self._pipeline.close)
+        await self._pipeline.aclose()
         self._reads.close()
         if self._owns_store:
             self.store.dispose()
-
-    async def transact(self, work: Callable[[sa.Connection], T], /) -> T:
-        """Run ``work(connection)`` (blocking database work) in one of this node's group-commit transactions, with the
-        messages' own writes; its result once committed. A failure rolls that transaction back, which is then
-        written again operation by operation, so ``work`` fails alone (its error raised here). Once the node has
-        stopped (its writer closed), ``work`` gets a transaction of its own on a worker thread.
-
-        The composition root hands this to the parts that write right after a message's final commit (the
-        confirmations' claims and records): one commit fewer each (a fsync on PostgreSQL)."""
-        if not self._closed:  # the writer closes after this is set (_close_resources): the operation is queued first
-            return await self._pipeline.submit(work)
-
-        def own() -> T:
-            with self.store.engine.begin() as connection:
-                return work(connection)
-
-        return await asyncio.to_thread(own)
 
     @property
     def queued(self) -> int:
@@ -318,7 +289,7 @@ class Engine(EngineHooks):
                 self._feeder.accepted_unqueued()  # it waits in the store: accepting never waits behind processing
             return AcceptResult(message.id, message.correlation_id, False, MessageState.NEW)
         if self._transition_listeners:  # they hear NEW, then PROCESSING when the worker takes it, as for any claim
-            self._pipeline.notify(None, _as_stored_new(message))
+            self._pipeline.notify(None, stored_new(message))
         self._queued_claimed(message)
         # the sender is told NEW, the state the accept stored its message in, wherever the node claimed it too
         return AcceptResult(message.id, message.correlation_id, False, MessageState.NEW)
@@ -354,7 +325,7 @@ class Engine(EngineHooks):
             return
         self.stats.accepted += 1  # stored by this node's accept (the cancelled one, or this insert)
         if self._transition_listeners:
-            self._pipeline.notify(None, _as_stored_new(message))
+            self._pipeline.notify(None, stored_new(message))
         self._queued_claimed(message)
 
     # -- operator actions -----------------------------------------------------------------------
