@@ -159,6 +159,8 @@ def _with_empty_containers(processor: Processor) -> Processor:
 # message's times are written two or three times (the row, then its transition rows) and a batch shares its ``now``
 _recent_timestamps: dict[int, tuple[datetime, str]] = {}
 _RECENT_TIMESTAMPS = 4096
+#: the text of a minute ("2024-06-01 14:05:") by (year, month, day, hour, minute)
+_minutes: dict[tuple[int, int, int, int, int], str] = {}
 
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
@@ -173,7 +175,17 @@ def _sqlite_timestamp(value: datetime | None) -> str | None:
     if value.tzinfo is None:
         raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
     utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    text = utc.isoformat(" ", "microseconds")[:-6]  # without "+00:00": naive UTC, as SQLAlchemy writes it
+    # isoformat costs ~13,000 instructions a call (CPython's PyUnicode_FromFormat); the minute's text is shared by
+    # every timestamp of that minute, and the seconds alone formatted cost half as much
+    minute = (utc.year, utc.month, utc.day, utc.hour, utc.minute)
+    prefix = _minutes.get(minute)
+    if prefix is None:
+        if len(_minutes) >= _RECENT_TIMESTAMPS:
+            _minutes.clear()
+        # "2024-06-01 14:05:" (without "+00:00": naive UTC, as SQLAlchemy writes it; a year has four digits)
+        prefix = _minutes[minute] = utc.isoformat(" ", "minutes")[:-6] + ":"
+    # microseconds always written, as SQLAlchemy does; the % operator is ~2,000 instructions cheaper than an f-string
+    text = "%s%02d.%06d" % (prefix, utc.second, utc.microsecond)  # noqa: UP031
     if len(_recent_timestamps) >= _RECENT_TIMESTAMPS:
         _recent_timestamps.clear()
     _recent_timestamps[id(value)] = (value, text)

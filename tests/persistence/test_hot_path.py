@@ -55,6 +55,14 @@ def test_sqlite_timestamps_are_the_text_sqlalchemy_writes(stamp: datetime) -> No
     assert _sqlite_timestamp(None) is None
 
 
+def test_sqlite_timestamps_of_one_minute_share_its_text_and_not_the_seconds() -> None:
+    dialect = sqlite.dialect()
+    sqlalchemys = message_table.c.receive_ts.type.dialect_impl(dialect).bind_processor(dialect)
+    start = datetime(2024, 6, 1, 14, 58, 59, 999_990, tzinfo=UTC)
+    stamps = [start + timedelta(microseconds=step * 3_000_001) for step in range(50)]  # over two minutes, an hour
+    assert [_sqlite_timestamp(stamp) for stamp in stamps] == [sqlalchemys(stamp) for stamp in stamps]
+
+
 def test_rows_are_stored_as_sqlalchemy_core_stores_them(store: MessageStore) -> None:
     """The same message inserted and moved through the hot path and through Core: identical raw rows."""
     stamp = datetime(2024, 6, 1, 14, 0, 0, 5, tzinfo=CEST)
