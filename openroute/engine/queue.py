@@ -162,6 +162,8 @@ class ProcessingQueue:
             _done, late = await asyncio.wait(workers, timeout=timeout)
             for worker in late:
                 worker.cancel()
+            if late:  # their cancellation runs the messages' own clean-up: over before the node closes its writer
+                await asyncio.wait(late, timeout=timeout)
         if self._writing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._written_all.wait(), timeout)
