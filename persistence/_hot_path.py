@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
+from itertools import chain, compress, repeat
+from operator import is_, is_not, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -47,6 +50,12 @@ INSERT_COLUMNS: tuple[str, ...] = (
 #: the failed count for the attempt (1, or 0 for a counted failure), error text, error traceback)
 TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | None, str | None, str, int,
                       str | None, str | None]
+
+#: a message row's values in INSERT_COLUMNS order, from its values by column name (one C call)
+_insert_columns = itemgetter(*INSERT_COLUMNS)
+_INSERT_INDEXES = range(len(INSERT_COLUMNS))
+#: whether a value is not None (a C call: rows are sifted by it value by value)
+_not_none = partial(is_not, None)
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
@@ -90,6 +99,20 @@ def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, 
             f"{'NULL' if no_text else mark}, {'NULL' if no_trace else mark}, {mark})")
 
 
+#: the values of a SQLite ``message_transition`` row (see :meth:`HotPath.record_transitions`) in parameter order, and
+#: the positions of the optional ones (from state, node, error code, text, trace), which :func:`_transition_insert`
+#: writes as NULL when a group of rows lacks them
+_TRANSITION_OPTIONAL = (1, 4, 7, 8, 9)
+_TRANSITION_VALUES = 11
+
+
+def _transition_values(absent: tuple[bool, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """The parameters of a row of values lacking ``absent``: every value but the absent optional ones."""
+    skipped = {index for index, lacking in zip(_TRANSITION_OPTIONAL, absent, strict=True) if lacking}
+    kept = [index for index in range(_TRANSITION_VALUES) if index not in skipped]
+    return itemgetter(*kept)  # six indexes at least (the id twice, to state, time, attempt, cause): a tuple
+
+
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
     """The error SQLAlchemy raises for a value its bind processor refuses (a naive datetime, an unknown state)."""
     return sa.exc.StatementError(f"({type(error).__name__}) {error}", sql, None, error)
@@ -104,12 +127,7 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
     if isinstance(column.type, sa.JSON):
         return _with_empty_containers(processor)
     if isinstance(column.type, sa.Enum) and column.type.enum_class is MessageState:
-        general = processor
-
-        def state(value: Any) -> Any:
-            return value._value_ if value.__class__ is MessageState else general(value)
-
-        return state
+        return _StateTexts(processor).__getitem__
     return processor
 
 
@@ -192,6 +210,22 @@ def _sqlite_timestamp(value: datetime | None) -> str | None:
     return text
 
 
+class _StateTexts(dict[Any, Any]):
+    """The stored text of each :class:`MessageState`, by member: its ``__getitem__`` is the state's bind processor.
+    A member (or its value: a StrEnum member hashes and compares as its value, and SQLAlchemy stores either the same)
+    is answered by the dict's own lookup, anything else by SQLAlchemy's processor (its LookupError for a name that
+    is no state)."""
+
+    __slots__ = ("_general",)
+
+    def __init__(self, general: Processor) -> None:
+        super().__init__((member, general(member)) for member in MessageState)
+        self._general = general
+
+    def __missing__(self, value: Any) -> Any:
+        return self._general(value)
+
+
 class HotPath:
     """The hot statements of one dialect (``sqlite`` or ``postgresql``), ready to run on a connection."""
 
@@ -222,9 +256,12 @@ class HotPath:
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         self._transition = _transition_insert(mark)
-        # SQLite: by which of the optional values (from state, node, error code, text, trace) a group of rows lacks
-        self._transitions: dict[tuple[bool, bool, bool, bool, bool], str] = {}
-        self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None]]] = {}
+        # SQLite: the statement and the parameters of a row, by which of the optional values (from state, node, error
+        # code, text, trace) a group of rows lacks
+        self._transitions: dict[tuple[bool, bool, bool, bool, bool],
+                                tuple[str, Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
+        # by the columns an outcome writes: its statement, their processors, whether any of them has one
+        self._outcomes: dict[tuple[str, ...], tuple[str, list[Processor | None], bool]] = {}
 
     # -- running statements -----------------------------------------------------------------------
     @staticmethod
@@ -263,7 +300,7 @@ class HotPath:
         parameters: list[list[Any]] = []
         try:
             for values in rows:
-                converted = [values[name] for name in INSERT_COLUMNS]
+                converted = list(_insert_columns(values))
                 for index, process, keeps_null in processors:
                     value = converted[index]
                     if value is not None or not keeps_null:  # a new message has three empty timestamps
@@ -286,7 +323,7 @@ class HotPath:
             # keep the batch's order, so ids do too (a split's children are processed in id order)
             runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
             for row in parameters:
-                nulls = tuple([index for index, value in enumerate(row) if value is None])
+                nulls = tuple(compress(_INSERT_INDEXES, map(is_, row, repeat(None))))  # the indexes of the Nones
                 if runs and runs[-1][0] == nulls:
                     runs[-1][1].append(row)
                 else:
@@ -295,7 +332,7 @@ class HotPath:
             for nulls, group in runs:
                 for chunk in _in_statement_sizes(group):
                     self._run(connection, cursor, self._sqlite_insert(nulls, len(chunk)),
-                              [value for row in chunk for value in row if value is not None], False)
+                              list(filter(_not_none, chain.from_iterable(chunk))), False)
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
             return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
@@ -369,22 +406,21 @@ class HotPath:
         if columns not in self._outcomes:
             mark = self._mark
             assignments = "".join(f", {name} = {mark}" for name in columns)
+            processors = [self._message_processors[name] for name in columns]
             self._outcomes[columns] = (
                 f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
                 f"WHERE id = {mark} AND version = {mark}",
-                [self._message_processors[name] for name in columns],
+                processors, any(process is not None for process in processors),
             )
-        sql, processors = self._outcomes[columns]
+        sql, processors, converts = self._outcomes[columns]
         state, timestamp = self._state, self._timestamp
         parameters = []
         try:
             for message_id, version, to_state, now, values in items:
-                row = [state(to_state), version + 1, timestamp(now)]
-                row.extend(value if process is None else process(value)
-                           for process, value in zip(processors, values, strict=True))
-                row.append(message_id)
-                row.append(version)
-                parameters.append(row)
+                if converts:  # most outcomes write no column but state, version and time (engine/states.py, _changed)
+                    values = [value if process is None else process(value)
+                              for process, value in zip(processors, values, strict=True)]
+                parameters.append([state(to_state), version + 1, timestamp(now), *values, message_id, version])
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(sql, error) from error
         cursor = self._cursor(connection)
@@ -416,31 +452,23 @@ class HotPath:
                 self._run(connection, cursor, self._transition, parameters, True)
                 return
             # usually one group: the rows of one kind of change lack the same values
-            groups: dict[tuple[bool, bool, bool, bool, bool], list[list[Any]]] = {}
+            groups: dict[tuple[bool, bool, bool, bool, bool], list[tuple[Any, ...]]] = {}
             try:
                 for message_id, before, after, at, node, code, cause, offset, text, trace in rows:
-                    values = [message_id] if before is None else [message_id, optional(before)]
-                    values.append(state(after))
-                    values.append(timestamp(at))
-                    if node is not None:
-                        values.append(node)
-                    values.append(offset)
-                    values.append(message_id)
-                    if code is not None:
-                        values.append(code)
-                    if text is not None:
-                        values.append(text)
-                    if trace is not None:
-                        values.append(trace)
-                    values.append(cause)
                     absent = (before is None, node is None, code is None, text is None, trace is None)
-                    groups.setdefault(absent, []).append(values)
+                    group = groups.get(absent)
+                    if group is None:
+                        group = groups[absent] = []
+                    # in _TRANSITION_OPTIONAL's order; the absent ones are left out of the parameters below
+                    group.append((message_id, None if before is None else optional(before), state(after),
+                                  timestamp(at), node, offset, message_id, code, text, trace, cause))
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():
-                sql = self._transitions.get(absent)
-                if sql is None:
-                    sql = self._transitions[absent] = _transition_insert(self._mark, *absent)
-                self._run(connection, cursor, sql, group, True)
+                shape = self._transitions.get(absent)
+                if shape is None:
+                    shape = self._transitions[absent] = (_transition_insert(self._mark, *absent),
+                                                         _transition_values(absent))
+                self._run(connection, cursor, shape[0], list(map(shape[1], group)), True)
         finally:
             cursor.close()

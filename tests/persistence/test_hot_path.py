@@ -167,3 +167,22 @@ def test_small_dicts_of_texts_get_the_json_sqlalchemy_writes_also_from_the_cache
         assert same(value), value
     for n in range(_SMALL_DICTS + 5):  # more distinct dicts than the cache keeps
         assert same({"endpoint": str(n)})
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.psycopg.dialect()], ids=["sqlite", "postgresql"])
+def test_states_get_the_text_sqlalchemy_writes_and_its_error_for_no_state(dialect: sa.Dialect) -> None:
+    """The state's processor answers a member (or its value) from its table, anything else through SQLAlchemy's."""
+    for column in (message_table.c.state, message_transition_table.c.from_state):
+        sqlalchemys = column.type.dialect_impl(dialect).bind_processor(dialect)
+        ours = _processor(column, dialect)
+        assert ours is not None and sqlalchemys is not None
+        for value in [*MessageState, *(state.value for state in MessageState)]:
+            assert ours(value) == sqlalchemys(value)
+            assert type(ours(value)) is type(sqlalchemys(value))
+        for bad in ("BOGUS", 3, ["NEW"]):
+            with pytest.raises((LookupError, TypeError)) as ours_error:
+                ours(bad)
+            with pytest.raises((LookupError, TypeError)) as sqlalchemys_error:
+                sqlalchemys(bad)
+            assert (type(ours_error.value), str(ours_error.value)) == (type(sqlalchemys_error.value),
+                                                                       str(sqlalchemys_error.value))
