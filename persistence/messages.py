@@ -113,6 +113,21 @@ class StoredMessage:
         values.update(changes)
         return copy
 
+    def transitioned(self, state: MessageState, at: datetime, changes: Mapping[str, Any]) -> StoredMessage:
+        """The snapshot after a transition to ``state`` at ``at`` writing ``changes``: ``evolve(state=state,
+        version=version + 1, last_update_ts=at, **changes)`` without building its keywords (every outcome of the
+        writer's hot path makes one)."""
+        if not _STORED_FIELDS.issuperset(changes):
+            raise TypeError(f"StoredMessage has no field(s) {sorted(changes.keys() - _STORED_FIELDS)}")
+        copy = object.__new__(StoredMessage)
+        values = copy.__dict__
+        values.update(self.__dict__)
+        values.update(changes)
+        values["state"] = state
+        values["version"] = self.version + 1
+        values["last_update_ts"] = at
+        return copy
+
 
 _STORED_FIELDS = frozenset(StoredMessage.__dataclass_fields__)
 

@@ -133,8 +133,9 @@ class Transitions(StorePart):
         def work(conn: sa.Connection) -> list[bool]:
             flags = [False] * len(batch)
             for columns, indexes in groups.items():
-                items = [(batch[i][0], batch[i][1], batch[i][3], batch[i][4], [batch[i][5][name] for name in columns])
-                         for i in indexes]
+                # most outcomes write no column but state, version and time: no values to take from their changes
+                items = [(batch[i][0], batch[i][1], batch[i][3], batch[i][4],
+                          [batch[i][5][name] for name in columns] if columns else ()) for i in indexes]
                 if len(items) > 1 and conn.dialect.supports_sane_multi_rowcount:
                     if self._hot.apply_outcomes(conn, columns, items) != len(items):
                         raise GroupConflict(f"{len(items)} transitions in one statement, some lost")
@@ -174,7 +175,7 @@ class Transitions(StorePart):
         """The indexes of ``batch`` by the columns each item changes; ValueError for a column no transition writes."""
         groups: dict[tuple[str, ...], list[int]] = {}
         for index, item in enumerate(batch):
-            columns = tuple(sorted(item[5]))
+            columns = tuple(sorted(item[5])) if item[5] else ()
             if columns not in self._checked_columns:
                 unknown = set(columns) - TRANSITION_COLUMNS
                 if unknown:

@@ -16,7 +16,7 @@ from transitions import Machine
 
 from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.persistence import FINAL_STATES, MessageState, MessageStore, StoredMessage
-from openroute.persistence.transitions import TRANSITION_COLUMNS
+from openroute.persistence.transitions import TRANSITION_COLUMNS, TransitionItem
 
 S = MessageState
 
@@ -179,31 +179,24 @@ def transition_many(
     """
     results: list[Any] = [None] * len(requests)
     legal: list[int] = []
+    items: list[TransitionItem] = []
+    causes: list[str] = []
+    # one pass (the writer's hot path: every outcome comes here); a ValueError still leaves everything unwritten
     for index, request in enumerate(requests):
-        message, target = request[0], request[1]
-        if is_legal(message.state, target):
-            legal.append(index)
-        else:
+        message, target, now, changes = request[0], request[1], request[2], request[3]
+        if (message.state, target) not in LEGAL_TRANSITIONS and not is_legal(message.state, target):
             results[index] = IllegalTransitionError(message.state, target)
-    for i in legal:
-        if not TRANSITION_COLUMNS.issuperset(requests[i][3]):
-            raise ValueError(f"a transition cannot write {sorted(set(requests[i][3]) - TRANSITION_COLUMNS)}")
-    chosen = [requests[i] for i in legal]
-    targets = [_as_state(r[1]) for r in chosen]
-    flags = store.transitions.apply_many(
-        [(r[0].id, r[0].version, r[0].state, target, r[2], _changed(r[0], r[3]))
-         for r, target in zip(chosen, targets, strict=True)],
-        connection,
-        node_id=node_id,
-        cause=[r[4] if len(r) > 4 else "engine" for r in chosen],
-    )
-    for index, target, written in zip(legal, targets, flags, strict=True):
+            continue
+        if not TRANSITION_COLUMNS.issuperset(changes):
+            raise ValueError(f"a transition cannot write {sorted(set(changes) - TRANSITION_COLUMNS)}")
+        legal.append(index)
+        items.append((message.id, message.version, message.state, _as_state(target), now, _changed(message, changes)))
+        causes.append(request[4] if len(request) > 4 else "engine")
+    flags = store.transitions.apply_many(items, connection, node_id=node_id, cause=causes)
+    for index, item, written in zip(legal, items, flags, strict=True):
         message, _target, now, changes = requests[index][:4]
-        results[index] = (
-            message.evolve(state=target, version=message.version + 1, last_update_ts=now, **changes)
-            if written
-            else StaleMessageError(message.id, message.version)
-        )
+        results[index] = (message.transitioned(item[3], now, changes) if written
+                          else StaleMessageError(message.id, message.version))
     return results
 
 
@@ -243,7 +236,7 @@ def transition_set(
 
 def _as_state(state: MessageState | str) -> MessageState:
     # calling the enum costs a microsecond even for a member: the writer's hot path passes members
-    return state if isinstance(state, MessageState) else MessageState(state)
+    return state if state.__class__ is MessageState else MessageState(state)
 
 
 def claim(
