@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence._hot_path import HotPath
+from openroute.persistence._hot_path import HotPath, TransitionRow
 from openroute.persistence.counts import StoredCounts
 from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
@@ -35,7 +35,7 @@ from openroute.persistence.models import DUE_PREDICATE, MessageState, message_ta
 from openroute.persistence.nodes import NodeStore
 from openroute.persistence.parking import ParkingStore
 from openroute.persistence.payload_index import PayloadIndex
-from openroute.persistence.transitions import Transitions, transition_row
+from openroute.persistence.transitions import Transitions
 
 __all__ = ["MessageStore"]
 
@@ -103,23 +103,22 @@ class MessageStore(Database):
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
             ids = self._hot.insert_messages(conn, rows)
-            history = [
-                transition_row(new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause)
+            # transition_row's rows of changes without an error (attempt: failed count + 1), written out: two a message
+            history: list[TransitionRow] = [
+                (new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause, 1, None, None)
                 for new, new_id in zip(batch, ids, strict=True) if new_id is not None
             ]
             if claimed_at is not None:  # after the NEW rows: the history reads in the order it happened
-                history.extend([transition_row(row[0], MessageState.NEW, MessageState.PROCESSING, claimed_at, node_id,
-                                               None, cause) for row in list(history)])
+                history.extend([(row[0], MessageState.NEW, MessageState.PROCESSING, claimed_at, node_id, None, cause, 1,
+                                 None, None) for row in history])
             self.transitions.record(conn, history)
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
-                key = (new.source_system, new.correlation_id)
                 if new_id is not None:
                     outcomes.append(InsertOutcome(StoredMessage.from_values(new_id, values), duplicate=False))
                     continue
-                existing = conn.execute(
-                    sa.select(message_table).where(c.source_system == key[0], c.correlation_id == key[1])
-                ).one()
+                existing = conn.execute(sa.select(message_table).where(
+                    c.source_system == new.source_system, c.correlation_id == new.correlation_id)).one()
                 outcomes.append(InsertOutcome(row_to_message(existing), duplicate=True))
             return outcomes
 

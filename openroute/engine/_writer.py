@@ -233,21 +233,24 @@ class GroupCommitWriter:
 
     def _execute(self, batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]]) -> None:
         results: list[Any] = [None] * len(batch)
-        groups: dict[int, tuple[Grouped[Any, Any], list[int]]] = {}
+        groups: dict[Grouped[Any, Any], list[int]] = {}  # a Grouped is its own key (hashed by identity)
         try:
             with self._transaction() as connection:
                 for index, (operation, _future, _loop) in enumerate(batch):
-                    if isinstance(operation, tuple):
-                        groups.setdefault(id(operation[0]), (operation[0], []))[1].append(index)
+                    if isinstance(operation, tuple):  # (group, item): deliver_grouped's
+                        indexes = groups.get(operation[0])
+                        if indexes is None:
+                            indexes = groups[operation[0]] = []
+                        indexes.append(index)
                     else:
                         results[index] = operation(connection)
-                for group, indexes in groups.values():
+                for group, indexes in groups.items():
                     outcomes = group.run(connection, [batch[i][0][1] for i in indexes])  # type: ignore[index]
                     for index, outcome in zip(indexes, outcomes, strict=True):
                         results[index] = outcome
         except BaseException as error:
             if len(batch) == 1:
-                self._deliver(batch, [(None, error)])
+                self._deliver(batch, [Failure(error)])
                 return
             log.debug("grouped transaction of %d failed (%r); re-running one by one", len(batch), error)
             for item in batch:
@@ -255,9 +258,7 @@ class GroupCommitWriter:
             return
         self.transactions += 1
         self.operations += len(batch)
-        self._deliver(
-            batch, [(None, r.error) if isinstance(r, Failure) else (r, None) for r in results]
-        )
+        self._deliver(batch, results)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sa.Connection]:
@@ -281,14 +282,15 @@ class GroupCommitWriter:
                 connection.close()
 
     @staticmethod
-    def _deliver(
-        batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]],
-        outcomes: list[tuple[Any, BaseException | None]],
-    ) -> None:
-        """Hand the outcomes back with one wake-up per loop: waking the loop costs more than the statements."""
+    def _deliver(batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]], results: list[Any]) -> None:
+        """Hand the results back (a :class:`Failure` as its error) with one wake-up per loop: waking the loop costs
+        more than the statements."""
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Receiver[Any], Any, BaseException | None]]] = {}
-        for (_operation, future, loop), (result, error) in zip(batch, outcomes, strict=True):
-            by_loop.setdefault(loop, []).append((future, result, error))
+        for (_operation, future, loop), result in zip(batch, results, strict=True):
+            settled = by_loop.get(loop)
+            if settled is None:
+                settled = by_loop[loop] = []
+            settled.append((future, None, result.error) if result.__class__ is Failure else (future, result, None))
 
         for loop, settled in by_loop.items():
             try:

@@ -26,6 +26,7 @@ from openroute.engine import states
 from openroute.engine._writer import Failure
 from openroute.engine.funnel import FunnelQueue
 from openroute.persistence import (
+    FINAL_STATES,
     CallEnd,
     CallStart,
     ExternalCall,
@@ -174,7 +175,7 @@ class EngineWrites:
                 continue
             if result.funnel_value is not None and FunnelQueue.releases(request[0].state, result):
                 releases.append(result)
-            if states.is_final(result.state):
+            if result.state in FINAL_STATES:  # a member (transition_many's target): states.is_final's first test
                 finals.append(result)
                 if result.parent_id is not None:
                     parent = self._end_parent(result.parent_id, result.last_update_ts, connection)
