@@ -453,15 +453,18 @@ class HotPath:
                 return
             # usually one group: the rows of one kind of change lack the same values
             groups: dict[tuple[bool, bool, bool, bool, bool], list[tuple[Any, ...]]] = {}
+            last_at: Any = None  # the rows of one claim follow each other with its time
             try:
                 for message_id, before, after, at, node, code, cause, offset, text, trace in rows:
                     absent = (before is None, node is None, code is None, text is None, trace is None)
                     group = groups.get(absent)
                     if group is None:
                         group = groups[absent] = []
+                    if at is not last_at:
+                        last_at, at_text = at, timestamp(at)
                     # in _TRANSITION_OPTIONAL's order; the absent ones are left out of the parameters below
                     group.append((message_id, None if before is None else optional(before), state(after),
-                                  timestamp(at), node, offset, message_id, code, text, trace, cause))
+                                  at_text, node, offset, message_id, code, text, trace, cause))
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():

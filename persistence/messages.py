@@ -8,7 +8,7 @@ These are plain values (frozen dataclasses); the SQL that reads and writes them 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -98,8 +98,12 @@ class StoredMessage:
     def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:
         """The snapshot of a row just inserted with ``values`` (every column but id), without __init__'s cost."""
         snapshot = object.__new__(cls)
-        snapshot.__dict__["id"] = message_id
-        snapshot.__dict__.update(values)
+        fields = snapshot.__dict__
+        fields["id"] = message_id
+        # the defaults (of the columns an insert does not write) as __init__ would set them: the snapshot's __dict__
+        # holds every field, so a change can be compared with it whole (openroute.engine.states._changed)
+        fields.update(_DEFAULTS)
+        fields.update(values)
         return snapshot
 
     def evolve(self, **changes: Any) -> StoredMessage:
@@ -130,6 +134,10 @@ class StoredMessage:
 
 
 _STORED_FIELDS = frozenset(StoredMessage.__dataclass_fields__)
+#: the fields of a snapshot that have a default, and their defaults
+_DEFAULTS: dict[str, Any] = {
+    name: spec.default for name, spec in StoredMessage.__dataclass_fields__.items() if spec.default is not MISSING
+}
 
 
 @dataclass(frozen=True)

@@ -41,17 +41,21 @@ def test_a_transition_writes_only_the_columns_that_changed(store: MessageStore) 
         if statement.startswith("UPDATE message"):
             statements.append(statement.split(" WHERE ")[0])
 
-    first, second = (store.insert_message(new_message(key)).message for key in ("w-1", "w-2"))
-    claimed = states.claim(store, [first, second], "node-1", START)
+    first, second, third = (store.insert_message(new_message(key)).message for key in ("w-1", "w-2", "w-3"))
+    claimed = states.claim(store, [first, second, third], "node-1", START)
     sa.event.listen(store.engine, "before_cursor_execute", listener)
     try:
         unchanged = {"custom_data": {}, "business_errors": [], "next_attempt_at": None, "failed_count": 0}
         [done] = states.transition_many(store, [(claimed[0], MessageState.OK, START, unchanged)])
         retry = states.transition(store, claimed[1], MessageState.PARTLY_FAILED, START,
                                   {**unchanged, "custom_data": {"step": 2}, "failed_count": 1})
+        # an error column is written even when it repeats the snapshot's value (its transition row records it); a
+        # column an insert left at its default (parked_on) is as unchanged as any other
+        states.transition(store, claimed[2], MessageState.OK, START, {"parked_on": None, "last_error_code": None})
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", listener)
-    assert len(statements) == 2
+    assert len(statements) == 3
+    assert "last_error_code" in statements[2] and "parked_on" not in statements[2]
     assert "custom_data" not in statements[0] and "business_errors" not in statements[0]
     assert "next_attempt_at" not in statements[0] and "failed_count" not in statements[0]
     assert "custom_data" in statements[1] and "failed_count" in statements[1] and "business_errors" not in statements[1]
