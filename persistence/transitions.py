@@ -144,7 +144,10 @@ class Transitions(StorePart):
                     continue
                 for index, item in zip(indexes, items, strict=True):
                     flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == 1
+            # a change of the state alone (no column written: most outcomes) has no error and counts no failure, so
+            # its transition_row is written out here
             self.record(conn, [
+                (item[0], item[2], item[3], item[4], node_id, None, why, 1, None, None) if not item[5] else
                 transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why,
                                item[5])
                 for item, why, written in zip(batch, causes, flags, strict=True)
@@ -181,7 +184,10 @@ class Transitions(StorePart):
                 if unknown:
                     raise ValueError(f"a transition cannot write {sorted(unknown)}")
                 self._checked_columns.add(columns)
-            groups.setdefault(columns, []).append(index)
+            indexes = groups.get(columns)
+            if indexes is None:
+                indexes = groups[columns] = []
+            indexes.append(index)
         return groups
 
     def claim(

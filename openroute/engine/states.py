@@ -193,7 +193,9 @@ def transition_many(
         if not TRANSITION_COLUMNS.issuperset(changes):
             raise ValueError(f"a transition cannot write {sorted(set(changes) - TRANSITION_COLUMNS)}")
         legal.append(index)
-        items.append((message.id, message.version, message.state, _as_state(target), now, _changed(message, changes)))
+        if target.__class__ is not MessageState:  # a name (the writer's hot path passes members)
+            target = _as_state(target)
+        items.append((message.id, message.version, message.state, target, now, _changed(message, changes)))
         causes.append(request[4] if len(request) > 4 else "engine")
     flags = store.transitions.apply_many(items, connection, node_id=node_id, cause=causes)
     for index, item, written in zip(legal, items, flags, strict=True):
