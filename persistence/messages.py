@@ -97,25 +97,23 @@ class StoredMessage:
     @classmethod
     def from_values(cls, message_id: int, values: Mapping[str, Any]) -> StoredMessage:
         """The snapshot of a row just inserted with ``values`` (every column but id), without __init__'s cost."""
-        snapshot = object.__new__(cls)
-        fields = snapshot.__dict__
+        fields = dict(values)
         fields["id"] = message_id
         # the defaults (of the columns an insert does not write) as __init__ would set them: the snapshot's __dict__
         # holds every field, so a change can be compared with it whole (openroute.engine.states._changed)
-        fields.update(_DEFAULTS)
-        fields.update(values)
-        return snapshot
+        for name, default in _DEFAULTS.items():
+            if name not in fields:
+                fields[name] = default
+        return _with_fields(cls, fields)
 
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
         if not _STORED_FIELDS.issuperset(changes):
             raise TypeError(f"StoredMessage has no field(s) {sorted(changes.keys() - _STORED_FIELDS)}")
         # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 28 fields (the writer's hot path)
-        copy = object.__new__(StoredMessage)
-        values = copy.__dict__
-        values.update(self.__dict__)
+        values = self.__dict__.copy()
         values.update(changes)
-        return copy
+        return _with_fields(StoredMessage, values)
 
     def transitioned(self, state: MessageState, at: datetime, changes: Mapping[str, Any]) -> StoredMessage:
         """The snapshot after a transition to ``state`` at ``at`` writing ``changes``: ``evolve(state=state,
@@ -123,14 +121,21 @@ class StoredMessage:
         writer's hot path makes one)."""
         if not _STORED_FIELDS.issuperset(changes):
             raise TypeError(f"StoredMessage has no field(s) {sorted(changes.keys() - _STORED_FIELDS)}")
-        copy = object.__new__(StoredMessage)
-        values = copy.__dict__
-        values.update(self.__dict__)
+        values = self.__dict__.copy()
         values.update(changes)
         values["state"] = state
         values["version"] = self.version + 1
         values["last_update_ts"] = at
-        return copy
+        return _with_fields(StoredMessage, values)
+
+
+def _with_fields(cls: type[StoredMessage], fields: dict[str, Any]) -> StoredMessage:
+    """A snapshot whose ``__dict__`` is ``fields`` (a dict of every field, nobody else's). A dict built whole and then
+    taken as the instance's is copied again at one memory copy of its table (``dict.copy`` of a dict without deleted
+    entries); one filled entry by entry through a new instance's ``__dict__`` is not."""
+    snapshot = object.__new__(cls)
+    object.__setattr__(snapshot, "__dict__", fields)  # a frozen dataclass: as its own __init__ sets a field
+    return snapshot
 
 
 _STORED_FIELDS = frozenset(StoredMessage.__dataclass_fields__)
