@@ -179,6 +179,8 @@ _recent_timestamps: dict[int, tuple[datetime, str]] = {}
 _RECENT_TIMESTAMPS = 4096
 #: the text of a minute ("2024-06-01 14:05:") by (year, month, day, hour, minute)
 _minutes: dict[tuple[int, int, int, int, int], str] = {}
+#: the text of a second and the point after it ("05."), by second
+_SECONDS = tuple(f"{second:02d}." for second in range(60))
 
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
@@ -202,8 +204,9 @@ def _sqlite_timestamp(value: datetime | None) -> str | None:
             _minutes.clear()
         # "2024-06-01 14:05:" (without "+00:00": naive UTC, as SQLAlchemy writes it; a year has four digits)
         prefix = _minutes[minute] = utc.isoformat(" ", "minutes")[:-6] + ":"
-    # microseconds always written, as SQLAlchemy does; the % operator is ~2,000 instructions cheaper than an f-string
-    text = "%s%02d.%06d" % (prefix, utc.second, utc.microsecond)  # noqa: UP031
+    # seconds from a table, microseconds always six digits (as SQLAlchemy writes them) from the decimal text of 10**6
+    # more: a quarter cheaper than formatting "%02d.%06d", itself ~2,000 instructions cheaper than an f-string
+    text = prefix + _SECONDS[utc.second] + str(1_000_000 + utc.microsecond)[1:]
     if len(_recent_timestamps) >= _RECENT_TIMESTAMPS:
         _recent_timestamps.clear()
     _recent_timestamps[id(value)] = (value, text)

@@ -100,26 +100,28 @@ class MessageStore(Database):
             for values in rows:
                 values.update(claim)
         c = message_table.c
+        # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
+        new_state, claimed_state = MessageState.NEW, MessageState.PROCESSING
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
             ids = self._hot.insert_messages(conn, rows)
             # transition_row's rows of changes without an error (attempt: failed count + 1), written out: two a message
             history: list[TransitionRow] = [
-                (new_id, None, MessageState.NEW, new.receive_ts, node_id, None, cause, 1, None, None)
+                (new_id, None, new_state, new.receive_ts, node_id, None, cause, 1, None, None)
                 for new, new_id in zip(batch, ids, strict=True) if new_id is not None
             ]
             if claimed_at is not None:  # after the NEW rows: the history reads in the order it happened
-                history.extend([(row[0], MessageState.NEW, MessageState.PROCESSING, claimed_at, node_id, None, cause, 1,
-                                 None, None) for row in history])
+                history.extend([(row[0], new_state, claimed_state, claimed_at, node_id, None, cause, 1, None, None)
+                                for row in history])
             self.transitions.record(conn, history)
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 if new_id is not None:
-                    outcomes.append(InsertOutcome(StoredMessage.from_values(new_id, values), duplicate=False))
+                    outcomes.append(InsertOutcome.of(StoredMessage.from_values(new_id, values), False))
                     continue
                 existing = conn.execute(sa.select(message_table).where(
                     c.source_system == new.source_system, c.correlation_id == new.correlation_id)).one()
-                outcomes.append(InsertOutcome(row_to_message(existing), duplicate=True))
+                outcomes.append(InsertOutcome.of(row_to_message(existing), True))
             return outcomes
 
         return self.run(work, connection)
