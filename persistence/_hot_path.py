@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from functools import partial
-from itertools import chain, compress, repeat
-from operator import is_, is_not, itemgetter
+from itertools import chain
+from operator import itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -53,9 +52,8 @@ TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | No
 
 #: a message row's values in INSERT_COLUMNS order, from its values by column name (one C call)
 _insert_columns = itemgetter(*INSERT_COLUMNS)
-_INSERT_INDEXES = range(len(INSERT_COLUMNS))
-#: whether a value is not None (a C call: rows are sifted by it value by value)
-_not_none = partial(is_not, None)
+#: the positions of the columns that may be NULL (a None in any other is bound as it is: SQLite refuses it the same)
+_NULLABLE = tuple(index for index, name in enumerate(INSERT_COLUMNS) if message_table.c[name].nullable)
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
@@ -256,6 +254,7 @@ class HotPath:
         self._insert_head = f"INSERT INTO message ({columns}) VALUES "  # noqa: S608  names are the schema's constants; values are bound parameters
         self._sqlite_claims: dict[int, str] = {}  # by rows
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
+        self._present: dict[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}  # by NULL columns
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         self._transition = _transition_insert(mark)
@@ -326,16 +325,20 @@ class HotPath:
             # keep the batch's order, so ids do too (a split's children are processed in id order)
             runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
             for row in parameters:
-                nulls = tuple(compress(_INSERT_INDEXES, map(is_, row, repeat(None))))  # the indexes of the Nones
+                nulls = tuple([index for index in _NULLABLE if row[index] is None])
                 if runs and runs[-1][0] == nulls:
                     runs[-1][1].append(row)
                 else:
                     runs.append((nulls, [row]))
             created: dict[tuple[str, str], int] = {}
             for nulls, group in runs:
+                present = self._present.get(nulls)
+                if present is None:  # the values a row of this run binds, in order (14 columns at least: a tuple)
+                    present = self._present[nulls] = itemgetter(*(i for i in range(len(INSERT_COLUMNS))
+                                                                  if i not in nulls))
                 for chunk in _in_statement_sizes(group):
                     self._run(connection, cursor, self._sqlite_insert(nulls, len(chunk)),
-                              list(filter(_not_none, chain.from_iterable(chunk))), False)
+                              list(chain.from_iterable(map(present, chunk))), False)
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
             return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]

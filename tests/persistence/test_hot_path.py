@@ -150,6 +150,17 @@ def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store:
     assert ids == sorted(ids)
 
 
+def test_a_none_in_a_not_null_column_is_refused_by_the_database(store: MessageStore) -> None:
+    """Only the nullable columns are written as NULL in the text; a None in another one is bound as it is, and the
+    database refuses the row as it refuses a NULL (its NOT NULL constraint), nothing of the batch stored."""
+    bad = NewMessage(service="s", operation="o", payload=None, content_type="text/xml",  # type: ignore[arg-type]
+                     correlation_id="bad", source_system="crm", receive_ts=START)
+    with pytest.raises(Exception, match="payload") as refused:  # the driver's IntegrityError (sqlite3 or psycopg)
+        store.insert_messages([_new("good"), bad])
+    assert "null" in str(refused.value).lower()
+    assert store.count_by_state() == {}
+
+
 @pytest.mark.parametrize("dialect", [sqlite.dialect(), postgresql.psycopg.dialect()], ids=["sqlite", "postgresql"])
 def test_small_dicts_of_texts_get_the_json_sqlalchemy_writes_also_from_the_cache(dialect: sa.Dialect) -> None:
     sqlalchemy_processor = message_table.c.headers.type.dialect_impl(dialect).bind_processor(dialect)
