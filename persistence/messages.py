@@ -104,7 +104,9 @@ class StoredMessage:
         for name, default in _DEFAULTS.items():
             if name not in fields:
                 fields[name] = default
-        return _with_fields(cls, fields)
+        snapshot = object.__new__(cls)
+        object.__setattr__(snapshot, "__dict__", fields)  # see transitioned
+        return snapshot
 
     def evolve(self, **changes: Any) -> StoredMessage:
         """A copy with ``changes`` applied (used to follow a write without re-reading the row)."""
@@ -113,7 +115,9 @@ class StoredMessage:
         # a frozen dataclass: copying its __dict__ costs a fraction of __init__ with 28 fields (the writer's hot path)
         values = self.__dict__.copy()
         values.update(changes)
-        return _with_fields(StoredMessage, values)
+        copy = object.__new__(StoredMessage)
+        object.__setattr__(copy, "__dict__", values)  # see transitioned
+        return copy
 
     def transitioned(self, state: MessageState, at: datetime, changes: Mapping[str, Any]) -> StoredMessage:
         """The snapshot after a transition to ``state`` at ``at`` writing ``changes``: ``evolve(state=state,
@@ -126,16 +130,12 @@ class StoredMessage:
         values["state"] = state
         values["version"] = self.version + 1
         values["last_update_ts"] = at
-        return _with_fields(StoredMessage, values)
-
-
-def _with_fields(cls: type[StoredMessage], fields: dict[str, Any]) -> StoredMessage:
-    """A snapshot whose ``__dict__`` is ``fields`` (a dict of every field, nobody else's). A dict built whole and then
-    taken as the instance's is copied again at one memory copy of its table (``dict.copy`` of a dict without deleted
-    entries); one filled entry by entry through a new instance's ``__dict__`` is not."""
-    snapshot = object.__new__(cls)
-    object.__setattr__(snapshot, "__dict__", fields)  # a frozen dataclass: as its own __init__ sets a field
-    return snapshot
+        # the new snapshot takes the dict as its __dict__ (a frozen dataclass: set as its own __init__ sets a field):
+        # a dict built whole is copied again at one memory copy of its table (dict.copy of a dict without deleted
+        # entries), one filled entry by entry through a new instance's __dict__ is not
+        copy = object.__new__(StoredMessage)
+        object.__setattr__(copy, "__dict__", values)
+        return copy
 
 
 _STORED_FIELDS = frozenset(StoredMessage.__dataclass_fields__)

@@ -134,8 +134,8 @@ class Transitions(StorePart):
             flags = [False] * len(batch)
             for columns, indexes in groups.items():
                 # most outcomes write no column but state, version and time: no values to take from their changes
-                items = [(batch[i][0], batch[i][1], batch[i][3], batch[i][4],
-                          [batch[i][5][name] for name in columns] if columns else ()) for i in indexes]
+                items = [(item[0], item[1], item[3], item[4], [item[5][name] for name in columns] if columns else ())
+                         for item in map(batch.__getitem__, indexes)]
                 if len(items) > 1 and conn.dialect.supports_sane_multi_rowcount:
                     if self._hot.apply_outcomes(conn, columns, items) != len(items):
                         raise GroupConflict(f"{len(items)} transitions in one statement, some lost")

@@ -199,8 +199,9 @@ def transition_many(
         causes.append(request[4] if len(request) > 4 else "engine")
     flags = store.transitions.apply_many(items, connection, node_id=node_id, cause=causes)
     for index, item, written in zip(legal, items, flags, strict=True):
-        message, _target, now, changes = requests[index][:4]
-        results[index] = (message.transitioned(item[3], now, changes) if written
+        request = requests[index]
+        message = request[0]
+        results[index] = (message.transitioned(item[3], item[4], request[3]) if written
                           else StaleMessageError(message.id, message.version))
     return results
 
