@@ -179,6 +179,8 @@ _RECENT_TIMESTAMPS = 4096
 _minutes: dict[tuple[int, int, int, int, int], str] = {}
 #: the text of a second and the point after it ("05."), by second
 _SECONDS = tuple(f"{second:02d}." for second in range(60))
+#: what no transition row's time is (a missing one, None, is converted and refused as any other value)
+_NO_TIME = object()
 
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
@@ -459,7 +461,7 @@ class HotPath:
                 return
             # usually one group: the rows of one kind of change lack the same values
             groups: dict[tuple[bool, bool, bool, bool, bool], list[tuple[Any, ...]]] = {}
-            last_at: Any = None  # the rows of one claim follow each other with its time
+            last_at: Any = _NO_TIME  # the rows of one claim follow each other with its time
             try:
                 for message_id, before, after, at, node, code, cause, offset, text, trace in rows:
                     absent = (before is None, node is None, code is None, text is None, trace is None)
