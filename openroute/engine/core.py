@@ -14,8 +14,9 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
+from typing import Any
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
@@ -237,7 +238,7 @@ class Engine(EngineHooks):
         """
         return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
 
-    async def accept(self, inbound: InboundMessage) -> AcceptResult:
+    def accept(self, inbound: InboundMessage) -> Coroutine[Any, Any, AcceptResult]:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 
         When this node's queue has room for it and it has no funnel value, it is claimed for this node in the same
@@ -253,9 +254,10 @@ class Engine(EngineHooks):
         While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``,
         and that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
+        # the accept's coroutine, returned rather than awaited in one of this call's own: one coroutine fewer a message
         if tracing.ENABLED:
-            return await tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))
-        return await self._accept(inbound, None)
+            return tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))
+        return self._accept(inbound, None)
 
     async def _accept(self, inbound: InboundMessage, traceparent: str | None) -> AcceptResult:
         if not self._queue.accepting:
@@ -300,8 +302,7 @@ class Engine(EngineHooks):
         """Hand the message an accept stored claimed for this node to a worker (its reservation ends), or give it
         back when the node stopped taking work meanwhile."""
         self.stats.claimed_at_accept += 1
-        self._queue.release()
-        if not self._queue.emit_claimed(_NEW, claimed):
+        if not self._queue.emit_claimed(_NEW, claimed, reserved=True):
             self._pipeline.give_back_soon(claimed, "after its accept claimed it while the node stopped")
 
     def _claimed_insert_orphaned(self, new: NewMessage) -> None:
@@ -472,9 +473,11 @@ class Engine(EngineHooks):
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
             route = None
-        exchange = Exchange(claimed, claimed.payload, dict(claimed.headers),
+        # the route may change its exchange's headers, custom data and business errors, never the snapshot's (a new
+        # empty container is a literal: most messages have none of them)
+        exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
                             copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
-                            list(claimed.business_errors))
+                            list(claimed.business_errors) if claimed.business_errors else [])
         # set after: keyword arguments to a class cost a dict per call (every attempt builds one exchange)
         exchange.route = route
         exchange.runtime = self._runtime

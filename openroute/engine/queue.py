@@ -232,10 +232,13 @@ class ProcessingQueue:
         if unused and self.open and self._room_freed is not None:
             self._room_freed()
 
-    def emit_claimed(self, previous: MessageState, claimed: StoredMessage) -> bool:
+    def emit_claimed(self, previous: MessageState, claimed: StoredMessage, *, reserved: bool = False) -> bool:
         """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not
         refuse it. A copy already queued (as it was before the claim) takes the claimed snapshot when it starts.
-        False when the node takes no work (the caller gives the claim back)."""
+        False when the node takes no work (the caller gives the claim back). ``reserved``: its accept held room for
+        it (:meth:`reserve`), which ends here, as :meth:`release` would end it."""
+        if reserved:
+            self._reserved -= 1
         if not self.open or self._consume is None or not self.takes_work:
             return False
         self.claimed[claimed.id] = (previous, claimed)
@@ -318,7 +321,15 @@ class ProcessingQueue:
                 if pressure.busy:  # the accepts first: this message waits for a quieter loop
                     self._suspended()
                     await pressure.quiet()
-                await _InContext(consume(message), context.copy(), self._suspended)
+                # its first step runs here: a message that never waits (claimed at its accept, a short route, its
+                # outcome written in the background) costs no awaitable of its own
+                coroutine, run = consume(message), context.copy().run
+                try:
+                    suspended_on = run(coroutine.send, None)
+                except StopIteration:
+                    continue
+                self._suspended()
+                await _InContext(coroutine, run, self._suspended, suspended_on)
             except Exception:  # consume never raises (every outcome is in the store): a bug, the worker goes on
                 log.exception("processing message %s failed in the processing channel", message.id)
             finally:
@@ -352,30 +363,26 @@ class ProcessingQueue:
 
 
 class _InContext:
-    """``coroutine`` awaited by a worker, every step of it run in ``context``: what it sets in context variables stays
-    in that context (a worker's next message gets a fresh copy), while the worker stays the current task (a step's
-    ``asyncio.timeout`` and cancel scopes see the task they run in, and cancelling the worker cancels the message)."""
+    """``coroutine``, suspended on ``waiting`` after its first step, awaited on by a worker, every further step of it
+    run by ``run`` (the ``run`` of a context): what it sets in context variables stays in that context (a worker's
+    next message gets a fresh copy), while the worker stays the current task (a step's ``asyncio.timeout`` and cancel
+    scopes see the task they run in, and cancelling the worker cancels the message)."""
 
-    __slots__ = ("context", "coroutine", "suspended")
+    __slots__ = ("coroutine", "run", "suspended", "waiting")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, None], context: contextvars.Context,
-                 suspended: Callable[[], None]) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, None], run: Callable[..., Any],
+                 suspended: Callable[[], None], waiting: Any) -> None:
         self.coroutine = coroutine
-        self.context = context
+        self.run = run
         #: called each time the coroutine waits (the queue wakes another worker for the waiting messages)
         self.suspended = suspended
+        self.waiting = waiting
 
     def __await__(self) -> Generator[Any, Any, None]:
-        coroutine, run, suspended = self.coroutine, self.context.run, self.suspended
-        sent: Any = None
-        thrown: BaseException | None = None
+        coroutine, run, suspended, waiting = self.coroutine, self.run, self.suspended, self.waiting
         while True:
-            try:
-                waiting = run(coroutine.send, sent) if thrown is None else run(coroutine.throw, thrown)
-            except StopIteration:
-                return
-            sent = thrown = None
-            suspended()
+            sent: Any = None
+            thrown: BaseException | None = None
             try:
                 sent = yield waiting
             except GeneratorExit:
@@ -383,3 +390,8 @@ class _InContext:
                 raise
             except BaseException as error:  # the worker's cancellation: the message's to handle
                 thrown = error
+            try:
+                waiting = run(coroutine.send, sent) if thrown is None else run(coroutine.throw, thrown)
+            except StopIteration:
+                return
+            suspended()
