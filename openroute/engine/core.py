@@ -490,7 +490,9 @@ class Engine(EngineHooks):
                 if skipped is not None:
                     return skipped
             try:
-                await deliver(route, exchange, self.interceptors)
+                delivering = deliver(route, exchange, self.interceptors)
+                if delivering is not None:  # a step waits, or interceptors wrap the steps
+                    await delivering
             except MessageDroppedByInterceptor as dropped:
                 return await self._pipeline.apply(
                     claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
