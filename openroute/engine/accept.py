@@ -30,8 +30,11 @@ class AcceptResult:
     def __init__(self, message_id: int, correlation_id: str, duplicate: bool, state: MessageState) -> None:
         # written out: a frozen dataclass's own __init__ sets each field through object.__setattr__ (about 1,300
         # instructions a field), and every accept answers once (tests/engine/test_written_out_inits.py holds it to them)
-        self.__dict__.update({"message_id": message_id, "correlation_id": correlation_id, "duplicate": duplicate,
-                              "state": state})
+        fields = self.__dict__
+        fields["message_id"] = message_id
+        fields["correlation_id"] = correlation_id
+        fields["duplicate"] = duplicate
+        fields["state"] = state
 
 
 def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_bytes: int) -> Route:

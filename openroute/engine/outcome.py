@@ -113,7 +113,9 @@ class Decision:
         # written out: a frozen dataclass's own __init__ sets each field through object.__setattr__ (about 1,300
         # instructions a field), and every attempt decides once
         # (tests/engine/test_written_out_inits.py holds it to them)
-        self.__dict__.update({"target": target, "changes": {} if changes is _NO_CHANGES else changes})
+        fields = self.__dict__
+        fields["target"] = target
+        fields["changes"] = {} if changes is _NO_CHANGES else changes
 
     @property
     def final(self) -> bool:

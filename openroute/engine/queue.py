@@ -256,7 +256,8 @@ class ProcessingQueue:
         """Queue ``message`` (the node takes work and it is not queued yet) for the next free worker."""
         self.ids.add(message.id)
         self._pending += 1
-        self._idle.clear()
+        if self._pending == 1:  # _idle is set while nothing is pending (a call fewer for most messages)
+            self._idle.clear()
         self._waiting.append(message)
         if not self._woken:
             self._wake_one()
