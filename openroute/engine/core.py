@@ -478,9 +478,8 @@ class Engine(EngineHooks):
         exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
                             copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
                             list(claimed.business_errors) if claimed.business_errors else [])
-        # set after: keyword arguments to a class cost a dict per call (every attempt builds one exchange)
-        exchange.route = route
-        exchange.runtime = self._runtime
+        # set after it is built: keyword arguments to a class cost a dict per call (every attempt builds one)
+        exchange.route, exchange.runtime = route, self._runtime
         error: BaseException | None = None
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
