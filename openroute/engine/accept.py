@@ -27,6 +27,14 @@ class AcceptResult:
     duplicate: bool
     state: MessageState
 
+    def __init__(self, message_id: int, correlation_id: str, duplicate: bool, state: MessageState) -> None:
+        # written out: a frozen dataclass's own __init__ sets each field through object.__setattr__ (about 1,300
+        # instructions a field), and every accept answers once (tests/engine/test_written_out_inits.py holds it to them)
+        fields = self.__dict__
+        fields["message_id"] = message_id
+        fields["correlation_id"] = correlation_id
+        fields["duplicate"] = duplicate
+        fields["state"] = state
 
 
 def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_bytes: int) -> Route:
@@ -37,13 +45,17 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
     """
     if not isinstance(inbound, InboundMessage):
         raise ValidationError(f"expected an InboundMessage, got {type(inbound).__name__}")
-    _check_texts(inbound, _ROUTE_TEXTS)
-    route = routes.get(inbound.service, inbound.operation)
-    _check_texts(inbound, _REQUIRED_TEXTS)
-    for name, limit in _OPTIONAL_TEXTS:
-        value = getattr(inbound, name)
-        if value is not None:
-            _check_text(name, value, limit)
+    # every accept passes here: a text that is plainly fine is checked inline (a loop over the fields costs twice as
+    # much), anything else by _check_text (the precise error; a str subclass passes); the texts that name the route
+    # first, so a route of bad texts is not looked up
+    service, operation = inbound.service, inbound.operation
+    if not (service.__class__ is str and 0 < len(service) <= 100 and "\x00" not in service and not service.isspace()):
+        _check_text("service", service, 100)
+    if not (operation.__class__ is str and 0 < len(operation) <= 100 and "\x00" not in operation
+            and not operation.isspace()):
+        _check_text("operation", operation, 100)
+    route = routes.get(service, operation)
+    _check_other_texts(inbound)
     if not isinstance(inbound.payload, str):
         raise ValidationError(f"payload must be text, got {type(inbound.payload).__name__}")
     limit = max_payload_bytes
@@ -68,22 +80,28 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
     return route
 
 
-#: the text fields of an inbound message that name its route, checked before the route is looked up, and the other
-#: required ones, with their column sizes
-_ROUTE_TEXTS = (("service", 100), ("operation", 100))
-_REQUIRED_TEXTS = (("correlation_id", 255), ("source_system", 100), ("content_type", 100))
-#: the optional text fields of an inbound message and their column sizes
+#: the optional text fields of an inbound message and their column sizes (the required ones are checked inline in
+#: check_inbound: service, operation, source system and content type 100 characters, correlation id 255)
 _OPTIONAL_TEXTS = (("process_id", 255), ("object_id", 255), ("entity_type", 100), ("funnel_value", 255))
 
 
-def _check_texts(inbound: InboundMessage, fields: tuple[tuple[str, int], ...]) -> None:
-    """The required text ``fields`` of ``inbound`` (name, column size): every accept passes here, so a text that is
-    plainly fine is checked inline, anything else by :func:`_check_text` (the precise error; a str subclass passes)."""
-    for name, limit in fields:
-        value = getattr(inbound, name)
-        if not (value.__class__ is str and value and len(value) <= limit and "\x00" not in value
-                and not value.isspace()):
-            _check_text(name, value, limit)
+def _check_other_texts(inbound: InboundMessage) -> None:
+    """The texts of ``inbound`` that do not name its route (checked as :func:`check_inbound` checks those)."""
+    text = inbound.correlation_id
+    if not (text.__class__ is str and 0 < len(text) <= 255 and "\x00" not in text and not text.isspace()):
+        _check_text("correlation_id", text, 255)
+    text = inbound.source_system
+    if not (text.__class__ is str and 0 < len(text) <= 100 and "\x00" not in text and not text.isspace()):
+        _check_text("source_system", text, 100)
+    text = inbound.content_type
+    if not (text.__class__ is str and 0 < len(text) <= 100 and "\x00" not in text and not text.isspace()):
+        _check_text("content_type", text, 100)
+    if (inbound.process_id is not None or inbound.object_id is not None or inbound.entity_type is not None
+            or inbound.funnel_value is not None):
+        for name, limit in _OPTIONAL_TEXTS:
+            value = getattr(inbound, name)
+            if value is not None:
+                _check_text(name, value, limit)
 
 
 def _check_text(name: str, value: Any, limit: int) -> None:

@@ -14,8 +14,9 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
+from typing import Any
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
@@ -58,6 +59,9 @@ log = logging.getLogger("openroute.engine")
 
 #: outcomes whose message is due again at a time this node decided (its feeder takes it then)
 _DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
+# the states every message meets here: Python 3.11's EnumType.__getattr__ makes each ``MessageState.X`` a lookup of
+# about 900 instructions, a module name costs a tenth of that
+_NEW, _PROCESSING, _WAITING = MessageState.NEW, MessageState.PROCESSING, MessageState.WAITING_FOR_CHILDREN
 
 
 class _InBackground:
@@ -234,7 +238,7 @@ class Engine(EngineHooks):
         """
         return check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
 
-    async def accept(self, inbound: InboundMessage) -> AcceptResult:
+    def accept(self, inbound: InboundMessage) -> Coroutine[Any, Any, AcceptResult]:
         """Validate and store ``inbound`` as NEW, then queue it for processing.
 
         When this node's queue has room for it and it has no funnel value, it is claimed for this node in the same
@@ -250,15 +254,15 @@ class Engine(EngineHooks):
         While tracing is on (:mod:`openroute.runtime.tracing`) the accept is a span, child of ``inbound.traceparent``,
         and that span's traceparent is stored with the message: the parent of its attempts and confirmation.
         """
+        # the accept's coroutine, returned rather than awaited in one of this call's own: one coroutine fewer a message
         if tracing.ENABLED:
-            return await tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))
-        return await self._accept(inbound, None)
+            return tracing.traced_accept(inbound, lambda traceparent: self._accept(inbound, traceparent))
+        return self._accept(inbound, None)
 
     async def _accept(self, inbound: InboundMessage, traceparent: str | None) -> AcceptResult:
-        node_state = self._queue.node_state
-        if node_state is not NodeState.RUN:
-            raise NodeNotAcceptingError(self.node_id, node_state.value)
-        self.check_inbound(inbound)
+        if not self._queue.accepting:
+            raise NodeNotAcceptingError(self.node_id, self._queue.node_state.value)
+        check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
         new = inbound.to_new_message(self.clock.now(), traceparent=traceparent)
         # the queue has room and no funnel turn is to be taken: claimed for this node in the same transaction, it goes
         # to a worker claimed (one writer round and one statement fewer than a claim of its own)
@@ -287,19 +291,18 @@ class Engine(EngineHooks):
             self._pipeline.notify(None, message)
             if not self._queue.emit(message) and self._running and not self._stopping:
                 self._feeder.accepted_unqueued()  # it waits in the store: accepting never waits behind processing
-            return AcceptResult(message.id, message.correlation_id, False, MessageState.NEW)
+            return AcceptResult(message.id, message.correlation_id, False, _NEW)
         if self._transition_listeners:  # they hear NEW, then PROCESSING when the worker takes it, as for any claim
             self._pipeline.notify(None, stored_new(message))
         self._queued_claimed(message)
         # the sender is told NEW, the state the accept stored its message in, wherever the node claimed it too
-        return AcceptResult(message.id, message.correlation_id, False, MessageState.NEW)
+        return AcceptResult(message.id, message.correlation_id, False, _NEW)
 
     def _queued_claimed(self, claimed: StoredMessage) -> None:
         """Hand the message an accept stored claimed for this node to a worker (its reservation ends), or give it
         back when the node stopped taking work meanwhile."""
         self.stats.claimed_at_accept += 1
-        self._queue.release()
-        if not self._queue.emit_claimed(MessageState.NEW, claimed):
+        if not self._queue.emit_claimed(_NEW, claimed, reserved=True):
             self._pipeline.give_back_soon(claimed, "after its accept claimed it while the node stopped")
 
     def _claimed_insert_orphaned(self, new: NewMessage) -> None:
@@ -452,11 +455,12 @@ class Engine(EngineHooks):
                     self._feeder.wanted()
                 return None
             previous, claimed = taken  # the feeder claimed it for this node meanwhile
-        if claimed.state is not MessageState.PROCESSING:  # its funnel is held: it waits in the funnel's queue
+        if claimed.state is not _PROCESSING:  # its funnel is held: it waits in the funnel's queue
             self._pipeline.waited(previous, claimed)
             return claimed
         self.stats.claimed += 1
-        self._pipeline.notify(previous, claimed)
+        if self._transition_listeners:
+            self._pipeline.notify(previous, claimed)
         attempt = self._attempt(claimed, background)
         return await (tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt)
 
@@ -469,15 +473,13 @@ class Engine(EngineHooks):
             route: Route | None = self.routes.get(claimed.service, claimed.operation)
         except UnknownRouteError:
             route = None
-        exchange = Exchange(
-            message=claimed,
-            payload=claimed.payload,
-            headers=dict(claimed.headers),
-            custom_data=copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
-            business_errors=list(claimed.business_errors),
-            route=route,
-            runtime=self._runtime,
-        )
+        # the route may change its exchange's headers, custom data and business errors, never the snapshot's (a new
+        # empty container is a literal: most messages have none of them)
+        exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
+                            copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
+                            list(claimed.business_errors) if claimed.business_errors else [])
+        # set after it is built: keyword arguments to a class cost a dict per call (every attempt builds one)
+        exchange.route, exchange.runtime = route, self._runtime
         error: BaseException | None = None
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
@@ -487,7 +489,9 @@ class Engine(EngineHooks):
                 if skipped is not None:
                     return skipped
             try:
-                await deliver(route, exchange, self.interceptors)
+                delivering = deliver(route, exchange, self.interceptors)
+                if delivering is not None:  # a step waits, or interceptors wrap the steps
+                    await delivering
             except MessageDroppedByInterceptor as dropped:
                 return await self._pipeline.apply(
                     claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
@@ -503,13 +507,14 @@ class Engine(EngineHooks):
         )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
-        self._wake_later(error, decision, now)
-        if background and decision.target is not MessageState.WAITING_FOR_CHILDREN:
+        if error is not None or decision.target in _DUE_LATER:
+            self._wake_later(error, decision, now)
+        if background and decision.target is not _WAITING:
             self._pipeline.apply_in_background(claimed, decision, now, self._written)
             self._queue.writing()  # before the next loop iteration, the earliest the write can end
             return _IN_BACKGROUND
         finished = await self._pipeline.apply(claimed, decision, now)
-        if finished is not None and finished.state is MessageState.WAITING_FOR_CHILDREN:
+        if finished is not None and finished.state is _WAITING:
             await self._run_children(finished)
         return finished
 

@@ -7,6 +7,7 @@ recorded on the exchange (``exchange.business_errors``) before the next step run
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable
 from typing import Any
 
 from openroute.definitions.errors import BusinessError, MessageDroppedByInterceptor
@@ -18,21 +19,46 @@ from openroute.runtime import tracing
 __all__ = ["deliver"]
 
 
-async def deliver(route: Route, exchange: Exchange, engine_interceptors: tuple[MessageInterceptor, ...]) -> None:
-    """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's)."""
-    interceptors = (*engine_interceptors, *route.interceptors)
-    if tracing.ENABLED:  # the step spans sit innermost, around the step alone
-        interceptors = (*interceptors, tracing.STEP_SPANS)
-    if not interceptors:  # the common case: nothing to wrap, so no chain and no closure per step
-        for step in route.steps:
-            try:
-                result = step(exchange)
-                if result is not None and inspect.isawaitable(result):
-                    result = await result
-                exchange.result = result
-            except Exception as caught:
-                _continue_or_raise(caught, route, exchange)
-        return
+def deliver(route: Route, exchange: Exchange,
+            engine_interceptors: tuple[MessageInterceptor, ...]) -> Awaitable[None] | None:
+    """Run the route's steps, wrapped by the interceptor chains (engine-wide first, then the route's): None when they
+    ran to their end here (no interceptor and no step that waits: no coroutine for most attempts), else the awaitable
+    of the rest of the delivery. A step's error that ends the attempt is raised by this call or by that awaitable."""
+    if engine_interceptors or route.interceptors or tracing.ENABLED:
+        interceptors = (*engine_interceptors, *route.interceptors)
+        if tracing.ENABLED:  # the step spans sit innermost, around the step alone
+            interceptors = (*interceptors, tracing.STEP_SPANS)
+        return _intercepted(route, exchange, interceptors)
+    # the common case: nothing to wrap, so no chain and no closure per step
+    for index, step in enumerate(route.steps):
+        try:
+            result = step(exchange)
+            if result is not None and inspect.isawaitable(result):
+                return _rest(route, exchange, index, result)
+            exchange.result = result
+        except Exception as caught:
+            _continue_or_raise(caught, route, exchange)
+    return None
+
+
+async def _rest(route: Route, exchange: Exchange, index: int, waiting: Awaitable[Any]) -> None:
+    """The rest of an unintercepted delivery from step ``index``, whose result ``waiting`` is to be awaited."""
+    try:
+        exchange.result = await waiting
+    except Exception as caught:
+        _continue_or_raise(caught, route, exchange)
+    for step in route.steps[index + 1:]:
+        try:
+            result = step(exchange)
+            if result is not None and inspect.isawaitable(result):
+                result = await result
+            exchange.result = result
+        except Exception as caught:
+            _continue_or_raise(caught, route, exchange)
+
+
+async def _intercepted(route: Route, exchange: Exchange, interceptors: tuple[MessageInterceptor, ...]) -> None:
+    """The steps of ``route`` wrapped by the ``interceptors``' chains."""
 
     async def run_steps() -> None:
         for index, step in enumerate(route.steps):

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from openroute.definitions.errors import BusinessError, CircuitOpenError, ValidationError, is_expected_error
@@ -97,12 +98,24 @@ def ends_attempt(from_state: MessageState | str | None, error_code: str | None) 
     return from_state == MessageState.PROCESSING and error_code not in NOT_ATTEMPTS
 
 
+#: the default of ``Decision.changes``: each decision without changes gets a dict of its own
+_NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
+
+
 @dataclass(frozen=True)
 class Decision:
     """The next state of a message and the columns that change with it (for ``states.transition``)."""
 
     target: MessageState
     changes: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(self, target: MessageState, changes: Mapping[str, Any] = _NO_CHANGES) -> None:
+        # written out: a frozen dataclass's own __init__ sets each field through object.__setattr__ (about 1,300
+        # instructions a field), and every attempt decides once
+        # (tests/engine/test_written_out_inits.py holds it to them)
+        fields = self.__dict__
+        fields["target"] = target
+        fields["changes"] = {} if changes is _NO_CHANGES else changes
 
     @property
     def final(self) -> bool:
@@ -176,12 +189,15 @@ def after_attempt(
     kept = masked_value(list(business_errors)) if business_errors else []
     changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": kept, "parked_on": None}
     if error is None:
-        changes.update(_cleared(message))
+        if (message.last_error_code is not None or message.last_error_text is not None
+                or message.last_error_trace is not None):  # _cleared, written out: every successful attempt
+            changes.update(NO_ERROR)
         if postponed_for is not None:
             delay = postponed_for if postponed_for >= timedelta(0) else postpone_interval
-            return Decision(MessageState.POSTPONED, {**changes, "next_attempt_at": now + delay})
-        target = MessageState.WAITING_FOR_CHILDREN if has_children else MessageState.OK
-        return Decision(target, {**changes, "next_attempt_at": None})
+            changes["next_attempt_at"] = now + delay
+            return Decision(_POSTPONED, changes)
+        changes["next_attempt_at"] = None
+        return Decision(_WAITING if has_children else _OK, changes)
     chosen = None if isinstance(error, _DECIDED_HERE) else policy_for(error, error_policies)
     if chosen is not None:
         return _by_error_policy(message, error, chosen, changes, policy, no_effect, now, failed_on)
@@ -205,6 +221,9 @@ def after_attempt(
     return _technical(message, error, changes, policy, no_effect, now, failed_on)
 
 
+# the outcomes of a successful attempt: Python 3.11's EnumType.__getattr__ makes each ``MessageState.X`` a lookup of
+# about 900 instructions, a module name costs a tenth of that (every attempt decides once)
+_OK, _POSTPONED, _WAITING = MessageState.OK, MessageState.POSTPONED, MessageState.WAITING_FOR_CHILDREN
 #: the errors whose outcome is decided here whatever the route's error policies say
 _DECIDED_HERE = (ValidationError, CallInDoubtError, CircuitOpenError)
 #: the policy of an error that is never retried: the attempt that met it is the last

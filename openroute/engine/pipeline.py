@@ -32,6 +32,7 @@ from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings, EngineStats
 from openroute.engine.writes import EngineWrites, FinalStatesTxHook
 from openroute.persistence import (
+    FINAL_STATES,
     CallEnd,
     CallStart,
     ExternalCall,
@@ -319,7 +320,7 @@ class _FollowUp:
         pipeline, target = self.pipeline, self.target
         try:
             parent = pipeline.committed(self.message, target, updated)
-            final = states.is_final(target)
+            final = target in FINAL_STATES
             if parent is not None:
                 run_eagerly(pipeline.hooks_and_parent(updated, final, parent), self._over, self.context)
                 return
@@ -329,7 +330,7 @@ class _FollowUp:
         except Exception as error:
             self._over(error)
             return
-        self._over(None)
+        self.ended(self.message.id, None)
 
     def _failed(self, error: BaseException) -> None:
         try:

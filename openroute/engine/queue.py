@@ -99,8 +99,11 @@ class ProcessingQueue:
         self.concurrency = concurrency
         #: queued + in flight never exceed this, but for messages claimed for this node (see the module docstring)
         self.limit = queue_size + concurrency
-        #: what an operator lets this node do (read at start and with every heartbeat; ``Engine.set_node_state``)
-        self.node_state = NodeState.RUN
+        self._node_state = NodeState.RUN
+        #: whether the node takes new messages (``node_state`` RUN) and picks up work (not STOPPED): read for every
+        #: message, so derived once per change of ``node_state``
+        self.accepting = True
+        self.takes_work = True
         self._room_freed: Callable[[], None] | None = None
         #: the ids in the pipeline (emitted, not yet done)
         self.ids: set[int] = set()
@@ -124,6 +127,17 @@ class ProcessingQueue:
         self.open = False
         #: the loop's lag, which paces the workers and the feeder (see LoopPressure)
         self.pressure = LoopPressure()
+
+    @property
+    def node_state(self) -> NodeState:
+        """What an operator lets this node do (read at start and with every heartbeat; ``Engine.set_node_state``)."""
+        return self._node_state
+
+    @node_state.setter
+    def node_state(self, state: NodeState) -> None:
+        self._node_state = state
+        self.accepting = state is NodeState.RUN
+        self.takes_work = state.picks_up_work
 
     def when_room_frees(self, listener: Callable[[], None]) -> None:
         """Have ``listener()`` called each time a message leaves the pipeline while the queue is open (the feeder
@@ -206,7 +220,7 @@ class ProcessingQueue:
         transaction): True when the bound has room, as :meth:`emit` would queue it; False when it has none or the node
         takes no work (the message is stored NEW and waits for the feeder, as before). The holder ends the
         reservation with :meth:`release`, before it queues the message (:meth:`emit_claimed`) or when it will not."""
-        if self._pending + self._reserved >= self.limit or not self.open or not self.node_state.picks_up_work:
+        if self._pending + self._reserved >= self.limit or not self.open or not self.takes_work:
             return False
         self._reserved += 1
         return True
@@ -218,30 +232,35 @@ class ProcessingQueue:
         if unused and self.open and self._room_freed is not None:
             self._room_freed()
 
-    def emit_claimed(self, previous: MessageState, claimed: StoredMessage) -> bool:
+    def emit_claimed(self, previous: MessageState, claimed: StoredMessage, *, reserved: bool = False) -> bool:
         """Queue ``claimed``, claimed for this node from ``previous``; its claim counted it, so the bound does not
         refuse it. A copy already queued (as it was before the claim) takes the claimed snapshot when it starts.
-        False when the node takes no work (the caller gives the claim back)."""
-        if not self.open or self._consume is None or not self.node_state.picks_up_work:
+        False when the node takes no work (the caller gives the claim back). ``reserved``: its accept held room for
+        it (:meth:`reserve`), which ends here, as :meth:`release` would end it."""
+        if reserved:
+            self._reserved -= 1
+        if not self.open or self._consume is None or not self.takes_work:
             return False
         self.claimed[claimed.id] = (previous, claimed)
-        if claimed.id in self.ids:
-            return True
-        if not self._send(claimed):
-            self.claimed.pop(claimed.id, None)
-            return False
+        if claimed.id not in self.ids:
+            self._enqueue(claimed)
         return True
 
     def _send(self, message: StoredMessage) -> bool:
-        if not self.open or self._consume is None or message.id in self.ids or not self.node_state.picks_up_work:
+        if not self.open or self._consume is None or message.id in self.ids or not self.takes_work:
             return False
+        self._enqueue(message)
+        return True
+
+    def _enqueue(self, message: StoredMessage) -> None:
+        """Queue ``message`` (the node takes work and it is not queued yet) for the next free worker."""
         self.ids.add(message.id)
         self._pending += 1
-        self._idle.clear()
+        if self._pending == 1:  # _idle is set while nothing is pending (a call fewer for most messages)
+            self._idle.clear()
         self._waiting.append(message)
         if not self._woken:
             self._wake_one()
-        return True
 
     def _wake_one(self) -> None:
         """Wake an idle worker for the waiting messages. One is enough: it takes them one after the other, and when one
@@ -303,7 +322,15 @@ class ProcessingQueue:
                 if pressure.busy:  # the accepts first: this message waits for a quieter loop
                     self._suspended()
                     await pressure.quiet()
-                await _InContext(consume(message), context.copy(), self._suspended)
+                # its first step runs here: a message that never waits (claimed at its accept, a short route, its
+                # outcome written in the background) costs no awaitable of its own
+                coroutine, run = consume(message), context.copy().run
+                try:
+                    suspended_on = run(coroutine.send, None)
+                except StopIteration:
+                    continue
+                self._suspended()
+                await _InContext(coroutine, run, self._suspended, suspended_on)
             except Exception:  # consume never raises (every outcome is in the store): a bug, the worker goes on
                 log.exception("processing message %s failed in the processing channel", message.id)
             finally:
@@ -337,30 +364,26 @@ class ProcessingQueue:
 
 
 class _InContext:
-    """``coroutine`` awaited by a worker, every step of it run in ``context``: what it sets in context variables stays
-    in that context (a worker's next message gets a fresh copy), while the worker stays the current task (a step's
-    ``asyncio.timeout`` and cancel scopes see the task they run in, and cancelling the worker cancels the message)."""
+    """``coroutine``, suspended on ``waiting`` after its first step, awaited on by a worker, every further step of it
+    run by ``run`` (the ``run`` of a context): what it sets in context variables stays in that context (a worker's
+    next message gets a fresh copy), while the worker stays the current task (a step's ``asyncio.timeout`` and cancel
+    scopes see the task they run in, and cancelling the worker cancels the message)."""
 
-    __slots__ = ("context", "coroutine", "suspended")
+    __slots__ = ("coroutine", "run", "suspended", "waiting")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, None], context: contextvars.Context,
-                 suspended: Callable[[], None]) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, None], run: Callable[..., Any],
+                 suspended: Callable[[], None], waiting: Any) -> None:
         self.coroutine = coroutine
-        self.context = context
+        self.run = run
         #: called each time the coroutine waits (the queue wakes another worker for the waiting messages)
         self.suspended = suspended
+        self.waiting = waiting
 
     def __await__(self) -> Generator[Any, Any, None]:
-        coroutine, run, suspended = self.coroutine, self.context.run, self.suspended
-        sent: Any = None
-        thrown: BaseException | None = None
+        coroutine, run, suspended, waiting = self.coroutine, self.run, self.suspended, self.waiting
         while True:
-            try:
-                waiting = run(coroutine.send, sent) if thrown is None else run(coroutine.throw, thrown)
-            except StopIteration:
-                return
-            sent = thrown = None
-            suspended()
+            sent: Any = None
+            thrown: BaseException | None = None
             try:
                 sent = yield waiting
             except GeneratorExit:
@@ -368,3 +391,8 @@ class _InContext:
                 raise
             except BaseException as error:  # the worker's cancellation: the message's to handle
                 thrown = error
+            try:
+                waiting = run(coroutine.send, sent) if thrown is None else run(coroutine.throw, thrown)
+            except StopIteration:
+                return
+            suspended()
