@@ -132,19 +132,9 @@ class GroupCommitWriter:
     def enqueue_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> asyncio.Future[T]:
         """:meth:`submit_grouped` without waiting: the future of ``item``'s result, set after its commit.
 
-        A future is the plainest :class:`Receiver` of :meth:`deliver_grouped`, whose body is written out here (every
-        accept passes here: one call and one look-up of the running loop fewer)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        with self._gate:
-            if self._closed:
-                raise RuntimeError("the writer is closed")
-            if not self._started:
-                self.start()
-            (self._urgent if group.urgent else self._queue).put(((group, item), future, loop))
-        if loop not in self._ringing:
-            self._ringing.add(loop)
-            loop.call_soon(self._ring, loop)
+        A future is the plainest :class:`Receiver` of :meth:`deliver_grouped`."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.deliver_grouped(group, item, future)
         return future
 
     def deliver_grouped(self, group: Grouped[ItemT, T], item: ItemT, receiver: Receiver[T]) -> None:
