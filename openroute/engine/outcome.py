@@ -189,9 +189,7 @@ def after_attempt(
     kept = masked_value(list(business_errors)) if business_errors else []
     changes: dict[str, Any] = {"custom_data": custom_data, "business_errors": kept, "parked_on": None}
     if error is None:
-        if (message.last_error_code is not None or message.last_error_text is not None
-                or message.last_error_trace is not None):  # _cleared, written out: every successful attempt
-            changes.update(NO_ERROR)
+        changes.update(_cleared(message))
         if postponed_for is not None:
             delay = postponed_for if postponed_for >= timedelta(0) else postpone_interval
             changes["next_attempt_at"] = now + delay
