@@ -14,9 +14,9 @@ one is stored and acked:
   :class:`~openroute.inbound.channel.ChannelInbound` (parse, route checks and extraction, ``Engine.accept`` on the
   group-commit writer, ack after the commit).
 
-Both sides freeze the garbage collector's view of what start-up made once they consume (``gc.freeze()``, as
-``openroute run`` does once it serves; unfrozen after the side, so the runs stay independent): a full collection
-then walks only what consuming creates, as in a served node.
+Both sides set the garbage collector as ``openroute run`` does once it serves (``openroute.runtime.collector``:
+start-up's objects frozen, a wider young generation; undone after the side, so the runs stay independent): a
+collection then walks only what consuming creates, as in a served node.
 
 Three sides, interleaved in every repetition (the floor first, the two route sides alternating):
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import statistics
@@ -52,6 +51,7 @@ from openroute.persistence import MessageStore, NewMessage  # noqa: E402
 
 from openroute.engine import Engine, EngineSettings  # noqa: E402
 from openroute.inbound.channel import ChannelInbound  # noqa: E402
+from openroute.runtime import collector  # noqa: E402
 from tests.channels.amqp_helpers import delete, unique  # noqa: E402
 from tests.channels.channel_app import app as application  # noqa: E402
 
@@ -143,10 +143,9 @@ async def floor(url: str, queue: str, count: int, settings: EngineSettings) -> f
 
     started = time.perf_counter()
     await declared.consume(on_message)
-    gc.freeze()  # the same collector treatment as the route's (whose `openroute run` freezes once it serves)
-    await done.wait()
-    elapsed = time.perf_counter() - started
-    gc.unfreeze()
+    with collector.serving():  # the same collector treatment as the route's (as `openroute run` serves)
+        await done.wait()
+        elapsed = time.perf_counter() - started
     with ready:
         pending.append((None, None))  # type: ignore[arg-type]
         ready.notify()
@@ -172,11 +171,10 @@ async def route(url: str, queue: str, count: int, process: bool = True) -> float
     stats = channels.stats("crm-in")
     started = time.perf_counter()
     await channels.start()
-    gc.freeze()  # as `openroute run` does once it serves (unfrozen after the run, so the runs stay independent)
-    while stats.accepted < count:
-        await asyncio.sleep(0.005)
-    elapsed = time.perf_counter() - started
-    gc.unfreeze()
+    with collector.serving():  # as `openroute run` serves (undone after the run, so the runs stay independent)
+        while stats.accepted < count:
+            await asyncio.sleep(0.005)
+        elapsed = time.perf_counter() - started
     COMMITS["process" if process else "accept"] += engine._pipeline.writer.transactions  # a benchmark may look inside
     await channels.stop()
     await engine.stop()

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import signal
@@ -183,9 +182,11 @@ def serve(kind: str, url: str, port: int, counts: str) -> None:
         written.replace(counts)  # whole, never half-written, when the client reads it
 
     signal.signal(signal.SIGUSR1, write_counts)
-    # start-up's objects out of the collector's reach, as `openroute run` puts them once it serves (both servers:
-    # the same collector treatment); unfrozen, every full collection walked the node's ~150,000 of them
-    gc.freeze()
+    # the collector as `openroute run` sets it once it serves (both servers: the same treatment); unfrozen, every
+    # full collection walked the node's ~150,000 start-up objects
+    from openroute.runtime import collector
+
+    collector.tune_for_serving()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 

@@ -56,7 +56,6 @@ aged store, decided its aged / fresh ratio.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import resource
 import shutil
@@ -86,6 +85,7 @@ from openroute.definitions.route import Route, RouteRegistry
 from openroute.engine import Engine, EngineSettings
 from openroute.jobs.counts import MessageCounts
 from openroute.jobs.payload_indexer import PayloadIndexer
+from openroute.runtime import collector
 
 POSTGRES_URL = os.environ.get("OPENROUTE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 #: the store modes: (OK messages aged in, NEW messages of the benchmark's route waiting); ``--aged-rows`` sets the first
@@ -332,7 +332,8 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
 
     engine.on_final_state(on_final)
     await engine.start()
-    gc.freeze()  # as `openroute run` does once it serves (unfrozen after the run, so the runs stay independent)
+    # the collector as `openroute run` sets it once it serves (undone after the run, so the runs stay independent)
+    collected_before = collector.tune_for_serving()
     latencies: list[float] = []
 
     async def send(i: int) -> None:
@@ -359,7 +360,7 @@ async def engine_run(url: str, count: int, senders: int, calls: str | None = Non
     writer_cpu, commits, writes = writer.cpu_seconds, writer.transactions, writer.operations
     claimed_at_accept = engine.stats.claimed_at_accept
     await engine.stop()
-    gc.unfreeze()
+    collector.untune(collected_before)
     if ok != count:
         states = store.count_by_state()
         raise SystemExit(f"benchmark run is wrong: {ok} of {count} OK ({states}; {engine.stats})")

@@ -28,17 +28,17 @@ What each does per message (PostgreSQL 15, ``fsync`` and ``synchronous_commit`` 
   configuration (``load_config``), the engine at its default settings (concurrency 64, repoll every 10 s, heartbeat),
   the attempt-failure log and the transition log, the app of ``create_app`` with its lifespan running: the metrics'
   final-state hook, the confirmations (without ``[confirmations.systems]`` an outcome is confirmed by a log line at
-  DEBUG, made from the final-state hook with no row: a log line cannot fail), the message counts folded every 2 s,
-  the payload search's index filled every 0.5 s; tracing off; ``gc.freeze()`` once started. The producers call
-  ``Engine.accept`` of a trivial route (an XML payload, a correlation id): the ``message`` INSERT (``ON CONFLICT
-  (source_system, correlation_id) DO NOTHING``: accept is idempotent; a trigger adds the id to
-  ``message_payload_pending``) and its NEW ``message_transition`` row; while the node's queue has room the same
-  INSERT stores the message claimed for the node (PROCESSING) with its PROCESSING row, otherwise a claim UPDATE
-  (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row follow; then the outcome UPDATE (-> OK) and
-  its row: every statement through the engine's group-commit writer (one connection; the writes queued meanwhile
-  share a commit). Behind the OK's commit: the metrics' counters, the confirmation's (DEBUG) line, one INFO line
-  (the OK); the payload is copied into the index by the indexer's batch every 0.5 s. The clock stops at the commit
-  of the last OK (the benchmark's final-state hook runs first).
+  DEBUG, made from the final-state hook with no row: a log line cannot fail), the message counts folded every 2 s, the
+  payload search's index filled every 0.5 s; tracing off; the collector set as ``openroute run`` sets it once it serves
+  (``openroute.runtime.collector``). The producers call ``Engine.accept`` of a trivial route (an XML payload, a
+  correlation id): the ``message`` INSERT (``ON CONFLICT (source_system, correlation_id) DO NOTHING``: accept is
+  idempotent; a trigger adds the id to ``message_payload_pending``) and its NEW ``message_transition`` row; while the
+  node's queue has room the same INSERT stores the message claimed for the node (PROCESSING) with its PROCESSING row,
+  otherwise a claim UPDATE (NEW -> PROCESSING, by id and version, ``SKIP LOCKED``) and its row follow; then the outcome
+  UPDATE (-> OK) and its row: every statement through the engine's group-commit writer (one connection; the writes
+  queued meanwhile share a commit). Behind the OK's commit: the metrics' counters, the confirmation's (DEBUG) line, one
+  INFO line (the OK); the payload is copied into the index by the indexer's batch every 0.5 s. The clock stops at the
+  commit of the last OK (the benchmark's final-state hook runs first).
 * **PgQueuer** (asyncpg) as its documentation recommends for throughput (docs/guides/performance-tuning.md): the
   producers call ``Queries.enqueue`` on an ``AsyncpgPoolDriver`` (a pool of ``--pool`` connections), the consumer
   is ``PgQueuer.run`` (its ``QueueManager`` and scheduler, as ``pgq run`` starts them) on a dedicated asyncpg
@@ -78,7 +78,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import gc
 import importlib.util
 import json
 import os
@@ -229,7 +228,9 @@ async def run_openroute(url: str, args: argparse.Namespace) -> dict[str, Any]:
         await engine.accept(InboundMessage("bench", "noop", PAYLOAD, "text/xml", f"b-{i}", "bench"))
 
     async with app.router.lifespan_context(app):
-        gc.freeze()  # as `openroute run` does once it serves
+        from openroute.runtime import collector
+
+        collector.tune_for_serving()  # as `openroute run` does once it serves
         await load.run(send, final.wait)
         with store.engine.connect() as connection:
             ok = connection.execute(sa.text("SELECT count(*) FROM message WHERE state = :ok"),

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import os
 import statistics
@@ -485,7 +484,9 @@ def floor_app(url: str, remote_port: int, receiver_port: int, records: bool) -> 
         stop = asyncio.Event()
         jobs = [asyncio.create_task(PayloadIndexer(floor.store).run(stop)),
                 asyncio.create_task(MessageCounts(floor.store).run(stop))]
-        gc.freeze()  # as `openroute run` does once it serves
+        from openroute.runtime import collector
+
+        collector.tune_for_serving()  # as `openroute run` does once it serves
         yield
         stop.set()
         await asyncio.gather(*jobs)

@@ -336,18 +336,21 @@ def test_a_port_in_use_is_exit_6_and_nothing_says_serving(tmp_path: Path) -> Non
 
 async def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collectors_reach(tmp_path: Path) -> None:
     """In process, through the server ``openroute run`` builds: after the engine started, gc.freeze() has moved what
-    start-up loaded to the permanent generation (full collections then walk only what serving creates)."""
+    start-up loaded to the permanent generation (full collections then walk only what serving creates), and the
+    young generation is the wider one of ``openroute.runtime.collector``."""
     import gc
 
     import httpx
 
     from openroute.commands.run import _bind, _load_application, _open_store, _server
     from openroute.config import load_config
+    from openroute.runtime import collector
 
     config = load_config(None, {"database_url": f"sqlite:///{tmp_path / 'frozen.db'}", "port": 0})
     store = _open_store(config.resolved_database_url(), migrate=True)
     sock = _bind("127.0.0.1", 0)
     gc.unfreeze()
+    thresholds = gc.get_threshold()
     try:
         app = _server(config, _load_application(None), store, sock).config.app.app  # inside StartFailureInOneLine
         assert gc.get_freeze_count() == 0
@@ -355,8 +358,10 @@ async def test_once_serving_the_start_up_objects_are_frozen_out_of_the_collector
                 transport=httpx.ASGITransport(app=app), base_url="http://node") as client:
             assert (await client.get("/health")).status_code == 200
             assert gc.get_freeze_count() > 10_000, "the modules, routes and app loaded at start-up are frozen"
+            assert gc.get_threshold() == (collector.YOUNG_GENERATION, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
         sock.close()
         store.dispose()
 
