@@ -224,6 +224,7 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int, claime
                                      "DO NOTHING RETURNING id"), rows)
         return [row[0] for row in cursor.fetchall()]
 
+    collected_before = collector.tune_for_serving()  # the engine's collector treatment (see engine_run)
     started = time.perf_counter()
     for first in range(0, count, chunk):
         n = min(chunk, count - first)
@@ -271,6 +272,7 @@ def floor(url: str, count: int, chunk: int, transitions_per_message: int, claime
             record(cursor, processing, 2)
             cursor.close()
     elapsed = time.perf_counter() - started
+    collector.untune(collected_before)
     with engine.connect() as connection:
         done = connection.execute(sa.text("SELECT count(*) FROM message WHERE state = 'OK' AND source_system = "
                                           "'bench'")).scalar_one()
