@@ -14,7 +14,7 @@ import contextlib
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -69,6 +69,10 @@ class _InBackground:
 
 
 _IN_BACKGROUND = _InBackground()
+
+
+async def _at_once(value: StoredMessage) -> StoredMessage:
+    return value
 
 
 class Engine(EngineHooks):
@@ -403,7 +407,9 @@ class Engine(EngineHooks):
         in_background = False
         try:
             if not self._stopping:
-                in_background = await self._process(message, background=True) is _IN_BACKGROUND
+                taken = self._queue.claimed.pop(message.id, None)  # claimed before it was queued: no claim here
+                in_background = await (self._process(message, background=True) if taken is None else
+                                       self._run_claimed(*taken, background=True)) is _IN_BACKGROUND
         except Exception as error:
             if self.store.outage.failed(error, "processing"):
                 log.debug("message %s left for repoll: the store is unreachable", message.id)
@@ -430,21 +436,17 @@ class Engine(EngineHooks):
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
         to the writer and ``_IN_BACKGROUND`` returned at once (see :meth:`_consume`).
         """
-        previous = message.state
-        claimed: StoredMessage | None
-        taken = self._queue.claimed.pop(message.id, None)
-        if taken is not None:  # claimed for this node by the feeder or a funnel's release
-            previous, claimed = taken
-        elif self._stopping:
-            return None
-        else:
+        taken = self._queue.claimed.pop(message.id, None)  # claimed for this node by the feeder or a funnel's release
+        if taken is None:
+            if self._stopping:
+                return None
             try:
                 claimed = await self._pipeline.claim(message)
             except IllegalTransitionError:
                 log.debug("message %s in %s is not claimable", message.id, message.state)
                 return None
-        if claimed is None:
-            taken = self._queue.claimed.pop(message.id, None)
+            # None: another writer had it, or the feeder claimed it for this node meanwhile
+            taken = (message.state, claimed) if claimed is not None else self._queue.claimed.pop(message.id, None)
             if taken is None:
                 self.stats.lost_claims += 1
                 # another writer had it, or (PostgreSQL) its row was locked for a moment (SKIP LOCKED): if it is still
@@ -454,15 +456,21 @@ class Engine(EngineHooks):
                 else:
                     self._feeder.wanted()
                 return None
-            previous, claimed = taken  # the feeder claimed it for this node meanwhile
-        if claimed.state is not _PROCESSING:  # its funnel is held: it waits in the funnel's queue
+        return await self._run_claimed(*taken, background)
+
+    def _run_claimed(self, previous: MessageState, claimed: StoredMessage,
+                     background: bool) -> Awaitable[StoredMessage | _InBackground | None]:
+        """The attempt of ``claimed`` (claimed for this node from ``previous``) to await; the snapshot when its funnel
+        is held (it waits in the funnel's queue). Not a coroutine: a message claimed before it was queued goes from
+        :meth:`_consume` to its attempt without the coroutine of :meth:`_process` (one a message fewer)."""
+        if claimed.state is not _PROCESSING:
             self._pipeline.waited(previous, claimed)
-            return claimed
+            return _at_once(claimed)
         self.stats.claimed += 1
         if self._transition_listeners:
             self._pipeline.notify(previous, claimed)
         attempt = self._attempt(claimed, background)
-        return await (tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt)
+        return tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt
 
     async def _attempt(
         self, claimed: StoredMessage, background: bool

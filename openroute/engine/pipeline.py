@@ -16,8 +16,9 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from datetime import datetime
+from types import CoroutineType
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -185,8 +186,10 @@ class CommitPipeline:
         carries its end: the commit's own settle callback runs it (:class:`_FollowUp`) and calls ``ended``, and a
         final-state hook that suspends continues in a task from there; a message whose outcome and hooks ask nothing
         of the loop costs no task, no future and no callback of its own. Raises RuntimeError when the writer is
-        closed (``ended`` is not called then)."""
-        self.writer.deliver_grouped(self._finish, (message, decision.target, now, dict(decision.changes), "engine"),
+        closed (``ended`` is not called then). The decision's changes go to the writer as they are, not copied as
+        :meth:`apply` copies them: the caller made them for this write (an attempt's outcome) and changes them no
+        more."""
+        self.writer.deliver_grouped(self._finish, (message, decision.target, now, decision.changes, "engine"),
                                     _FollowUp(self, message, decision.target, ended, contextvars.copy_context()))
 
     # -- after the commit -------------------------------------------------------------------------------------------
@@ -273,11 +276,46 @@ class CommitPipeline:
 
     async def run_final_hooks(self, message: StoredMessage) -> None:
         """Await the final-state hooks of ``message`` (a failing hook is logged, the others still run)."""
-        for hook in self.final_state_hooks:
+        rest = self.final_hooks_eagerly(message)
+        if rest is not None:
+            await rest
+
+    def final_hooks_eagerly(self, message: StoredMessage,
+                            hooks: Iterator[FinalStateHook] | None = None) -> Coroutine[Any, Any, None] | None:
+        """Run the final-state hooks of ``message`` (those ``hooks`` has left, default all) here until one suspends:
+        None when they all returned, else the coroutine of the rest (that hook's, then the others'). Most hooks never
+        wait, and a coroutine of ours around them cost more than they do. A hook's BaseException that is no Exception
+        is raised here, as awaiting the hook would raise it."""
+        if hooks is None:
+            hooks = iter(self.final_state_hooks)  # the live list, as a for loop over it (a hook may add hooks)
+        for hook in hooks:
             try:
-                await hook(message)
+                running = hook(message)
+                if running.__class__ is not CoroutineType:  # another awaitable (a future): awaited in the rest
+                    return self._rest_of_hooks(message, hook, running, hooks)
+                waiting = running.send(None)
+            except StopIteration:
+                continue
             except Exception as error:
-                repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
+                self._hook_failed(hook, message, error)
+                continue
+            return self._rest_of_hooks(message, hook, _Suspended(running, waiting), hooks)
+        return None
+
+    async def _rest_of_hooks(self, message: StoredMessage, hook: FinalStateHook, running: Awaitable[None],
+                             hooks: Iterator[FinalStateHook]) -> None:
+        """The final-state hooks of ``message`` from ``hook``, suspended (``running``), then the ``hooks`` left."""
+        try:
+            await running
+        except Exception as error:
+            self._hook_failed(hook, message, error)
+        rest = self.final_hooks_eagerly(message, hooks)
+        if rest is not None:
+            await rest
+
+    @staticmethod
+    def _hook_failed(hook: FinalStateHook, message: StoredMessage, error: Exception) -> None:
+        repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
 
 
 def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
@@ -324,12 +362,21 @@ class _FollowUp:
             if parent is not None:
                 run_eagerly(pipeline.hooks_and_parent(updated, final, parent), self._over, self.context)
                 return
-            if final and pipeline.final_state_hooks:  # the hooks alone (one coroutine fewer than hooks_and_parent)
-                run_eagerly(pipeline.run_final_hooks(updated), self._over, self.context)
-                return
         except Exception as error:
             self._over(error)
             return
+        if final and pipeline.final_state_hooks:
+            # the hooks alone, run here (no coroutine of ours unless one of them suspends), as run_eagerly would
+            try:
+                rest = pipeline.final_hooks_eagerly(updated)
+            except BaseException as error:
+                self._over(error)
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                return
+            if rest is not None:
+                run_in_task(rest, self._over, self.context)
+                return
         self.ended(self.message.id, None)
 
     def _failed(self, error: BaseException) -> None:
@@ -359,7 +406,13 @@ def run_eagerly(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseExcepti
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
         return
-    task = asyncio.get_running_loop().create_task(_carry_on(coroutine, waiting), context=context)
+    run_in_task(_carry_on(coroutine, waiting), over, context)
+
+
+def run_in_task(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseException | None], None],
+                context: contextvars.Context) -> None:
+    """Run ``coroutine`` in a task made in ``context``; ``over(error)`` once it is over (as :func:`run_eagerly`)."""
+    task = asyncio.get_running_loop().create_task(coroutine, context=context)
     task.add_done_callback(functools.partial(_task_over, over))
 
 
