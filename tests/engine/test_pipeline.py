@@ -190,3 +190,47 @@ async def test_a_background_outcome_another_writer_beat_is_counted_and_nobody_he
         await _closed(pipeline)
     assert lost == (claimed.id, None) and events == []
     assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
+
+
+async def test_final_state_hooks_run_at_once_until_one_waits_and_the_rest_follow_in_order(store: MessageStore) -> None:
+    heard: list[str] = []
+    pipeline = _pipeline(store, [])
+    release = asyncio.get_running_loop().create_future()
+
+    async def first(message: StoredMessage) -> None:
+        heard.append("first")
+
+    async def failing(message: StoredMessage) -> None:
+        raise RuntimeError("a hook's bug")
+
+    async def waiting(message: StoredMessage) -> None:
+        heard.append("waiting starts")
+        await release
+        heard.append("waiting ends")
+
+    def a_future(message: StoredMessage) -> asyncio.Future[None]:  # a hook may return any awaitable
+        heard.append("future")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def last(message: StoredMessage) -> None:
+        heard.append("last")
+
+    try:
+        message = await _claimed(pipeline, "m-1")
+        pipeline.final_state_hooks[:] = [first, failing, last]
+        assert pipeline.final_hooks_eagerly(message) is None, "no hook waited: nothing left to await"
+        assert heard == ["first", "last"], "a failing hook is logged, the others run"
+        heard.clear()
+        pipeline.final_state_hooks[:] = [first, waiting, a_future, last]
+        rest = pipeline.final_hooks_eagerly(message)
+        assert rest is not None and heard == ["first", "waiting starts"]
+        task = asyncio.ensure_future(rest)
+        await asyncio.sleep(0)
+        assert heard == ["first", "waiting starts"], "the rest waits for the hook that waits"
+        release.set_result(None)
+        await task
+        assert heard == ["first", "waiting starts", "waiting ends", "future", "last"]
+    finally:
+        await _closed(pipeline)
