@@ -30,7 +30,7 @@ from openroute.engine.exchange import AttemptRuntime, Exchange
 from openroute.engine.feeder import Feeder
 from openroute.engine.obsolete import ObsoleteCheck
 from openroute.engine.parking import Parking
-from openroute.engine.pipeline import BackgroundEnded, CommitPipeline
+from openroute.engine.pipeline import CommitPipeline
 from openroute.engine.queue import ProcessingQueue
 from openroute.engine.settings import EngineSettings
 from openroute.persistence import MessageState, StoredMessage
@@ -63,21 +63,19 @@ async def to_end(start: Callable[..., Awaitable[Processed] | InBackground], *arg
 
 
 class Attempts:
-    """The attempts of one node (see the module docstring). ``written`` hears when an outcome written in the
-    background is over (``CommitPipeline.apply_in_background``); ``run_children`` processes the children of a parent
-    its first attempt split."""
+    """The attempts of one node (see the module docstring); ``run_children`` processes the children of a parent its
+    first attempt split."""
 
     def __init__(self, routes: RouteRegistry, runtime: AttemptRuntime, interceptors: tuple[MessageInterceptor, ...],
                  settings: EngineSettings, clock: Clock, parts: tuple[CommitPipeline, ProcessingQueue, ObsoleteCheck,
                                                                      Parking, Feeder],
-                 written: BackgroundEnded, run_children: Callable[[StoredMessage], Awaitable[None]]) -> None:
+                 run_children: Callable[[StoredMessage], Awaitable[None]]) -> None:
         self._routes = routes
         self._runtime = runtime
         self._interceptors = interceptors
         self._settings = settings
         self._clock = clock
         self._pipeline, self._queue, self._obsolete, self._parking, self._feeder = parts
-        self._written = written
         self._run_children = run_children
 
     def begin(self, claimed: StoredMessage, background: bool) -> Awaitable[Processed] | InBackground:
@@ -99,7 +97,7 @@ class Attempts:
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
             return self._decided(claimed, None, exchange, error, background)
-        if ObsoleteCheck.applies(claimed, route):
+        if route.obsolete_check and ObsoleteCheck.applies(claimed, route):  # the flag first: most routes have none
             return self._checked(claimed, route, exchange, background)
         return self._delivered(claimed, route, exchange, background)
 
@@ -158,8 +156,7 @@ class Attempts:
         if error is not None or decision.target in _DUE_LATER:
             self._wake_later(error, decision, now)
         if background and decision.target is not _WAITING:
-            self._pipeline.apply_in_background(claimed, decision, now, self._written)
-            self._queue.writing()  # before the next loop iteration, the earliest the write can end
+            self._pipeline.apply_in_background(claimed, decision, now)
             return IN_BACKGROUND
         return self._applied(claimed, decision, now)
 

@@ -123,7 +123,7 @@ class Engine(EngineHooks):
         self._obsolete = ObsoleteCheck(self.store, self.clock, self._reads, self._pipeline)
         self._attempts = Attempts(routes, self._runtime, self.interceptors, settings, self.clock,
                                   (self._pipeline, self._queue, self._obsolete, self._parking, self._feeder),
-                                  self._written, self._run_children)
+                                  self._run_children)
         # the scheduled jobs: repoll and heartbeat
         self._repoll = Repoll(self.store, routes, self.clock, settings, reads=self._reads, pipeline=self._pipeline,
                               queue=self._queue, feeder=self._feeder, funnel=self._funnel, parking=self._parking)
@@ -393,7 +393,7 @@ class Engine(EngineHooks):
         hooks complete in the background while the worker takes its next message, so one commit carries the
         outcomes of some messages with the claims of the next ones (each message costs a worker one commit's wait
         instead of two). Until its outcome is committed the message keeps its room in the queue bound, and
-        :meth:`wait_idle` and :meth:`stop` wait for it (``ProcessingQueue.writing``; :meth:`_written` ends it).
+        :meth:`wait_idle` and :meth:`stop` wait for it (``CommitPipeline.apply_in_background``).
         """
         started: Awaitable[Processed] | InBackground | None = None
         try:
@@ -426,14 +426,6 @@ class Engine(EngineHooks):
             log.debug("message %s left for repoll: the store is unreachable", message.id)
         else:
             repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
-
-    def _written(self, message_id: int, error: BaseException | None) -> None:
-        """A background outcome write (see :meth:`_consume`) and its follow-up are over."""
-        try:
-            if error is not None and not self.store.outage.failed(error, "writing an outcome"):
-                repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
-        finally:
-            self._queue.written(message_id)
 
     # -- processing -----------------------------------------------------------------------------
     async def _process(

@@ -47,7 +47,7 @@ from openroute.persistence import (
 from openroute.persistence.call_records import CallRecord, CallRecordStore
 from openroute.runtime.logs import repeated_errors
 
-__all__ = ["BackgroundEnded", "CommitPipeline", "FinalStateHook", "TransitionListener"]
+__all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
 
 log = logging.getLogger("openroute.engine")
 
@@ -56,9 +56,6 @@ T = TypeVar("T")
 FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
 #: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
-#: ``ended(message_id, error)``: the follow-up of an outcome written in the background is over
-#: (:meth:`CommitPipeline.apply_in_background`)
-BackgroundEnded = Callable[[int, "BaseException | None"], None]
 
 
 class CommitPipeline:
@@ -178,19 +175,28 @@ class CommitPipeline:
         """Store a call record in the group commit (``AttemptRuntime.add_call_record``); the future of its id."""
         return self.writer.enqueue_grouped(self._call_records, record)
 
-    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision, now: datetime,
-                            ended: BackgroundEnded) -> None:
-        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message): ``ended(message.id,
-        error)`` is called once the follow-up is over (``error`` None: written, or lost to another writer as
-        :meth:`apply`'s None; else what awaiting :meth:`apply` raises). No task runs the follow-up and no future
-        carries its end: the commit's own settle callback runs it (:class:`_FollowUp`) and calls ``ended``, and a
+    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision, now: datetime) -> None:
+        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message). Until the follow-up
+        is over the message keeps its room in the queue (``ProcessingQueue.writing``; ``written`` once it is over: a
+        stale write as :meth:`apply`'s None, an error as awaiting :meth:`apply` raises it, logged). No task runs the
+        follow-up and no future carries its end: the commit's own settle callback runs it (:class:`_FollowUp`), and a
         final-state hook that suspends continues in a task from there; a message whose outcome and hooks ask nothing
         of the loop costs no task, no future and no callback of its own. Raises RuntimeError when the writer is
-        closed (``ended`` is not called then). The decision's changes go to the writer as they are, not copied as
+        closed (the queue hears nothing then). The decision's changes go to the writer as they are, not copied as
         :meth:`apply` copies them: the caller made them for this write (an attempt's outcome) and changes them no
         more."""
         self.writer.deliver_grouped(self._finish, (message, decision.target, now, decision.changes, "engine"),
-                                    _FollowUp(self, message, decision.target, ended, contextvars.copy_context()))
+                                    _FollowUp(self, message, decision.target, contextvars.copy_context()))
+        self.queue.writing()  # before the next loop iteration, the earliest the write can end
+
+    def _background_over(self, message_id: int, error: BaseException | None) -> None:
+        """The follow-up of a background write (:meth:`apply_in_background`) is over: ``error`` logged (None: none),
+        the message's room in the queue freed."""
+        try:
+            if error is not None and not self.store.outage.failed(error, "writing an outcome"):
+                repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
+        finally:
+            self.queue.written(message_id)
 
     # -- after the commit -------------------------------------------------------------------------------------------
     async def written(
@@ -327,16 +333,15 @@ def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
 class _FollowUp:
     """The receiver of one background outcome write (:meth:`CommitPipeline.apply_in_background`): the writer's settle
     callback hands it the result, and it runs :meth:`CommitPipeline.written`'s follow-up right there, in the context
-    the write was queued from (as a task made there would), then calls ``ended``."""
+    the write was queued from (as a task made there would); its end frees the message's room in the queue."""
 
-    __slots__ = ("context", "ended", "message", "pipeline", "target")
+    __slots__ = ("context", "message", "pipeline", "target")
 
     def __init__(self, pipeline: CommitPipeline, message: StoredMessage, target: MessageState,
-                 ended: BackgroundEnded, context: contextvars.Context) -> None:
+                 context: contextvars.Context) -> None:
         self.pipeline = pipeline
         self.message = message
         self.target = target
-        self.ended = ended
         self.context = context
 
     def __repr__(self) -> str:
@@ -377,7 +382,7 @@ class _FollowUp:
             if rest is not None:
                 run_in_task(rest, self._over, self.context)
                 return
-        self.ended(self.message.id, None)
+        pipeline.queue.written(self.message.id)  # over without an error: nothing to log (a call fewer)
 
     def _failed(self, error: BaseException) -> None:
         try:
@@ -388,7 +393,7 @@ class _FollowUp:
         self._over(None)
 
     def _over(self, error: BaseException | None) -> None:
-        self.ended(self.message.id, error)
+        self.pipeline._background_over(self.message.id, error)
 
 
 def run_eagerly(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseException | None], None],

@@ -113,12 +113,12 @@ async def test_the_outcomes_of_one_transaction_reach_its_transaction_hook_togeth
     assert heard == [[second.id, third.id]]
 
 
-def _in_background(pipeline: CommitPipeline, claimed: StoredMessage, decision: Decision) \
-        -> asyncio.Future[tuple[int, BaseException | None]]:
-    """``apply_in_background``'s end as a future: (message id, error) once its follow-up is over."""
-    over: asyncio.Future[tuple[int, BaseException | None]] = asyncio.get_running_loop().create_future()
-    pipeline.apply_in_background(claimed, decision, START, lambda message_id, error: over.set_result((message_id,
-                                                                                                       error)))
+def _in_background(pipeline: CommitPipeline, claimed: StoredMessage, decision: Decision) -> asyncio.Future[int]:
+    """``apply_in_background``'s end as a future: the message id, once its follow-up is over (its room in the queue
+    freed)."""
+    over: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    pipeline.queue.written = over.set_result  # type: ignore[method-assign]
+    pipeline.apply_in_background(claimed, decision, START)
     return over
 
 
@@ -132,7 +132,7 @@ async def test_an_outcome_written_in_the_background_is_followed_as_an_awaited_on
         ended = await _in_background(pipeline, claimed, OK)
     finally:
         await _closed(pipeline)
-    assert ended == (claimed.id, None)
+    assert ended == claimed.id
     assert events == [("in the transaction", MessageState.OK), ("listener", MessageState.PROCESSING, MessageState.OK),
                       ("final-state hook", MessageState.OK)]
     assert pipeline.stats.outcomes[MessageState.OK] == 1
@@ -171,7 +171,7 @@ async def test_a_final_state_hook_that_waits_holds_the_background_outcome_until_
         ended = await done
     finally:
         await _closed(pipeline)
-    assert ended == (claimed.id, None)
+    assert ended == claimed.id
     assert events[-3:] == [("waiting hook starts", "worker"), ("waiting hook ends", "worker"),
                            ("last hook", MessageState.OK)]
 
@@ -188,7 +188,7 @@ async def test_a_background_outcome_another_writer_beat_is_counted_and_nobody_he
         lost = await _in_background(pipeline, claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}))
     finally:
         await _closed(pipeline)
-    assert lost == (claimed.id, None) and events == []
+    assert lost == claimed.id and events == []
     assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
 
 
