@@ -399,8 +399,9 @@ class Engine(EngineHooks):
         try:
             if not self._stopping:
                 taken = self._queue.claimed.pop(message.id, None)  # claimed before it was queued: no claim here
+                # the snapshot's parts by position: a call with *args and a keyword builds a tuple and a dict
                 started = (self._process(message, background=True) if taken is None
-                           else self._run_claimed(*taken, background=True))
+                           else self._run_claimed(taken[0], taken[1], True))
         except Exception as error:
             self._not_processed(message, error)
         finally:
