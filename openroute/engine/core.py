@@ -122,8 +122,8 @@ class Engine(EngineHooks):
         self._parking = Parking(self.store, self.clock, external_calls, self._reads, self._feeder, self._signal)
         self._obsolete = ObsoleteCheck(self.store, self.clock, self._reads, self._pipeline)
         self._attempts = Attempts(routes, self._runtime, self.interceptors, settings, self.clock,
-                                  (self._pipeline, self._queue, self._obsolete, self._parking, self._feeder),
-                                  self._run_children)
+                                  pipeline=self._pipeline, obsolete=self._obsolete, parking=self._parking,
+                                  feeder=self._feeder, run_children=self._run_children)
         # the scheduled jobs: repoll and heartbeat
         self._repoll = Repoll(self.store, routes, self.clock, settings, reads=self._reads, pipeline=self._pipeline,
                               queue=self._queue, feeder=self._feeder, funnel=self._funnel, parking=self._parking)
