@@ -11,24 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
 from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
-    CircuitOpenError,
     ConfigurationError,
     IllegalTransitionError,
-    MessageDroppedByInterceptor,
     NodeNotAcceptingError,
     StaleMessageError,
     StoreUnavailableError,
-    UnknownRouteError,
-    ValidationError,
 )
 from openroute.definitions.interceptors import MessageInterceptor, check_interceptors
 from openroute.definitions.message import InboundMessage
@@ -37,8 +32,8 @@ from openroute.engine import outcome as outcomes
 from openroute.engine import states
 from openroute.engine._work_signal import WorkSignal
 from openroute.engine.accept import AcceptResult, check_inbound, stored_new
-from openroute.engine.delivery import deliver
-from openroute.engine.exchange import AttemptRuntime, CallGuard, Exchange
+from openroute.engine.attempt import IN_BACKGROUND, Attempts, InBackground, Processed, to_end
+from openroute.engine.exchange import AttemptRuntime, CallGuard
 from openroute.engine.feeder import Feeder
 from openroute.engine.funnel import FunnelQueue
 from openroute.engine.hooks import EngineHooks
@@ -57,18 +52,13 @@ __all__ = ["PROCESSING_CHANNEL", "Engine"]
 
 log = logging.getLogger("openroute.engine")
 
-#: outcomes whose message is due again at a time this node decided (its feeder takes it then)
-_DUE_LATER = frozenset({MessageState.PARTLY_FAILED, MessageState.POSTPONED})
 # the states every message meets here: Python 3.11's EnumType.__getattr__ makes each ``MessageState.X`` a lookup of
 # about 900 instructions, a module name costs a tenth of that
-_NEW, _PROCESSING, _WAITING = MessageState.NEW, MessageState.PROCESSING, MessageState.WAITING_FOR_CHILDREN
+_NEW, _PROCESSING = MessageState.NEW, MessageState.PROCESSING
 
 
-class _InBackground:
-    """What an attempt returns when its outcome is written in the background (``Engine._consume``)."""
-
-
-_IN_BACKGROUND = _InBackground()
+async def _at_once(value: StoredMessage) -> StoredMessage:
+    return value
 
 
 class Engine(EngineHooks):
@@ -131,6 +121,9 @@ class Engine(EngineHooks):
         self._signal = WorkSignal(self.store, self.node_id, self._feeder)
         self._parking = Parking(self.store, self.clock, external_calls, self._reads, self._feeder, self._signal)
         self._obsolete = ObsoleteCheck(self.store, self.clock, self._reads, self._pipeline)
+        self._attempts = Attempts(routes, self._runtime, self.interceptors, settings, self.clock,
+                                  pipeline=self._pipeline, obsolete=self._obsolete, parking=self._parking,
+                                  feeder=self._feeder, run_children=self._run_children)
         # the scheduled jobs: repoll and heartbeat
         self._repoll = Repoll(self.store, routes, self.clock, settings, reads=self._reads, pipeline=self._pipeline,
                               queue=self._queue, feeder=self._feeder, funnel=self._funnel, parking=self._parking)
@@ -391,60 +384,70 @@ class Engine(EngineHooks):
         log.info("node %s is now %s", node_id, state.value)
 
     # -- the processing channel -----------------------------------------------------------------------------
-    async def _consume(self, message: StoredMessage) -> None:
-        """The incoming function of the processing channel (never raises: every outcome is in the store).
+    def _consume(self, message: StoredMessage) -> Coroutine[Any, Any, None] | None:
+        """The incoming function of the processing channel (never raises: every outcome is in the store): None when
+        the message is done with here, else the coroutine of the rest (``ProcessingQueue.start``). A message claimed
+        before it was queued whose attempt ends at once (``attempt.py``) costs no coroutine.
 
         The worker is free as soon as the attempt's outcome is handed to the writer: the commit and the final-state
         hooks complete in the background while the worker takes its next message, so one commit carries the
         outcomes of some messages with the claims of the next ones (each message costs a worker one commit's wait
         instead of two). Until its outcome is committed the message keeps its room in the queue bound, and
-        :meth:`wait_idle` and :meth:`stop` wait for it (``ProcessingQueue.writing``; :meth:`_written` ends it).
+        :meth:`wait_idle` and :meth:`stop` wait for it (``CommitPipeline.apply_in_background``).
         """
-        in_background = False
+        started: Awaitable[Processed] | InBackground | None = None
         try:
             if not self._stopping:
-                in_background = await self._process(message, background=True) is _IN_BACKGROUND
+                taken = self._queue.claimed.pop(message.id, None)  # claimed before it was queued: no claim here
+                # the snapshot's parts by position: a call with *args and a keyword builds a tuple and a dict
+                started = (self._process(message, background=True) if taken is None
+                           else self._run_claimed(taken[0], taken[1], True))
         except Exception as error:
-            if self.store.outage.failed(error, "processing"):
-                log.debug("message %s left for repoll: the store is unreachable", message.id)
-            else:
-                repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
+            self._not_processed(message, error)
+        finally:
+            if started is None:
+                self._queue.done_with(message.id)
+        if started is None or started is IN_BACKGROUND:  # `is`, not isinstance: mypy does not narrow by it
+            return None
+        return self._consumed(message, started)  # type: ignore[arg-type]
+
+    async def _consumed(self, message: StoredMessage, started: Awaitable[Processed]) -> None:
+        """The rest of :meth:`_consume` once the attempt waits."""
+        in_background = False
+        try:
+            in_background = await started is IN_BACKGROUND
+        except Exception as error:
+            self._not_processed(message, error)
         finally:
             if not in_background:
                 self._queue.done_with(message.id)
 
-    def _written(self, message_id: int, error: BaseException | None) -> None:
-        """A background outcome write (see :meth:`_consume`) and its follow-up are over."""
-        try:
-            if error is not None and not self.store.outage.failed(error, "writing an outcome"):
-                repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
-        finally:
-            self._queue.written(message_id)
+    def _not_processed(self, message: StoredMessage, error: Exception) -> None:
+        if self.store.outage.failed(error, "processing"):
+            log.debug("message %s left for repoll: the store is unreachable", message.id)
+        else:
+            repeated_errors.log(log, "processing message %s failed outside the route", message.id, error=error)
 
     # -- processing -----------------------------------------------------------------------------
     async def _process(
         self, message: StoredMessage, *, background: bool = False
-    ) -> StoredMessage | _InBackground | None:
+    ) -> Processed:
         """Claim ``message``, run its route and store the outcome; None if another writer had it.
 
         With ``background`` an outcome that needs nothing more of this call (any but WAITING_FOR_CHILDREN) is handed
-        to the writer and ``_IN_BACKGROUND`` returned at once (see :meth:`_consume`).
+        to the writer and ``IN_BACKGROUND`` returned at once (see :meth:`_consume`).
         """
-        previous = message.state
-        claimed: StoredMessage | None
-        taken = self._queue.claimed.pop(message.id, None)
-        if taken is not None:  # claimed for this node by the feeder or a funnel's release
-            previous, claimed = taken
-        elif self._stopping:
-            return None
-        else:
+        taken = self._queue.claimed.pop(message.id, None)  # claimed for this node by the feeder or a funnel's release
+        if taken is None:
+            if self._stopping:
+                return None
             try:
                 claimed = await self._pipeline.claim(message)
             except IllegalTransitionError:
                 log.debug("message %s in %s is not claimable", message.id, message.state)
                 return None
-        if claimed is None:
-            taken = self._queue.claimed.pop(message.id, None)
+            # None: another writer had it, or the feeder claimed it for this node meanwhile
+            taken = (message.state, claimed) if claimed is not None else self._queue.claimed.pop(message.id, None)
             if taken is None:
                 self.stats.lost_claims += 1
                 # another writer had it, or (PostgreSQL) its row was locked for a moment (SKIP LOCKED): if it is still
@@ -454,82 +457,21 @@ class Engine(EngineHooks):
                 else:
                     self._feeder.wanted()
                 return None
-            previous, claimed = taken  # the feeder claimed it for this node meanwhile
-        if claimed.state is not _PROCESSING:  # its funnel is held: it waits in the funnel's queue
+        return await to_end(self._run_claimed, *taken, background)
+
+    def _run_claimed(self, previous: MessageState, claimed: StoredMessage,
+                     background: bool) -> Awaitable[Processed] | InBackground:
+        """The attempt of ``claimed`` (claimed for this node from ``previous``), begun (``Attempts.begin``); the
+        snapshot, to await, when its funnel is held (it waits in the funnel's queue)."""
+        if claimed.state is not _PROCESSING:
             self._pipeline.waited(previous, claimed)
-            return claimed
+            return _at_once(claimed)
         self.stats.claimed += 1
         if self._transition_listeners:
             self._pipeline.notify(previous, claimed)
-        attempt = self._attempt(claimed, background)
-        return await (tracing.traced_attempt(claimed, self.node_id, attempt) if tracing.ENABLED else attempt)
-
-    async def _attempt(
-        self, claimed: StoredMessage, background: bool
-    ) -> StoredMessage | _InBackground | None:
-        """The attempt of a claimed message: obsolete check and funnel, the route's steps, the outcome (see
-        :meth:`_process`)."""
-        try:
-            route: Route | None = self.routes.get(claimed.service, claimed.operation)
-        except UnknownRouteError:
-            route = None
-        # the route may change its exchange's headers, custom data and business errors, never the snapshot's (a new
-        # empty container is a literal: most messages have none of them)
-        exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
-                            copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
-                            list(claimed.business_errors) if claimed.business_errors else [])
-        # set after it is built: keyword arguments to a class cost a dict per call (every attempt builds one)
-        exchange.route, exchange.runtime = route, self._runtime
-        error: BaseException | None = None
-        if route is None:
-            error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
-        else:
-            if ObsoleteCheck.applies(claimed, route):
-                skipped = await self._obsolete.skipped(claimed)
-                if skipped is not None:
-                    return skipped
-            try:
-                delivering = deliver(route, exchange, self.interceptors)
-                if delivering is not None:  # a step waits, or interceptors wrap the steps
-                    await delivering
-            except MessageDroppedByInterceptor as dropped:
-                return await self._pipeline.apply(
-                    claimed, outcomes.dropped(claimed, dropped.reason, exchange.custom_data), self.clock.now()
-                )
-            except Exception as caught:
-                error = caught
-        now = self.clock.now()
-        decision = outcomes.after_attempt(
-            claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
-            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
-            policy=self.settings.retry_policy_for(route), postpone_interval=self.settings.postpone_interval, now=now,
-            error_policies=route.error_policies if route is not None else (), failed_on=exchange.failed_on,
-        )
-        if tracing.ENABLED:
-            tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
-        if error is not None or decision.target in _DUE_LATER:
-            self._wake_later(error, decision, now)
-        if background and decision.target is not _WAITING:
-            self._pipeline.apply_in_background(claimed, decision, now, self._written)
-            self._queue.writing()  # before the next loop iteration, the earliest the write can end
-            return _IN_BACKGROUND
-        finished = await self._pipeline.apply(claimed, decision, now)
-        if finished is not None and finished.state is _WAITING:
-            await self._run_children(finished)
-        return finished
-
-    def _wake_later(self, error: BaseException | None, decision: outcomes.Decision, now: datetime) -> None:
-        """Arrange the event that ends the wait this decision starts: a breaker's check for a parked message (or one
-        whose call of the system failed), the feeder's timer for a message due later."""
-        if isinstance(error, CircuitOpenError) and error.parks:
-            self._parking.parked(error.system, error.retry_at)
-            return
-        due = decision.changes.get("next_attempt_at")
-        if decision.target in _DUE_LATER and due is not None:
-            self._feeder.due_at(due)
-            system = decision.changes.get("parked_on")
-            if system is not None:
-                self._parking.parked(system, now)
+        if tracing.ENABLED:  # the whole attempt in its span
+            return tracing.traced_attempt(claimed, self.node_id, to_end(self._attempts.begin, claimed, background))
+        return self._attempts.begin(claimed, background)
 
     async def _run_children(self, parent: StoredMessage) -> None:
         """First attempt of a split: process the parent's NEW children one after the other, in order."""

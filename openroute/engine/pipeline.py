@@ -16,8 +16,9 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from datetime import datetime
+from types import CoroutineType
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -46,7 +47,7 @@ from openroute.persistence import (
 from openroute.persistence.call_records import CallRecord, CallRecordStore
 from openroute.runtime.logs import repeated_errors
 
-__all__ = ["BackgroundEnded", "CommitPipeline", "FinalStateHook", "TransitionListener"]
+__all__ = ["CommitPipeline", "FinalStateHook", "TransitionListener"]
 
 log = logging.getLogger("openroute.engine")
 
@@ -55,9 +56,6 @@ T = TypeVar("T")
 FinalStateHook = Callable[[StoredMessage], Awaitable[None]]
 #: ``listener(previous_state, message)`` after a committed change (previous None: just accepted)
 TransitionListener = Callable[["MessageState | None", StoredMessage], None]
-#: ``ended(message_id, error)``: the follow-up of an outcome written in the background is over
-#: (:meth:`CommitPipeline.apply_in_background`)
-BackgroundEnded = Callable[[int, "BaseException | None"], None]
 
 
 class CommitPipeline:
@@ -177,17 +175,28 @@ class CommitPipeline:
         """Store a call record in the group commit (``AttemptRuntime.add_call_record``); the future of its id."""
         return self.writer.enqueue_grouped(self._call_records, record)
 
-    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision, now: datetime,
-                            ended: BackgroundEnded) -> None:
-        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message): ``ended(message.id,
-        error)`` is called once the follow-up is over (``error`` None: written, or lost to another writer as
-        :meth:`apply`'s None; else what awaiting :meth:`apply` raises). No task runs the follow-up and no future
-        carries its end: the commit's own settle callback runs it (:class:`_FollowUp`) and calls ``ended``, and a
+    def apply_in_background(self, message: StoredMessage, decision: outcomes.Decision, now: datetime) -> None:
+        """:meth:`apply` for a caller that does not wait for it (a worker takes its next message). Until the follow-up
+        is over the message keeps its room in the queue (``ProcessingQueue.writing``; ``written`` once it is over: a
+        stale write as :meth:`apply`'s None, an error as awaiting :meth:`apply` raises it, logged). No task runs the
+        follow-up and no future carries its end: the commit's own settle callback runs it (:class:`_FollowUp`), and a
         final-state hook that suspends continues in a task from there; a message whose outcome and hooks ask nothing
         of the loop costs no task, no future and no callback of its own. Raises RuntimeError when the writer is
-        closed (``ended`` is not called then)."""
-        self.writer.deliver_grouped(self._finish, (message, decision.target, now, dict(decision.changes), "engine"),
-                                    _FollowUp(self, message, decision.target, ended, contextvars.copy_context()))
+        closed (the queue hears nothing then). The decision's changes go to the writer as they are, not copied as
+        :meth:`apply` copies them: the caller made them for this write (an attempt's outcome) and changes them no
+        more."""
+        self.writer.deliver_grouped(self._finish, (message, decision.target, now, decision.changes, "engine"),
+                                    _FollowUp(self, message, decision.target, contextvars.copy_context()))
+        self.queue.writing()  # before the next loop iteration, the earliest the write can end
+
+    def _background_over(self, message_id: int, error: BaseException | None) -> None:
+        """The follow-up of a background write (:meth:`apply_in_background`) is over: ``error`` logged (None: none),
+        the message's room in the queue freed."""
+        try:
+            if error is not None and not self.store.outage.failed(error, "writing an outcome"):
+                repeated_errors.log(log, "processing message %s failed outside the route", message_id, error=error)
+        finally:
+            self.queue.written(message_id)
 
     # -- after the commit -------------------------------------------------------------------------------------------
     async def written(
@@ -273,11 +282,46 @@ class CommitPipeline:
 
     async def run_final_hooks(self, message: StoredMessage) -> None:
         """Await the final-state hooks of ``message`` (a failing hook is logged, the others still run)."""
-        for hook in self.final_state_hooks:
+        rest = self.final_hooks_eagerly(message)
+        if rest is not None:
+            await rest
+
+    def final_hooks_eagerly(self, message: StoredMessage,
+                            hooks: Iterator[FinalStateHook] | None = None) -> Coroutine[Any, Any, None] | None:
+        """Run the final-state hooks of ``message`` (those ``hooks`` has left, default all) here until one suspends:
+        None when they all returned, else the coroutine of the rest (that hook's, then the others'). Most hooks never
+        wait, and a coroutine of ours around them cost more than they do. A hook's BaseException that is no Exception
+        is raised here, as awaiting the hook would raise it."""
+        if hooks is None:
+            hooks = iter(self.final_state_hooks)  # the live list, as a for loop over it (a hook may add hooks)
+        for hook in hooks:
             try:
-                await hook(message)
+                running = hook(message)
+                if running.__class__ is not CoroutineType:  # another awaitable (a future): awaited in the rest
+                    return self._rest_of_hooks(message, hook, running, hooks)
+                waiting = running.send(None)
+            except StopIteration:
+                continue
             except Exception as error:
-                repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
+                self._hook_failed(hook, message, error)
+                continue
+            return self._rest_of_hooks(message, hook, _Suspended(running, waiting), hooks)
+        return None
+
+    async def _rest_of_hooks(self, message: StoredMessage, hook: FinalStateHook, running: Awaitable[None],
+                             hooks: Iterator[FinalStateHook]) -> None:
+        """The final-state hooks of ``message`` from ``hook``, suspended (``running``), then the ``hooks`` left."""
+        try:
+            await running
+        except Exception as error:
+            self._hook_failed(hook, message, error)
+        rest = self.final_hooks_eagerly(message, hooks)
+        if rest is not None:
+            await rest
+
+    @staticmethod
+    def _hook_failed(hook: FinalStateHook, message: StoredMessage, error: Exception) -> None:
+        repeated_errors.log(log, "final-state hook %r failed for message %s", hook, message.id, error=error)
 
 
 def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
@@ -289,16 +333,15 @@ def _given_back(message_id: int, when: str, done: asyncio.Future[Any]) -> None:
 class _FollowUp:
     """The receiver of one background outcome write (:meth:`CommitPipeline.apply_in_background`): the writer's settle
     callback hands it the result, and it runs :meth:`CommitPipeline.written`'s follow-up right there, in the context
-    the write was queued from (as a task made there would), then calls ``ended``."""
+    the write was queued from (as a task made there would); its end frees the message's room in the queue."""
 
-    __slots__ = ("context", "ended", "message", "pipeline", "target")
+    __slots__ = ("context", "message", "pipeline", "target")
 
     def __init__(self, pipeline: CommitPipeline, message: StoredMessage, target: MessageState,
-                 ended: BackgroundEnded, context: contextvars.Context) -> None:
+                 context: contextvars.Context) -> None:
         self.pipeline = pipeline
         self.message = message
         self.target = target
-        self.ended = ended
         self.context = context
 
     def __repr__(self) -> str:
@@ -324,13 +367,22 @@ class _FollowUp:
             if parent is not None:
                 run_eagerly(pipeline.hooks_and_parent(updated, final, parent), self._over, self.context)
                 return
-            if final and pipeline.final_state_hooks:  # the hooks alone (one coroutine fewer than hooks_and_parent)
-                run_eagerly(pipeline.run_final_hooks(updated), self._over, self.context)
-                return
         except Exception as error:
             self._over(error)
             return
-        self.ended(self.message.id, None)
+        if final and pipeline.final_state_hooks:
+            # the hooks alone, run here (no coroutine of ours unless one of them suspends), as run_eagerly would
+            try:
+                rest = pipeline.final_hooks_eagerly(updated)
+            except BaseException as error:
+                self._over(error)
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                return
+            if rest is not None:
+                run_in_task(rest, self._over, self.context)
+                return
+        pipeline.queue.written(self.message.id)  # over without an error: nothing to log (a call fewer)
 
     def _failed(self, error: BaseException) -> None:
         try:
@@ -341,7 +393,7 @@ class _FollowUp:
         self._over(None)
 
     def _over(self, error: BaseException | None) -> None:
-        self.ended(self.message.id, error)
+        self.pipeline._background_over(self.message.id, error)
 
 
 def run_eagerly(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseException | None], None],
@@ -359,7 +411,13 @@ def run_eagerly(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseExcepti
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise
         return
-    task = asyncio.get_running_loop().create_task(_carry_on(coroutine, waiting), context=context)
+    run_in_task(_carry_on(coroutine, waiting), over, context)
+
+
+def run_in_task(coroutine: Coroutine[Any, Any, Any], over: Callable[[BaseException | None], None],
+                context: contextvars.Context) -> None:
+    """Run ``coroutine`` in a task made in ``context``; ``over(error)`` once it is over (as :func:`run_eagerly`)."""
+    task = asyncio.get_running_loop().create_task(coroutine, context=context)
     task.add_done_callback(functools.partial(_task_over, over))
 
 

@@ -109,7 +109,7 @@ class ProcessingQueue:
         self.ids: set[int] = set()
         #: messages claimed for this node before they were queued: id -> (state before the claim, claimed snapshot)
         self.claimed: dict[int, tuple[MessageState, StoredMessage]] = {}
-        self._consume: Callable[[StoredMessage], Coroutine[Any, Any, None]] | None = None
+        self._consume: Callable[[StoredMessage], Coroutine[Any, Any, None] | None] | None = None
         self._context: contextvars.Context | None = None  # each message runs in a copy of it (see the module doc)
         self._waiting: deque[StoredMessage] = deque()  # emitted, not yet taken by a worker
         self._sleeping: deque[asyncio.Future[None]] = deque()  # the wake-ups of the idle workers
@@ -145,8 +145,10 @@ class ProcessingQueue:
         self._room_freed = listener
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    async def start(self, consume: Callable[[StoredMessage], Coroutine[Any, Any, None]]) -> None:
-        """Start ``concurrency`` workers, each running ``consume(message)`` for one message after the other."""
+    async def start(self, consume: Callable[[StoredMessage], Coroutine[Any, Any, None] | None]) -> None:
+        """Start ``concurrency`` workers, each running ``consume(message)`` for one message after the other: a
+        coroutine function, or a function that does the message's work and returns None when it is done, else the
+        coroutine of the rest (a message that never waits then costs no coroutine)."""
         self._consume = consume
         self._context = contextvars.copy_context()
         self._draining = False
@@ -323,8 +325,11 @@ class ProcessingQueue:
                     self._suspended()
                     await pressure.quiet()
                 # its first step runs here: a message that never waits (claimed at its accept, a short route, its
-                # outcome written in the background) costs no awaitable of its own
-                coroutine, run = consume(message), context.copy().run
+                # outcome written in the background) ends in that call, with no coroutine of its own
+                run = context.copy().run
+                coroutine = run(consume, message)
+                if coroutine is None:
+                    continue
                 try:
                     suspended_on = run(coroutine.send, None)
                 except StopIteration:

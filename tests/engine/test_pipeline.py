@@ -113,12 +113,12 @@ async def test_the_outcomes_of_one_transaction_reach_its_transaction_hook_togeth
     assert heard == [[second.id, third.id]]
 
 
-def _in_background(pipeline: CommitPipeline, claimed: StoredMessage, decision: Decision) \
-        -> asyncio.Future[tuple[int, BaseException | None]]:
-    """``apply_in_background``'s end as a future: (message id, error) once its follow-up is over."""
-    over: asyncio.Future[tuple[int, BaseException | None]] = asyncio.get_running_loop().create_future()
-    pipeline.apply_in_background(claimed, decision, START, lambda message_id, error: over.set_result((message_id,
-                                                                                                       error)))
+def _in_background(pipeline: CommitPipeline, claimed: StoredMessage, decision: Decision) -> asyncio.Future[int]:
+    """``apply_in_background``'s end as a future: the message id, once its follow-up is over (its room in the queue
+    freed)."""
+    over: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    pipeline.queue.written = over.set_result  # type: ignore[method-assign]
+    pipeline.apply_in_background(claimed, decision, START)
     return over
 
 
@@ -132,7 +132,7 @@ async def test_an_outcome_written_in_the_background_is_followed_as_an_awaited_on
         ended = await _in_background(pipeline, claimed, OK)
     finally:
         await _closed(pipeline)
-    assert ended == (claimed.id, None)
+    assert ended == claimed.id
     assert events == [("in the transaction", MessageState.OK), ("listener", MessageState.PROCESSING, MessageState.OK),
                       ("final-state hook", MessageState.OK)]
     assert pipeline.stats.outcomes[MessageState.OK] == 1
@@ -171,7 +171,7 @@ async def test_a_final_state_hook_that_waits_holds_the_background_outcome_until_
         ended = await done
     finally:
         await _closed(pipeline)
-    assert ended == (claimed.id, None)
+    assert ended == claimed.id
     assert events[-3:] == [("waiting hook starts", "worker"), ("waiting hook ends", "worker"),
                            ("last hook", MessageState.OK)]
 
@@ -188,5 +188,49 @@ async def test_a_background_outcome_another_writer_beat_is_counted_and_nobody_he
         lost = await _in_background(pipeline, claimed, Decision(MessageState.FAILED, {"next_attempt_at": None}))
     finally:
         await _closed(pipeline)
-    assert lost == (claimed.id, None) and events == []
+    assert lost == claimed.id and events == []
     assert pipeline.stats.stale_writes == 1 and pipeline.stats.outcomes[MessageState.FAILED] == 0
+
+
+async def test_final_state_hooks_run_at_once_until_one_waits_and_the_rest_follow_in_order(store: MessageStore) -> None:
+    heard: list[str] = []
+    pipeline = _pipeline(store, [])
+    release = asyncio.get_running_loop().create_future()
+
+    async def first(message: StoredMessage) -> None:
+        heard.append("first")
+
+    async def failing(message: StoredMessage) -> None:
+        raise RuntimeError("a hook's bug")
+
+    async def waiting(message: StoredMessage) -> None:
+        heard.append("waiting starts")
+        await release
+        heard.append("waiting ends")
+
+    def a_future(message: StoredMessage) -> asyncio.Future[None]:  # a hook may return any awaitable
+        heard.append("future")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def last(message: StoredMessage) -> None:
+        heard.append("last")
+
+    try:
+        message = await _claimed(pipeline, "m-1")
+        pipeline.final_state_hooks[:] = [first, failing, last]
+        assert pipeline.final_hooks_eagerly(message) is None, "no hook waited: nothing left to await"
+        assert heard == ["first", "last"], "a failing hook is logged, the others run"
+        heard.clear()
+        pipeline.final_state_hooks[:] = [first, waiting, a_future, last]
+        rest = pipeline.final_hooks_eagerly(message)
+        assert rest is not None and heard == ["first", "waiting starts"]
+        task = asyncio.ensure_future(rest)
+        await asyncio.sleep(0)
+        assert heard == ["first", "waiting starts"], "the rest waits for the hook that waits"
+        release.set_result(None)
+        await task
+        assert heard == ["first", "waiting starts", "waiting ends", "future", "last"]
+    finally:
+        await _closed(pipeline)

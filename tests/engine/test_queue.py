@@ -216,3 +216,32 @@ async def test_a_burst_that_never_waits_gives_the_loop_a_turn_every_concurrency_
         assert order == [0, 1, 2, "loop", 3, 4, 5, 6], "one worker woken for the burst, a loop turn every 2"
     finally:
         await queue.stop(1)
+
+
+async def test_a_consume_function_may_do_a_message_at_once_or_hand_back_the_coroutine_of_the_rest() -> None:
+    queue = ProcessingQueue(1, 4)
+    done: list[tuple[int, str]] = []
+    current = contextvars.ContextVar("current", default=0)
+
+    async def rest(message: Any) -> None:
+        await asyncio.sleep(0)
+        done.append((message.id, f"later, in context {current.get()}"))
+        queue.done_with(message.id)
+
+    def consume(message: Any) -> Any:
+        current.set(message.id)  # each message in a copy of the queue's context, as a coroutine function's
+        if message.id % 2:
+            done.append((message.id, "at once"))
+            queue.done_with(message.id)
+            return None
+        return rest(message)
+
+    await queue.start(consume)
+    try:
+        for message_id in (1, 2, 3):
+            assert queue.emit(_message(message_id))
+        await queue.wait_idle(1)
+        assert sorted(done) == [(1, "at once"), (2, "later, in context 2"), (3, "at once")]
+        assert current.get() == 0, "nothing a message set reaches the queue's own context"
+    finally:
+        await queue.stop(1)
