@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, repeat
+from operator import is_, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -54,6 +54,8 @@ TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | No
 _insert_columns = itemgetter(*INSERT_COLUMNS)
 #: the positions of the columns that may be NULL (a None in any other is bound as it is: SQLite refuses it the same)
 _NULLABLE = tuple(index for index, name in enumerate(INSERT_COLUMNS) if message_table.c[name].nullable)
+#: the positions of the columns a row's duplicate is known by
+_SOURCE, _CORRELATION = INSERT_COLUMNS.index("source_system"), INSERT_COLUMNS.index("correlation_id")
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
@@ -129,12 +131,20 @@ def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
     return processor
 
 
-def _keeps_null(processor: Processor) -> bool:
-    """Whether ``processor`` writes None as NULL (so a None need not go through it)."""
-    try:
-        return processor(None) is None
-    except Exception:  # a processor that refuses None is asked every time, so it goes on refusing it
-        return False
+def _converted(process: Processor, column: Sequence[Any]) -> Sequence[Any]:
+    """The values of ``column`` (one a row) converted by ``process``; once for the batch when every row holds the
+    same object, or an empty dict or list each (a new message's own empty headers, custom data and business
+    errors: the same JSON text)."""
+    first = column[0]
+    if all(map(is_, column, repeat(first))) or (
+        first.__class__ in _EMPTY_CONTAINERS and not any(column)
+        and all(map(is_, map(type, column), repeat(first.__class__)))
+    ):
+        return (process(first),) * len(column)
+    return tuple(map(process, column))
+
+
+_EMPTY_CONTAINERS = (dict, list)
 
 
 #: distinct small text-only dicts whose JSON a column's processor keeps (the inbound headers of an endpoint)
@@ -237,10 +247,8 @@ class HotPath:
         mark = "%s" if self.postgres else "?"
         self._mark = mark
         m, t = message_table.c, message_transition_table.c
-        # (index, processor, whether it writes None as NULL: a JSON column writes it as 'null' unless told otherwise)
         self._insert_processors = [
-            (index, processor, _keeps_null(processor))
-            for index, name in enumerate(INSERT_COLUMNS)
+            (index, processor) for index, name in enumerate(INSERT_COLUMNS)
             if (processor := _processor(m[name], dialect)) is not None
         ]
         self._message_processors = {column.key: _processor(column, dialect) for column in m}
@@ -256,7 +264,8 @@ class HotPath:
         self._insert_head = f"INSERT INTO message ({columns}) VALUES "  # noqa: S608  names are the schema's constants; values are bound parameters
         self._sqlite_claims: dict[int, str] = {}  # by rows
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
-        self._present: dict[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}  # by NULL columns
+        # by NULL columns: the positions of the values bound and their getter
+        self._present: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         self._transition = _transition_insert(mark)
@@ -294,28 +303,24 @@ class HotPath:
                 listener(connection, cursor, sql, parameters, None, many)
 
     # -- the statements ---------------------------------------------------------------------------
-    # C901 over 12: the per-message hot path, one frame on purpose (docs/performance.md)
-    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:  # noqa: C901
+    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
         """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
         (source system, correlation id), in order."""
         if not rows:
             return []
-        processors = self._insert_processors
-        parameters: list[list[Any]] = []
+        # the batch's values by column (each a tuple in row order), converted column by column: a Python loop over
+        # the columns of a row cost ~9 iterations a message, a column's map runs in C and a column holding one
+        # value for the whole batch (the claim's time and node, the state, the NULLs) is converted once
+        columns = list(zip(*map(_insert_columns, rows), strict=True))
         try:
-            for values in rows:
-                converted = list(_insert_columns(values))
-                for index, process, keeps_null in processors:
-                    value = converted[index]
-                    if value is not None or not keeps_null:  # a new message has three empty timestamps
-                        converted[index] = process(value)
-                parameters.append(converted)
+            for index, process in self._insert_processors:
+                columns[index] = _converted(process, columns[index])
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._insert_head, error) from error
         cursor = self._cursor(connection)
         try:
             if self.postgres:
-                self._run(connection, cursor, self._insert_one, parameters, True, returning=True)
+                self._run(connection, cursor, self._insert_one, list(zip(*columns)), True, returning=True)
                 ids: list[int | None] = []
                 while True:
                     found = cursor.fetchone()
@@ -323,29 +328,57 @@ class HotPath:
                     if not cursor.nextset():
                         break
                 return ids
-            # consecutive rows lacking the same values share a text (each run in chunks of powers of two); the runs
-            # keep the batch's order, so ids do too (a split's children are processed in id order)
-            runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
-            for row in parameters:
-                nulls = tuple([index for index in _NULLABLE if row[index] is None])
-                if runs and runs[-1][0] == nulls:
-                    runs[-1][1].append(row)
-                else:
-                    runs.append((nulls, [row]))
             created: dict[tuple[str, str], int] = {}
-            for nulls, group in runs:
-                present = self._present.get(nulls)
-                if present is None:  # the values a row of this run binds, in order (14 columns at least: a tuple)
-                    present = self._present[nulls] = itemgetter(*(i for i in range(len(INSERT_COLUMNS))
-                                                                  if i not in nulls))
-                for chunk in _in_statement_sizes(group):
-                    self._run(connection, cursor, self._sqlite_insert(nulls, len(chunk)),
-                              list(chain.from_iterable(map(present, chunk))), False)
+            for nulls, parameters in self._sqlite_runs(columns):
+                width = len(INSERT_COLUMNS) - len(nulls)
+                first = 0
+                for size in _statement_sizes(len(parameters) // width):
+                    self._run(connection, cursor, self._sqlite_insert(nulls, size),
+                              parameters[first:first + size * width], False)
+                    first += size * width
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
-            return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
+            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION]), repeat(None)))
         finally:
             cursor.close()
+
+    def _sqlite_runs(self, columns: list[Sequence[Any]]) -> list[tuple[tuple[int, ...], list[Any]]]:
+        """The batch's rows as runs of consecutive rows lacking the same values, each as (the positions of the NULL
+        columns, the values the run binds, row after row); the runs keep the batch's order, so ids do too (a split's
+        children are processed in id order). Usually one run: each nullable column is NULL in every row or in none,
+        and its values are laid out column by column, without a tuple a row."""
+        count = len(columns[0])
+        nulls: list[int] = []
+        for index in _NULLABLE:
+            missing = columns[index].count(None)
+            if missing == count:
+                nulls.append(index)
+            elif missing:
+                break
+        else:
+            kept = self._kept(tuple(nulls))[0]
+            width = len(kept)
+            parameters: list[Any] = [None] * (count * width)
+            for offset, index in enumerate(kept):
+                parameters[offset::width] = columns[index]
+            return [(tuple(nulls), parameters)]
+        runs: list[tuple[tuple[int, ...], list[tuple[Any, ...]]]] = []
+        for row in zip(*columns):
+            lacking = tuple([index for index in _NULLABLE if row[index] is None])
+            if runs and runs[-1][0] == lacking:
+                runs[-1][1].append(row)
+            else:
+                runs.append((lacking, [row]))
+        return [(lacking, list(chain.from_iterable(map(self._kept(lacking)[1], group)))) for lacking, group in runs]
+
+    def _kept(self, nulls: tuple[int, ...]) -> tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]:
+        """The positions of the values a row lacking ``nulls`` binds, and their getter (14 columns at least: a
+        tuple)."""
+        kept = self._present.get(nulls)
+        if kept is None:
+            indexes = tuple(i for i in range(len(INSERT_COLUMNS)) if i not in nulls)
+            kept = self._present[nulls] = (indexes, itemgetter(*indexes))
+        return kept
 
     def _sqlite_insert(self, nulls: tuple[int, ...], rows: int) -> str:
         """The SQLite INSERT of ``rows`` rows with NULL written for the columns at ``nulls``: Python's sqlite3 binds
