@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from itertools import chain, repeat
-from operator import is_, itemgetter
+from operator import add, is_, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -311,7 +311,7 @@ class HotPath:
         # the batch's values by column (each a tuple in row order), converted column by column: a Python loop over
         # the columns of a row cost ~9 iterations a message, a column's map runs in C and a column holding one
         # value for the whole batch (the claim's time and node, the state, the NULLs) is converted once
-        columns = list(zip(*map(_insert_columns, rows), strict=True))
+        columns: list[Sequence[Any]] = list(zip(*map(_insert_columns, rows), strict=True))
         try:
             for index, process in self._insert_processors:
                 columns[index] = _converted(process, columns[index])
@@ -320,7 +320,8 @@ class HotPath:
         cursor = self._cursor(connection)
         try:
             if self.postgres:
-                self._run(connection, cursor, self._insert_one, list(zip(*columns)), True, returning=True)
+                self._run(connection, cursor, self._insert_one, list(zip(*columns, strict=True)), True,
+                          returning=True)
                 ids: list[int | None] = []
                 while True:
                     found = cursor.fetchone()
@@ -338,7 +339,8 @@ class HotPath:
                     first += size * width
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
-            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION]), repeat(None)))
+            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
+                            repeat(None)))
         finally:
             cursor.close()
 
@@ -363,7 +365,7 @@ class HotPath:
                 parameters[offset::width] = columns[index]
             return [(tuple(nulls), parameters)]
         runs: list[tuple[tuple[int, ...], list[tuple[Any, ...]]]] = []
-        for row in zip(*columns):
+        for row in zip(*columns, strict=True):
             lacking = tuple([index for index in _NULLABLE if row[index] is None])
             if runs and runs[-1][0] == lacking:
                 runs[-1][1].append(row)
@@ -435,6 +437,21 @@ class HotPath:
             self._sqlite_claims[rows] = sql
         return sql
 
+    def _outcome(self, columns: tuple[str, ...]) -> tuple[str, list[Processor | None], bool]:
+        """The UPDATE of an outcome writing ``columns`` (besides state, version and time), their processors and
+        whether any of them has one."""
+        outcome = self._outcomes.get(columns)
+        if outcome is None:
+            mark = self._mark
+            assignments = "".join(f", {name} = {mark}" for name in columns)
+            processors = [self._message_processors[name] for name in columns]
+            outcome = self._outcomes[columns] = (
+                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
+                f"WHERE id = {mark} AND version = {mark}",
+                processors, any(process is not None for process in processors),
+            )
+        return outcome
+
     def apply_outcomes(
         self, connection: sa.Connection, columns: tuple[str, ...],
         items: Sequence[tuple[int, int, MessageState, datetime, Sequence[Any]]],
@@ -444,16 +461,7 @@ class HotPath:
         One executemany of one text for items changing the same ``columns``; returns how many rows matched in all
         (the caller compares it with the number of items).
         """
-        if columns not in self._outcomes:
-            mark = self._mark
-            assignments = "".join(f", {name} = {mark}" for name in columns)
-            processors = [self._message_processors[name] for name in columns]
-            self._outcomes[columns] = (
-                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
-                f"WHERE id = {mark} AND version = {mark}",
-                processors, any(process is not None for process in processors),
-            )
-        sql, processors, converts = self._outcomes[columns]
+        sql, processors, converts = self._outcome(columns)
         state, timestamp = self._state, self._timestamp
         parameters = []
         try:
@@ -473,6 +481,83 @@ class HotPath:
             return int(cursor.rowcount)
         finally:
             cursor.close()
+
+    def apply_state_changes(
+        self, connection: sa.Connection, ids: Sequence[int], versions: Sequence[int],
+        from_states: Sequence[MessageState], to_states: Sequence[MessageState], nows: Sequence[datetime],
+        causes: Sequence[str], node_id: str | None,
+    ) -> int:
+        """:meth:`apply_outcomes` and :meth:`record_changes` for outcomes changing the state alone (most: no column
+        written, no error, no failure counted), given column by column: one executemany UPDATE of the rows still at
+        their version and, when every row matched, their transition rows. Returns how many rows matched (the caller
+        compares it with the number of ids, as for :meth:`apply_outcomes`).
+
+        The parameters are built by C loops over the columns (a column of one object converted once) instead of a
+        Python loop over the items and again over their transition rows."""
+        sql = self._outcome(())[0]
+        try:
+            states, times = _converted(self._state, to_states), _converted(self._timestamp, nows)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(sql, error) from error
+        cursor = self._cursor(connection)
+        try:
+            parameters = list(zip(states, map(add, versions, repeat(1)), times, ids, versions, strict=True))
+            self._run(connection, cursor, sql, parameters, True)
+            matched = int(cursor.rowcount)
+        finally:
+            cursor.close()
+        if matched == len(ids):
+            self.record_changes(connection, ids, from_states, to_states, nows, causes, node_id)
+        return matched
+
+    def record_changes(
+        self, connection: sa.Connection, ids: Sequence[int], from_states: Sequence[MessageState | None],
+        to_states: Sequence[MessageState], ats: Sequence[datetime], causes: Sequence[str], node_id: str | None,
+    ) -> None:
+        """:meth:`record_transitions` for changes without an error that count no failure (an insert's, a claim's,
+        most outcomes'), given column by column (one value of each a row) and made by ``node_id``.
+
+        On SQLite the parameters are built by C loops over the columns (a column of one object, e.g. the claim's
+        time, converted once); a batch whose from states are None in some rows only, and PostgreSQL, go through
+        :meth:`record_transitions`."""
+        count = len(ids)
+        if not count:
+            return
+        missing = from_states.count(None)
+        if self.postgres or 0 < missing < count:
+            self.record_transitions(connection, [
+                (message_id, before, after, at, node_id, None, cause, 1, None, None)
+                for message_id, before, after, at, cause in zip(ids, from_states, to_states, ats, causes, strict=True)
+            ])
+            return
+        # in the order of the parameters of _transition_insert (absent optional values left out)
+        columns: list[Sequence[Any]] = [ids]
+        try:
+            if not missing:
+                columns.append(_converted(self._optional_state, from_states))
+            columns.append(_converted(self._state, to_states))
+            columns.append(_converted(self._timestamp, ats))
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(self._transition, error) from error
+        if node_id is not None:
+            columns.append((node_id,) * count)
+        columns += ((1,) * count, ids, causes)
+        sql = self._transition_shape((bool(missing), node_id is None, True, True, True))[0]
+        cursor = self._cursor(connection)
+        try:
+            self._run(connection, cursor, sql, list(zip(*columns, strict=True)), True)
+        finally:
+            cursor.close()
+
+    def _transition_shape(
+        self, absent: tuple[bool, bool, bool, bool, bool],
+    ) -> tuple[str, Callable[[Sequence[Any]], tuple[Any, ...]]]:
+        """SQLite: the transition INSERT of rows lacking ``absent`` of the optional values (from state, node, error
+        code, text, trace) and the getter of a row's parameters from its values."""
+        shape = self._transitions.get(absent)
+        if shape is None:
+            shape = self._transitions[absent] = (_transition_insert(self._mark, *absent), _transition_values(absent))
+        return shape
 
     def record_transitions(self, connection: sa.Connection, rows: Sequence[TransitionRow]) -> None:
         """INSERT ``message_transition`` rows (one executemany); the attempt is read from the message row."""
@@ -509,10 +594,7 @@ class HotPath:
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():
-                shape = self._transitions.get(absent)
-                if shape is None:
-                    shape = self._transitions[absent] = (_transition_insert(self._mark, *absent),
-                                                         _transition_values(absent))
+                shape = self._transition_shape(absent)
                 self._run(connection, cursor, shape[0], list(map(shape[1], group)), True)
         finally:
             cursor.close()
