@@ -32,7 +32,14 @@ from openroute.persistence.counts import StoredCounts
 from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
 from openroute.persistence.funnels import FunnelShare, FunnelStore
-from openroute.persistence.messages import InsertOutcome, NewMessage, StoredMessage, insert_values, row_to_message
+from openroute.persistence.messages import (
+    InsertOutcome,
+    NewMessage,
+    StoredMessage,
+    claimed_row,
+    insert_values,
+    row_to_message,
+)
 from openroute.persistence.models import DUE_PREDICATE, MessageState, message_table
 from openroute.persistence.nodes import NodeStore
 from openroute.persistence.parking import ParkingStore
@@ -95,14 +102,12 @@ class MessageStore(Database):
         """
         if not batch:
             return []
-        rows = [insert_values(new) for new in batch]
+        base = None
         if claimed_at is not None:
             if node_id is None:
                 raise ValueError("claimed_at needs the node_id the messages are claimed for")
-            claim = {"state": MessageState.PROCESSING, "version": 1, "node_id": node_id,
-                     "start_process_ts": claimed_at, "last_update_ts": claimed_at}
-            for values in rows:
-                values.update(claim)
+            base = claimed_row(node_id, claimed_at)
+        rows = [insert_values(new, base) for new in batch]
         c = message_table.c
         # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
         new_state, claimed_state = MessageState.NEW, MessageState.PROCESSING
