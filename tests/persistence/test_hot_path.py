@@ -55,7 +55,7 @@ def test_sqlite_timestamps_are_the_text_sqlalchemy_writes(stamp: datetime) -> No
     assert _sqlite_timestamp(None) is None
 
 
-def test_sqlite_timestamps_of_one_minute_share_its_text_and_not_the_seconds() -> None:
+def test_sqlite_timestamps_of_one_second_share_its_text_and_not_the_microseconds() -> None:
     dialect = sqlite.dialect()
     sqlalchemys = message_table.c.receive_ts.type.dialect_impl(dialect).bind_processor(dialect)
     start = datetime(2024, 6, 1, 14, 58, 59, 999_990, tzinfo=UTC)
