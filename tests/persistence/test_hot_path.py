@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence._hot_path import _SMALL_DICTS, _processor, _sqlite_timestamp, _statement_sizes
+from openroute.persistence._bind import _SMALL_DICTS, _processor, _sqlite_timestamp
+from openroute.persistence._hot_path import _statement_sizes
 from openroute.persistence.models import message_transition_table
 from sqlalchemy.dialects import postgresql, sqlite
 
