@@ -18,13 +18,19 @@ by state, so PostgreSQL plans them on the primary key at any table size and with
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
-from itertools import chain
-from operator import itemgetter
+from datetime import datetime
+from itertools import chain, repeat
+from operator import add, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from openroute.persistence.column_types import UTCDateTime
+
+# Processor, _processor and _sqlite_timestamp are also imported from here: by _call_path.py and _staging.py, by
+# benchmarks/lifecycle_bench.py (its floor writes the same timestamp texts)
+from openroute.persistence._bind import Processor as Processor
+from openroute.persistence._bind import _converted
+from openroute.persistence._bind import _processor as _processor
+from openroute.persistence._bind import _sqlite_timestamp as _sqlite_timestamp
 from openroute.persistence.models import MessageState, message_table, message_transition_table
 
 #: the columns of a new ``message`` row, in the order of the INSERT's values
@@ -54,11 +60,12 @@ TransitionRow = tuple[int, MessageState | None, MessageState, datetime, str | No
 _insert_columns = itemgetter(*INSERT_COLUMNS)
 #: the positions of the columns that may be NULL (a None in any other is bound as it is: SQLite refuses it the same)
 _NULLABLE = tuple(index for index, name in enumerate(INSERT_COLUMNS) if message_table.c[name].nullable)
+#: the positions of the columns a row's duplicate is known by
+_SOURCE, _CORRELATION = INSERT_COLUMNS.index("source_system"), INSERT_COLUMNS.index("correlation_id")
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
 
-Processor = Callable[[Any], Any]
 T = TypeVar("T")
 
 
@@ -116,117 +123,8 @@ def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
     return sa.exc.StatementError(f"({type(error).__name__}) {error}", sql, None, error)
 
 
-def _processor(column: sa.Column[Any], dialect: sa.Dialect) -> Processor | None:
-    processor: Processor | None = column.type.dialect_impl(dialect).bind_processor(dialect)
-    if processor is None:
-        return None
-    if isinstance(column.type, UTCDateTime) and dialect.name == "sqlite":
-        return _sqlite_timestamp
-    if isinstance(column.type, sa.JSON):
-        return _with_empty_containers(processor)
-    if isinstance(column.type, sa.Enum) and column.type.enum_class is MessageState:
-        return _StateTexts(processor).__getitem__
-    return processor
-
-
-def _keeps_null(processor: Processor) -> bool:
-    """Whether ``processor`` writes None as NULL (so a None need not go through it)."""
-    try:
-        return processor(None) is None
-    except Exception:  # a processor that refuses None is asked every time, so it goes on refusing it
-        return False
-
-
-#: distinct small text-only dicts whose JSON a column's processor keeps (the inbound headers of an endpoint)
-_SMALL_DICTS = 256
-
-
-def _with_empty_containers(processor: Processor) -> Processor:
-    """A JSON column's processor that answers an empty dict or list from a cache: most messages carry empty headers,
-    custom data and business errors, and serialising them is most of the JSON work of the hot path. Where the
-    processor writes text (SQLite), a small dict of texts (an inbound message's headers: ``{"endpoint": "soap",
-    "soapVersion": "1.1"}``) is answered from a bounded cache keyed by its items in order: the same text."""
-    empty_dict, empty_list = processor({}), processor([])
-    known: dict[tuple[tuple[str, str], ...], Any] = {}
-
-    def process(value: Any) -> Any:
-        if not value:
-            if value.__class__ is dict:
-                return empty_dict
-            if value.__class__ is list:
-                return empty_list
-        elif value.__class__ is dict and len(value) <= 4:
-            key = tuple(value.items())
-            if all(item.__class__ is str for pair in key for item in pair):
-                found = known.get(key)
-                if found is None:
-                    found = processor(value)
-                    if found.__class__ is str:  # PostgreSQL's driver gets a wrapper of the dict: it writes it later
-                        if len(known) >= _SMALL_DICTS:
-                            known.clear()
-                        known[key] = found
-                return found
-        return processor(value)
-
-    return process
-
-
-# timestamps converted lately, by id, with the object (which keeps the id from being reused while it is here): a
-# message's times are written two or three times (the row, then its transition rows) and a batch shares its ``now``
-_recent_timestamps: dict[int, tuple[datetime, str]] = {}
-_RECENT_TIMESTAMPS = 4096
-#: the text of a minute ("2024-06-01 14:05:") by (year, month, day, hour, minute)
-_minutes: dict[tuple[int, int, int, int, int], str] = {}
-#: the text of a second and the point after it ("05."), by second
-_SECONDS = tuple(f"{second:02d}." for second in range(60))
 #: what no transition row's time is (a missing one, None, is converted and refused as any other value)
 _NO_TIME = object()
-
-
-def _sqlite_timestamp(value: datetime | None) -> str | None:
-    """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
-    stores (naive UTC, microseconds always written), a third of the calls. tests/persistence/test_hot_path.py pins
-    the equality."""
-    if value is None:
-        return None
-    known = _recent_timestamps.get(id(value))
-    if known is not None and known[0] is value:  # the same object, so the same text (datetimes are immutable)
-        return known[1]
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
-    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    # isoformat costs ~13,000 instructions a call (CPython's PyUnicode_FromFormat); the minute's text is shared by
-    # every timestamp of that minute, and the seconds alone formatted cost half as much
-    minute = (utc.year, utc.month, utc.day, utc.hour, utc.minute)
-    prefix = _minutes.get(minute)
-    if prefix is None:
-        if len(_minutes) >= _RECENT_TIMESTAMPS:
-            _minutes.clear()
-        # "2024-06-01 14:05:" (without "+00:00": naive UTC, as SQLAlchemy writes it; a year has four digits)
-        prefix = _minutes[minute] = utc.isoformat(" ", "minutes")[:-6] + ":"
-    # seconds from a table, microseconds always six digits (as SQLAlchemy writes them) from the decimal text of 10**6
-    # more: a quarter cheaper than formatting "%02d.%06d", itself ~2,000 instructions cheaper than an f-string
-    text = prefix + _SECONDS[utc.second] + str(1_000_000 + utc.microsecond)[1:]
-    if len(_recent_timestamps) >= _RECENT_TIMESTAMPS:
-        _recent_timestamps.clear()
-    _recent_timestamps[id(value)] = (value, text)
-    return text
-
-
-class _StateTexts(dict[Any, Any]):
-    """The stored text of each :class:`MessageState`, by member: its ``__getitem__`` is the state's bind processor.
-    A member (or its value: a StrEnum member hashes and compares as its value, and SQLAlchemy stores either the same)
-    is answered by the dict's own lookup, anything else by SQLAlchemy's processor (its LookupError for a name that
-    is no state)."""
-
-    __slots__ = ("_general",)
-
-    def __init__(self, general: Processor) -> None:
-        super().__init__((member, general(member)) for member in MessageState)
-        self._general = general
-
-    def __missing__(self, value: Any) -> Any:
-        return self._general(value)
 
 
 class HotPath:
@@ -237,10 +135,8 @@ class HotPath:
         mark = "%s" if self.postgres else "?"
         self._mark = mark
         m, t = message_table.c, message_transition_table.c
-        # (index, processor, whether it writes None as NULL: a JSON column writes it as 'null' unless told otherwise)
         self._insert_processors = [
-            (index, processor, _keeps_null(processor))
-            for index, name in enumerate(INSERT_COLUMNS)
+            (index, processor) for index, name in enumerate(INSERT_COLUMNS)
             if (processor := _processor(m[name], dialect)) is not None
         ]
         self._message_processors = {column.key: _processor(column, dialect) for column in m}
@@ -256,7 +152,8 @@ class HotPath:
         self._insert_head = f"INSERT INTO message ({columns}) VALUES "  # noqa: S608  names are the schema's constants; values are bound parameters
         self._sqlite_claims: dict[int, str] = {}  # by rows
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
-        self._present: dict[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}  # by NULL columns
+        # by NULL columns: the positions of the values bound and their getter
+        self._present: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
                             "RETURNING id, source_system, correlation_id"
         self._transition = _transition_insert(mark)
@@ -294,28 +191,25 @@ class HotPath:
                 listener(connection, cursor, sql, parameters, None, many)
 
     # -- the statements ---------------------------------------------------------------------------
-    # C901 over 12: the per-message hot path, one frame on purpose (docs/performance.md)
-    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:  # noqa: C901
+    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
         """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
         (source system, correlation id), in order."""
         if not rows:
             return []
-        processors = self._insert_processors
-        parameters: list[list[Any]] = []
+        # the batch's values by column (each a tuple in row order), converted column by column: a Python loop over
+        # the columns of a row cost ~9 iterations a message, a column's map runs in C and a column holding one
+        # value for the whole batch (the claim's time and node, the state, the NULLs) is converted once
+        columns: list[Sequence[Any]] = list(zip(*map(_insert_columns, rows), strict=True))
         try:
-            for values in rows:
-                converted = list(_insert_columns(values))
-                for index, process, keeps_null in processors:
-                    value = converted[index]
-                    if value is not None or not keeps_null:  # a new message has three empty timestamps
-                        converted[index] = process(value)
-                parameters.append(converted)
+            for index, process in self._insert_processors:
+                columns[index] = _converted(process, columns[index])
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._insert_head, error) from error
         cursor = self._cursor(connection)
         try:
             if self.postgres:
-                self._run(connection, cursor, self._insert_one, parameters, True, returning=True)
+                self._run(connection, cursor, self._insert_one, list(zip(*columns, strict=True)), True,
+                          returning=True)
                 ids: list[int | None] = []
                 while True:
                     found = cursor.fetchone()
@@ -323,29 +217,58 @@ class HotPath:
                     if not cursor.nextset():
                         break
                 return ids
-            # consecutive rows lacking the same values share a text (each run in chunks of powers of two); the runs
-            # keep the batch's order, so ids do too (a split's children are processed in id order)
-            runs: list[tuple[tuple[int, ...], list[list[Any]]]] = []
-            for row in parameters:
-                nulls = tuple([index for index in _NULLABLE if row[index] is None])
-                if runs and runs[-1][0] == nulls:
-                    runs[-1][1].append(row)
-                else:
-                    runs.append((nulls, [row]))
             created: dict[tuple[str, str], int] = {}
-            for nulls, group in runs:
-                present = self._present.get(nulls)
-                if present is None:  # the values a row of this run binds, in order (14 columns at least: a tuple)
-                    present = self._present[nulls] = itemgetter(*(i for i in range(len(INSERT_COLUMNS))
-                                                                  if i not in nulls))
-                for chunk in _in_statement_sizes(group):
-                    self._run(connection, cursor, self._sqlite_insert(nulls, len(chunk)),
-                              list(chain.from_iterable(map(present, chunk))), False)
+            for nulls, parameters in self._sqlite_runs(columns):
+                width = len(INSERT_COLUMNS) - len(nulls)
+                first = 0
+                for size in _statement_sizes(len(parameters) // width):
+                    self._run(connection, cursor, self._sqlite_insert(nulls, size),
+                              parameters[first:first + size * width], False)
+                    first += size * width
                     created.update({(source, correlation): new_id
                                     for new_id, source, correlation in cursor.fetchall()})
-            return [created.pop((values["source_system"], values["correlation_id"]), None) for values in rows]
+            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
+                            repeat(None)))
         finally:
             cursor.close()
+
+    def _sqlite_runs(self, columns: list[Sequence[Any]]) -> list[tuple[tuple[int, ...], list[Any]]]:
+        """The batch's rows as runs of consecutive rows lacking the same values, each as (the positions of the NULL
+        columns, the values the run binds, row after row); the runs keep the batch's order, so ids do too (a split's
+        children are processed in id order). Usually one run: each nullable column is NULL in every row or in none,
+        and its values are laid out column by column, without a tuple a row."""
+        count = len(columns[0])
+        nulls: list[int] = []
+        for index in _NULLABLE:
+            missing = columns[index].count(None)
+            if missing == count:
+                nulls.append(index)
+            elif missing:
+                break
+        else:
+            kept = self._kept(tuple(nulls))[0]
+            width = len(kept)
+            parameters: list[Any] = [None] * (count * width)
+            for offset, index in enumerate(kept):
+                parameters[offset::width] = columns[index]
+            return [(tuple(nulls), parameters)]
+        runs: list[tuple[tuple[int, ...], list[tuple[Any, ...]]]] = []
+        for row in zip(*columns, strict=True):
+            lacking = tuple([index for index in _NULLABLE if row[index] is None])
+            if runs and runs[-1][0] == lacking:
+                runs[-1][1].append(row)
+            else:
+                runs.append((lacking, [row]))
+        return [(lacking, list(chain.from_iterable(map(self._kept(lacking)[1], group)))) for lacking, group in runs]
+
+    def _kept(self, nulls: tuple[int, ...]) -> tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]:
+        """The positions of the values a row lacking ``nulls`` binds, and their getter (14 columns at least: a
+        tuple)."""
+        kept = self._present.get(nulls)
+        if kept is None:
+            indexes = tuple(i for i in range(len(INSERT_COLUMNS)) if i not in nulls)
+            kept = self._present[nulls] = (indexes, itemgetter(*indexes))
+        return kept
 
     def _sqlite_insert(self, nulls: tuple[int, ...], rows: int) -> str:
         """The SQLite INSERT of ``rows`` rows with NULL written for the columns at ``nulls``: Python's sqlite3 binds
@@ -402,6 +325,21 @@ class HotPath:
             self._sqlite_claims[rows] = sql
         return sql
 
+    def _outcome(self, columns: tuple[str, ...]) -> tuple[str, list[Processor | None], bool]:
+        """The UPDATE of an outcome writing ``columns`` (besides state, version and time), their processors and
+        whether any of them has one."""
+        outcome = self._outcomes.get(columns)
+        if outcome is None:
+            mark = self._mark
+            assignments = "".join(f", {name} = {mark}" for name in columns)
+            processors = [self._message_processors[name] for name in columns]
+            outcome = self._outcomes[columns] = (
+                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
+                f"WHERE id = {mark} AND version = {mark}",
+                processors, any(process is not None for process in processors),
+            )
+        return outcome
+
     def apply_outcomes(
         self, connection: sa.Connection, columns: tuple[str, ...],
         items: Sequence[tuple[int, int, MessageState, datetime, Sequence[Any]]],
@@ -411,16 +349,7 @@ class HotPath:
         One executemany of one text for items changing the same ``columns``; returns how many rows matched in all
         (the caller compares it with the number of items).
         """
-        if columns not in self._outcomes:
-            mark = self._mark
-            assignments = "".join(f", {name} = {mark}" for name in columns)
-            processors = [self._message_processors[name] for name in columns]
-            self._outcomes[columns] = (
-                f"UPDATE message SET state = {mark}, version = {mark}, last_update_ts = {mark}{assignments} "  # noqa: S608  names are the schema's constants; values are bound parameters
-                f"WHERE id = {mark} AND version = {mark}",
-                processors, any(process is not None for process in processors),
-            )
-        sql, processors, converts = self._outcomes[columns]
+        sql, processors, converts = self._outcome(columns)
         state, timestamp = self._state, self._timestamp
         parameters = []
         try:
@@ -440,6 +369,97 @@ class HotPath:
             return int(cursor.rowcount)
         finally:
             cursor.close()
+
+    def apply_state_changes(
+        self, connection: sa.Connection, ids: Sequence[int], versions: Sequence[int],
+        from_states: Sequence[MessageState], to_states: Sequence[MessageState], nows: Sequence[datetime],
+        causes: Sequence[str], node_id: str | None,
+    ) -> int:
+        """:meth:`apply_outcomes` and :meth:`record_changes` for outcomes changing the state alone (most: no column
+        written, no error, no failure counted), given column by column: one executemany UPDATE of the rows still at
+        their version and, when every row matched, their transition rows. Returns how many rows matched (the caller
+        compares it with the number of ids, as for :meth:`apply_outcomes`).
+
+        The parameters are built by C loops over the columns (a column of one object converted once) instead of a
+        Python loop over the items and again over their transition rows."""
+        sql = self._outcome(())[0]
+        try:
+            states, times = _converted(self._state, to_states), _converted(self._timestamp, nows)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(sql, error) from error
+        cursor = self._cursor(connection)
+        try:
+            parameters = list(zip(states, map(add, versions, repeat(1)), times, ids, versions, strict=True))
+            self._run(connection, cursor, sql, parameters, True)
+            matched = int(cursor.rowcount)
+        finally:
+            cursor.close()
+        if matched == len(ids):
+            if self.postgres or None in from_states:
+                self.record_changes(connection, ids, from_states, to_states, nows, causes, node_id)
+            else:  # the texts of the UPDATE's states and times again (each time a call, though found in its cache)
+                self._insert_changes(connection, ids, from_states, states, times, causes, node_id)
+        return matched
+
+    def record_changes(
+        self, connection: sa.Connection, ids: Sequence[int], from_states: Sequence[MessageState | None],
+        to_states: Sequence[MessageState], ats: Sequence[datetime], causes: Sequence[str], node_id: str | None,
+    ) -> None:
+        """:meth:`record_transitions` for changes without an error that count no failure (an insert's, a claim's,
+        most outcomes'), given column by column (one value of each a row) and made by ``node_id``.
+
+        On SQLite the parameters are built by C loops over the columns (a column of one object, e.g. the claim's
+        time, converted once); a batch whose from states are None in some rows only, and PostgreSQL, go through
+        :meth:`record_transitions`."""
+        if not ids:
+            return
+        if self.postgres or 0 < from_states.count(None) < len(ids):
+            self.record_transitions(connection, [
+                (message_id, before, after, at, node_id, None, cause, 1, None, None)
+                for message_id, before, after, at, cause in zip(ids, from_states, to_states, ats, causes, strict=True)
+            ])
+            return
+        try:
+            states, times = _converted(self._state, to_states), _converted(self._timestamp, ats)
+        except (ValueError, TypeError, LookupError) as error:
+            raise _bad_parameter(self._transition, error) from error
+        self._insert_changes(connection, ids, from_states, states, times, causes, node_id)
+
+    def _insert_changes(
+        self, connection: sa.Connection, ids: Sequence[int], from_states: Sequence[MessageState | None],
+        to_texts: Sequence[str], at_texts: Sequence[str], causes: Sequence[str], node_id: str | None,
+    ) -> None:
+        """SQLite: :meth:`record_changes` with the to states and times converted, the from states None in every row
+        or in none."""
+        count = len(ids)
+        no_from = from_states[0] is None
+        # in the order of the parameters of _transition_insert (absent optional values left out)
+        columns: list[Sequence[Any]] = [ids]
+        if not no_from:
+            try:
+                columns.append(_converted(self._optional_state, from_states))
+            except (ValueError, TypeError, LookupError) as error:
+                raise _bad_parameter(self._transition, error) from error
+        columns += (to_texts, at_texts)
+        if node_id is not None:
+            columns.append((node_id,) * count)
+        columns += ((1,) * count, ids, causes)
+        sql = self._transition_shape((no_from, node_id is None, True, True, True))[0]
+        cursor = self._cursor(connection)
+        try:
+            self._run(connection, cursor, sql, list(zip(*columns, strict=True)), True)
+        finally:
+            cursor.close()
+
+    def _transition_shape(
+        self, absent: tuple[bool, bool, bool, bool, bool],
+    ) -> tuple[str, Callable[[Sequence[Any]], tuple[Any, ...]]]:
+        """SQLite: the transition INSERT of rows lacking ``absent`` of the optional values (from state, node, error
+        code, text, trace) and the getter of a row's parameters from its values."""
+        shape = self._transitions.get(absent)
+        if shape is None:
+            shape = self._transitions[absent] = (_transition_insert(self._mark, *absent), _transition_values(absent))
+        return shape
 
     def record_transitions(self, connection: sa.Connection, rows: Sequence[TransitionRow]) -> None:
         """INSERT ``message_transition`` rows (one executemany); the attempt is read from the message row."""
@@ -476,10 +496,7 @@ class HotPath:
             except (ValueError, TypeError, LookupError) as error:
                 raise _bad_parameter(self._transition, error) from error
             for absent, group in groups.items():
-                shape = self._transitions.get(absent)
-                if shape is None:
-                    shape = self._transitions[absent] = (_transition_insert(self._mark, *absent),
-                                                         _transition_values(absent))
+                shape = self._transition_shape(absent)
                 self._run(connection, cursor, shape[0], list(map(shape[1], group)), True)
         finally:
             cursor.close()

@@ -22,15 +22,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence._hot_path import HotPath, TransitionRow
+from openroute.persistence._hot_path import HotPath
 from openroute.persistence.counts import StoredCounts
 from openroute.persistence.database import Database
 from openroute.persistence.external_calls import ExternalCallStore
 from openroute.persistence.funnels import FunnelShare, FunnelStore
-from openroute.persistence.messages import InsertOutcome, NewMessage, StoredMessage, insert_values, row_to_message
+from openroute.persistence.messages import (
+    InsertOutcome,
+    NewMessage,
+    StoredMessage,
+    claimed_row,
+    insert_values,
+    row_to_message,
+)
 from openroute.persistence.models import DUE_PREDICATE, MessageState, message_table
 from openroute.persistence.nodes import NodeStore
 from openroute.persistence.parking import ParkingStore
@@ -38,6 +47,8 @@ from openroute.persistence.payload_index import PayloadIndex
 from openroute.persistence.transitions import Transitions
 
 __all__ = ["MessageStore"]
+
+_received = attrgetter("receive_ts")
 
 
 class MessageStore(Database):
@@ -91,29 +102,28 @@ class MessageStore(Database):
         """
         if not batch:
             return []
-        rows = [insert_values(new) for new in batch]
+        base = None
         if claimed_at is not None:
             if node_id is None:
                 raise ValueError("claimed_at needs the node_id the messages are claimed for")
-            claim = {"state": MessageState.PROCESSING, "version": 1, "node_id": node_id,
-                     "start_process_ts": claimed_at, "last_update_ts": claimed_at}
-            for values in rows:
-                values.update(claim)
+            base = claimed_row(node_id, claimed_at)
+        rows = [insert_values(new, base) for new in batch]
         c = message_table.c
         # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
         new_state, claimed_state = MessageState.NEW, MessageState.PROCESSING
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
             ids = self._hot.insert_messages(conn, rows)
-            # transition_row's rows of changes without an error (attempt: failed count + 1), written out: two a message
-            history: list[TransitionRow] = [
-                (new_id, None, new_state, new.receive_ts, node_id, None, cause, 1, None, None)
-                for new, new_id in zip(batch, ids, strict=True) if new_id is not None
-            ]
-            if claimed_at is not None:  # after the NEW rows: the history reads in the order it happened
-                history.extend([(row[0], new_state, claimed_state, claimed_at, node_id, None, cause, 1, None, None)
-                                for row in history])
-            self.transitions.record(conn, history)
+            # the transition rows of the stored ones (changes without an error): None -> NEW at the receive time, then
+            # (after all of them: the history reads in the order it happened) NEW -> PROCESSING at the claim's time
+            stored = list(map(is_not, ids, repeat(None)))
+            stored_ids: list[int] = list(compress(ids, stored))  # type: ignore[arg-type]  # the Nones left out
+            count = len(stored_ids)
+            self.transitions.record_changes(conn, stored_ids, (None,) * count, (new_state,) * count,
+                                            list(compress(map(_received, batch), stored)), (cause,) * count, node_id)
+            if claimed_at is not None:
+                self.transitions.record_changes(conn, stored_ids, (new_state,) * count, (claimed_state,) * count,
+                                                (claimed_at,) * count, (cause,) * count, node_id)
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 if new_id is not None:

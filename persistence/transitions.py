@@ -126,9 +126,12 @@ class Transitions(StorePart):
         causes = [cause] * len(batch) if isinstance(cause, str) else list(cause)
         if len(causes) != len(batch):
             raise ValueError(f"{len(causes)} causes for {len(batch)} transitions")
-        groups = self._column_groups(batch)
         if staged:
+            self._column_groups(batch)  # a column no transition writes is refused before anything is written
             return self._apply_staged(batch, causes, connection, node_id)
+        if len(batch) > 1 and not any(item[5] for item in batch):
+            return self.database.run(lambda conn: self._apply_state_changes(conn, batch, causes, node_id), connection)
+        groups = self._column_groups(batch)
 
         def work(conn: sa.Connection) -> list[bool]:
             flags = [False] * len(batch)
@@ -144,10 +147,7 @@ class Transitions(StorePart):
                     continue
                 for index, item in zip(indexes, items, strict=True):
                     flags[index] = self._hot.apply_outcomes(conn, columns, [item]) == 1
-            # a change of the state alone (no column written: most outcomes) has no error and counts no failure, so
-            # its transition_row is written out here
             self.record(conn, [
-                (item[0], item[2], item[3], item[4], node_id, None, why, 1, None, None) if not item[5] else
                 transition_row(item[0], item[2], item[3], item[4], node_id, item[5].get("last_error_code"), why,
                                item[5])
                 for item, why, written in zip(batch, causes, flags, strict=True)
@@ -156,6 +156,19 @@ class Transitions(StorePart):
             return flags
 
         return self.database.run(work, connection)
+
+    def _apply_state_changes(self, connection: sa.Connection, batch: Sequence[TransitionItem], causes: list[str],
+                             node_id: str | None) -> list[bool]:
+        """:meth:`apply_many` for a group of changes of the state alone (no column written: most outcomes, so no
+        error and no failure counted): the hot path's UPDATE and transition rows from the batch's columns."""
+        if not connection.dialect.supports_sane_multi_rowcount:  # no count to trust for a group: one at a time
+            return [self.apply_many([item], connection, node_id=node_id, cause=why)[0]
+                    for item, why in zip(batch, causes, strict=True)]
+        ids, versions, from_states, to_states, nows, _ = zip(*batch, strict=True)
+        if self._hot.apply_state_changes(connection, ids, versions, from_states, to_states, nows, causes,
+                                         node_id) != len(batch):
+            raise GroupConflict(f"{len(batch)} transitions in one statement, some lost")
+        return [True] * len(batch)
 
     def _apply_staged(self, batch: Sequence[TransitionItem], causes: list[str], connection: sa.Connection | None,
                       node_id: str | None) -> list[bool]:
@@ -223,6 +236,14 @@ class Transitions(StorePart):
         return self.database.run(
             lambda conn: recorded(self._hot.claim(conn, pairs, to_state, node_id, now), conn), connection
         )
+
+    def record_changes(
+        self, connection: sa.Connection, ids: Sequence[int], from_states: Sequence[MessageState | None],
+        to_states: Sequence[MessageState], ats: Sequence[datetime], causes: Sequence[str], node_id: str | None,
+    ) -> None:
+        """:meth:`record` for changes without an error that count no failure (the insert's), given column by column
+        (``HotPath.record_changes``): one value of each a row, made by ``node_id``."""
+        self._hot.record_changes(connection, ids, from_states, to_states, ats, causes, node_id)
 
     def record(self, connection: sa.Connection, rows: list[TransitionRow]) -> None:
         """Write ``message_transition`` rows (see :func:`transition_row`) with one executemany INSERT, in the

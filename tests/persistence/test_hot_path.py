@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence._hot_path import _SMALL_DICTS, _processor, _sqlite_timestamp, _statement_sizes
+from openroute.persistence._bind import _SMALL_DICTS, _processor, _sqlite_timestamp
+from openroute.persistence._hot_path import _statement_sizes
 from openroute.persistence.models import message_transition_table
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -55,7 +56,7 @@ def test_sqlite_timestamps_are_the_text_sqlalchemy_writes(stamp: datetime) -> No
     assert _sqlite_timestamp(None) is None
 
 
-def test_sqlite_timestamps_of_one_minute_share_its_text_and_not_the_seconds() -> None:
+def test_sqlite_timestamps_of_one_second_share_its_text_and_not_the_microseconds() -> None:
     dialect = sqlite.dialect()
     sqlalchemys = message_table.c.receive_ts.type.dialect_impl(dialect).bind_processor(dialect)
     start = datetime(2024, 6, 1, 14, 58, 59, 999_990, tzinfo=UTC)
@@ -197,3 +198,30 @@ def test_states_get_the_text_sqlalchemy_writes_and_its_error_for_no_state(dialec
                 sqlalchemys(bad)
             assert (type(ours_error.value), str(ours_error.value)) == (type(sqlalchemys_error.value),
                                                                        str(sqlalchemys_error.value))
+
+
+def test_changes_given_column_by_column_are_recorded_as_their_transition_rows(store: MessageStore) -> None:
+    """HotPath.record_changes (the insert's rows) and a group of state-only outcomes (apply_many's column path) write
+    the rows Transitions.record writes for the same changes, from None in some rows only as well."""
+    from openroute.persistence.transitions import transition_row
+
+    ids = [store.insert_message(_new(f"c-{i}")).message.id for i in range(6)]
+    later = START + timedelta(seconds=1)
+    froms = [None, MessageState.NEW, None]
+    with store.begin() as connection:
+        store.transitions.record_changes(connection, ids[:3], froms, [MessageState.NEW] * 3, [START, later, START],
+                                         ["a", "b", "c"], "node-1")
+        store.transitions.record(connection, [
+            transition_row(message_id, before, MessageState.NEW, at, "node-1", None, cause)
+            for message_id, before, at, cause in zip(ids[3:], froms, [START, later, START], ["a", "b", "c"],
+                                                     strict=True)])
+    written = [store.transitions.of(message_id)[1:] for message_id in ids]
+    assert written[:3] == written[3:] and written[1][0]["from_state"] is MessageState.NEW
+
+    batch = [(message_id, 0, MessageState.NEW, MessageState.CANCEL, later, {}) for message_id in ids]
+    assert store.transitions.apply_many(batch[:3], node_id="node-2", cause=["x", "y", "z"]) == [True] * 3
+    for item, why in zip(batch[3:], ["x", "y", "z"], strict=True):
+        assert store.transitions.apply(item, node_id="node-2", cause=why)
+    rows = [store.transitions.of(message_id)[-1] for message_id in ids]
+    assert rows[:3] == rows[3:] and rows[0]["to_state"] is MessageState.CANCEL and rows[0]["node_id"] == "node-2"
+    assert [store.get(message_id).version for message_id in ids] == [1] * 6  # type: ignore[union-attr]
