@@ -1,5 +1,5 @@
 """The columns' bind processors as the hot path (:mod:`openroute.persistence._hot_path`) runs them: each stores what
-SQLAlchemy's own would store (tests/persistence/test_hot_path.py pins it), at a fraction of the calls: a SQLite
+SQLAlchemy's own would store (tests/persistence/test_bind.py pins it), at a fraction of the calls: a SQLite
 timestamp's text from caches, a JSON column's empty containers and small dicts of texts from caches, a state's text
 from a table, and a column of one batch converted once when every row holds the same value.
 """
@@ -95,7 +95,7 @@ _THREE_DIGITS = tuple(f"{number:03d}" for number in range(1000))
 
 def _sqlite_timestamp(value: datetime | None) -> str | None:
     """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
-    stores (naive UTC, microseconds always written), a third of the calls. tests/persistence/test_hot_path.py pins
+    stores (naive UTC, microseconds always written), a third of the calls. tests/persistence/test_bind.py pins
     the equality."""
     if value is None:
         return None
