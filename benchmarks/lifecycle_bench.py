@@ -76,7 +76,8 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from openroute.persistence import ExternalCallStatus, MessageState, MessageStore, StoredMessage
-from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM, _sqlite_timestamp  # the store's own SQL
+from openroute.persistence._bind import _sqlite_timestamp  # the store's own timestamp text
+from openroute.persistence._hot_path import INSERT_COLUMNS, POSTGRES_CLAIM  # the store's own SQL
 
 from benchmarks._common import arguments, concurrently, spread
 from benchmarks.store_fill import age

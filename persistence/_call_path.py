@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence._hot_path import HotPath, Processor, _bad_parameter, _in_statement_sizes, _processor
+from openroute.persistence._bind import Processor, _processor
+from openroute.persistence._hot_path import HotPath, _bad_parameter, _in_statement_sizes
 from openroute.persistence.models import ExternalCallStatus, call_record_table, external_call_table
 
 #: the columns of a call's first STARTED row, in the order of the INSERT's values (``result`` and ``last_error`` are

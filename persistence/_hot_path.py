@@ -24,13 +24,7 @@ from operator import add, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-
-# Processor, _processor and _sqlite_timestamp are also imported from here: by _call_path.py and _staging.py, by
-# benchmarks/lifecycle_bench.py (its floor writes the same timestamp texts)
-from openroute.persistence._bind import Processor as Processor
-from openroute.persistence._bind import _converted
-from openroute.persistence._bind import _processor as _processor
-from openroute.persistence._bind import _sqlite_timestamp as _sqlite_timestamp
+from openroute.persistence._bind import Processor, _converted, _processor
 from openroute.persistence.models import MessageState, message_table, message_transition_table
 
 #: the columns of a new ``message`` row, in the order of the INSERT's values

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from openroute.persistence._hot_path import Processor, _bad_parameter, _processor
+from openroute.persistence._bind import Processor, _processor
+from openroute.persistence._hot_path import _bad_parameter
 from openroute.persistence.models import MessageState, message_table, message_transition_table
 
 #: one staged change: (message id, version read, from state, to state, at, node id, cause, what to add to the
