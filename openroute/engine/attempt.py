@@ -146,12 +146,16 @@ class Attempts:
         """The outcome of the steps (``error`` None: they ran to their end), handed to the writer."""
         settings = self._settings
         now = self._clock.now()
-        decision = outcomes.after_attempt(
-            claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
-            no_effect=exchange.no_effect, postponed_for=exchange.postponed_for, has_children=bool(exchange.children),
-            policy=settings.retry_policy_for(route), postpone_interval=settings.postpone_interval, now=now,
-            error_policies=route.error_policies if route is not None else (), failed_on=exchange.failed_on,
-        )
+        if error is None and exchange.postponed_for is None and not exchange.children:  # most attempts
+            decision = outcomes.succeeded(claimed, exchange.custom_data, exchange.business_errors)
+        else:
+            decision = outcomes.after_attempt(
+                claimed, error, custom_data=exchange.custom_data, business_errors=exchange.business_errors,
+                no_effect=exchange.no_effect, postponed_for=exchange.postponed_for,
+                has_children=bool(exchange.children), policy=settings.retry_policy_for(route),
+                postpone_interval=settings.postpone_interval, now=now,
+                error_policies=route.error_policies if route is not None else (), failed_on=exchange.failed_on,
+            )
         if tracing.ENABLED:
             tracing.attempt_ended(decision.target.value, decision.changes.get("last_error_code"), error)
         if error is not None or decision.target in _DUE_LATER:

@@ -114,6 +114,8 @@ def _changed(message: StoredMessage, changes: Mapping[str, Any]) -> dict[str, An
     (code, text, traceback) is always passed on: the change's ``message_transition`` row records it even when it
     repeats.
     """
+    if not changes:  # an attempt's plain OK (outcome.succeeded)
+        return {}
     # most outcomes change nothing but the state: their changes are items of the snapshot's fields (one C call)
     if changes.items() <= message.__dict__.items() and _ERROR_COLUMNS.isdisjoint(changes):
         return {}

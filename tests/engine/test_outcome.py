@@ -281,3 +281,21 @@ def test_the_first_policy_naming_an_error_decides() -> None:
 
 def test_the_engine_decided_codes_are_codes_the_engine_writes() -> None:
     assert {code.value for code in ErrorCode} >= ENGINE_DECIDED_CODES
+
+
+def test_a_plain_ok_changes_nothing_but_the_state_and_succeeded_decides_as_after_attempt() -> None:
+    """An OK that writes what the snapshot holds already has no changes (the writer would find none to write);
+    ``succeeded`` is after_attempt for an attempt that ran through, neither postponed nor split."""
+    plain = message(custom_data={})
+    decision = attempt(None, plain, custom_data={})
+    assert decision.target is MessageState.OK and dict(decision.changes) == {}
+    assert outcome.succeeded(plain, {}, []) is decision
+    for msg, custom_data, errors in [
+        (message(), {"seen": 2}, []), (plain, {}, [{"code": "A", "text": "a"}]), (plain, {"x": object()}, []),
+        (message(custom_data={}, last_error_code="X"), {}, []), (message(custom_data={}, parked_on="HLR"), {}, []),
+        (message(custom_data={}, next_attempt_at=NOW), {}, []), (message(custom_data={}, business_errors=[{}]), {}, []),
+    ]:
+        expected = attempt(None, msg, custom_data=custom_data, business_errors=errors)
+        assert expected.changes, msg
+        decided = outcome.succeeded(msg, custom_data, errors)
+        assert (decided.target, decided.changes) == (expected.target, expected.changes)
