@@ -112,11 +112,9 @@ class Decision:
 
     def __init__(self, target: MessageState, changes: Mapping[str, Any] = _NO_CHANGES) -> None:
         # written out: a frozen dataclass's own __init__ sets each field through object.__setattr__ (about 1,300
-        # instructions a field), and every attempt decides once
-        # (tests/engine/test_written_out_inits.py holds it to them)
-        fields = self.__dict__
-        fields["target"] = target
-        fields["changes"] = {} if changes is _NO_CHANGES else changes
+        # instructions a field), and every attempt decides once (tests/engine/test_written_out_inits.py holds it to
+        # them); the fields put in its __dict__ in one update (item by item, 3.11 does not specialise reads of them)
+        self.__dict__.update({"target": target, "changes": {} if changes is _NO_CHANGES else changes})
 
     @property
     def final(self) -> bool:
