@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from itertools import chain, repeat
-from operator import add, itemgetter
+from itertools import chain, compress, repeat
+from operator import add, is_not, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -56,6 +56,8 @@ _insert_columns = itemgetter(*INSERT_COLUMNS)
 _NULLABLE = tuple(index for index, name in enumerate(INSERT_COLUMNS) if message_table.c[name].nullable)
 #: the positions of the columns a row's duplicate is known by
 _SOURCE, _CORRELATION = INSERT_COLUMNS.index("source_system"), INSERT_COLUMNS.index("correlation_id")
+#: the positions of a row's receive time and update time (a NEW row's are the same object)
+_RECEIVED, _LAST_UPDATE = INSERT_COLUMNS.index("receive_ts"), INSERT_COLUMNS.index("last_update_ts")
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
@@ -137,6 +139,9 @@ class HotPath:
         self._timestamp = _processor(m.last_update_ts, dialect) or (lambda value: value)
         self._state = _processor(m.state, dialect) or (lambda value: value)
         self._optional_state = _processor(t.from_state, dialect) or (lambda value: value)
+        # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
+        self._new, self._processing = MessageState.NEW, MessageState.PROCESSING
+        self._new_text, self._processing_text = self._state(self._new), self._state(self._processing)
         columns = ", ".join(INSERT_COLUMNS)
         row = "(" + ", ".join(mark for _ in INSERT_COLUMNS) + ")"
         if self.postgres:
@@ -185,17 +190,28 @@ class HotPath:
                 listener(connection, cursor, sql, parameters, None, many)
 
     # -- the statements ---------------------------------------------------------------------------
-    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
-        """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
-        (source system, correlation id), in order."""
+    def insert_messages(
+        self, connection: sa.Connection, rows: Sequence[dict[str, Any]], node_id: str | None, cause: str,
+        claimed_at: datetime | None = None,
+    ) -> list[int | None]:
+        """INSERT the ``message`` rows (values by column name) and the transition rows of the stored ones (by
+        ``node_id``, for ``cause``): None -> NEW at their receive time, then, with ``claimed_at``, NEW -> PROCESSING
+        at that time (after all of them: the history reads in the order it happened). The new id of each row, None
+        for a duplicate of (source system, correlation id), in order.
+
+        The receive times' texts (SQLite) are the row's, converted once for both statements."""
         if not rows:
             return []
         # the batch's values by column (each a tuple in row order), converted column by column: a Python loop over
         # the columns of a row cost ~9 iterations a message, a column's map runs in C and a column holding one
         # value for the whole batch (the claim's time and node, the state, the NULLs) is converted once
         columns: list[Sequence[Any]] = list(zip(*map(_insert_columns, rows), strict=True))
+        received = columns[_RECEIVED]
         try:
             for index, process in self._insert_processors:
+                if index == _LAST_UPDATE and columns[index] == received:  # a NEW row: its receive time's texts
+                    columns[index] = columns[_RECEIVED]
+                    continue
                 columns[index] = _converted(process, columns[index])
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._insert_head, error) from error
@@ -210,21 +226,55 @@ class HotPath:
                     ids.append(None if found is None else int(found[0]))
                     if not cursor.nextset():
                         break
-                return ids
-            created: dict[tuple[str, str], int] = {}
-            for nulls, parameters in self._sqlite_runs(columns):
-                width = len(INSERT_COLUMNS) - len(nulls)
-                first = 0
-                for size in _statement_sizes(len(parameters) // width):
-                    self._run(connection, cursor, self._sqlite_insert(nulls, size),
-                              parameters[first:first + size * width], False)
-                    first += size * width
-                    created.update({(source, correlation): new_id
-                                    for new_id, source, correlation in cursor.fetchall()})
-            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
-                            repeat(None)))
+            else:
+                created: dict[tuple[str, str], int] = {}
+                for nulls, parameters in self._sqlite_runs(columns):
+                    width = len(INSERT_COLUMNS) - len(nulls)
+                    first = 0
+                    for size in _statement_sizes(len(parameters) // width):
+                        self._run(connection, cursor, self._sqlite_insert(nulls, size),
+                                  parameters[first:first + size * width], False)
+                        first += size * width
+                        created.update({(source, correlation): new_id
+                                        for new_id, source, correlation in cursor.fetchall()})
+                ids = list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
+                               repeat(None)))
         finally:
             cursor.close()
+        self._record_inserted(connection, ids, received if self.postgres else columns[_RECEIVED], node_id, cause,
+                              claimed_at)
+        return ids
+
+    def _record_inserted(
+        self, connection: sa.Connection, ids: list[int | None], received: Sequence[Any], node_id: str | None,
+        cause: str, claimed_at: datetime | None,
+    ) -> None:
+        """The transition rows of the rows :meth:`insert_messages` stored (their ids; None: a duplicate) received at
+        ``received`` (SQLite: the texts the INSERT bound)."""
+        if None in ids:
+            stored = list(map(is_not, ids, repeat(None)))
+            ids, received = list(compress(ids, stored)), list(compress(received, stored))
+        count = len(ids)
+        if not count:
+            return
+        stored_ids: Sequence[int] = ids  # type: ignore[assignment]  # the Nones left out above
+        causes = (cause,) * count
+        if self.postgres:
+            self.record_changes(connection, stored_ids, (None,) * count, (self._new,) * count, received, causes,
+                                node_id)
+            if claimed_at is not None:
+                self.record_changes(connection, stored_ids, (self._new,) * count, (self._processing,) * count,
+                                    (claimed_at,) * count, causes, node_id)
+            return
+        self._insert_changes(connection, stored_ids, (None,) * count, (self._new_text,) * count, received, causes,
+                             node_id)
+        if claimed_at is not None:
+            try:
+                claimed = self._timestamp(claimed_at)
+            except (ValueError, TypeError, LookupError) as error:
+                raise _bad_parameter(self._transition, error) from error
+            self._insert_changes(connection, stored_ids, (self._new,) * count, (self._processing_text,) * count,
+                                 (claimed,) * count, causes, node_id)
 
     def _sqlite_runs(self, columns: list[Sequence[Any]]) -> list[tuple[tuple[int, ...], list[Any]]]:
         """The batch's rows as runs of consecutive rows lacking the same values, each as (the positions of the NULL
