@@ -63,6 +63,8 @@ _RECEIVED, _LAST_UPDATE = INSERT_COLUMNS.index("receive_ts"), INSERT_COLUMNS.ind
 _SQLITE_MOST_ROWS = 256
 
 T = TypeVar("T")
+#: a result row's first value
+_first = itemgetter(0)
 
 
 def _statement_sizes(count: int) -> list[int]:
@@ -114,6 +116,11 @@ def _transition_values(absent: tuple[bool, ...]) -> Callable[[Sequence[Any]], tu
     return itemgetter(*kept)  # six indexes at least (the id twice, to state, time, attempt, cause): a tuple
 
 
+def _sqlite_inserted_keys(count: int) -> str:
+    """The SELECT of the keys of ``count`` rows a SQLite INSERT stored, by id (see HotPath._sqlite_inserted)."""
+    return f"SELECT id, source_system, correlation_id FROM message WHERE id IN ({', '.join(['?'] * count)})"  # noqa: S608  names are the schema's constants; values are bound parameters
+
+
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
     """The error SQLAlchemy raises for a value its bind processor refuses (a naive datetime, an unknown state)."""
     return sa.exc.StatementError(f"({type(error).__name__}) {error}", sql, None, error)
@@ -153,8 +160,7 @@ class HotPath:
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
         # by NULL columns: the positions of the values bound and their getter
         self._present: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
-        self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
-                            "RETURNING id, source_system, correlation_id"
+        self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id"
         self._transition = _transition_insert(mark)
         # SQLite: the statement and the parameters of a row, by which of the optional values (from state, node, error
         # code, text, trace) a group of rows lacks
@@ -227,7 +233,8 @@ class HotPath:
                     if not cursor.nextset():
                         break
             else:
-                created: dict[tuple[str, str], int] = {}
+                ids = []
+                row = 0  # the batch's row of a statement's first (the runs and their statements keep the batch's order)
                 for nulls, parameters in self._sqlite_runs(columns):
                     width = len(INSERT_COLUMNS) - len(nulls)
                     first = 0
@@ -235,10 +242,8 @@ class HotPath:
                         self._run(connection, cursor, self._sqlite_insert(nulls, size),
                                   parameters[first:first + size * width], False)
                         first += size * width
-                        created.update({(source, correlation): new_id
-                                        for new_id, source, correlation in cursor.fetchall()})
-                ids = list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
-                               repeat(None)))
+                        ids += self._sqlite_inserted(connection, cursor, size, columns, row)
+                        row += size
         finally:
             cursor.close()
         self._record_inserted(connection, ids, received if self.postgres else columns[_RECEIVED], node_id, cause,
@@ -275,6 +280,26 @@ class HotPath:
                 raise _bad_parameter(self._transition, error) from error
             self._insert_changes(connection, stored_ids, (self._new,) * count, (self._processing_text,) * count,
                                  (claimed,) * count, causes, node_id)
+
+    def _sqlite_inserted(self, connection: sa.Connection, cursor: Any, size: int, columns: list[Sequence[Any]],
+                         row: int) -> list[int | None]:
+        """The ids of the ``size`` rows a SQLite INSERT just stored from the batch's row ``row`` on (``columns``), None
+        for a duplicate, from its ``RETURNING id``.
+
+        SQLite gives a new row the largest id so far plus one, and the statement stores its rows in order: when
+        every row was stored (as many ids, one after the other), the ids in ascending order are the rows'. Otherwise
+        (a duplicate left out, or ids not given that way) they are matched by (source system, correlation id), read
+        back: a repeat within the batch is the duplicate of its first row, as the INSERT skipped it. RETURNING the
+        two texts with the id cost every row their decoding and matching (~5,000 instructions a message)."""
+        stored = sorted(map(_first, cursor.fetchall()))
+        if len(stored) == size and stored[-1] - stored[0] == size - 1:
+            return stored  # type: ignore[return-value]  # a list of ints is a list of int | None
+        created: dict[tuple[str, str], int] = {}
+        if stored:
+            self._run(connection, cursor, _sqlite_inserted_keys(len(stored)), stored, False)
+            created = {(source, correlation): new_id for new_id, source, correlation in cursor.fetchall()}
+        return list(map(created.pop, zip(columns[_SOURCE][row:row + size], columns[_CORRELATION][row:row + size],
+                                         strict=True), repeat(None)))
 
     def _sqlite_runs(self, columns: list[Sequence[Any]]) -> list[tuple[tuple[int, ...], list[Any]]]:
         """The batch's rows as runs of consecutive rows lacking the same values, each as (the positions of the NULL
