@@ -293,7 +293,7 @@ class HotPath:
         two texts with the id cost every row their decoding and matching (~5,000 instructions a message)."""
         stored = sorted(map(_first, cursor.fetchall()))
         if len(stored) == size and stored[-1] - stored[0] == size - 1:
-            return stored  # type: ignore[return-value]  # a list of ints is a list of int | None
+            return stored
         created: dict[tuple[str, str], int] = {}
         if stored:
             self._run(connection, cursor, _sqlite_inserted_keys(len(stored)), stored, False)
