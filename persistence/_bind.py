@@ -82,12 +82,9 @@ def _with_empty_containers(processor: Processor) -> Processor:
     return process
 
 
-# timestamps converted lately, by id, with the object (which keeps the id from being reused while it is here): a
-# message's times are written two or three times (the row, then its transition rows) and a batch shares its ``now``
-_recent_timestamps: dict[int, tuple[datetime, str]] = {}
-_RECENT_TIMESTAMPS = 4096
 #: the text of a second ("2024-06-01 14:05:03.") by its offset in seconds from the epoch
 _seconds: dict[int, str] = {}
+_SECONDS_KEPT = 4096
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: the three digits of each thousand of microseconds (the six always written are two of them)
 _THREE_DIGITS = tuple(f"{number:03d}" for number in range(1000))
@@ -96,32 +93,29 @@ _THREE_DIGITS = tuple(f"{number:03d}" for number in range(1000))
 def _sqlite_timestamp(value: datetime | None) -> str | None:
     """:class:`UTCDateTime`'s bind processor on SQLite, as one function: the same text SQLAlchemy's DATETIME
     stores (naive UTC, microseconds always written), a third of the calls. tests/persistence/test_bind.py pins
-    the equality."""
+    the equality.
+
+    No cache of the texts by object: a message's timestamps are each converted once on the hot path (the texts of
+    its row go on to its transition rows, :class:`~openroute.persistence._hot_path.HotPath`), and keeping them by
+    id cost a third of a conversion on every call."""
     if value is None:
         return None
-    known = _recent_timestamps.get(id(value))
-    if known is not None and known[0] is value:  # the same object, so the same text (datetimes are immutable)
-        return known[1]
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
+    if value.tzinfo is not UTC:
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: the store only takes timezone-aware timestamps")
+        value = value.astimezone(UTC)
     # isoformat costs ~13,000 instructions a call (CPython's PyUnicode_FromFormat): a second's text is shared by every
     # timestamp of that second, found by the offset from the epoch (one subtraction and two reads: the five fields
     # of a minute cost twice that), and the microseconds are two texts of a table joined by one f-string
-    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    since = utc - _EPOCH
-    second = since.days * 86_400 + since.seconds
-    prefix = _seconds.get(second)
+    since = value - _EPOCH
+    prefix = _seconds.get(since.days * 86_400 + since.seconds)
     if prefix is None:
-        if len(_seconds) >= _RECENT_TIMESTAMPS:
+        if len(_seconds) >= _SECONDS_KEPT:
             _seconds.clear()
         # "2024-06-01 14:05:03." (without "+00:00": naive UTC, as SQLAlchemy writes it; a year has four digits)
-        prefix = _seconds[second] = utc.isoformat(" ", "seconds")[:-6] + "."
+        prefix = _seconds[since.days * 86_400 + since.seconds] = value.isoformat(" ", "seconds")[:-6] + "."
     micro = since.microseconds
-    text = f"{prefix}{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}"
-    if len(_recent_timestamps) >= _RECENT_TIMESTAMPS:
-        _recent_timestamps.clear()
-    _recent_timestamps[id(value)] = (value, text)
-    return text
+    return f"{prefix}{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}"
 
 
 class _StateTexts(dict[Any, Any]):

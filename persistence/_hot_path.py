@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from itertools import chain, repeat
-from operator import add, itemgetter
+from itertools import chain, compress, repeat
+from operator import add, is_not, itemgetter
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -56,11 +56,15 @@ _insert_columns = itemgetter(*INSERT_COLUMNS)
 _NULLABLE = tuple(index for index, name in enumerate(INSERT_COLUMNS) if message_table.c[name].nullable)
 #: the positions of the columns a row's duplicate is known by
 _SOURCE, _CORRELATION = INSERT_COLUMNS.index("source_system"), INSERT_COLUMNS.index("correlation_id")
+#: the positions of a row's receive time and update time (a NEW row's are the same object)
+_RECEIVED, _LAST_UPDATE = INSERT_COLUMNS.index("receive_ts"), INSERT_COLUMNS.index("last_update_ts")
 
 # SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
 _SQLITE_MOST_ROWS = 256
 
 T = TypeVar("T")
+#: a result row's first value
+_first = itemgetter(0)
 
 
 def _statement_sizes(count: int) -> list[int]:
@@ -112,6 +116,11 @@ def _transition_values(absent: tuple[bool, ...]) -> Callable[[Sequence[Any]], tu
     return itemgetter(*kept)  # six indexes at least (the id twice, to state, time, attempt, cause): a tuple
 
 
+def _sqlite_inserted_keys(count: int) -> str:
+    """The SELECT of the keys of ``count`` rows a SQLite INSERT stored, by id (see HotPath._sqlite_inserted)."""
+    return f"SELECT id, source_system, correlation_id FROM message WHERE id IN ({', '.join(['?'] * count)})"  # noqa: S608  names are the schema's constants; values are bound parameters
+
+
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
     """The error SQLAlchemy raises for a value its bind processor refuses (a naive datetime, an unknown state)."""
     return sa.exc.StatementError(f"({type(error).__name__}) {error}", sql, None, error)
@@ -137,6 +146,9 @@ class HotPath:
         self._timestamp = _processor(m.last_update_ts, dialect) or (lambda value: value)
         self._state = _processor(m.state, dialect) or (lambda value: value)
         self._optional_state = _processor(t.from_state, dialect) or (lambda value: value)
+        # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
+        self._new, self._processing = MessageState.NEW, MessageState.PROCESSING
+        self._new_text, self._processing_text = self._state(self._new), self._state(self._processing)
         columns = ", ".join(INSERT_COLUMNS)
         row = "(" + ", ".join(mark for _ in INSERT_COLUMNS) + ")"
         if self.postgres:
@@ -148,8 +160,7 @@ class HotPath:
         self._sqlite_inserts: dict[tuple[tuple[int, ...], int], str] = {}  # by (NULL columns, rows)
         # by NULL columns: the positions of the values bound and their getter
         self._present: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
-        self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING " \
-                            "RETURNING id, source_system, correlation_id"
+        self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id"
         self._transition = _transition_insert(mark)
         # SQLite: the statement and the parameters of a row, by which of the optional values (from state, node, error
         # code, text, trace) a group of rows lacks
@@ -185,17 +196,28 @@ class HotPath:
                 listener(connection, cursor, sql, parameters, None, many)
 
     # -- the statements ---------------------------------------------------------------------------
-    def insert_messages(self, connection: sa.Connection, rows: Sequence[dict[str, Any]]) -> list[int | None]:
-        """INSERT the ``message`` rows (values by column name); the new id of each, None for a duplicate of
-        (source system, correlation id), in order."""
+    def insert_messages(
+        self, connection: sa.Connection, rows: Sequence[dict[str, Any]], node_id: str | None, cause: str,
+        claimed_at: datetime | None = None,
+    ) -> list[int | None]:
+        """INSERT the ``message`` rows (values by column name) and the transition rows of the stored ones (by
+        ``node_id``, for ``cause``): None -> NEW at their receive time, then, with ``claimed_at``, NEW -> PROCESSING
+        at that time (after all of them: the history reads in the order it happened). The new id of each row, None
+        for a duplicate of (source system, correlation id), in order.
+
+        The receive times' texts (SQLite) are the row's, converted once for both statements."""
         if not rows:
             return []
         # the batch's values by column (each a tuple in row order), converted column by column: a Python loop over
         # the columns of a row cost ~9 iterations a message, a column's map runs in C and a column holding one
         # value for the whole batch (the claim's time and node, the state, the NULLs) is converted once
         columns: list[Sequence[Any]] = list(zip(*map(_insert_columns, rows), strict=True))
+        received = columns[_RECEIVED]
         try:
             for index, process in self._insert_processors:
+                if index == _LAST_UPDATE and columns[index] == received:  # a NEW row: its receive time's texts
+                    columns[index] = columns[_RECEIVED]
+                    continue
                 columns[index] = _converted(process, columns[index])
         except (ValueError, TypeError, LookupError) as error:
             raise _bad_parameter(self._insert_head, error) from error
@@ -210,21 +232,74 @@ class HotPath:
                     ids.append(None if found is None else int(found[0]))
                     if not cursor.nextset():
                         break
-                return ids
-            created: dict[tuple[str, str], int] = {}
-            for nulls, parameters in self._sqlite_runs(columns):
-                width = len(INSERT_COLUMNS) - len(nulls)
-                first = 0
-                for size in _statement_sizes(len(parameters) // width):
-                    self._run(connection, cursor, self._sqlite_insert(nulls, size),
-                              parameters[first:first + size * width], False)
-                    first += size * width
-                    created.update({(source, correlation): new_id
-                                    for new_id, source, correlation in cursor.fetchall()})
-            return list(map(created.pop, zip(columns[_SOURCE], columns[_CORRELATION], strict=True),
-                            repeat(None)))
+            else:
+                ids = []
+                row = 0  # the batch's row of a statement's first (the runs and their statements keep the batch's order)
+                for nulls, parameters in self._sqlite_runs(columns):
+                    width = len(INSERT_COLUMNS) - len(nulls)
+                    first = 0
+                    for size in _statement_sizes(len(parameters) // width):
+                        self._run(connection, cursor, self._sqlite_insert(nulls, size),
+                                  parameters[first:first + size * width], False)
+                        first += size * width
+                        ids += self._sqlite_inserted(connection, cursor, size, columns, row)
+                        row += size
         finally:
             cursor.close()
+        self._record_inserted(connection, ids, received if self.postgres else columns[_RECEIVED], node_id, cause,
+                              claimed_at)
+        return ids
+
+    def _record_inserted(
+        self, connection: sa.Connection, ids: list[int | None], received: Sequence[Any], node_id: str | None,
+        cause: str, claimed_at: datetime | None,
+    ) -> None:
+        """The transition rows of the rows :meth:`insert_messages` stored (their ids; None: a duplicate) received at
+        ``received`` (SQLite: the texts the INSERT bound)."""
+        if None in ids:
+            stored = list(map(is_not, ids, repeat(None)))
+            ids, received = list(compress(ids, stored)), list(compress(received, stored))
+        count = len(ids)
+        if not count:
+            return
+        stored_ids: Sequence[int] = ids  # type: ignore[assignment]  # the Nones left out above
+        causes = (cause,) * count
+        if self.postgres:
+            self.record_changes(connection, stored_ids, (None,) * count, (self._new,) * count, received, causes,
+                                node_id)
+            if claimed_at is not None:
+                self.record_changes(connection, stored_ids, (self._new,) * count, (self._processing,) * count,
+                                    (claimed_at,) * count, causes, node_id)
+            return
+        self._insert_changes(connection, stored_ids, (None,) * count, (self._new_text,) * count, received, causes,
+                             node_id)
+        if claimed_at is not None:
+            try:
+                claimed = self._timestamp(claimed_at)
+            except (ValueError, TypeError, LookupError) as error:
+                raise _bad_parameter(self._transition, error) from error
+            self._insert_changes(connection, stored_ids, (self._new,) * count, (self._processing_text,) * count,
+                                 (claimed,) * count, causes, node_id)
+
+    def _sqlite_inserted(self, connection: sa.Connection, cursor: Any, size: int, columns: list[Sequence[Any]],
+                         row: int) -> list[int | None]:
+        """The ids of the ``size`` rows a SQLite INSERT just stored from the batch's row ``row`` on (``columns``), None
+        for a duplicate, from its ``RETURNING id``.
+
+        SQLite gives a new row the largest id so far plus one, and the statement stores its rows in order: when
+        every row was stored (as many ids, one after the other), the ids in ascending order are the rows'. Otherwise
+        (a duplicate left out, or ids not given that way) they are matched by (source system, correlation id), read
+        back: a repeat within the batch is the duplicate of its first row, as the INSERT skipped it. RETURNING the
+        two texts with the id cost every row their decoding and matching (~5,000 instructions a message)."""
+        stored = sorted(map(_first, cursor.fetchall()))
+        if len(stored) == size and stored[-1] - stored[0] == size - 1:
+            return stored
+        created: dict[tuple[str, str], int] = {}
+        if stored:
+            self._run(connection, cursor, _sqlite_inserted_keys(len(stored)), stored, False)
+            created = {(source, correlation): new_id for new_id, source, correlation in cursor.fetchall()}
+        return list(map(created.pop, zip(columns[_SOURCE][row:row + size], columns[_CORRELATION][row:row + size],
+                                         strict=True), repeat(None)))
 
     def _sqlite_runs(self, columns: list[Sequence[Any]]) -> list[tuple[tuple[int, ...], list[Any]]]:
         """The batch's rows as runs of consecutive rows lacking the same values, each as (the positions of the NULL

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from itertools import compress, repeat
-from operator import attrgetter, is_not
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,8 +45,6 @@ from openroute.persistence.payload_index import PayloadIndex
 from openroute.persistence.transitions import Transitions
 
 __all__ = ["MessageStore"]
-
-_received = attrgetter("receive_ts")
 
 
 class MessageStore(Database):
@@ -109,21 +105,9 @@ class MessageStore(Database):
             base = claimed_row(node_id, claimed_at)
         rows = [insert_values(new, base) for new in batch]
         c = message_table.c
-        # read once: a member read through its class is a call of the enum type's attribute hook each time (3.11)
-        new_state, claimed_state = MessageState.NEW, MessageState.PROCESSING
 
         def work(conn: sa.Connection) -> list[InsertOutcome]:
-            ids = self._hot.insert_messages(conn, rows)
-            # the transition rows of the stored ones (changes without an error): None -> NEW at the receive time, then
-            # (after all of them: the history reads in the order it happened) NEW -> PROCESSING at the claim's time
-            stored = list(map(is_not, ids, repeat(None)))
-            stored_ids: list[int] = list(compress(ids, stored))  # type: ignore[arg-type]  # the Nones left out
-            count = len(stored_ids)
-            self.transitions.record_changes(conn, stored_ids, (None,) * count, (new_state,) * count,
-                                            list(compress(map(_received, batch), stored)), (cause,) * count, node_id)
-            if claimed_at is not None:
-                self.transitions.record_changes(conn, stored_ids, (new_state,) * count, (claimed_state,) * count,
-                                                (claimed_at,) * count, (cause,) * count, node_id)
+            ids = self._hot.insert_messages(conn, rows, node_id, cause, claimed_at)
             outcomes: list[InsertOutcome] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 if new_id is not None:

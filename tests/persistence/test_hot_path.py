@@ -125,6 +125,37 @@ def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store:
     assert ids == sorted(ids)
 
 
+def test_ids_come_back_for_their_rows_with_duplicates_within_and_across_statements(store: MessageStore) -> None:
+    """SQLite's INSERT returns its ids only: taken in ascending order when it stored every row, else matched by the
+    rows' keys read back (a duplicate of a stored message, a repeat within one statement and across the statements
+    of one batch: 19 rows go as 16 + 2 + 1)."""
+    first = store.insert_message(_new("k-3")).message
+    keys = [f"k-{i}" for i in range(17)] + ["k-5", "k-16"]  # k-5 repeats within the 16-row statement's rows
+    outcomes = store.insert_messages([_new(key) for key in keys])
+    assert [o.duplicate for o in outcomes] == [key == "k-3" for key in keys[:17]] + [True, True]
+    by_key = {o.message.correlation_id: o.message.id for o in outcomes if not o.duplicate}
+    assert outcomes[3].message.id == first.id and outcomes[17].message.id == by_key["k-5"]
+    assert outcomes[18].message.id == by_key["k-16"]
+    for key, message_id in by_key.items():
+        stored = store.get(message_id)
+        assert stored is not None and stored.correlation_id == key
+
+
+def test_ids_not_given_one_after_the_other_are_matched_by_their_rows(store: MessageStore) -> None:
+    """Once the largest id is taken, SQLite picks new ids at random: the ids of a batch are then matched by its rows'
+    keys, not by their order."""
+    with store.begin() as connection:
+        connection.execute(message_table.insert().values(
+            id=2**63 - 1, correlation_id="last", source_system="crm", service="s", operation="o", payload="<p/>",
+            content_type="text/xml", headers={}, state=MessageState.NEW, failed_count=0, receive_ts=START,
+            last_update_ts=START, custom_data={}, business_errors=[], version=0))
+    outcomes = store.insert_messages([_new(f"r-{i}") for i in range(8)])
+    assert not any(o.duplicate for o in outcomes)
+    for i, outcome in enumerate(outcomes):
+        stored = store.get(outcome.message.id)
+        assert stored is not None and stored.correlation_id == f"r-{i}" == outcome.message.correlation_id
+
+
 def test_a_none_in_a_not_null_column_is_refused_by_the_database(store: MessageStore) -> None:
     """Only the nullable columns are written as NULL in the text; a None in another one is bound as it is, and the
     database refuses the row as it refuses a NULL (its NOT NULL constraint), nothing of the batch stored."""
