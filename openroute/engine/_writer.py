@@ -22,6 +22,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
+from operator import is_, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -31,7 +33,6 @@ log = logging.getLogger("openroute.engine")
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
 T_contra = TypeVar("T_contra", contravariant=True)
-Operation = Callable[[sa.Connection], Any]
 
 
 class Failure:
@@ -122,7 +123,7 @@ class GroupCommitWriter:
         """Run ``operation`` in a (possibly shared) transaction; return its result after the commit."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue((operation, future, loop), loop)
+        self._enqueue((None, operation, future, loop), loop)
         return await future
 
     async def submit_grouped(self, group: Grouped[ItemT, T], item: ItemT) -> T:
@@ -151,7 +152,7 @@ class GroupCommitWriter:
                 raise RuntimeError("the writer is closed")
             if not self._started:
                 self.start()
-            (self._urgent if group.urgent else self._queue).put(((group, item), receiver, loop))
+            (self._urgent if group.urgent else self._queue).put((group, item, receiver, loop))
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
@@ -231,30 +232,31 @@ class GroupCommitWriter:
             batch.append(item)
         return batch, False
 
-    def _execute(self, batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]]) -> None:
+    def _execute(self, batch: list[_Entry]) -> None:
         results: list[Any] = [None] * len(batch)
-        groups: dict[Grouped[Any, Any], list[int]] = {}  # a Grouped is its own key (hashed by identity)
+        # a Grouped is its own key (hashed by identity): the positions of its items in the batch, and the items
+        groups: dict[Grouped[Any, Any], tuple[list[int], list[Any]]] = {}
         try:
             with self._transaction() as connection:
-                for index, (operation, _future, _loop) in enumerate(batch):
-                    if isinstance(operation, tuple):  # (group, item): deliver_grouped's
-                        indexes = groups.get(operation[0])
-                        if indexes is None:
-                            indexes = groups[operation[0]] = []
-                        indexes.append(index)
-                    else:
-                        results[index] = operation(connection)
-                for group, indexes in groups.items():
-                    outcomes = group.run(connection, [batch[i][0][1] for i in indexes])  # type: ignore[index]
-                    for index, outcome in zip(indexes, outcomes, strict=True):
+                for index, (group, item, _receiver, _loop) in enumerate(batch):
+                    if group is None:  # submit's operation
+                        results[index] = item(connection)
+                        continue
+                    pending = groups.get(group)
+                    if pending is None:
+                        pending = groups[group] = ([], [])
+                    pending[0].append(index)
+                    pending[1].append(item)
+                for group, (indexes, items) in groups.items():
+                    for index, outcome in zip(indexes, group.run(connection, items), strict=True):
                         results[index] = outcome
         except BaseException as error:
             if len(batch) == 1:
                 self._deliver(batch, [Failure(error)])
                 return
             log.debug("grouped transaction of %d failed (%r); re-running one by one", len(batch), error)
-            for item in batch:
-                self._execute([item])
+            for entry in batch:
+                self._execute([entry])
             return
         self.transactions += 1
         self.operations += len(batch)
@@ -282,32 +284,43 @@ class GroupCommitWriter:
                 connection.close()
 
     @staticmethod
-    def _deliver(batch: list[tuple[Operation, Receiver[Any], asyncio.AbstractEventLoop]], results: list[Any]) -> None:
+    def _deliver(batch: list[_Entry], results: list[Any]) -> None:
         """Hand the results back (a :class:`Failure` as its error) with one wake-up per loop: waking the loop costs
-        more than the statements."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Receiver[Any], Any, BaseException | None]]] = {}
-        for (_operation, future, loop), result in zip(batch, results, strict=True):
-            settled = by_loop.get(loop)
-            if settled is None:
-                settled = by_loop[loop] = []
-            settled.append((future, None, result.error) if result.__class__ is Failure else (future, result, None))
-
-        for loop, settled in by_loop.items():
+        more than the statements. Usually every operation came from one loop: the batch goes as it is."""
+        loop = batch[0][3]
+        if all(map(is_, map(_loop_of, batch), repeat(loop))):
+            by_loop = {loop: (batch, results)}
+        else:
+            by_loop = {}
+            for entry, result in zip(batch, results, strict=True):
+                settled = by_loop.get(entry[3])
+                if settled is None:
+                    settled = by_loop[entry[3]] = ([], [])
+                settled[0].append(entry)
+                settled[1].append(result)
+        for loop, (entries, outcomes) in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_settle, settled)
+                loop.call_soon_threadsafe(_settle, entries, outcomes)
             except RuntimeError:
                 pass  # the caller's loop is closed: nobody is waiting any more
 
 
-def _settle(settled: list[tuple[Receiver[Any], Any, BaseException | None]]) -> None:
+#: an operation queued for the writer: (its group, its item, its receiver, the receiver's loop); a submitted operation
+#: is (None, the operation, its future, the future's loop)
+_Entry = tuple["Grouped[Any, Any] | None", Any, Receiver[Any], asyncio.AbstractEventLoop]
+_loop_of = itemgetter(3)
+
+
+def _settle(entries: list[_Entry], results: list[Any]) -> None:
     # a receiver that is not a future acts here (deliver_grouped): one failing must not keep the others unsettled
-    for future, result, error in settled:
-        if future.done():
+    for entry, result in zip(entries, results, strict=True):
+        receiver = entry[2]
+        if receiver.done():
             continue
         try:
-            if error is not None:
-                future.set_exception(error)
+            if result.__class__ is Failure:
+                receiver.set_exception(result.error)
             else:
-                future.set_result(result)
+                receiver.set_result(result)
         except Exception:  # a receiver's bug: the other operations of the commit still get their results
-            log.exception("settling %r after a commit failed", future)
+            log.exception("settling %r after a commit failed", receiver)
