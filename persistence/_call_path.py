@@ -17,7 +17,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._bind import Processor, _processor
-from openroute.persistence._hot_path import HotPath, _bad_parameter, _in_statement_sizes
+from openroute.persistence._hot_path import HotPath, _bad_parameter
+from openroute.persistence._statements import in_statement_sizes
 from openroute.persistence.models import ExternalCallStatus, call_record_table, external_call_table
 
 #: the columns of a call's first STARTED row, in the order of the INSERT's values (``result`` and ``last_error`` are
@@ -89,7 +90,7 @@ class CallPath:
                     if not cursor.nextset():
                         break
                 return inserted
-            for chunk in _in_statement_sizes(parameters):
+            for chunk in in_statement_sizes(parameters):
                 HotPath._run(connection, cursor, self._sqlite_start(len(chunk)),
                              [value for row in chunk for value in row], False)
                 inserted.update((int(message_id), call_key) for message_id, call_key in cursor.fetchall())

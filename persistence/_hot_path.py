@@ -17,14 +17,21 @@ by state, so PostgreSQL plans them on the primary key at any table size and with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from itertools import chain, compress, repeat
 from operator import add, is_not, itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from openroute.persistence._bind import Processor, _converted, _processor
+from openroute.persistence._statements import (
+    in_statement_sizes,
+    sqlite_inserted_keys,
+    statement_sizes,
+    transition_insert,
+    transition_values,
+)
 from openroute.persistence.models import MessageState, message_table, message_transition_table
 
 #: the columns of a new ``message`` row, in the order of the INSERT's values
@@ -59,66 +66,8 @@ _SOURCE, _CORRELATION = INSERT_COLUMNS.index("source_system"), INSERT_COLUMNS.in
 #: the positions of a row's receive time and update time (a NEW row's are the same object)
 _RECEIVED, _LAST_UPDATE = INSERT_COLUMNS.index("receive_ts"), INSERT_COLUMNS.index("last_update_ts")
 
-# SQLite allows 32,766 parameters per statement: 26 columns x 256 rows stays well inside it
-_SQLITE_MOST_ROWS = 256
-
-T = TypeVar("T")
 #: a result row's first value
 _first = itemgetter(0)
-
-
-def _statement_sizes(count: int) -> list[int]:
-    """``count`` rows as chunks of powers of two (19 -> 16, 2, 1), at most :data:`_SQLITE_MOST_ROWS` each.
-
-    A multi-row statement's text depends on its number of rows, and SQLite compiles every new text again: for a
-    16-row insert that cost three quarters of inserting the rows. With these sizes the texts repeat, so the
-    driver's statement cache has them compiled.
-    """
-    sizes = []
-    while count:
-        size = min(1 << (count.bit_length() - 1), _SQLITE_MOST_ROWS)
-        sizes.append(size)
-        count -= size
-    return sizes
-
-
-def _in_statement_sizes(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    """``items`` cut into the chunks of :func:`_statement_sizes`, in order."""
-    first = 0
-    for size in _statement_sizes(len(items)):
-        yield items[first:first + size]
-        first += size
-
-
-def _transition_insert(mark: str, no_from: bool = False, no_node: bool = False, no_error: bool = False,
-                       no_text: bool = False, no_trace: bool = False) -> str:
-    """The ``message_transition`` INSERT, with NULL written for the values a group of rows lacks. The attempt is
-    read from the message row as written (failed_count + 1, or + 0 for a counted failure): one primary-key
-    lookup, no second source."""
-    return ("INSERT INTO message_transition "  # noqa: S608  names are the schema's constants; values are bound parameters
-            "(message_id, from_state, to_state, at, node_id, attempt, error_code, error_text, error_trace, cause) "
-            f"VALUES ({mark}, {'NULL' if no_from else mark}, {mark}, {mark}, {'NULL' if no_node else mark}, "
-            f"(SELECT failed_count + {mark} FROM message WHERE id = {mark}), {'NULL' if no_error else mark}, "
-            f"{'NULL' if no_text else mark}, {'NULL' if no_trace else mark}, {mark})")
-
-
-#: the values of a SQLite ``message_transition`` row (see :meth:`HotPath.record_transitions`) in parameter order, and
-#: the positions of the optional ones (from state, node, error code, text, trace), which :func:`_transition_insert`
-#: writes as NULL when a group of rows lacks them
-_TRANSITION_OPTIONAL = (1, 4, 7, 8, 9)
-_TRANSITION_VALUES = 11
-
-
-def _transition_values(absent: tuple[bool, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """The parameters of a row of values lacking ``absent``: every value but the absent optional ones."""
-    skipped = {index for index, lacking in zip(_TRANSITION_OPTIONAL, absent, strict=True) if lacking}
-    kept = [index for index in range(_TRANSITION_VALUES) if index not in skipped]
-    return itemgetter(*kept)  # six indexes at least (the id twice, to state, time, attempt, cause): a tuple
-
-
-def _sqlite_inserted_keys(count: int) -> str:
-    """The SELECT of the keys of ``count`` rows a SQLite INSERT stored, by id (see HotPath._sqlite_inserted)."""
-    return f"SELECT id, source_system, correlation_id FROM message WHERE id IN ({', '.join(['?'] * count)})"  # noqa: S608  names are the schema's constants; values are bound parameters
 
 
 def _bad_parameter(sql: str, error: Exception) -> sa.exc.StatementError:
@@ -161,7 +110,7 @@ class HotPath:
         # by NULL columns: the positions of the values bound and their getter
         self._present: dict[tuple[int, ...], tuple[tuple[int, ...], Callable[[Sequence[Any]], tuple[Any, ...]]]] = {}
         self._insert_tail = " ON CONFLICT (source_system, correlation_id) DO NOTHING RETURNING id"
-        self._transition = _transition_insert(mark)
+        self._transition = transition_insert(mark)
         # SQLite: the statement and the parameters of a row, by which of the optional values (from state, node, error
         # code, text, trace) a group of rows lacks
         self._transitions: dict[tuple[bool, bool, bool, bool, bool],
@@ -238,7 +187,7 @@ class HotPath:
                 for nulls, parameters in self._sqlite_runs(columns):
                     width = len(INSERT_COLUMNS) - len(nulls)
                     first = 0
-                    for size in _statement_sizes(len(parameters) // width):
+                    for size in statement_sizes(len(parameters) // width):
                         self._run(connection, cursor, self._sqlite_insert(nulls, size),
                                   parameters[first:first + size * width], False)
                         first += size * width
@@ -296,7 +245,7 @@ class HotPath:
             return stored
         created: dict[tuple[str, str], int] = {}
         if stored:
-            self._run(connection, cursor, _sqlite_inserted_keys(len(stored)), stored, False)
+            self._run(connection, cursor, sqlite_inserted_keys(len(stored)), stored, False)
             created = {(source, correlation): new_id for new_id, source, correlation in cursor.fetchall()}
         return list(map(created.pop, zip(columns[_SOURCE][row:row + size], columns[_CORRELATION][row:row + size],
                                          strict=True), repeat(None)))
@@ -377,7 +326,7 @@ class HotPath:
         won: set[int] = set()
         cursor = self._cursor(connection)
         try:
-            for chunk in _in_statement_sizes(pairs):
+            for chunk in in_statement_sizes(pairs):
                 self._run(connection, cursor, self._sqlite_claim(len(chunk)),
                           [state, node_id, at, at, *(p[0] for p in chunk), *(v for pair in chunk for v in pair)], False)
                 won.update(int(row[0]) for row in cursor.fetchall())
@@ -502,7 +451,7 @@ class HotPath:
         or in none."""
         count = len(ids)
         no_from = from_states[0] is None
-        # in the order of the parameters of _transition_insert (absent optional values left out)
+        # in the order of the parameters of transition_insert (absent optional values left out)
         columns: list[Sequence[Any]] = [ids]
         if not no_from:
             try:
@@ -527,7 +476,7 @@ class HotPath:
         code, text, trace) and the getter of a row's parameters from its values."""
         shape = self._transitions.get(absent)
         if shape is None:
-            shape = self._transitions[absent] = (_transition_insert(self._mark, *absent), _transition_values(absent))
+            shape = self._transitions[absent] = (transition_insert(self._mark, *absent), transition_values(absent))
         return shape
 
     def record_transitions(self, connection: sa.Connection, rows: Sequence[TransitionRow]) -> None:
@@ -559,7 +508,7 @@ class HotPath:
                         group = groups[absent] = []
                     if at is not last_at:
                         last_at, at_text = at, timestamp(at)
-                    # in _TRANSITION_OPTIONAL's order; the absent ones are left out of the parameters below
+                    # in TRANSITION_OPTIONAL's order; the absent ones are left out of the parameters below
                     group.append((message_id, None if before is None else optional(before), state(after),
                                   at_text, node, offset, message_id, code, text, trace, cause))
             except (ValueError, TypeError, LookupError) as error:

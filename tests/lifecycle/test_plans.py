@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, message_table
-from openroute.persistence._hot_path import _statement_sizes
+from openroute.persistence._statements import statement_sizes
 
 from benchmarks.store_fill import age
 from openroute.engine import states
@@ -154,7 +154,7 @@ def test_on_sqlite_every_hot_path_update_searches_the_primary_key(aged_sqlite: M
 
     captured = _capture_updates(aged_sqlite, work)
     # the claim of 39 runs as statements of 32, 4, 2 and 1 rows (texts the driver has compiled already)
-    assert len(captured) == 1 + len(_statement_sizes(39)) + 2 == 7
+    assert len(captured) == 1 + len(statement_sizes(39)) + 2 == 7
     for statement, parameters in captured:
         with aged_sqlite.engine.connect() as connection:
             cursor = connection.connection.dbapi_connection.cursor()  # type: ignore[union-attr]

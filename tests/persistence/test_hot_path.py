@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from openroute.persistence import MessageState, MessageStore, NewMessage, message_table
-from openroute.persistence._hot_path import _statement_sizes
+from openroute.persistence._statements import statement_sizes
 from openroute.persistence.models import message_transition_table
 
 from openroute.engine import states
@@ -103,7 +103,7 @@ def test_cursor_listeners_hear_every_hot_statement(store: MessageStore) -> None:
 
 @pytest.mark.parametrize(("count", "sizes"), [(1, [1]), (19, [16, 2, 1]), (256, [256]), (600, [256, 256, 64, 16, 8])])
 def test_multi_row_statements_come_in_sizes_whose_texts_repeat(count: int, sizes: list[int]) -> None:
-    assert _statement_sizes(count) == sizes
+    assert statement_sizes(count) == sizes
 
 
 def test_a_batch_insert_with_missing_values_stores_nulls_and_ids_in_order(store: MessageStore) -> None:
