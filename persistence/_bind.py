@@ -108,12 +108,13 @@ def _sqlite_timestamp(value: datetime | None) -> str | None:
     # timestamp of that second, found by the offset from the epoch (one subtraction and two reads: the five fields
     # of a minute cost twice that), and the microseconds are two texts of a table joined by one f-string
     since = value - _EPOCH
-    prefix = _seconds.get(since.days * 86_400 + since.seconds)
+    second = since.days * 86_400 + since.seconds
+    prefix = _seconds.get(second)
     if prefix is None:
         if len(_seconds) >= _SECONDS_KEPT:
             _seconds.clear()
         # "2024-06-01 14:05:03." (without "+00:00": naive UTC, as SQLAlchemy writes it; a year has four digits)
-        prefix = _seconds[since.days * 86_400 + since.seconds] = value.isoformat(" ", "seconds")[:-6] + "."
+        prefix = _seconds[second] = value.isoformat(" ", "seconds")[:-6] + "."
     micro = since.microseconds
     return f"{prefix}{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}"
 
