@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 import sqlalchemy as sa
@@ -96,6 +97,16 @@ class MessageStore(Database):
         ``claimed_at``); the outcome's snapshot is the PROCESSING one. A duplicate is not claimed: its outcome is the
         message stored before, as it is.
         """
+        return [InsertOutcome.of(message, duplicate) for message, duplicate in self.insert_snapshots(
+            batch, connection, node_id=node_id, cause=cause, claimed_at=claimed_at)]
+
+    def insert_snapshots(
+        self, batch: Sequence[NewMessage], connection: sa.Connection | None = None, *, node_id: str | None = None,
+        cause: str = "engine", claimed_at: datetime | None = None,
+    ) -> list[tuple[StoredMessage, bool]]:
+        """:meth:`insert_messages` with each outcome as the pair (message, duplicate) of its :class:`InsertOutcome`:
+        the engine's accept takes the pair apart at once, where an ``InsertOutcome`` cost ~3,500 instructions a
+        message to build and read."""
         if not batch:
             return []
         base = None
@@ -106,16 +117,19 @@ class MessageStore(Database):
         rows = [insert_values(new, base) for new in batch]
         c = message_table.c
 
-        def work(conn: sa.Connection) -> list[InsertOutcome]:
+        def work(conn: sa.Connection) -> list[tuple[StoredMessage, bool]]:
             ids = self._hot.insert_messages(conn, rows, node_id, cause, claimed_at)
-            outcomes: list[InsertOutcome] = []
+            if None not in ids:  # no duplicate (almost every batch): the pairs made without a loop of ours
+                stored: list[int] = ids  # type: ignore[assignment]  # no None among them
+                return list(zip(map(StoredMessage.from_values, stored, rows), repeat(False)))
+            outcomes: list[tuple[StoredMessage, bool]] = []
             for new, values, new_id in zip(batch, rows, ids, strict=True):
                 if new_id is not None:
-                    outcomes.append(InsertOutcome.of(StoredMessage.from_values(new_id, values), False))
+                    outcomes.append((StoredMessage.from_values(new_id, values), False))
                     continue
                 existing = conn.execute(sa.select(message_table).where(
                     c.source_system == new.source_system, c.correlation_id == new.correlation_id)).one()
-                outcomes.append(InsertOutcome.of(row_to_message(existing), True))
+                outcomes.append((row_to_message(existing), True))
             return outcomes
 
         return self.run(work, connection)

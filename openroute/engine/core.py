@@ -44,7 +44,7 @@ from openroute.engine.queue import PROCESSING_CHANNEL, ProcessingQueue
 from openroute.engine.reads import StoreReads
 from openroute.engine.repoll import Repoll
 from openroute.engine.settings import EngineSettings
-from openroute.persistence import InsertOutcome, MessageState, MessageStore, NewMessage, NodeState, StoredMessage
+from openroute.persistence import MessageState, MessageStore, NewMessage, NodeState, StoredMessage
 from openroute.runtime import tracing
 from openroute.runtime.logs import repeated_errors
 
@@ -261,7 +261,7 @@ class Engine(EngineHooks):
         # to a worker claimed (one writer round and one statement fewer than a claim of its own)
         claiming = new.funnel_value is None and self._running and not self._stopping and self._queue.reserve()
         try:
-            outcome = await (self._pipeline.insert_claimed(new) if claiming else self._pipeline.insert(new))
+            message, duplicate = await (self._pipeline.insert_claimed(new) if claiming else self._pipeline.insert(new))
         except asyncio.CancelledError:
             if claiming:  # the insert may still commit, claimed for this node: its message is queued all the same
                 self._claimed_insert_orphaned(new)
@@ -273,8 +273,7 @@ class Engine(EngineHooks):
                 raise StoreUnavailableError(self.settings.store_retry_after) from None
             raise
         self.store.outage.succeeded()
-        message = outcome.message
-        if outcome.duplicate:
+        if duplicate:
             if claiming:
                 self._queue.release(unused=True)
             self.stats.duplicates += 1
@@ -306,17 +305,16 @@ class Engine(EngineHooks):
         again = self._pipeline.insert_claimed(new)
         again.add_done_callback(self._orphan_stored)
 
-    def _orphan_stored(self, done: asyncio.Future[InsertOutcome]) -> None:
+    def _orphan_stored(self, done: asyncio.Future[tuple[StoredMessage, bool]]) -> None:
         error = None if done.cancelled() else done.exception()
         if error is not None:
             self._queue.release(unused=True)
             if not self.store.outage.failed(error, "storing an inbound message"):
                 log.warning("message of a cancelled accept not queued: %s: %s", type(error).__name__, error)
             return
-        outcome = done.result()
-        message = outcome.message
-        if outcome.duplicate and not (message.state is MessageState.PROCESSING and message.node_id == self.node_id
-                                      and message.version == 1 and message.id not in self._queue.ids):
+        message, duplicate = done.result()
+        if duplicate and not (message.state is MessageState.PROCESSING and message.node_id == self.node_id
+                              and message.version == 1 and message.id not in self._queue.ids):
             self._queue.release(unused=True)  # stored before by another accept, or processed already
             return
         self.stats.accepted += 1  # stored by this node's accept (the cancelled one, or this insert)

@@ -38,7 +38,6 @@ from openroute.persistence import (
     CallStart,
     ExternalCall,
     FunnelShare,
-    InsertOutcome,
     MessageState,
     MessageStore,
     NewMessage,
@@ -87,12 +86,13 @@ class CommitPipeline:
         self._call_ends = Grouped(self.writes.finish_calls, "call end")
         self._call_records = Grouped(CallRecordStore(store).add_many, "call record")
         # the accept's insert and the claim pass here once per message: bound once, not a method call each
-        #: ``insert(new)``: store an accepted message as NEW; the future of its outcome, settled after the commit
-        self.insert: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
+        #: ``insert(new)``: store an accepted message as NEW; the future of its (message, duplicate), settled after the
+        #: commit (a duplicate names the message stored before)
+        self.insert: Callable[[NewMessage], asyncio.Future[tuple[StoredMessage, bool]]] = functools.partial(
             self.writer.enqueue_grouped, Grouped(self.writes.insert_many, "insert", urgent=True))
         #: ``insert_claimed(new)``: store an accepted message claimed for this node in the same transaction
-        #: (PROCESSING; a duplicate is not claimed); the future of its outcome, settled after the commit
-        self.insert_claimed: Callable[[NewMessage], asyncio.Future[InsertOutcome]] = functools.partial(
+        #: (PROCESSING; a duplicate is not claimed); the future of its (message, duplicate), settled after the commit
+        self.insert_claimed: Callable[[NewMessage], asyncio.Future[tuple[StoredMessage, bool]]] = functools.partial(
             self.writer.enqueue_grouped, Grouped(self.writes.insert_claimed_many, "insert claimed", urgent=True))
         #: ``claim(message)``: claim a queued message for this node; the future of the claimed snapshot (None when
         #: another writer had it; the POSTPONED snapshot when it waits in its funnel's queue instead)

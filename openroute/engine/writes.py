@@ -31,7 +31,6 @@ from openroute.persistence import (
     CallStart,
     ExternalCall,
     FunnelShare,
-    InsertOutcome,
     MessageState,
     MessageStore,
     NewMessage,
@@ -60,15 +59,17 @@ class EngineWrites:
     #: parent messages a child's final transition completed, by child id
     completed_parents: dict[int, StoredMessage] = field(default_factory=dict)
 
-    def insert_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[InsertOutcome]:
-        """Store a group of accepted messages as NEW (a duplicate's outcome names the message stored before)."""
-        return self.store.insert_messages(batch, connection, node_id=self.node_id)
+    def insert_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[tuple[StoredMessage, bool]]:
+        """Store a group of accepted messages as NEW; each one's (message, duplicate): a duplicate names the message
+        stored before (``MessageStore.insert_snapshots``)."""
+        return self.store.insert_snapshots(batch, connection, node_id=self.node_id)
 
-    def insert_claimed_many(self, connection: sa.Connection, batch: list[NewMessage]) -> list[InsertOutcome]:
+    def insert_claimed_many(self, connection: sa.Connection,
+                            batch: list[NewMessage]) -> list[tuple[StoredMessage, bool]]:
         """Store a group of accepted messages claimed for this node in the same transaction (PROCESSING, both
-        transition rows: ``MessageStore.insert_messages`` with ``claimed_at``); a duplicate is not claimed. The
+        transition rows: ``MessageStore.insert_snapshots`` with ``claimed_at``); a duplicate is not claimed. The
         accept chose them: no funnel to take a turn in, and room in this node's queue (``Engine._accept``)."""
-        return self.store.insert_messages(batch, connection, node_id=self.node_id, claimed_at=self.clock.now())
+        return self.store.insert_snapshots(batch, connection, node_id=self.node_id, claimed_at=self.clock.now())
 
     def begin_calls(self, connection: sa.Connection,
                     starts: list[CallStart]) -> list[tuple[ExternalCall | None, bool]]:

@@ -44,7 +44,7 @@ def _pipeline(store: MessageStore, events: list[tuple[Any, ...]]) -> CommitPipel
 
 async def _claimed(pipeline: CommitPipeline, key: str) -> StoredMessage:
     new = InboundMessage("orders", "create", "{}", "application/json", key, "crm").to_new_message(START)
-    accepted = (await pipeline.insert(new)).message
+    accepted, _ = await pipeline.insert(new)
     claimed = await pipeline.claim(accepted)
     assert claimed is not None and claimed.state is MessageState.PROCESSING
     return claimed

@@ -4,12 +4,15 @@ external call records, the repoll's queries."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from openroute.persistence import (
     ExternalCallStatus,
     MessageState,
     MessageStore,
+    NewMessage,
+    StoredMessage,
 )
 
 from tests.persistence.conftest import START, new_message
@@ -49,6 +52,32 @@ def test_insert_claimed_stores_processing_for_the_node_with_both_transition_rows
     with pytest.raises(ValueError, match="node_id"):
         store.insert_messages([new_message("c-4")], claimed_at=claimed_at)
     assert store.count_by_state() == {MessageState.PROCESSING: 2, MessageState.NEW: 1}
+
+
+@pytest.mark.parametrize("claimed_at", [None, START + timedelta(milliseconds=3)])
+def test_the_engines_pairs_are_the_outcomes_of_insert_messages(store: MessageStore, claimed_at: Any) -> None:
+    """``insert_snapshots`` (the engine's accept) answers what ``insert_messages`` answers, as (message, duplicate)
+    pairs: a batch without a duplicate (its pairs made apart), then one with duplicates within it and of before."""
+    node = "node-1" if claimed_at is not None else None
+
+    def batches(prefix: str) -> list[list[NewMessage]]:
+        return [[new_message(f"{prefix}-1"), new_message(f"{prefix}-2", headers={"h": "v"})],
+                [new_message(f"{prefix}-3"), new_message(f"{prefix}-1"), new_message(f"{prefix}-3"),
+                 new_message(f"{prefix}-4", object_id="o-1")]]
+
+    outcomes = [[(outcome.message, outcome.duplicate) for outcome in
+                 store.insert_messages(batch, node_id=node, claimed_at=claimed_at)] for batch in batches("a")]
+    pairs = [store.insert_snapshots(batch, node_id=node, claimed_at=claimed_at) for batch in batches("b")]
+
+    def keyless(pair: tuple[StoredMessage, bool]) -> tuple[StoredMessage, bool]:
+        message, duplicate = pair
+        return message.evolve(id=0, correlation_id=message.correlation_id[2:]), duplicate
+
+    assert [list(map(keyless, batch)) for batch in pairs] == [list(map(keyless, batch)) for batch in outcomes]
+    assert [[duplicate for _, duplicate in batch] for batch in pairs] == [[False, False], [False, True, True, False]]
+    for message, _ in pairs[0] + pairs[1]:
+        assert message == store.get(message.id) and vars(message).keys() == vars(store.get(message.id)).keys()
+    assert store.insert_snapshots([]) == []
 
 
 def test_external_call_records(store: MessageStore) -> None:
