@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +48,8 @@ TRANSITION_COLUMNS = frozenset(
 
 #: one state change to write: (message id, version read, from state, to state, at, changed columns)
 TransitionItem = tuple[int, int, MessageState, MessageState, datetime, Mapping[str, Any]]
+#: an item's changed columns
+_changes_of = itemgetter(5)
 
 
 class GroupConflict(Exception):
@@ -129,7 +132,7 @@ class Transitions(StorePart):
         if staged:
             self._column_groups(batch)  # a column no transition writes is refused before anything is written
             return self._apply_staged(batch, causes, connection, node_id)
-        if len(batch) > 1 and not any(item[5] for item in batch):
+        if len(batch) > 1 and not any(map(_changes_of, batch)):  # a C loop: every outcome of the writer comes here
             return self.database.run(lambda conn: self._apply_state_changes(conn, batch, causes, node_id), connection)
         groups = self._column_groups(batch)
 

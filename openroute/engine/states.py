@@ -192,12 +192,13 @@ def transition_many(
         if (message.state, target) not in LEGAL_TRANSITIONS and not is_legal(message.state, target):
             results[index] = IllegalTransitionError(message.state, target)
             continue
-        if not TRANSITION_COLUMNS.issuperset(changes):
+        if changes and not TRANSITION_COLUMNS.issuperset(changes):  # empty: an attempt's plain OK (most outcomes)
             raise ValueError(f"a transition cannot write {sorted(set(changes) - TRANSITION_COLUMNS)}")
         legal.append(index)
         if target.__class__ is not MessageState:  # a name (the writer's hot path passes members)
             target = _as_state(target)
-        items.append((message.id, message.version, message.state, target, now, _changed(message, changes)))
+        items.append((message.id, message.version, message.state, target, now,
+                      _changed(message, changes) if changes else {}))
         causes.append(request[4] if len(request) > 4 else "engine")
     flags = store.transitions.apply_many(items, connection, node_id=node_id, cause=causes)
     for index, item, written in zip(legal, items, flags, strict=True):
