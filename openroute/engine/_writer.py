@@ -22,7 +22,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from itertools import repeat
+from itertools import chain, groupby, repeat
 from operator import is_, itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -96,8 +96,10 @@ class GroupCommitWriter:
         self._idle_release = idle_release
         self._engine = engine
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._urgent: queue.SimpleQueue[Any] = queue.SimpleQueue()  # taken first (Grouped.urgent)
+        # the operations queued, appended and taken under the gate (taken as slices: a get per operation cost the
+        # writer as much as grouping them)
+        self._queue: list[Any] = []
+        self._urgent: list[Any] = []  # taken first (Grouped.urgent)
         # one token per ring: the thread sleeps on it, not on the queue, so a put alone does not wake it
         self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._ringing: set[asyncio.AbstractEventLoop] = set()
@@ -152,7 +154,7 @@ class GroupCommitWriter:
                 raise RuntimeError("the writer is closed")
             if not self._started:
                 self.start()
-            (self._urgent if group.urgent else self._queue).put((group, item, receiver, loop))
+            (self._urgent if group.urgent else self._queue).append((group, item, receiver, loop))
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
@@ -162,7 +164,7 @@ class GroupCommitWriter:
             if self._closed:
                 raise RuntimeError("the writer is closed")
             self.start()
-            self._queue.put(entry)
+            self._queue.append(entry)
         if loop not in self._ringing:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
@@ -185,7 +187,7 @@ class GroupCommitWriter:
             self._closed = True
             started = self._started
             if started:
-                self._queue.put(_STOP)
+                self._queue.append(_STOP)  # the last: nothing is queued once closed
         if started:
             self._bell.put(None)
             self._thread.join()
@@ -211,45 +213,54 @@ class GroupCommitWriter:
                 if stop:
                     self._release_connection()
                     return
-                if len(batch) < self._max_batch and self._urgent.empty():
+                if len(batch) < self._max_batch and not self._urgent:
                     break
 
     def _next_batch(self) -> tuple[list[Any], bool]:
         """Up to ``max_batch`` queued operations, the urgent ones first; and whether the stop mark was reached."""
-        batch: list[Any] = []
-        while len(batch) < self._max_batch:
-            try:
-                batch.append(self._urgent.get_nowait())
-            except queue.Empty:
-                break
-        while len(batch) < self._max_batch:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is _STOP:
-                return batch, True
-            batch.append(item)
+        most = self._max_batch
+        with self._gate:
+            urgent, queued = self._urgent, self._queue
+            batch = urgent[:most]
+            del urgent[:most]
+            room = most - len(batch)
+            if room and queued:
+                batch += queued[:room]
+                del queued[:room]
+        if batch and batch[-1] is _STOP:
+            batch.pop()
+            return batch, True
         return batch, False
 
     def _execute(self, batch: list[_Entry]) -> None:
-        results: list[Any] = [None] * len(batch)
-        # a Grouped is its own key (hashed by identity): the positions of its items in the batch, and the items
-        groups: dict[Grouped[Any, Any], tuple[list[int], list[Any]]] = {}
+        # the batch in runs of one group (a Grouped is its own key, hashed by identity), taken by C loops: the items of
+        # a group, run after run, go to one ``group.run`` and each run's results are a slice of its results
+        runs: list[Sequence[Any]] = []  # the results of each run, in batch order
+        groups: dict[Grouped[Any, Any], tuple[list[tuple[int, int]], list[Any]]] = {}  # (run, items) and the items
         try:
             with self._transaction() as connection:
-                for index, (group, item, _receiver, _loop) in enumerate(batch):
-                    if group is None:  # submit's operation
-                        results[index] = item(connection)
+                for group, entries in groupby(batch, _group_of):
+                    if group is None:  # submit's operations, each run at once
+                        runs.append([entry[1](connection) for entry in entries])
                         continue
+                    items = list(map(_item_of, entries))
                     pending = groups.get(group)
                     if pending is None:
                         pending = groups[group] = ([], [])
-                    pending[0].append(index)
-                    pending[1].append(item)
-                for group, (indexes, items) in groups.items():
-                    for index, outcome in zip(indexes, group.run(connection, items), strict=True):
-                        results[index] = outcome
+                    pending[0].append((len(runs), len(items)))
+                    pending[1].extend(items)
+                    runs.append(items)  # its results' place
+                for group, (places, items) in groups.items():
+                    outcomes = group.run(connection, items)
+                    if len(outcomes) != len(items):
+                        raise ValueError(f"{group!r} returned {len(outcomes)} results for {len(items)} items")
+                    if len(places) == 1:
+                        runs[places[0][0]] = outcomes
+                        continue
+                    first = 0
+                    for run, count in places:
+                        runs[run] = outcomes[first:first + count]
+                        first += count
         except BaseException as error:
             if len(batch) == 1:
                 self._deliver(batch, [Failure(error)])
@@ -260,7 +271,7 @@ class GroupCommitWriter:
             return
         self.transactions += 1
         self.operations += len(batch)
-        self._deliver(batch, results)
+        self._deliver(batch, list(chain.from_iterable(runs)))
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sa.Connection]:
@@ -309,6 +320,7 @@ class GroupCommitWriter:
 #: is (None, the operation, its future, the future's loop)
 _Entry = tuple["Grouped[Any, Any] | None", Any, Receiver[Any], asyncio.AbstractEventLoop]
 _loop_of = itemgetter(3)
+_group_of, _item_of = itemgetter(0), itemgetter(1)
 
 
 def _settle(entries: list[_Entry], results: list[Any]) -> None:

@@ -162,6 +162,23 @@ async def test_operations_of_one_loop_iteration_share_one_transaction(recording:
     assert writer.transactions == 2
 
 
+async def test_interleaved_groups_share_a_transaction_and_each_caller_gets_its_result(recording: Recording) -> None:
+    """Items of two groups queued in turns: each group runs once with its items in order, and each caller's result
+    is its own (the runs' results taken apart again)."""
+    writer, group, calls = recording
+    others: list[list[int]] = []
+
+    def negate(connection: sa.Connection, items: list[int]) -> list[int | Failure]:
+        others.append(list(items))
+        return [-item for item in items]
+
+    other = Grouped(negate, "negate")
+    futures = [writer.enqueue_grouped(g, item) for g, item in
+               [(group, 1), (group, 2), (other, 3), (group, 4), (other, 5), (group, 6)]]
+    assert await asyncio.gather(*futures, writer.submit(lambda connection: "done")) == [10, 20, -3, 40, -5, 60, "done"]
+    assert calls == [[1, 2, 4, 6]] and others == [[3, 5]] and writer.transactions == 1
+
+
 def _submit_in_later_iterations(
     writer: GroupCommitWriter, group: Grouped[int, int], count: int
 ) -> list[asyncio.Future[int]]:
@@ -214,24 +231,23 @@ async def test_close_writes_what_was_queued_before_the_thread_was_rung(recording
 def test_a_submit_racing_close_from_another_thread_is_written_not_left_waiting(recording: Recording) -> None:
     """close() from one thread while another thread is between the closed check and its put: the put goes in
     before the stop mark (and is written), never behind it."""
-    import queue
-
     from openroute.engine._writer import _STOP
 
     writer, group, calls = recording
     assert asyncio.run(writer.submit_grouped(group, 1)) == 10  # the thread runs
 
-    class SlowPut(queue.SimpleQueue):  # type: ignore[type-arg]
+    class SlowAppend(list):  # type: ignore[type-arg]
         def __init__(self) -> None:
+            super().__init__()
             self.entered = threading.Event()
 
-        def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
+        def append(self, item: object) -> None:
             if item is not _STOP:
                 self.entered.set()
-                time.sleep(0.05)  # the submitter is inside its put when close() comes
-            super().put(item, block, timeout)
+                time.sleep(0.05)  # the submitter is inside its append when close() comes
+            super().append(item)
 
-    writer._queue = SlowPut()
+    writer._queue = SlowAppend()
     results: list[int] = []
     submitter = threading.Thread(target=lambda: results.append(asyncio.run(writer.submit_grouped(group, 2))),
                                  daemon=True)
