@@ -201,6 +201,9 @@ def transition_many(
                       _changed(message, changes) if changes else {}))
         causes.append(request[4] if len(request) > 4 else "engine")
     flags = store.transitions.apply_many(items, connection, node_id=node_id, cause=causes)
+    if len(items) == len(requests) and all(flags):  # every one written (nearly every group): no index to follow
+        return [request[0].transitioned(item[3], item[4], request[3])
+                for request, item in zip(requests, items, strict=True)]
     for index, item, written in zip(legal, items, flags, strict=True):
         request = requests[index]
         message = request[0]

@@ -166,15 +166,14 @@ class EngineWrites:
 
     def finish_many(self, connection: sa.Connection, batch: list[states.TransitionRequest]) -> list[Any]:
         """Write a group of outcomes; final ones run the transaction hooks in the same commit."""
-        results: list[Any] = []
+        results: list[Any] = states.transition_many(self.store, batch, connection, node_id=self.node_id)
         releases: list[StoredMessage] = []
         finals: list[StoredMessage] = []
-        for request, result in zip(batch, states.transition_many(self.store, batch, connection, node_id=self.node_id),
-                                   strict=True):
+        for index, result in enumerate(results):  # an error is replaced by its Failure in place
             if isinstance(result, Exception):
-                results.append(Failure(result))
+                results[index] = Failure(result)
                 continue
-            if result.funnel_value is not None and FunnelQueue.releases(request[0].state, result):
+            if result.funnel_value is not None and FunnelQueue.releases(batch[index][0].state, result):
                 releases.append(result)
             if result.state in FINAL_STATES:  # a member (transition_many's target): states.is_final's first test
                 finals.append(result)
@@ -183,7 +182,6 @@ class EngineWrites:
                     if parent is not None:
                         finals.append(parent)  # after its last child, as it was made final
                         self.completed_parents[result.id] = parent
-            results.append(result)
         if finals:
             self.run_tx_hooks(finals, connection)
         if releases:
