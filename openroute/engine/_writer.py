@@ -96,8 +96,8 @@ class GroupCommitWriter:
         self._idle_release = idle_release
         self._engine = engine
         self._max_batch = max_batch
-        # the operations queued, appended and taken under the gate (taken as slices: a get per operation cost the
-        # writer as much as grouping them)
+        # the operations queued, appended and taken under the gate (taken as slices: a get an operation was a call,
+        # an append and a loop turn of the writer's)
         self._queue: list[Any] = []
         self._urgent: list[Any] = []  # taken first (Grouped.urgent)
         # one token per ring: the thread sleeps on it, not on the queue, so a put alone does not wake it
