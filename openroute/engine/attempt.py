@@ -89,12 +89,13 @@ class Attempts:
         except UnknownRouteError:
             route = None
         # the route may change its exchange's headers, custom data and business errors, never the snapshot's (a new
-        # empty container is a literal: most messages have none of them)
+        # empty container is a literal: most messages have none of them); every field by position, the defaults
+        # (no_effect, result, postponed_for, metadata, children) written out: keywords cost a dict a call, and a
+        # default factory's call costs more than a literal (every attempt builds one)
         exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
                             copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
-                            list(claimed.business_errors) if claimed.business_errors else [])
-        # set after it is built: keyword arguments to a class cost a dict per call (every attempt builds one)
-        exchange.route, exchange.runtime = route, self._runtime
+                            list(claimed.business_errors) if claimed.business_errors else [],
+                            False, None, None, {}, [], route, self._runtime)
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
             return self._decided(claimed, None, exchange, error, background)
