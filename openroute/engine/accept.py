@@ -56,12 +56,13 @@ def check_inbound(inbound: InboundMessage, routes: RouteRegistry, max_payload_by
         _check_text("operation", operation, 100)
     route = routes.get(service, operation)
     _check_other_texts(inbound)
-    if not isinstance(inbound.payload, str):
-        raise ValidationError(f"payload must be text, got {type(inbound.payload).__name__}")
+    payload = inbound.payload
+    if not isinstance(payload, str):
+        raise ValidationError(f"payload must be text, got {type(payload).__name__}")
     limit = max_payload_bytes
     # a str of n characters is at most 4n bytes in UTF-8: only encode when it could be too large
-    if len(inbound.payload) * 4 > limit:
-        size = len(inbound.payload.encode("utf-8", "surrogatepass"))
+    if len(payload) * 4 > limit:
+        size = len(payload.encode("utf-8", "surrogatepass"))
         if size > limit:
             raise PayloadTooLargeError(size, limit)
     headers = inbound.headers

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from openroute.definitions.clock import Clock
+from openroute.definitions.clock import Clock, SystemClock
 from openroute.definitions.errors import (
     CircuitOpenError,
     MessageDroppedByInterceptor,
@@ -89,12 +89,13 @@ class Attempts:
         except UnknownRouteError:
             route = None
         # the route may change its exchange's headers, custom data and business errors, never the snapshot's (a new
-        # empty container is a literal: most messages have none of them)
+        # empty container is a literal: most messages have none of them); every field by position, the defaults
+        # (no_effect, result, postponed_for, metadata, children) written out: keywords cost a dict a call, and a
+        # default factory's call costs more than a literal (every attempt builds one)
         exchange = Exchange(claimed, claimed.payload, dict(claimed.headers) if claimed.headers else {},
                             copy.deepcopy(claimed.custom_data) if claimed.custom_data else {},
-                            list(claimed.business_errors) if claimed.business_errors else [])
-        # set after it is built: keyword arguments to a class cost a dict per call (every attempt builds one)
-        exchange.route, exchange.runtime = route, self._runtime
+                            list(claimed.business_errors) if claimed.business_errors else [],
+                            False, None, None, {}, [], route, self._runtime)
         if route is None:
             error = ValidationError(f"no route for {claimed.service}/{claimed.operation} any more")
             return self._decided(claimed, None, exchange, error, background)
@@ -145,7 +146,8 @@ class Attempts:
                  background: bool) -> Awaitable[Processed] | InBackground:
         """The outcome of the steps (``error`` None: they ran to their end), handed to the writer."""
         settings = self._settings
-        now = self._clock.now()
+        clock = self._clock  # the system clock's time without its method's frame (every attempt reads it)
+        now = datetime.now(UTC) if clock.__class__ is SystemClock else clock.now()
         if error is None and exchange.postponed_for is None and not exchange.children:  # most attempts
             decision = outcomes.succeeded(claimed, exchange.custom_data, exchange.business_errors)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -49,3 +50,14 @@ def test_ext_call_scope_is_an_enum_that_keeps_its_stored_strings() -> None:
     with pytest.raises(ConfigurationError, match="ext_call_scope must be 'message' or 'entity', got 'global'"):
         Route("crm", "op", step, ext_call_scope="global")  # type: ignore[arg-type]
     assert EntityCallStatus("BUSY") is EntityCallStatus.BUSY and EntityCallStatus.DONE == "OK"
+
+
+def test_the_fields_an_attempt_passes_by_position_and_their_defaults() -> None:
+    """``Attempts.begin`` builds each exchange by position, the defaults written out: a field added or moved, or a
+    default changed, must change that call too."""
+    fields = [f for f in dataclasses.fields(Exchange) if f.init]
+    assert [f.name for f in fields] == ["message", "payload", "headers", "custom_data", "business_errors", "no_effect",
+                                        "result", "postponed_for", "metadata", "children", "route", "runtime"]
+    built = exchange()
+    assert (built.no_effect, built.result, built.postponed_for, built.children) == (False, None, None, [])
+    assert built.metadata == {} and built.route is None and built.runtime is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from openroute.persistence import GroupConflict, MessageState, MessageStore, New
 
 from openroute.definitions.errors import IllegalTransitionError, StaleMessageError
 from openroute.engine import states
-from openroute.engine._writer import Failure, GroupCommitWriter, Grouped
+from openroute.engine._writer import Failure, GroupCommitWriter, Grouped, _settle
 from tests.lifecycle.conftest import START, EngineFactory, inbound
 
 S = MessageState
@@ -290,3 +291,29 @@ async def test_concurrent_accepts_of_one_correlation_id_store_one_message(
     assert len({r.message_id for r in results}) == 1
     await engine.wait_idle(20)
     assert store.count_by_state() == {S.OK: 1}
+
+
+async def test_the_futures_one_commit_settles_wake_their_callbacks_in_order_each_in_its_context() -> None:
+    """``_settle`` runs the futures' wake-ups in one loop callback of the commit's (no callback each): still in the
+    next iteration, in their order and contexts, a failing one reported to the loop's exception handler."""
+    loop = asyncio.get_running_loop()
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who")
+    heard: list[object] = []
+    futures = [loop.create_future() for _ in range(4)]
+
+    async def waiter(index: int) -> None:
+        who.set(f"task {index}")
+        heard.append((await futures[index], who.get()))
+
+    tasks = [asyncio.create_task(waiter(i)) for i in (0, 1)]
+    await asyncio.sleep(0)
+    futures[2].add_done_callback(lambda f: heard.append(("callback", f.result())))  # not a task: the same
+    futures[3].add_done_callback(lambda f: 1 / 0)
+    futures[3].add_done_callback(lambda f: heard.append(("second callback", f.result())))  # two: as set_result has it
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    _settle([(None, None, future, loop) for future in futures], ["a", "b", "c", "d"])
+    assert heard == [] and all(future.done() for future in futures)
+    await asyncio.gather(*tasks)
+    assert heard == [("a", "task 0"), ("b", "task 1"), ("callback", "c"), ("second callback", "d")]
+    assert [type(context["exception"]) for context in errors] == [ZeroDivisionError]
