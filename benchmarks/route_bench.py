@@ -320,7 +320,7 @@ class Floor:
         from openroute.persistence import MessageStore
 
         from openroute.engine._writer import GroupCommitWriter, Grouped
-        from openroute.outbound._connections import network_transport
+        from openroute.outbound import network_transport
 
         self.store = MessageStore(url)  # the store's own engine: the same pragmas, pool and durability
         self.sql = sql = FloorStatements(self.store.dialect == "postgresql", "floor", records)

@@ -235,7 +235,7 @@ class ConfirmationsConfig(Section):
             SoapConfirmation,
         )
         from openroute.messaging.publisher import ChannelPublisher
-        from openroute.outbound._connections import network_transport
+        from openroute.outbound import network_transport
         from openroute.runtime import tracing
 
         if not self.systems:

@@ -2,8 +2,12 @@
 circuit breaker and call records (docs/outage.md).
 
     from openroute.outbound import ExternalCalls, ExternalHttpClient, ExternalSystem, SoapService
+
+``network_transport()`` is the httpx transport these clients send on (and the HTTP and SOAP confirmations, given it
+by the composition root): give it to an ``httpx.AsyncClient`` of your own for the same connection handling.
 """
 
+from openroute.outbound._connections import network_transport
 from openroute.outbound.breaker import BreakerSettings, BreakerState
 from openroute.outbound.calls import CallContext, ExternalCalls, current_call
 from openroute.outbound.http import IDEMPOTENCY_KEY_HEADER, ExternalHttpClient
@@ -25,4 +29,5 @@ __all__ = [
     "SoapService",
     "SoapTransportError",
     "current_call",
+    "network_transport",
 ]

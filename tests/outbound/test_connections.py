@@ -8,8 +8,8 @@ import asyncio
 import httpcore
 import pytest
 
-from openroute.outbound import ExternalHttpClient, ExternalSystem
-from openroute.outbound._connections import KeptSocketBackend, KeptSocketStream, network_transport
+from openroute.outbound import ExternalHttpClient, ExternalSystem, network_transport
+from openroute.outbound._connections import KeptSocketBackend, KeptSocketStream
 
 
 def test_the_transport_of_the_clients_runs_on_the_kept_socket_backend() -> None:
