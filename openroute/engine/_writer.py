@@ -355,7 +355,6 @@ def _settle(entries: list[_Entry], results: list[Any]) -> None:
             log.exception("settling %r after a commit failed", receiver)
 
 
-
 def _wake(woken: list[tuple[Callable[[Any], object], contextvars.Context, asyncio.Future[Any]]]) -> None:
     """The callbacks of the futures one commit settled (:func:`_settle`), each in its context, in their order, as the
     loop would run them one callback each (an error is the loop's exception handler's)."""
