@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -19,9 +20,9 @@ class Clock(Protocol):
 class SystemClock:
     """The real wall clock."""
 
-    def now(self) -> datetime:
-        """The wall-clock time now, in UTC."""
-        return datetime.now(UTC)
+    #: ``now()``: the wall-clock time now, in UTC. ``datetime.now(UTC)`` itself, bound without a method of ours: the
+    #: engine reads it at every accept and attempt, and a Python frame around it cost ~290 instructions a read
+    now = staticmethod(functools.partial(datetime.now, UTC))
 
 
 class ManualClock:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from openroute.definitions.clock import Clock, SystemClock
+from openroute.definitions.clock import Clock
 from openroute.definitions.errors import (
     CircuitOpenError,
     MessageDroppedByInterceptor,
@@ -146,8 +146,7 @@ class Attempts:
                  background: bool) -> Awaitable[Processed] | InBackground:
         """The outcome of the steps (``error`` None: they ran to their end), handed to the writer."""
         settings = self._settings
-        clock = self._clock  # the system clock's time without its method's frame (every attempt reads it)
-        now = datetime.now(UTC) if clock.__class__ is SystemClock else clock.now()
+        now = self._clock.now()
         if error is None and exchange.postponed_for is None and not exchange.children:  # most attempts
             decision = outcomes.succeeded(claimed, exchange.custom_data, exchange.business_errors)
         else:

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from openroute.definitions.clock import Clock, SystemClock
@@ -256,9 +256,7 @@ class Engine(EngineHooks):
         if not self._queue.accepting:
             raise NodeNotAcceptingError(self.node_id, self._queue.node_state.value)
         check_inbound(inbound, self.routes, self.settings.max_payload_bytes)
-        clock = self.clock  # the system clock's time without its method's frame (every accept reads it)
-        new = inbound.to_new_message(datetime.now(UTC) if clock.__class__ is SystemClock else clock.now(),
-                                     traceparent=traceparent)
+        new = inbound.to_new_message(self.clock.now(), traceparent=traceparent)
         # the queue has room and no funnel turn is to be taken: claimed for this node in the same transaction, it goes
         # to a worker claimed (one writer round and one statement fewer than a claim of its own)
         claiming = new.funnel_value is None and self._running and not self._stopping and self._queue.reserve()
