@@ -243,16 +243,9 @@ class ProcessingQueue:
             self._reserved -= 1
         if not self.open or self._consume is None or not self.takes_work:
             return False
-        message_id = claimed.id
-        self.claimed[message_id] = (previous, claimed)
-        if message_id not in self.ids:  # _enqueue written out: every message an accept claims passes here
-            self.ids.add(message_id)
-            self._pending += 1
-            if self._pending == 1:
-                self._idle.clear()
-            self._waiting.append(claimed)
-            if not self._woken:
-                self._wake_one()
+        self.claimed[claimed.id] = (previous, claimed)
+        if claimed.id not in self.ids:
+            self._enqueue(claimed)
         return True
 
     def _send(self, message: StoredMessage) -> bool:
@@ -361,17 +354,7 @@ class ProcessingQueue:
         self._writing -= 1
         if not self._writing:
             self._written_all.set()
-        # done_with written out: every message's outcome ends here
-        if message_id not in self.ids:
-            return
-        self.ids.discard(message_id)
-        if self._pending > 1:
-            self._pending -= 1
-        else:
-            self._pending = 0
-            self._idle.set()
-        if self.open and self._room_freed is not None:
-            self._room_freed()
+        self.done_with(message_id)
 
     def done_with(self, message_id: int) -> None:
         """``message_id`` left the pipeline (outcome committed, skipped or refused): its room is free."""
