@@ -100,7 +100,13 @@ async def test_parked_messages_wait_for_the_breaker_and_are_released_when_it_clo
                      "the breaker opened")
         await _until(lambda: store.count_by_state().get(S.POSTPONED, 0) >= 26, "the others parked")
         parked = [m for m in (store.get(i) for i in ids) if m is not None and m.state is S.POSTPONED]
-        assert all(m.parked_on == "REMOTE" and m.next_attempt_at is None for m in parked)
+        # parked: on the system, no due time; on a slow machine open_wait may have passed by now, and the oldest parked
+        # message is then released for the trial (out of the parking, due now) before it is claimed: one per period
+        released = [m for m in parked if m.parked_on is None]
+        assert all(m.parked_on == "REMOTE" and m.next_attempt_at is None for m in parked if m.parked_on is not None)
+        assert all(m.next_attempt_at is not None for m in released)
+        opened = sum(1 for r in caplog.records if r.getMessage().startswith("circuit breaker REMOTE OPEN"))
+        assert len(released) <= opened, [m.id for m in released]
         histories = _moves(store, [m.id for m in parked])
         real_failures = {i: sum(1 for move in moves if move[1] == "PARTLY_FAILED") for i, moves in histories.items()}
         assert all(m.failed_count == real_failures[m.id] for m in parked), "a park counts no attempt"
