@@ -246,6 +246,43 @@ async def closed_loop(port: int, requests: list[bytes], senders: int) -> tuple[l
     return latencies, errors
 
 
+async def open_loop(port: int, requests: list[bytes], rate: float, warm: int = 16) -> tuple[list[float], int]:
+    """``requests`` sent at ``rate`` a second on a fixed schedule whatever the answers (open loop): each at its time
+    on an idle keep-alive connection (a new one when none is idle, ``warm`` opened beforehand); the latencies of the
+    accepted requests from their scheduled time, so a late answer delays no later send and hides no wait
+    (no coordinated omission), and how many were not accepted."""
+    loop = asyncio.get_running_loop()
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(warm)]
+    opened = list(idle)
+    latencies: list[float] = []
+    errors = 0
+
+    async def send(n: int, due: float) -> None:
+        nonlocal errors
+        if idle:
+            connection = idle.pop()
+        else:
+            connection = await asyncio.open_connection("127.0.0.1", port)
+            opened.append(connection)
+        status = await _exchange(*connection, requests[n])
+        if status in (200, 202):
+            latencies.append(loop.time() - due)
+        else:
+            errors += 1
+        idle.append(connection)
+
+    start = loop.time() + 0.05
+    sends = []
+    for n in range(len(requests)):
+        due = start + n / rate
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        sends.append(asyncio.create_task(send(n, due)))
+    await asyncio.gather(*sends)
+    for _reader, writer in opened:
+        writer.close()
+    return latencies, errors
+
+
 async def load(kind: str, port: int, count: int, concurrency: int) -> dict[str, float]:
     """``count`` requests over ``concurrency`` keep-alive connections of a raw asyncio HTTP/1.1 client."""
     started = time.perf_counter()

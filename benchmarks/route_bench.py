@@ -1,7 +1,8 @@
 """Route benchmark: a real route through ``openroute run``, against a floor doing the same SQL and HTTP calls.
 
     python benchmarks/route_bench.py [--count 2000] [--senders 64] [--repeat 3] [--databases sqlite,postgres]
-                                     [--records off,on] [--warm-up 200] [--profile FILE]
+                                     [--records off,on] [--warm-up 200] [--paced 0.5] [--paced-count 1000]
+                                     [--profile FILE]
 
 The route is ``bench/plain`` of ``benchmarks/badday_routes.py``, as users write one: a JSON message, one ``ext_call``
 to the external system REMOTE through the shipped ``ExternalHttpClient`` (declared in ``[external_systems.REMOTE]``,
@@ -29,10 +30,15 @@ one of:
 The load generator (this process) is a raw asyncio HTTP/1.1 client: ``--senders`` keep-alive connections, each
 sending its next request once the previous one was answered (closed loop), ``--count`` requests after a warm-up.
 Messages per second run from the first request to the last confirmation recorded SENT (``sent_at``); the accept
-latency is the request's round trip. Runs are interleaved (one repetition runs node and floor, records off and on,
-in an order rotated from one repetition to the next) and the script prints each run, then min / median / max of
-node / floor per database and variant. Each run also gives the CPU per message of every process: the server (and
-its main thread), the remote, the receiver, the load generator and, on PostgreSQL, the database's processes.
+latency is the request's round trip: at full load (every sender waiting on its answer) it is about ``--senders``
+over the accept rate on either side (Little's law), so a second load measures what a sender feels at a load the
+server keeps up with: once the run's work is confirmed, ``--paced-count`` more messages at ``--paced`` times the run's
+own rate on a fixed schedule (open loop: each request at its time on an idle keep-alive connection, its latency from
+that time, so a slow answer hides no wait), each through the whole route. Runs are interleaved (one repetition
+runs node and floor, records off and on, in an order rotated from one repetition to the next) and the script prints
+each run, then min / median / max of node / floor per database and variant. Each run also gives the CPU per message
+of every process: the server (and its main thread), the remote, the receiver, the load generator and, on PostgreSQL,
+the database's processes.
 
 ``--profile FILE`` instead runs the node (or with ``--profile-server floor`` the floor) once, on the first database
 and variant given, under ``py-spy record --gil -f raw`` (started after the warm-up, stopped at the last
@@ -68,6 +74,7 @@ from benchmarks.http_bench import (  # noqa: E402
     closed_loop,
     local_postgres_cpu_seconds,
     main_thread_cpu_seconds,
+    open_loop,
     process_cpu_seconds,
 )
 
@@ -662,6 +669,8 @@ def run(kind: str, database: str, records: bool, args: Any, folder: Path,
                 spy.send_signal(2)
                 spy.wait(60)
             last_sent = store_figures(url, args.warm_up + args.count, records)
+            paced = paced_run(url, port, receiver_port, run_id, args.count / (last_sent - started_at).total_seconds(),
+                              records, args, processes)
         except BaseException as error:
             if not isinstance(error, PortTaken):
                 show_logs(processes)
@@ -684,7 +693,23 @@ def run(kind: str, database: str, records: bool, args: Any, folder: Path,
     }
     if database_before is not None and database_after is not None:
         figures["database_us"] = (database_after - database_before) / count * 1e6
-    return figures
+    return figures | paced
+
+
+def paced_run(url: str, port: int, receiver_port: int, run_id: str, rate: float, records: bool, args: Any,
+              processes: Sequence[Process]) -> dict[str, float]:
+    """The accept latency at a steady load the server keeps up with: ``--paced-count`` messages sent at ``--paced``
+    times ``rate`` (the run's own messages a second) on a fixed schedule (open loop), each through the whole route;
+    their accept p50 / p99 (from each request's scheduled time) once all are confirmed. Nothing when ``--paced`` is
+    0."""
+    if not args.paced or not args.paced_count:
+        return {}
+    paced_rate = args.paced * rate
+    latencies, errors = asyncio.run(open_loop(port, requests_for(f"paced-{run_id}", args.paced_count), paced_rate))
+    wait_confirmed(receiver_port, args.warm_up + args.count + args.paced_count, args.timeout, processes)
+    store_figures(url, args.warm_up + args.count + args.paced_count, records)
+    return {"paced_rate": paced_rate, "paced_p50": percentile(latencies, 0.5) * 1000,
+            "paced_p99": percentile(latencies, 0.99) * 1000, "paced_errors": errors}
 
 
 def describe(figures: dict[str, float]) -> str:
@@ -692,9 +717,13 @@ def describe(figures: dict[str, float]) -> str:
            f"{figures['remote_us']:.0f}, receiver {figures['receiver_us']:.0f}, client {figures['client_us']:.0f}")
     if "database_us" in figures:
         cpu += f", database {figures['database_us']:.0f}"
+    paced = ""
+    if "paced_rate" in figures:
+        paced = (f"; paced at {figures['paced_rate']:.0f}/s: p50 {figures['paced_p50']:.1f} ms, p99 "
+                 f"{figures['paced_p99']:.1f} ms, {figures['paced_errors']:.0f} refused")
     return (f"{figures['rate']:6.0f} msg/s ({figures['seconds']:.1f} s; accepted at {figures['accept_rate']:.0f}/s, "
             f"p50 {figures['p50']:.1f} ms, p99 {figures['p99']:.1f} ms, {figures['errors']:.0f} refused); {cpu}; "
-            f"client busy {figures['client_busy']:.0%}")
+            f"client busy {figures['client_busy']:.0%}{paced}")
 
 
 def main() -> None:
@@ -702,6 +731,9 @@ def main() -> None:
     parser.add_argument("--records", default="off,on", help="call records: off, on or both (default)")
     parser.add_argument("--warm-up", type=int, default=200, help="messages sent and confirmed before each run")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to confirm everything")
+    parser.add_argument("--paced", type=float, default=0.5,
+                        help="after each run, the accept latency at this fraction of its rate, open loop (0: not)")
+    parser.add_argument("--paced-count", type=int, default=1000, help="messages of the paced load (default 1000)")
     parser.add_argument("--profile", type=Path, help="instead: profile one server run with py-spy into this file")
     parser.add_argument("--profile-server", choices=["node", "floor"], default="node",
                         help="the server --profile profiles (default: the node)")
@@ -739,6 +771,19 @@ def main() -> None:
                   f"{spread([n['rate'] for n in node]):>18} {spread(ratios, 2):>18} "
                   f"{spread([n['p50'] for n in node], 1):>18} {spread([n['p99'] for n in node], 1):>20} "
                   f"{spread([f['p99'] for f in floor], 1):>18}")
+    if args.paced and args.paced_count:
+        print(f"\naccept latency at {args.paced:g} of each run's own rate, open loop ({args.paced_count} messages): "
+              "min / median / max")
+        print(f"{'database':8} {'records':7} {'node msg/s':>18} {'node p50 ms':>18} {'node p99 ms':>20} "
+              f"{'floor msg/s':>18} {'floor p99 ms':>20}")
+        for database in databases:
+            for records in variants:
+                node, floor = results[(database, records, "node")], results[(database, records, "floor")]
+                columns = [spread([n["paced_rate"] for n in node]), spread([n["paced_p50"] for n in node], 1),
+                           spread([n["paced_p99"] for n in node], 1), spread([f["paced_rate"] for f in floor]),
+                           spread([f["paced_p99"] for f in floor], 1)]
+                print(f"{database:8} {'on' if records else 'off':7} {columns[0]:>18} {columns[1]:>18} "
+                      f"{columns[2]:>20} {columns[3]:>18} {columns[4]:>20}")
     print("\nCPU per message, medians (us): server (main thread) / remote / receiver / client / database")
     for (database, records, kind), runs in results.items():
         parts = [statistics.median(r[key] for r in runs) for key in ("server_us", "main_us", "remote_us",
