@@ -1,7 +1,7 @@
 """Route benchmark: a real route through ``openroute run``, against a floor doing the same SQL and HTTP calls.
 
     python benchmarks/route_bench.py [--count 2000] [--senders 64] [--repeat 3] [--databases sqlite,postgres]
-                                     [--records off,on] [--warm-up 200] [--paced 0.5] [--paced-count 1000]
+                                     [--records off,on] [--warm-up 200] [--paced 0.8] [--paced-count 1000]
                                      [--profile FILE]
 
 The route is ``bench/plain`` of ``benchmarks/badday_routes.py``, as users write one: a JSON message, one ``ext_call``
@@ -731,7 +731,7 @@ def main() -> None:
     parser.add_argument("--records", default="off,on", help="call records: off, on or both (default)")
     parser.add_argument("--warm-up", type=int, default=200, help="messages sent and confirmed before each run")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to confirm everything")
-    parser.add_argument("--paced", type=float, default=0.5,
+    parser.add_argument("--paced", type=float, default=0.8,
                         help="after each run, the accept latency at this fraction of its rate, open loop (0: not)")
     parser.add_argument("--paced-count", type=int, default=1000, help="messages of the paced load (default 1000)")
     parser.add_argument("--profile", type=Path, help="instead: profile one server run with py-spy into this file")
