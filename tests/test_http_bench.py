@@ -39,3 +39,42 @@ def test_the_http_benchmark_runs_its_four_servers(database: str) -> None:
         counted = [line for line in done.stdout.splitlines() if line.strip().startswith("message ")]
         assert len(counted) == 4, done.stdout
         assert all("n_tup_ins 1 " in line for line in counted), done.stdout
+
+
+async def test_the_open_loop_sends_every_request_and_replaces_the_connections_the_server_closed() -> None:
+    """``open_loop`` (route_bench's paced load): every request is sent and answered once, also when the server closes
+    kept-alive connections (as uvicorn closes one idle for 5 s): the request goes out again on another connection,
+    and no answer is counted twice."""
+    import asyncio
+
+    from benchmarks.http_bench import open_loop
+
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+                seen.append(await reader.readexactly(length))
+                writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                answered += 1
+                if answered == 2:  # every connection is closed after its second answer
+                    break
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    requests = [f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {len(str(n))}\r\n\r\n{n}".encode() for n in range(40)]
+    try:
+        latencies, errors = await asyncio.wait_for(open_loop(port, requests, rate=400, warm=4), timeout=30)
+    finally:
+        server.close()
+    assert errors == 0
+    assert len(latencies) == 40 and all(latency >= 0 for latency in latencies)
+    assert sorted(int(body) for body in seen) == list(range(40))
