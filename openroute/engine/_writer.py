@@ -342,7 +342,9 @@ def _settle(entries: list[_Entry], results: list[Any]) -> None:
                 # a future with one callback (the wake-up of the task awaiting it, an accept's): the callback is taken
                 # off and run by the commit's one wake-up callback (_wake), where set_result would schedule a loop
                 # callback of its own (a Handle, ~5,000 instructions a message); it still runs in the next iteration
-                callbacks = receiver._callbacks
+                # a private attribute (CPython's C and Python futures both have it): where it is gone, the future
+                # is settled the public way (its own loop callback), never left unsettled
+                callbacks = getattr(receiver, "_callbacks", None)
                 if callbacks is not None and len(callbacks) == 1:
                     (wake_up, context), = callbacks
                     receiver.remove_done_callback(wake_up)

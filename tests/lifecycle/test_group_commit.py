@@ -317,3 +317,24 @@ async def test_the_futures_one_commit_settles_wake_their_callbacks_in_order_each
     await asyncio.gather(*tasks)
     assert heard == [("a", "task 0"), ("b", "task 1"), ("callback", "c"), ("second callback", "d")]
     assert [type(context["exception"]) for context in errors] == [ZeroDivisionError]
+
+
+async def test_a_future_without_its_private_callbacks_list_is_settled_the_public_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_settle`` reads a future's private ``_callbacks`` to run its wake-up itself; a Python whose futures lack it
+    gets its futures settled by ``set_result`` all the same (the awaiting task wakes, nothing is logged)."""
+    from openroute.engine import _writer
+
+    class FutureWithoutCallbacks(asyncio.Future[object]):
+        def __getattribute__(self, name: str) -> object:
+            if name == "_callbacks":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    monkeypatch.setattr(_writer, "_Future", FutureWithoutCallbacks)
+    loop = asyncio.get_running_loop()
+    future = FutureWithoutCallbacks(loop=loop)
+    waiter = asyncio.create_task(asyncio.wait_for(future, 5))
+    await asyncio.sleep(0)
+    _settle([(None, None, future, loop)], ["result"])
+    assert await waiter == "result"
