@@ -6,7 +6,8 @@ caller still gets its own result only after the commit that contains its work. I
 fails, each of its operations is re-run alone so one bad operation cannot fail its neighbours.
 
 The thread is rung by a loop callback once the loop has run the callbacks it had ready (at most
-``_RING_DEFERRALS`` iterations later), instead of being woken by every operation. A thread woken early waits
+``_RING_DEFERRALS`` iterations later; one iteration later on a loop that does not show them, uvloop), instead of
+being woken by every operation. A thread woken early waits
 for the GIL and takes it as soon as the loop runs C code that releases it (lxml does, for every parse, XPath
 and serialisation; so do socket writes), and commits the few operations queued so far while the requests the
 loop was about to run queue theirs behind it: half-full transactions, each with its own commit (see
@@ -78,6 +79,12 @@ class Grouped(Generic[ItemT, T]):
 _STOP = object()
 #: loop iterations the ring may wait for the loop's ready callbacks: bounds the delay it adds under load
 _RING_DEFERRALS = 3
+#: the iterations it waits on a loop whose ready callbacks it cannot see (uvloop, which ``openroute run`` serves on):
+#: one, so what became ready with the operation still queues its writes first. Waiting the full bound every time
+#: held each commit of a busy node (its accepts, claims and outcomes) three iterations of other work longer: the
+#: route benchmark's node accepted 30-85 % fewer messages a second at full load, with the same writes a commit in
+#: the HTTP benchmark (docs/performance.md, a real route)
+_BLIND_RING_DEFERRALS = 1
 
 
 class GroupCommitWriter:
@@ -170,10 +177,12 @@ class GroupCommitWriter:
             self._ringing.add(loop)
             loop.call_soon(self._ring, loop)
 
-    def _ring(self, loop: asyncio.AbstractEventLoop, deferrals_left: int = _RING_DEFERRALS) -> None:
+    def _ring(self, loop: asyncio.AbstractEventLoop, deferrals_left: int = -1) -> None:
         # asyncio's loop keeps its ready callbacks in ``_ready``: while it has some (requests parsed in the same
-        # burst, about to queue their writes), ring later. A loop without it (uvloop) is deferred every time.
+        # burst, about to queue their writes), ring later. A loop without it (uvloop) is deferred once every time.
         ready = getattr(loop, "_ready", None)
+        if deferrals_left < 0:
+            deferrals_left = _RING_DEFERRALS if ready is not None else _BLIND_RING_DEFERRALS
         if deferrals_left and (ready is None or ready):
             loop.call_soon(self._ring, loop, deferrals_left - 1)
             return
