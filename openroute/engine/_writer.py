@@ -82,8 +82,8 @@ _RING_DEFERRALS = 3
 #: the iterations it waits on a loop whose ready callbacks it cannot see (uvloop, which ``openroute run`` serves on):
 #: one, so what became ready with the operation still queues its writes first. Waiting the full bound every time
 #: held each commit of a busy node (its accepts, claims and outcomes) three iterations of other work longer: the
-#: route benchmark's node accepted 30-85 % fewer messages a second at full load, with the same writes a commit in
-#: the HTTP benchmark (docs/performance.md, a real route)
+#: route benchmark's node accepted 30-85 % fewer messages a second at full load. The HTTP benchmark's JSON commits
+#: hold as many writes; SOAP's on SQLite fewer (~24 against ~30), at the same rate (docs/performance.md)
 _BLIND_RING_DEFERRALS = 1
 
 
