@@ -7,11 +7,10 @@ fails, each of its operations is re-run alone so one bad operation cannot fail i
 
 The thread is rung by a loop callback once the loop has run the callbacks it had ready (at most
 ``_RING_DEFERRALS`` iterations later; one iteration later on a loop that does not show them, uvloop), instead of
-being woken by every operation. A thread woken early waits
-for the GIL and takes it as soon as the loop runs C code that releases it (lxml does, for every parse, XPath
-and serialisation; so do socket writes), and commits the few operations queued so far while the requests the
-loop was about to run queue theirs behind it: half-full transactions, each with its own commit (see
-docs/performance.md, inbound HTTP and SOAP).
+being woken by every operation. A thread woken early waits for the GIL and takes it as soon as the loop runs C
+code that releases it (lxml does, for every parse, XPath and serialisation; so do socket writes), and commits the
+few operations queued so far while the requests the loop was about to run queue theirs behind it: half-full
+transactions, each with its own commit (see docs/performance.md, inbound HTTP and SOAP).
 """
 
 from __future__ import annotations
